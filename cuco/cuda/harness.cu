@@ -1,0 +1,171 @@
+/*************************************************************************
+ * harness.cu: the C++ half of cuco's per-rank worker, loaded by Python through ctypes.
+ *
+ * It owns what Python cannot do through torch: the NCCL communicator handed to CUDA candidates,
+ * symmetric buffers (ncclMemAlloc + NCCL_WIN_COLL_SYMMETRIC windows), the cuco_ctx_t that
+ * candidates see, and the start gate that releases every rank's timed region at the same instant.
+ *
+ * Every function returns 0 on success or -1 with a reason readable through cuco_h_last_error().
+ * Window registration and communicator creation are collective: every rank calls them in the
+ * same order.
+ *************************************************************************/
+#include "cuco.h"
+
+#include <stdarg.h>
+#include <stdlib.h>
+
+static thread_local char lastError[CUCO_ERROR_LEN];
+
+static int fail(const char* fmt, ...) {
+  va_list ap;
+  va_start(ap, fmt);
+  vsnprintf(lastError, sizeof(lastError), fmt, ap);
+  va_end(ap);
+  return -1;
+}
+
+#define HCUDA(call)                                                                    \
+  do {                                                                                 \
+    cudaError_t e_ = (call);                                                           \
+    if (e_ != cudaSuccess) return fail("%s:%d: %s: %s", __FILE__, __LINE__, #call, cudaGetErrorString(e_)); \
+  } while (0)
+
+#define HNCCL(call)                                                                    \
+  do {                                                                                 \
+    ncclResult_t r_ = (call);                                                          \
+    if (r_ != ncclSuccess) return fail("%s:%d: %s: %s", __FILE__, __LINE__, #call, ncclGetErrorString(r_)); \
+  } while (0)
+
+CUCO_EXPORT const char* cuco_h_last_error(void) { return lastError; }
+
+CUCO_EXPORT int cuco_h_nccl_version(int* version) {
+  HNCCL(ncclGetVersion(version));
+  return 0;
+}
+
+CUCO_EXPORT int cuco_h_unique_id(char* out /* NCCL_UNIQUE_ID_BYTES */) {
+  ncclUniqueId id;
+  HNCCL(ncclGetUniqueId(&id));
+  memcpy(out, id.internal, NCCL_UNIQUE_ID_BYTES);
+  return 0;
+}
+
+CUCO_EXPORT int cuco_h_comm_init(int rank, int nRanks, int device, const char* idBytes, void** commOut) {
+  ncclUniqueId id;
+  memcpy(id.internal, idBytes, NCCL_UNIQUE_ID_BYTES);
+  HCUDA(cudaSetDevice(device));
+  ncclComm_t comm;
+  HNCCL(ncclCommInitRank(&comm, nRanks, id, rank));
+  *commOut = comm;
+  return 0;
+}
+
+CUCO_EXPORT int cuco_h_comm_destroy(void* comm) {
+  HNCCL(ncclCommFinalize((ncclComm_t)comm));
+  HNCCL(ncclCommDestroy((ncclComm_t)comm));
+  return 0;
+}
+
+// Collective: every rank allocates and registers its buffers in the same order.
+CUCO_EXPORT int cuco_h_sym_alloc(void* comm, size_t bytes, void** ptr, void** window) {
+  HNCCL(ncclMemAlloc(ptr, bytes));
+  ncclWindow_t win;
+  HNCCL(ncclCommWindowRegister((ncclComm_t)comm, *ptr, bytes, &win, NCCL_WIN_COLL_SYMMETRIC));
+  *window = (void*)win;
+  return 0;
+}
+
+CUCO_EXPORT int cuco_h_sym_free(void* comm, void* ptr, void* window) {
+  HNCCL(ncclCommWindowDeregister((ncclComm_t)comm, (ncclWindow_t)window));
+  HNCCL(ncclMemFree(ptr));
+  return 0;
+}
+
+CUCO_EXPORT cuco_ctx_t* cuco_h_ctx_new(int rank, int nRanks, int device, void* comm, void* stream) {
+  cuco_ctx_t* ctx = (cuco_ctx_t*)calloc(1, sizeof(cuco_ctx_t));
+  if (!ctx) return NULL;
+  ctx->abiVersion = CUCO_ABI_VERSION;
+  ctx->rank = rank;
+  ctx->nRanks = nRanks;
+  ctx->cudaDevice = device;
+  ctx->comm = (ncclComm_t)comm;
+  ctx->stream = (cudaStream_t)stream;
+  return ctx;
+}
+
+CUCO_EXPORT void cuco_h_ctx_free(cuco_ctx_t* ctx) { free(ctx); }
+
+CUCO_EXPORT const char* cuco_h_ctx_error(cuco_ctx_t* ctx) { return ctx->error; }
+
+CUCO_EXPORT int cuco_h_ctx_add_stream(cuco_ctx_t* ctx, void* stream) {
+  if (ctx->nSideStreams >= CUCO_MAX_SIDE_STREAMS) return fail("more than %d side streams", CUCO_MAX_SIDE_STREAMS);
+  ctx->sideStreams[ctx->nSideStreams++] = (cudaStream_t)stream;
+  return 0;
+}
+
+CUCO_EXPORT int cuco_h_ctx_add_buffer(cuco_ctx_t* ctx, const char* name, void* ptr, size_t bytes, int dtype,
+                                      int ndim, const int64_t* shape, int symmetric, void* window) {
+  if (ctx->nBuffers >= CUCO_MAX_BUFFERS) return fail("more than %d buffers", CUCO_MAX_BUFFERS);
+  if (ndim > 4) return fail("buffer %s has %d dimensions; at most 4", name, ndim);
+  if (strlen(name) >= CUCO_NAME_LEN) return fail("buffer name %s is longer than %d", name, CUCO_NAME_LEN - 1);
+  cuco_buffer_t* b = &ctx->buffers[ctx->nBuffers++];
+  strncpy(b->name, name, CUCO_NAME_LEN - 1);
+  b->ptr = ptr;
+  b->bytes = bytes;
+  b->dtype = dtype;
+  b->ndim = ndim;
+  for (int i = 0; i < ndim; i++) b->shape[i] = shape[i];
+  b->symmetric = symmetric;
+  b->window = (ncclWindow_t)window;
+  return 0;
+}
+
+CUCO_EXPORT int cuco_h_ctx_add_param(cuco_ctx_t* ctx, const char* name, int64_t value) {
+  if (ctx->nParams >= CUCO_MAX_PARAMS) return fail("more than %d shape parameters", CUCO_MAX_PARAMS);
+  if (strlen(name) >= CUCO_NAME_LEN) return fail("parameter name %s is too long", name);
+  strncpy(ctx->paramNames[ctx->nParams], name, CUCO_NAME_LEN - 1);
+  ctx->params[ctx->nParams++] = value;
+  return 0;
+}
+
+// Pin a page of host memory shared by all ranks of this node (an mmap of one /dev/shm file) so
+// that one host store releases every GPU's gate.
+CUCO_EXPORT int cuco_h_host_register(void* hostPtr, size_t bytes, void** devPtr) {
+  HCUDA(cudaHostRegister(hostPtr, bytes, cudaHostRegisterMapped | cudaHostRegisterPortable));
+  HCUDA(cudaHostGetDevicePointer(devPtr, hostPtr, 0));
+  return 0;
+}
+
+CUCO_EXPORT int cuco_h_host_unregister(void* hostPtr) {
+  HCUDA(cudaHostUnregister(hostPtr));
+  return 0;
+}
+
+static __device__ __forceinline__ uint64_t globalTimerNs() {
+  uint64_t t;
+  asm volatile("mov.u64 %0, %%globaltimer;" : "=l"(t));
+  return t;
+}
+
+// One thread spins until the shared host counter reaches `target`. The timed region's start event is
+// recorded behind this kernel, so the host's launch overhead and the ranks' skew in reaching the
+// barrier stay out of the measurement. The timeout keeps a candidate whose cuco_run blocks the host
+// from deadlocking the gate; the runner then reports ungated timing.
+__global__ void gateKernel(const volatile unsigned long long* counter, unsigned long long target,
+                           unsigned long long timeoutNs, int* timedOut) {
+  const uint64_t start = globalTimerNs();
+  while (*counter < target) {
+    if (globalTimerNs() - start > timeoutNs) {
+      *timedOut = 1;
+      return;
+    }
+  }
+}
+
+CUCO_EXPORT int cuco_h_gate(void* stream, void* counterDev, unsigned long long target, unsigned long long timeoutNs,
+                            int* timedOutDev) {
+  gateKernel<<<1, 1, 0, (cudaStream_t)stream>>>((const volatile unsigned long long*)counterDev, target, timeoutNs,
+                                                timedOutDev);
+  HCUDA(cudaGetLastError());
+  return 0;
+}

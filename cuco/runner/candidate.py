@@ -1,0 +1,92 @@
+"""A candidate as the worker sees it: setup / run / teardown, whatever language it is written in."""
+
+from __future__ import annotations
+
+import contextlib
+import ctypes
+import importlib.util
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from cuco.runner.harness import Harness
+
+
+class CandidateError(RuntimeError):
+    """The candidate itself failed (a non-zero return, an exception); the message is its own."""
+
+
+@dataclass
+class PyContext:
+    """What a Python candidate's setup(ctx) / run(ctx) / teardown(ctx) receive."""
+
+    rank: int
+    world: int
+    device: Any  # torch.device
+    group: Any  # torch.distributed group for the candidate's own communication (nccl on GPUs, gloo on CPU)
+    stream: Any  # torch.cuda.Stream, or None on the CPU
+    side_streams: list[Any]
+    buffers: dict[str, Any]  # name -> torch.Tensor
+    params: dict[str, int]
+    state: dict[str, Any] = field(default_factory=dict)
+
+
+class PythonCandidate:
+    def __init__(self, path: Path, ctx: PyContext) -> None:
+        spec = importlib.util.spec_from_file_location(f"cuco_candidate_{path.stem}", path)
+        assert spec and spec.loader
+        self.module = importlib.util.module_from_spec(spec)
+        spec.loader.exec_module(self.module)
+        self.ctx = ctx
+
+    def _stream(self):
+        if self.ctx.stream is None:
+            return contextlib.nullcontext()
+        import torch
+
+        return torch.cuda.stream(self.ctx.stream)
+
+    def _call(self, name: str) -> None:
+        fn = getattr(self.module, name, None)
+        if fn is None:
+            if name == "run":
+                raise CandidateError("candidate defines no run(ctx)")
+            return
+        with self._stream():
+            fn(self.ctx)
+
+    def setup(self) -> None:
+        self._call("setup")
+
+    def run(self) -> None:
+        self._call("run")
+
+    def teardown(self) -> None:
+        self._call("teardown")
+
+
+class CudaCandidate:
+    """A shared library with cuco_setup / cuco_run / cuco_teardown, driven through a harness-made ctx."""
+
+    def __init__(self, library: Path, harness: Harness, ctx: int) -> None:
+        self.lib = ctypes.CDLL(str(library))
+        self.harness, self.ctx = harness, ctx
+        for name in ("cuco_setup", "cuco_run", "cuco_teardown"):
+            fn = getattr(self.lib, name, None)
+            if fn is None:
+                raise CandidateError(f"library exports no {name} (declare it CUCO_EXPORT int {name}(cuco_ctx_t*))")
+            fn.argtypes, fn.restype = [ctypes.c_void_p], ctypes.c_int
+
+    def _call(self, name: str) -> None:
+        rc = getattr(self.lib, name)(self.ctx)
+        if rc != 0:
+            raise CandidateError(f"{name} returned {rc}: {self.harness.ctx_error(self.ctx) or 'no reason given'}")
+
+    def setup(self) -> None:
+        self._call("cuco_setup")
+
+    def run(self) -> None:
+        self._call("cuco_run")
+
+    def teardown(self) -> None:
+        self._call("cuco_teardown")

@@ -1,0 +1,223 @@
+"""The evaluation cascade, one candidate at a time: L0 static → L1 build → L2 small → L3 full → L4 timing.
+
+Each level's failure stops the cascade and is kept with its diagnostics in the record. The record is
+plain JSON (one per evaluation) so that the search, the report and a person read the same thing.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+import secrets
+import tempfile
+from dataclasses import dataclass, field
+from datetime import datetime, timezone
+from pathlib import Path
+from typing import Any
+
+from cuco.machine import fingerprint, load_machine
+from cuco.runner.bounds import compute_bound
+from cuco.runner.build import build, build_harness
+from cuco.runner.job import Job, Stage
+from cuco.runner.launch import _describe, free_port, launch, make_gate_file
+from cuco.runner.static_checks import check_source
+from cuco.runner.stats import summarize
+from cuco.workload.spec import WorkloadSpec
+
+LEVELS = ["L0", "L1", "L2", "L3", "L4"]
+
+
+@dataclass
+class EvalOptions:
+    device: str = "cpu"  # "cuda" or "cpu"
+    shapes: list[str] | None = None  # full shapes for L3/L4 (default: all of the workload's)
+    small_shapes: list[str] | None = None  # L2 (default: all small shapes)
+    max_level: str = "L4"
+    gpus: list[int] = field(default_factory=list)
+    timeout_s: float | None = None
+    warmup: int | None = None
+    iters: int | None = None
+    work_dir: Path | None = None
+
+
+def _fail(record: dict[str, Any], level: str, error: str, diagnostics: str = "") -> dict[str, Any]:
+    record.update(ok=False, failed_level=level, error=error, diagnostics=diagnostics[-6000:])
+    record["level_reached"] = LEVELS[LEVELS.index(level) - 1] if level != "L0" else None
+    return record
+
+
+def evaluate(spec: WorkloadSpec, candidate: Path, opts: EvalOptions, baselines: dict[str, Any] | None = None
+             ) -> dict[str, Any]:
+    candidate = Path(candidate)
+    text = candidate.read_text(errors="replace")
+    kind = "cuda" if candidate.suffix == ".cu" else "python"
+    record: dict[str, Any] = {
+        "workload": spec.name, "candidate": str(candidate), "candidate_name": candidate.stem, "kind": kind,
+        "sha256": hashlib.sha256(text.encode()).hexdigest(), "world": spec.world_size, "device": opts.device,
+        "started": datetime.now(timezone.utc).isoformat(timespec="seconds"), "ok": False, "level_reached": None,
+        "failed_level": None, "error": None, "diagnostics": "", "shapes": {}, "env": fingerprint(),
+    }
+    # L0
+    report = check_source(candidate)
+    if not report.ok:
+        return _fail(record, "L0", "static checks failed: " + report.problems[0], "\n".join(report.problems))
+    record["level_reached"] = "L0"
+    if opts.max_level == "L0":
+        return _done(record)
+    # L1
+    library = harness = None
+    if kind == "cuda":
+        if opts.device != "cuda":
+            built = build(candidate)
+            record["build"] = {"cached": built.cached, "seconds": built.seconds}
+            if not built.ok:
+                return _fail(record, "L1", "nvcc build failed: " + _first_error(built.log), built.log)
+            record["level_reached"] = "L1"
+            return _done(record, note="CUDA candidate: built; L2-L4 need a GPU")
+        built = build(candidate)
+        record["build"] = {"cached": built.cached, "seconds": built.seconds}
+        if not built.ok:
+            return _fail(record, "L1", "nvcc build failed: " + _first_error(built.log), built.log)
+        library = str(built.library)
+    else:
+        try:
+            compile(text, str(candidate), "exec")
+        except SyntaxError as exc:
+            return _fail(record, "L1", f"Python syntax error: {candidate.name}:{exc.lineno}: {exc.msg}",
+                         f"{exc.text or ''}")
+    if opts.device == "cuda":
+        hb = build_harness()
+        if not hb.ok:
+            if kind == "cuda":
+                return _fail(record, "L1", "the runner's harness failed to build: " + _first_error(hb.log), hb.log)
+        else:
+            harness = str(hb.library)
+    record["level_reached"] = "L1"
+    if opts.max_level == "L1":
+        return _done(record)
+
+    # L2..L4 in one launch: the candidate's setup cost is paid once per shape.
+    small = opts.small_shapes if opts.small_shapes is not None else [s.name for s in spec.small_shapes]
+    full = opts.shapes if opts.shapes is not None else [s.name for s in spec.shapes]
+    stages = [Stage("L2", s) for s in small]
+    if LEVELS.index(opts.max_level) >= 3:
+        stages += [Stage("L3", s) for s in full]
+    if opts.max_level == "L4":
+        stages += [Stage("L4", s) for s in full]
+    work = Path(opts.work_dir or tempfile.mkdtemp(prefix="cuco-eval-"))
+    work.mkdir(parents=True, exist_ok=True)
+    gate_file = make_gate_file(work) if opts.device == "cuda" and harness else None
+    job = Job(workload_root=str(spec.root), world=spec.world_size, candidate=str(candidate.resolve()), kind=kind,
+              device=opts.device, stages=stages, out_dir=str(work), master_port=free_port(),
+              seed=secrets.randbelow(2**31), library=library, harness=harness, gate_file=gate_file,
+              gpus=list(opts.gpus), warmup=opts.warmup, iters=opts.iters)
+    record["seed"] = job.seed
+    record["work_dir"] = str(work)
+    try:
+        res = launch(job, opts.timeout_s or spec.timing.timeout_s, work / "job.json")
+    finally:
+        if gate_file:
+            Path(gate_file).unlink(missing_ok=True)
+    record["seconds"] = res.seconds
+    return _interpret(spec, record, res, stages, opts, baselines)
+
+
+def _first_error(log: str) -> str:
+    for line in log.splitlines():
+        if "error" in line.lower():
+            return line.strip()[:300]
+    return (log.strip().splitlines() or ["no output"])[0][:300]
+
+
+def _interpret(spec, record, res, stages, opts, baselines) -> dict[str, Any]:
+    per_rank = [o.result or {} for o in res.ranks]
+    done_stages = per_rank[0].get("stages", []) if per_rank else []
+    # The level of the first stage no rank finished.
+    finished = min(len(r.get("stages", [])) for r in per_rank) if per_rank else 0
+    current = stages[finished].level if finished < len(stages) else "L4"
+    _collect(spec, record, done_stages, opts, baselines)
+    if res.timed_out:
+        where = "; ".join(f"rank {o.rank}: {o.last_step}" for o in res.ranks)
+        return _fail(record, current, f"timeout: killed every rank after {opts.timeout_s or spec.timing.timeout_s:.0f} s "
+                                      f"(hung; last steps: {where})", _logs(res))
+    if res.crashed:
+        parts = []
+        for r in res.crashed:
+            o = res.ranks[r]
+            err = (o.result or {}).get("error")
+            parts.append(f"rank {r} {_describe(o.returncode)} at '{o.last_step}'" + (f": {err}" if err else ""))
+        others = [o.rank for o in res.ranks if o.returncode is None]
+        if others:
+            parts.append(f"ranks {others} killed by the watchdog")
+        return _fail(record, current, "crash: " + "; ".join(parts), _logs(res))
+    errors = [r.get("error") for r in per_rank if r.get("error")]
+    if errors:
+        return _fail(record, current, errors[0], _logs(res))
+    record["level_reached"] = stages[-1].level if stages else record["level_reached"]
+    # L4 verdicts that need every rank's numbers: the bound and the final output.
+    for name, shape_rec in record["shapes"].items():
+        t = shape_rec.get("timing")
+        if not t:
+            continue
+        if t.get("final_output_errors"):
+            return _fail(record, "L4", f"shape {name}: output of the last timed iteration is wrong: "
+                                       + t["final_output_errors"][0])
+        bound = shape_rec.get("bound", {}).get("bound_ms")
+        slack = spec.timing.bound_slack if opts.device == "cuda" else spec.timing.cpu_bound_slack
+        if bound and t["median_ms"] < bound * (1 - slack):
+            return _fail(record, "L4", f"impossible: shape {name} median {t['median_ms']:.4f} ms is below the "
+                                       f"physical bound {bound:.4f} ms by more than {slack:.0%}: work was skipped "
+                                       f"or the timing is broken; rejected")
+    return _done(record)
+
+
+def _collect(spec, record, stages: list[dict[str, Any]], opts, baselines) -> None:
+    machine = load_machine()
+    for st in stages:
+        shape_rec = record["shapes"].setdefault(st["shape"], {"params": spec.shape(st["shape"]).params})
+        if st["level"] in ("L2", "L3"):
+            shape_rec.setdefault("correctness", []).append(
+                {k: st[k] for k in ("level", "trials", "max_norm_rel_err")})
+            continue
+        t = summarize(st["per_rank_ms"])
+        t.update(gated=st["gated"], note=st["note"], per_rank_ms=st["per_rank_ms"],
+                 final_output_errors=st["final_output_errors"])
+        shape_rec["timing"] = t
+        extra = {}
+        for key in ("compute_alone", "comm_alone"):
+            if f"{key}_per_rank_ms" in st:
+                extra[key] = summarize(st[f"{key}_per_rank_ms"])["median_ms"]
+        shape_rec["references_ms"] = extra
+        b = compute_bound(spec, spec.shape(st["shape"]), spec.world_size, opts.device, extra.get("compute_alone"),
+                          extra.get("comm_alone"), machine)
+        shape_rec["bound"] = b
+        if b["bound_ms"] and t["median_ms"]:
+            shape_rec["efficiency"] = b["bound_ms"] / t["median_ms"]
+        if baselines:
+            sp = {}
+            for bname, brec in baselines.items():
+                bt = brec.get("shapes", {}).get(st["shape"], {}).get("timing", {}).get("median_ms")
+                if bt and t["median_ms"]:
+                    sp[bname] = bt / t["median_ms"]
+            shape_rec["speedup"] = sp
+
+
+def _logs(res) -> str:
+    return "\n".join(f"--- rank {o.rank} ({'killed' if o.returncode is None else _describe(o.returncode)}; "
+                     f"last step: {o.last_step}) ---\n{o.log_tail}" for o in res.ranks)
+
+
+def _done(record: dict[str, Any], note: str = "") -> dict[str, Any]:
+    record["ok"] = True
+    if note:
+        record["note"] = note
+    return record
+
+
+def save_record(record: dict[str, Any], path: Path) -> Path:
+    path.parent.mkdir(parents=True, exist_ok=True)
+    tmp = path.with_suffix(".tmp")
+    tmp.write_text(json.dumps(record, indent=1))
+    os.replace(tmp, path)
+    return path

@@ -1,0 +1,106 @@
+"""ctypes binding to the C++ harness (cuda/harness.cu): NCCL communicator, symmetric windows, ctx, gate."""
+
+from __future__ import annotations
+
+import ctypes
+from pathlib import Path
+
+NCCL_UNIQUE_ID_BYTES = 128  # from nccl.h
+DTYPE_CODES = {"bf16": 0, "f16": 1, "f32": 2, "f64": 3, "i8": 4, "u8": 5, "i32": 6, "i64": 7}  # cuco_dtype_t
+
+
+class HarnessError(RuntimeError):
+    pass
+
+
+class Harness:
+    def __init__(self, library: str | Path) -> None:
+        self.lib = ctypes.CDLL(str(library), mode=ctypes.RTLD_GLOBAL)
+        L = self.lib
+        vp, sz, i, c = ctypes.c_void_p, ctypes.c_size_t, ctypes.c_int, ctypes.c_char_p
+        u64, i64 = ctypes.c_ulonglong, ctypes.c_int64
+        L.cuco_h_last_error.restype = c
+        L.cuco_h_ctx_error.restype = c
+        L.cuco_h_ctx_error.argtypes = [vp]
+        L.cuco_h_ctx_new.restype = vp
+        L.cuco_h_ctx_new.argtypes = [i, i, i, vp, vp]
+        L.cuco_h_ctx_free.argtypes = [vp]
+        L.cuco_h_ctx_add_stream.argtypes = [vp, vp]
+        L.cuco_h_ctx_add_buffer.argtypes = [vp, c, vp, sz, i, i, ctypes.POINTER(i64), i, vp]
+        L.cuco_h_ctx_add_param.argtypes = [vp, c, i64]
+        L.cuco_h_unique_id.argtypes = [ctypes.c_char_p]
+        L.cuco_h_comm_init.argtypes = [i, i, i, ctypes.c_char_p, ctypes.POINTER(vp)]
+        L.cuco_h_comm_destroy.argtypes = [vp]
+        L.cuco_h_sym_alloc.argtypes = [vp, sz, ctypes.POINTER(vp), ctypes.POINTER(vp)]
+        L.cuco_h_sym_free.argtypes = [vp, vp, vp]
+        L.cuco_h_host_register.argtypes = [vp, sz, ctypes.POINTER(vp)]
+        L.cuco_h_host_unregister.argtypes = [vp]
+        L.cuco_h_gate.argtypes = [vp, vp, u64, u64, vp]
+        L.cuco_h_nccl_version.argtypes = [ctypes.POINTER(i)]
+
+    def _check(self, rc: int, what: str) -> None:
+        if rc != 0:
+            raise HarnessError(f"{what}: {self.lib.cuco_h_last_error().decode(errors='replace')}")
+
+    def nccl_version(self) -> int:
+        v = ctypes.c_int()
+        self._check(self.lib.cuco_h_nccl_version(ctypes.byref(v)), "ncclGetVersion")
+        return v.value
+
+    def unique_id(self) -> bytes:
+        buf = ctypes.create_string_buffer(NCCL_UNIQUE_ID_BYTES)
+        self._check(self.lib.cuco_h_unique_id(buf), "ncclGetUniqueId")
+        return buf.raw
+
+    def comm_init(self, rank: int, world: int, device: int, uid: bytes) -> int:
+        comm = ctypes.c_void_p()
+        self._check(self.lib.cuco_h_comm_init(rank, world, device, uid, ctypes.byref(comm)), "ncclCommInitRank")
+        return comm.value
+
+    def comm_destroy(self, comm: int) -> None:
+        self._check(self.lib.cuco_h_comm_destroy(comm), "ncclCommDestroy")
+
+    def sym_alloc(self, comm: int, nbytes: int) -> tuple[int, int]:
+        ptr, win = ctypes.c_void_p(), ctypes.c_void_p()
+        self._check(self.lib.cuco_h_sym_alloc(comm, nbytes, ctypes.byref(ptr), ctypes.byref(win)), "ncclMemAlloc/WindowRegister")
+        return ptr.value, win.value
+
+    def sym_free(self, comm: int, ptr: int, win: int) -> None:
+        self._check(self.lib.cuco_h_sym_free(comm, ptr, win), "ncclCommWindowDeregister/ncclMemFree")
+
+    def host_register(self, host_ptr: int, nbytes: int) -> int:
+        dev = ctypes.c_void_p()
+        self._check(self.lib.cuco_h_host_register(host_ptr, nbytes, ctypes.byref(dev)), "cudaHostRegister")
+        return dev.value
+
+    def host_unregister(self, host_ptr: int) -> None:
+        self._check(self.lib.cuco_h_host_unregister(host_ptr), "cudaHostUnregister")
+
+    def gate(self, stream: int, counter_dev: int, target: int, timeout_ns: int, timed_out_dev: int) -> None:
+        self._check(self.lib.cuco_h_gate(stream, counter_dev, target, timeout_ns, timed_out_dev), "gate launch")
+
+    # --- the cuco_ctx_t handed to CUDA candidates ---
+    def ctx_new(self, rank: int, world: int, device: int, comm: int, stream: int) -> int:
+        ctx = self.lib.cuco_h_ctx_new(rank, world, device, comm, stream)
+        if not ctx:
+            raise HarnessError("cuco_h_ctx_new: out of memory")
+        return ctx
+
+    def ctx_add_stream(self, ctx: int, stream: int) -> None:
+        self._check(self.lib.cuco_h_ctx_add_stream(ctx, stream), "ctx side stream")
+
+    def ctx_add_buffer(self, ctx: int, name: str, ptr: int, nbytes: int, dtype: str, shape: tuple[int, ...],
+                       symmetric: bool, window: int | None) -> None:
+        arr = (ctypes.c_int64 * max(1, len(shape)))(*shape)
+        rc = self.lib.cuco_h_ctx_add_buffer(ctx, name.encode(), ptr, nbytes, DTYPE_CODES[dtype], len(shape), arr,
+                                            int(symmetric), window or None)
+        self._check(rc, f"ctx buffer {name}")
+
+    def ctx_add_param(self, ctx: int, name: str, value: int) -> None:
+        self._check(self.lib.cuco_h_ctx_add_param(ctx, name.encode(), value), f"ctx param {name}")
+
+    def ctx_error(self, ctx: int) -> str:
+        return self.lib.cuco_h_ctx_error(ctx).decode(errors="replace")
+
+    def ctx_free(self, ctx: int) -> None:
+        self.lib.cuco_h_ctx_free(ctx)

@@ -1,0 +1,42 @@
+"""The job a launcher hands to each rank's worker: plain JSON, so the worker needs no cuco config code."""
+
+from __future__ import annotations
+
+import json
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+
+
+@dataclass
+class Stage:
+    level: str  # "L2" small-shape correctness, "L3" full-shape correctness, "L4" timing
+    shape: str
+
+
+@dataclass
+class Job:
+    workload_root: str
+    world: int
+    candidate: str  # path to the .cu or .py file
+    kind: str  # "cuda" or "python"
+    device: str  # "cuda" or "cpu"
+    stages: list[Stage]
+    out_dir: str
+    master_port: int
+    seed: int  # base of every input seed: fresh per evaluation
+    library: str | None = None  # built candidate .so
+    harness: str | None = None  # built harness .so (CUDA machines)
+    gate_file: str | None = None  # /dev/shm page shared by the ranks of this node
+    gpus: list[int] = field(default_factory=list)
+    warmup: int | None = None  # overrides of the workload's timing settings
+    iters: int | None = None
+    time_compute_alone: bool = True
+
+    def write(self, path: Path) -> None:
+        path.write_text(json.dumps(asdict(self), indent=1))
+
+    @classmethod
+    def read(cls, path: Path) -> "Job":
+        data = json.loads(Path(path).read_text())
+        data["stages"] = [Stage(**s) for s in data["stages"]]
+        return cls(**data)

@@ -1,0 +1,141 @@
+"""Start the ranks of one evaluation locally, each in its own process group, under a watchdog.
+
+A candidate that hangs (most often a device barrier nobody satisfies) or that crashes one rank
+leaves the other ranks waiting forever; the watchdog kills every rank's whole process group when the
+time limit passes, or shortly after the first rank dies, and says where each rank was.
+"""
+
+from __future__ import annotations
+
+import json
+import mmap
+import os
+import signal
+import socket
+import subprocess
+import sys
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from cuco.runner.job import Job
+
+# NVLink multicast stays off in every program cuco starts: on shared hosts it can take GPUs out of service.
+SAFE_ENV = {"NCCL_NVLS_ENABLE": "0", "TORCH_SYMM_MEM_DISABLE_MULTICAST": "1", "NVSHMEM_DISABLE_NVLS": "1"}
+CRASH_GRACE_S = 5.0  # after one rank dies, the others get this long to report their own state
+POLL_S = 0.05
+
+
+@dataclass
+class RankOutcome:
+    rank: int
+    returncode: int | None  # None: killed by the watchdog
+    result: dict | None
+    last_step: str
+    log_tail: str
+
+
+@dataclass
+class LaunchResult:
+    ranks: list[RankOutcome]
+    timed_out: bool
+    crashed: list[int] = field(default_factory=list)
+    seconds: float = 0.0
+
+    def killed(self) -> bool:
+        return self.timed_out or bool(self.crashed)
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def make_gate_file(out_dir: Path) -> str:
+    """A zeroed page in /dev/shm (falls back to the run directory) that every rank maps."""
+    base = Path("/dev/shm") if Path("/dev/shm").is_dir() else out_dir
+    path = base / f"cuco-gate-{os.getpid()}-{time.time_ns()}"
+    path.write_bytes(b"\0" * mmap.PAGESIZE)
+    return str(path)
+
+
+def _tail(path: Path, n: int = 3000) -> str:
+    if not path.is_file():
+        return ""
+    data = path.read_bytes()
+    return data[-n:].decode(errors="replace")
+
+
+def _last_line(path: Path) -> str:
+    lines = path.read_text(errors="replace").strip().splitlines() if path.is_file() else []
+    return lines[-1] if lines else "not started"
+
+
+def _describe(code: int) -> str:
+    if code < 0:
+        try:
+            return f"killed by {signal.Signals(-code).name}"
+        except ValueError:
+            return f"killed by signal {-code}"
+    return f"exit code {code}"
+
+
+def launch(job: Job, timeout_s: float, job_path: Path) -> LaunchResult:
+    out = Path(job.out_dir)
+    out.mkdir(parents=True, exist_ok=True)
+    job.write(job_path)
+    env = {**os.environ, **SAFE_ENV, "PYTHONUNBUFFERED": "1", "CUCO_WORLD_SIZE": str(job.world)}
+    if job.device == "cuda" and job.gpus:
+        env["CUDA_VISIBLE_DEVICES"] = ",".join(str(g) for g in job.gpus)
+        job.gpus = list(range(len(job.gpus)))
+        job.write(job_path)
+    env.setdefault("OMP_NUM_THREADS", "1")
+    # The worker must import this cuco, even when it is not installed (a GPU machine's plain python3).
+    root = str(Path(__file__).resolve().parents[2])
+    env["PYTHONPATH"] = root + (os.pathsep + env["PYTHONPATH"] if env.get("PYTHONPATH") else "")
+    procs = []
+    t0 = time.monotonic()
+    for r in range(job.world):
+        log = open(out / f"rank{r}.log", "wb")
+        procs.append(subprocess.Popen([sys.executable, "-m", "cuco.runner.worker", str(job_path), str(r)],
+                                      stdout=log, stderr=subprocess.STDOUT, env={**env, "RANK": str(r)},
+                                      start_new_session=True))
+        log.close()
+    deadline = t0 + timeout_s
+    first_death: float | None = None
+    timed_out = False
+    while True:
+        codes = [p.poll() for p in procs]
+        if all(c is not None for c in codes):
+            break
+        now = time.monotonic()
+        if any(c not in (None, 0) for c in codes) and first_death is None:
+            first_death = now
+        if now > deadline or (first_death is not None and now - first_death > CRASH_GRACE_S):
+            timed_out = now > deadline
+            for p in procs:
+                if p.poll() is None:
+                    try:
+                        os.killpg(p.pid, signal.SIGKILL)
+                    except ProcessLookupError:
+                        pass
+            for p in procs:
+                p.wait()
+            break
+        time.sleep(POLL_S)
+    outcomes = []
+    crashed = []
+    for r, p in enumerate(procs):
+        res_path = out / f"rank{r}.json"
+        result = json.loads(res_path.read_text()) if res_path.is_file() else None
+        code = p.returncode
+        killed = code == -signal.SIGKILL and (timed_out or first_death is not None) and not (result and result.get("done"))
+        if code not in (0,) and not killed:
+            crashed.append(r)
+        outcomes.append(RankOutcome(r, None if killed else code, result, _last_line(out / f"rank{r}.progress"),
+                                    _tail(out / f"rank{r}.log")))
+    return LaunchResult(outcomes, timed_out, crashed, time.monotonic() - t0)
+
+
+__all__ = ["LaunchResult", "RankOutcome", "SAFE_ENV", "free_port", "launch", "make_gate_file", "_describe"]

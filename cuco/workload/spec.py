@@ -1,0 +1,300 @@
+"""The workload format: workload.toml, reference.py, seed.cu and optional candidates, validated on load.
+
+Every error names the file, the key and the reason in one line (CucoError), and unknown keys are
+rejected rather than ignored: a misspelled tolerance must not silently fall back to a default.
+"""
+
+from __future__ import annotations
+
+import sys
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from cuco.errors import CucoError
+from cuco.workload.expr import ExprError, eval_expr, names_in
+
+if sys.version_info >= (3, 11):
+    import tomllib
+else:  # pragma: no cover
+    import tomli as tomllib
+
+DTYPES: dict[str, int] = {"bf16": 2, "f16": 2, "f32": 4, "f64": 8, "i8": 1, "u8": 1, "i32": 4, "i64": 8}
+ROLES = ("input", "output", "scratch")
+FLOAT_DTYPES = ("bf16", "f16", "f32", "f64")
+
+
+@dataclass(frozen=True)
+class BufferSpec:
+    """One buffer every rank holds; its shape is expressions over the shape parameters and `world`."""
+
+    name: str
+    role: str
+    dtype: str
+    shape: tuple[str | int, ...]
+    symmetric: bool = False
+
+    def dims(self, env: dict[str, int]) -> tuple[int, ...]:
+        return tuple(eval_expr(d, env) for d in self.shape)
+
+    def nbytes(self, env: dict[str, int]) -> int:
+        n = DTYPES[self.dtype]
+        for d in self.dims(env):
+            n *= d
+        return n
+
+
+@dataclass(frozen=True)
+class Shape:
+    name: str
+    params: dict[str, int]
+
+    def env(self, world: int) -> dict[str, int]:
+        return {**self.params, "world": world}
+
+    def label(self) -> str:
+        return ",".join(str(v) for v in self.params.values())
+
+
+@dataclass(frozen=True)
+class Tolerance:
+    """Elementwise |out-ref| <= rtol*|ref| + atol*rms(ref), and ||out-ref|| / ||ref|| <= norm_rtol."""
+
+    rtol: float = 0.02
+    atol: float = 0.02
+    norm_rtol: float = 0.01
+    determinism: str = "bitwise"  # "bitwise": two runs on the same inputs must agree exactly; "tolerance"
+
+
+@dataclass(frozen=True)
+class Timing:
+    warmup: int = 5
+    iters: int = 30
+    trials: int = 2  # correctness trials, each on fresh random inputs
+    l2_flush: bool = True
+    timeout_s: float = 300.0  # watchdog: whole evaluation of one candidate
+    bound_slack: float = 0.05  # a median below bound * (1 - slack) is rejected as impossible
+    cpu_bound_slack: float = 0.30  # CPU timings are noisier
+
+
+@dataclass(frozen=True)
+class Bounds:
+    flops: str = "0"  # per rank
+    comm_bytes: str = "0"  # bytes each rank must receive over its peer links
+
+
+@dataclass
+class WorkloadSpec:
+    name: str
+    root: Path
+    description: str
+    world_size: int
+    params: tuple[str, ...]
+    shapes: list[Shape]
+    small_shapes: list[Shape]
+    buffers: dict[str, BufferSpec]
+    tolerance: Tolerance
+    timing: Timing
+    bounds: Bounds
+    candidates: dict[str, Path]
+    baselines: list[str]
+    notes: str = ""
+    source: Path = field(default=Path())
+
+    @property
+    def reference_path(self) -> Path:
+        return self.root / "reference.py"
+
+    @property
+    def seed_path(self) -> Path:
+        return self.root / "seed.cu"
+
+    def shape(self, name: str) -> Shape:
+        for s in self.shapes + self.small_shapes:
+            if s.name == name:
+                return s
+        known = ", ".join(s.name for s in self.shapes + self.small_shapes)
+        raise CucoError(str(self.source), f"no shape named {name!r} (known: {known})")
+
+    def check_world(self, world: int) -> None:
+        """Every buffer of every shape must have whole dimensions at this world size."""
+        for shape in self.shapes + self.small_shapes:
+            for buf in self.buffers.values():
+                try:
+                    buf.dims(shape.env(world))
+                except ExprError as exc:
+                    raise CucoError(
+                        str(self.source), f"buffers.{buf.name}.shape at shape {shape.name!r}, world {world}: {exc}"
+                    ) from None
+
+
+class _Section:
+    """Typed access to one TOML table, with errors that name the file and the key."""
+
+    def __init__(self, data: dict[str, Any], path: Path, prefix: str) -> None:
+        self.data, self.path, self.prefix = data, path, prefix
+        self.used: set[str] = set()
+
+    def fail(self, key: str, reason: str) -> CucoError:
+        return CucoError(str(self.path), f"{self.prefix}{key}: {reason}")
+
+    def get(self, key: str, typ: type | tuple[type, ...], default: Any = ...) -> Any:
+        self.used.add(key)
+        if key not in self.data:
+            if default is ...:
+                raise self.fail(key, "missing required key")
+            return default
+        value = self.data[key]
+        ok = isinstance(value, typ) and not (isinstance(value, bool) and typ in (int, float, (int, float)))
+        if not ok:
+            want = typ.__name__ if isinstance(typ, type) else " or ".join(t.__name__ for t in typ)
+            raise self.fail(key, f"expected {want}, got {type(value).__name__} {value!r}")
+        return value
+
+    def table(self, key: str, required: bool = False) -> _Section:
+        value = self.get(key, dict, ... if required else {})
+        return _Section(value, self.path, f"{self.prefix}{key}.")
+
+    def done(self) -> None:
+        unknown = sorted(set(self.data) - self.used)
+        if unknown:
+            raise self.fail(unknown[0], "unknown key")
+
+
+def _load_dataclass(cls: type, sec: _Section) -> Any:
+    kwargs = {}
+    for name, f in cls.__dataclass_fields__.items():
+        default = f.default
+        typ: type | tuple[type, ...] = (int, float) if isinstance(default, float) else type(default)
+        value = sec.get(name, typ, default)
+        kwargs[name] = float(value) if isinstance(default, float) else value
+    sec.done()
+    obj = cls(**kwargs)
+    return obj
+
+
+def _load_shapes(top: _Section, key: str, params: tuple[str, ...], required: bool) -> list[Shape]:
+    top.used.add(key)
+    raw = top.data.get(key, [])
+    if required and not raw:
+        raise top.fail(key, "missing required key (at least one [[%s]] table)" % key)
+    if not isinstance(raw, list):
+        raise top.fail(key, "expected an array of tables ([[%s]])" % key)
+    shapes = []
+    for i, entry in enumerate(raw):
+        sec = _Section(entry, top.path, f"{key}[{i}].")
+        name = sec.get("name", str)
+        values = {p: sec.get(p, int) for p in params}
+        for p, v in values.items():
+            if v <= 0:
+                raise sec.fail(p, f"must be positive, got {v}")
+        sec.done()
+        shapes.append(Shape(name, values))
+    return shapes
+
+
+def load_workload(root: Path, world_size: int | None = None) -> WorkloadSpec:
+    """Load and validate a workload directory; world_size overrides the file's default."""
+    root = Path(root)
+    path = root / "workload.toml"
+    if not root.is_dir():
+        raise CucoError(str(root), "workload directory does not exist")
+    if not path.is_file():
+        raise CucoError(str(path), "missing workload.toml")
+    try:
+        data = tomllib.loads(path.read_text())
+    except tomllib.TOMLDecodeError as exc:
+        raise CucoError(str(path), f"not valid TOML: {exc}") from None
+    top = _Section(data, path, "")
+    name = top.get("name", str)
+    description = top.get("description", str, "")
+    world = top.get("world_size", int, 2)
+    params = tuple(top.get("params", list))
+    if not params or not all(isinstance(p, str) and p.isidentifier() and p != "world" for p in params):
+        raise top.fail("params", "expected a non-empty list of identifiers (not 'world')")
+    shapes = _load_shapes(top, "shapes", params, required=True)
+    small = _load_shapes(top, "small_shapes", params, required=False)
+
+    buffers: dict[str, BufferSpec] = {}
+    bsec = top.table("buffers", required=True)
+    for bname in bsec.data:
+        sec = bsec.table(bname)
+        role = sec.get("role", str)
+        if role not in ROLES:
+            raise sec.fail("role", f"unknown role {role!r} (known: {', '.join(ROLES)})")
+        dtype = sec.get("dtype", str)
+        if dtype not in DTYPES:
+            raise sec.fail("dtype", f"unknown dtype {dtype!r} (known: {', '.join(DTYPES)})")
+        dims = sec.get("shape", list)
+        for d in dims:
+            if not isinstance(d, (str, int)) or isinstance(d, bool):
+                raise sec.fail("shape", f"each dimension must be an integer or an expression string, got {d!r}")
+            if isinstance(d, str):
+                try:
+                    unknown = names_in(d) - set(params) - {"world"}
+                except ExprError as exc:
+                    raise sec.fail("shape", str(exc)) from None
+                if unknown:
+                    raise sec.fail("shape", f"unknown parameter {sorted(unknown)[0]!r} in {d!r}")
+        symmetric = sec.get("symmetric", bool, False)
+        sec.done()
+        buffers[bname] = BufferSpec(bname, role, dtype, tuple(dims), symmetric)
+    bsec.done()
+    if not any(b.role == "output" for b in buffers.values()):
+        raise bsec.fail("", "at least one buffer must have role = \"output\"")
+
+    tolerance = _load_dataclass(Tolerance, top.table("tolerance"))
+    if tolerance.determinism not in ("bitwise", "tolerance"):
+        raise CucoError(str(path), "tolerance.determinism: expected \"bitwise\" or \"tolerance\"")
+    timing = _load_dataclass(Timing, top.table("timing"))
+    if timing.trials < 2:
+        raise CucoError(str(path), "timing.trials: at least 2 trials on fresh inputs are required")
+    bounds = _load_dataclass(Bounds, top.table("bounds"))
+    for key in ("flops", "comm_bytes"):
+        try:
+            unknown = names_in(getattr(bounds, key)) - set(params) - {"world"}
+        except ExprError as exc:
+            raise CucoError(str(path), f"bounds.{key}: {exc}") from None
+        if unknown:
+            raise CucoError(str(path), f"bounds.{key}: unknown parameter {sorted(unknown)[0]!r}")
+
+    csec = top.table("candidates")
+    candidates = {}
+    for cname in csec.data:
+        rel = csec.get(cname, str)
+        cpath = root / rel
+        if not cpath.is_file():
+            raise csec.fail(cname, f"candidate file {rel!r} does not exist")
+        if cpath.suffix not in (".cu", ".py"):
+            raise csec.fail(cname, f"candidate must be a .cu or .py file, got {rel!r}")
+        candidates[cname] = cpath
+    baselines = top.get("baselines", list, [])
+    for b in baselines:
+        if b not in candidates:
+            raise top.fail("baselines", f"{b!r} is not a key of [candidates]")
+    top.done()
+
+    if not (root / "reference.py").is_file():
+        raise CucoError(str(root / "reference.py"), "missing reference.py")
+    notes_path = root / "notes.md"
+    spec = WorkloadSpec(
+        name=name,
+        root=root,
+        description=description,
+        world_size=world_size or world,
+        params=params,
+        shapes=shapes,
+        small_shapes=small,
+        buffers=buffers,
+        tolerance=tolerance,
+        timing=timing,
+        bounds=bounds,
+        candidates=candidates,
+        baselines=list(baselines),
+        notes=notes_path.read_text() if notes_path.is_file() else "",
+        source=path,
+    )
+    if spec.world_size < 1:
+        raise CucoError(str(path), f"world_size: must be at least 1, got {spec.world_size}")
+    spec.check_world(spec.world_size)
+    return spec

@@ -1,0 +1,33 @@
+"""GEMM + AllGather reference: rank r's C_r = allgather(A) @ B_r, computed in fp32 from the bf16 inputs."""
+
+from __future__ import annotations
+
+import torch
+
+
+def make_inputs(p: dict[str, int], world: int, rank: int, gen: torch.Generator, device) -> dict[str, torch.Tensor]:
+    m, k, n = p["M"] // world, p["K"], p["N"] // world
+    # Scaled so that C has entries of order one whatever K is.
+    a = torch.randn(m, k, generator=gen, device=device, dtype=torch.float32) / k**0.25
+    b = torch.randn(k, n, generator=gen, device=device, dtype=torch.float32) / k**0.25
+    return {"a": a.to(torch.bfloat16), "b": b.to(torch.bfloat16)}
+
+
+def reference(p: dict[str, int], world: int, rank: int, inputs: list[dict[str, torch.Tensor]]) -> dict[str, torch.Tensor]:
+    a = torch.cat([inp["a"] for inp in inputs]).float()
+    return {"c": a @ inputs[rank]["b"].float()}
+
+
+def compute_alone(p, world, rank, inputs, bufs, group):
+    """The GEMM alone, through cuBLAS (torch.matmul), on the already gathered A: the bound's compute half."""
+    a_full = torch.cat([inp["a"] for inp in inputs])
+    b, c = bufs["b"], bufs["c"]
+    return lambda: torch.matmul(a_full, b, out=c)
+
+
+def comm_alone(p, world, rank, inputs, bufs, group):
+    """NCCL's (or gloo's) all-gather alone: reported beside the bound."""
+    import torch.distributed as dist
+
+    a, out = bufs["a"], torch.empty_like(bufs["a_gathered"])
+    return lambda: dist.all_gather_into_tensor(out, a, group=group)
