@@ -1,0 +1,3 @@
+from cuco.cli import main
+
+main()

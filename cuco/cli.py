@@ -1,0 +1,228 @@
+"""The `cuco` command. Bad input of any kind ends in one line on stderr and exit code 2."""
+
+from __future__ import annotations
+
+import json
+import sys
+from datetime import datetime, timezone
+from pathlib import Path
+from typing import Optional
+
+import typer
+from rich.console import Console
+from rich.table import Table
+
+from cuco.errors import CucoError
+
+app = typer.Typer(add_completion=False, no_args_is_help=True, pretty_exceptions_enable=False,
+                  help="Compute-communication co-design for multi-GPU programs: verified, measured, searched.")
+console = Console(width=None if sys.stdout.isatty() else 160)
+
+
+def _device(choice: str, world: int) -> str:
+    if choice not in ("auto", "cuda", "cpu"):
+        raise CucoError("--device", f"expected auto, cuda or cpu, got {choice!r}")
+    if choice != "auto":
+        if choice == "cuda":
+            import torch
+
+            if torch.cuda.device_count() < world:
+                raise CucoError("--device cuda", f"needs {world} GPUs, this machine has {torch.cuda.device_count()}")
+        return choice
+    try:
+        import torch
+    except ImportError as exc:
+        raise CucoError("torch", "not installed: pip install torch (the CPU build is enough for CPU workloads)") from exc
+    return "cuda" if torch.cuda.device_count() >= world else "cpu"
+
+
+def _spec(workload: str, world: Optional[int]):
+    from cuco.workload import load_workload, resolve_workload
+
+    return load_workload(resolve_workload(workload), world)
+
+
+def _candidate(spec, candidate: str) -> Path:
+    if candidate in spec.candidates:
+        return spec.candidates[candidate]
+    p = Path(candidate)
+    if not p.is_file():
+        known = ", ".join(spec.candidates)
+        raise CucoError(candidate, f"no such candidate file, nor a candidate of {spec.name} (known: {known})")
+    if p.suffix not in (".cu", ".py"):
+        raise CucoError(candidate, "a candidate must be a .cu or .py file")
+    return p
+
+
+def _options(spec, device: str, shapes: list[str], small: list[str], level: str, gpus: Optional[str],
+             timeout: Optional[float], warmup: Optional[int], iters: Optional[int]):
+    from cuco.runner.cascade import LEVELS, EvalOptions
+
+    if level not in LEVELS:
+        raise CucoError("--level", f"expected one of {', '.join(LEVELS)}, got {level!r}")
+    for s in shapes + small:
+        spec.shape(s)  # raises with the known names
+    if device == "cpu" and not shapes:
+        if not spec.small_shapes:
+            raise CucoError(str(spec.source), "no [[small_shapes]] to run on the CPU; pass --shape")
+        shapes = [spec.small_shapes[0].name]
+    gpu_list: list[int] = []
+    if gpus:
+        try:
+            gpu_list = [int(g) for g in gpus.split(",")]
+        except ValueError:
+            raise CucoError("--gpus", f"expected a comma-separated list of GPU indices, got {gpus!r}") from None
+        if len(gpu_list) != spec.world_size:
+            raise CucoError("--gpus", f"{len(gpu_list)} GPUs given for world size {spec.world_size}")
+    elif device == "cuda":
+        gpu_list = list(range(spec.world_size))
+    if device == "cuda":
+        _ensure_machine_facts()
+    return EvalOptions(device=device, shapes=shapes or None, small_shapes=small or None, max_level=level,
+                       gpus=gpu_list, timeout_s=timeout, warmup=warmup, iters=iters)
+
+
+def _ensure_machine_facts() -> None:
+    """The bound needs the peer-link bandwidth: measure it once if `cuco doctor` has not."""
+    from cuco.machine import load_machine, measure_gemm_tflops, measure_peer_bandwidth, save_machine
+
+    facts = load_machine()
+    if facts.get("peer_bw_gbps") is None:
+        console.print("[dim]measuring peer-link bandwidth for the bounds (once; see cuco doctor)[/]")
+        facts["peer_bw_gbps"] = measure_peer_bandwidth()
+        facts["gemm_bf16_tflops"] = facts.get("gemm_bf16_tflops") or measure_gemm_tflops()
+        save_machine(facts)
+
+
+def _baselines_path(spec, device: str) -> Path:
+    from cuco.paths import cuco_home
+
+    return cuco_home() / "baselines" / f"{spec.name}-w{spec.world_size}-{device}.json"
+
+
+def _load_baselines(spec, device: str) -> dict:
+    p = _baselines_path(spec, device)
+    return json.loads(p.read_text()) if p.is_file() else {}
+
+
+def _record_path(out: Optional[Path], spec, name: str) -> Path:
+    from cuco.paths import records_dir
+
+    if out:
+        return out
+    stamp = datetime.now(timezone.utc).strftime("%Y%m%dT%H%M%S")
+    return records_dir() / f"{stamp}-{spec.name}-{name}.json"
+
+
+ShapeOpt = typer.Option([], "--shape", "-s", help="Full shape(s) for L3/L4, by name (default: all; CPU: the first small one).")
+SmallOpt = typer.Option([], "--small-shape", help="Small shape(s) for L2, by name (default: all).")
+DeviceOpt = typer.Option("auto", "--device", help="auto, cuda or cpu.")
+WorldOpt = typer.Option(None, "--world", help="World size (default: the workload's).")
+GpusOpt = typer.Option(None, "--gpus", help="Comma-separated GPU indices, one per rank (default: 0..world-1).")
+TimeoutOpt = typer.Option(None, "--timeout", help="Watchdog limit in seconds for one candidate (default: workload's).")
+WarmupOpt = typer.Option(None, "--warmup", help="Warm-up iterations (default: workload's).")
+ItersOpt = typer.Option(None, "--iters", help="Timed iterations (default: workload's).")
+
+
+@app.command()
+def doctor(measure: bool = typer.Option(True, help="On a GPU machine, measure peer-link bandwidth and GEMM rate."),
+           as_json: bool = typer.Option(False, "--json", help="Print the facts as JSON.")) -> None:
+    """What this machine has (GPUs and links, nvcc, NCCL device API, cuBLAS, MPI, torch); measures the bounds' rates."""
+    from cuco.doctor import collect, rows
+    from cuco.paths import machine_file
+
+    facts = collect(measure)
+    if as_json:
+        print(json.dumps(facts, indent=1))
+        return
+    t = Table(title="cuco doctor", title_justify="left", show_header=False)
+    t.add_column(style="bold")
+    t.add_column()
+    for k, v in rows(facts):
+        t.add_row(k, v)
+    console.print(t)
+    console.print(f"[dim]saved to {machine_file()}[/]")
+
+
+@app.command("eval")
+def eval_cmd(workload: str = typer.Argument(..., help="Built-in workload name or a workload directory."),
+             candidate: str = typer.Argument(..., help="Candidate file (.cu or .py), or the name of one of the workload's."),
+             device: str = DeviceOpt, shape: list[str] = ShapeOpt, small_shape: list[str] = SmallOpt,
+             level: str = typer.Option("L4", "--level", help="Highest cascade level to run (L0..L4)."),
+             world: Optional[int] = WorldOpt, gpus: Optional[str] = GpusOpt, timeout: Optional[float] = TimeoutOpt,
+             warmup: Optional[int] = WarmupOpt, iters: Optional[int] = ItersOpt,
+             out: Optional[Path] = typer.Option(None, "--out", help="Where to write the JSON record."),
+             as_json: bool = typer.Option(False, "--json", help="Print the record as JSON.")) -> None:
+    """Run the cascade on one candidate: level reached, per-rank times, median and spread, bound, efficiency, speedups."""
+    from cuco.report.console import print_record
+    from cuco.runner.cascade import evaluate, save_record
+
+    spec = _spec(workload, world)
+    path = _candidate(spec, candidate)
+    dev = _device(device, spec.world_size)
+    opts = _options(spec, dev, shape, small_shape, level, gpus, timeout, warmup, iters)
+    with console.status(f"evaluating {path.name} on {dev}"):
+        record = evaluate(spec, path, opts, _load_baselines(spec, dev))
+    saved = save_record(record, _record_path(out, spec, path.stem))
+    if as_json:
+        print(json.dumps(record, indent=1))
+    else:
+        print_record(record, console)
+        console.print(f"[dim]record: {saved}[/]")
+    raise typer.Exit(0 if record["ok"] else 1)
+
+
+@app.command()
+def baseline(workload: str = typer.Argument(..., help="Built-in workload name or a workload directory."),
+             device: str = DeviceOpt, shape: list[str] = ShapeOpt, world: Optional[int] = WorldOpt,
+             gpus: Optional[str] = GpusOpt, timeout: Optional[float] = TimeoutOpt, warmup: Optional[int] = WarmupOpt,
+             iters: Optional[int] = ItersOpt) -> None:
+    """Run the workload's baselines and bounds for every shape; later evaluations report speedups over them."""
+    from cuco.report.console import baseline_table, print_record
+    from cuco.runner.cascade import evaluate, save_record
+
+    spec = _spec(workload, world)
+    if not spec.baselines:
+        raise CucoError(str(spec.source), "baselines: the workload lists no baseline candidates")
+    dev = _device(device, spec.world_size)
+    opts = _options(spec, dev, shape, [], "L4", gpus, timeout, warmup, iters)
+    records = {}
+    for name in spec.baselines:
+        path = spec.candidates[name]
+        if dev == "cpu" and path.suffix == ".cu":
+            console.print(f"[dim]{name}: CUDA candidate, skipped on the CPU[/]")
+            continue
+        with console.status(f"baseline {name}"):
+            records[name] = evaluate(spec, path, opts)
+        save_record(records[name], _record_path(None, spec, f"baseline-{name}"))
+        if not records[name]["ok"]:
+            print_record(records[name], console)
+    out = _baselines_path(spec, dev)
+    out.parent.mkdir(parents=True, exist_ok=True)
+    out.write_text(json.dumps(records, indent=1))
+    console.print(baseline_table(spec.name, records))
+    console.print(f"[dim]saved to {out}[/]")
+
+
+def main() -> None:
+    """Entry point: user errors become one line and exit code 2, never a traceback."""
+    try:
+        app(standalone_mode=False)
+    except CucoError as exc:
+        Console(stderr=True).print(f"[red]error:[/] {exc}", highlight=False, soft_wrap=True)
+        sys.exit(2)
+    except Exception as exc:  # typer vendors click: match its exceptions by shape, not by class
+        if hasattr(exc, "exit_code") and not hasattr(exc, "format_message"):
+            sys.exit(exc.exit_code)
+        if type(exc).__name__ == "Abort":
+            sys.exit(130)
+        if not hasattr(exc, "format_message"):
+            raise
+        ctx = getattr(exc, "ctx", None)
+        where = f"{ctx.command_path}: " if ctx else ""
+        Console(stderr=True).print(f"[red]error:[/] {where}{exc.format_message()}", highlight=False, soft_wrap=True)
+        sys.exit(2)
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,75 @@
+"""`cuco doctor`: what this machine has for cuco, and the measurements the bounds need."""
+
+from __future__ import annotations
+
+import shutil
+import subprocess
+from typing import Any
+
+from cuco.machine import (gpu_inventory, load_machine, measure_gemm_tflops, measure_peer_bandwidth, nvlink_topology,
+                          save_machine)
+from cuco.runner.toolchain import find_toolchain
+
+
+def _version(cmd: list[str]) -> str | None:
+    if not shutil.which(cmd[0]):
+        return None
+    proc = subprocess.run(cmd, capture_output=True, text=True)
+    text = (proc.stdout or proc.stderr).strip().splitlines()
+    return text[0] if text else None
+
+
+def links_summary(topo: str | None) -> str | None:
+    """'GPU0-GPU1: NV18' pairs from `nvidia-smi topo -m`."""
+    if not topo:
+        return None
+    rows = [line.split() for line in topo.splitlines() if line.startswith("GPU")]
+    pairs = []
+    for i, row in enumerate(rows):
+        for j in range(i + 1, len(rows)):
+            if j + 1 < len(row):
+                pairs.append(f"GPU{i}-GPU{j}: {row[j + 1]}")
+    return ", ".join(pairs) or None
+
+
+def collect(measure: bool) -> dict[str, Any]:
+    tc = find_toolchain()
+    facts: dict[str, Any] = load_machine()
+    try:
+        import torch
+
+        facts["torch"] = torch.__version__
+        facts["torch_cuda"] = torch.version.cuda
+    except ImportError:
+        facts["torch"] = None
+    facts["gpus"] = gpu_inventory()
+    facts["links"] = links_summary(nvlink_topology())
+    facts["nvcc"] = tc.nvcc_version
+    facts["nccl_headers"] = tc.nccl_version
+    facts["nccl_device_api"] = tc.nccl_device_api
+    facts["cublas_headers"] = str(tc.cublas_include) if tc.cublas_include else None
+    facts["mpi"] = _version(["mpirun", "--version"])
+    if measure and len(facts["gpus"]) >= 1:
+        facts["gemm_bf16_tflops"] = measure_gemm_tflops()
+    if measure and len(facts["gpus"]) >= 2:
+        facts["peer_bw_gbps"] = measure_peer_bandwidth()
+    save_machine(facts)
+    return facts
+
+
+def rows(facts: dict[str, Any]) -> list[tuple[str, str]]:
+    gpus = facts.get("gpus") or []
+    out = [("torch", f"{facts.get('torch')} (CUDA {facts.get('torch_cuda')})" if facts.get("torch") else "not installed"),
+           ("GPUs", "; ".join(f"{g['index']}: {g['name']}, {g['sm_count']} SMs, {g['memory_gib']} GiB, sm_"
+                              f"{g['capability'].replace('.', '')}" for g in gpus) or "none (CPU workloads only)"),
+           ("links", facts.get("links") or "-"),
+           ("nvcc", facts.get("nvcc") or "not found"),
+           ("NCCL headers", f"{facts.get('nccl_headers')}, device API {'yes' if facts.get('nccl_device_api') else 'no'}"
+            if facts.get("nccl_headers") else "not found (pip install nvidia-nccl-cu13==2.28.9)"),
+           ("cuBLAS headers", facts.get("cublas_headers") or "not found (pip install nvidia-cublas)"),
+           ("MPI", facts.get("mpi") or "not found")]
+    if facts.get("peer_bw_gbps"):
+        out.append(("peer link", f"{facts['peer_bw_gbps']:.0f} GB/s per direction, both ranks sending (measured)"))
+    if facts.get("gemm_bf16_tflops"):
+        out.append(("bf16 GEMM", f"{facts['gemm_bf16_tflops']:.0f} TFLOP/s (measured, 8192^3, random data)"))
+    return out

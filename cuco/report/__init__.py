@@ -1,0 +1,1 @@
+"""Presenting results: console tables now; plots, HTML report and web UI later."""
