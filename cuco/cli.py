@@ -10,6 +10,7 @@ from typing import Optional
 
 import typer
 from rich.console import Console
+from rich.markup import escape
 from rich.table import Table
 
 from cuco.errors import CucoError
@@ -209,7 +210,7 @@ def main() -> None:
     try:
         app(standalone_mode=False)
     except CucoError as exc:
-        Console(stderr=True).print(f"[red]error:[/] {exc}", highlight=False, soft_wrap=True)
+        Console(stderr=True).print(f"[red]error:[/] {escape(str(exc))}", highlight=False, soft_wrap=True)
         sys.exit(2)
     except Exception as exc:  # typer vendors click: match its exceptions by shape, not by class
         if hasattr(exc, "exit_code") and not hasattr(exc, "format_message"):
@@ -220,7 +221,8 @@ def main() -> None:
             raise
         ctx = getattr(exc, "ctx", None)
         where = f"{ctx.command_path}: " if ctx else ""
-        Console(stderr=True).print(f"[red]error:[/] {where}{exc.format_message()}", highlight=False, soft_wrap=True)
+        Console(stderr=True).print(f"[red]error:[/] {escape(where + exc.format_message())}", highlight=False,
+                                   soft_wrap=True)
         sys.exit(2)
 
 

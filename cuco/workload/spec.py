@@ -182,6 +182,8 @@ def _load_shapes(top: _Section, key: str, params: tuple[str, ...], required: boo
         raise top.fail(key, "expected an array of tables ([[%s]])" % key)
     shapes = []
     for i, entry in enumerate(raw):
+        if not isinstance(entry, dict):
+            raise top.fail(f"{key}[{i}]", f"expected a table with name and {', '.join(params)}, got {entry!r}")
         sec = _Section(entry, top.path, f"{key}[{i}].")
         name = sec.get("name", str)
         values = {p: sec.get(p, int) for p in params}
@@ -202,7 +204,9 @@ def load_workload(root: Path, world_size: int | None = None) -> WorkloadSpec:
     if not path.is_file():
         raise CucoError(str(path), "missing workload.toml")
     try:
-        data = tomllib.loads(path.read_text())
+        data = tomllib.loads(path.read_text(encoding="utf-8"))
+    except UnicodeDecodeError as exc:
+        raise CucoError(str(path), f"not UTF-8 text (byte {exc.start})") from None
     except tomllib.TOMLDecodeError as exc:
         raise CucoError(str(path), f"not valid TOML: {exc}") from None
     top = _Section(data, path, "")
@@ -241,7 +245,7 @@ def load_workload(root: Path, world_size: int | None = None) -> WorkloadSpec:
         buffers[bname] = BufferSpec(bname, role, dtype, tuple(dims), symmetric)
     bsec.done()
     if not any(b.role == "output" for b in buffers.values()):
-        raise bsec.fail("", "at least one buffer must have role = \"output\"")
+        raise top.fail("buffers", "at least one buffer must have role = \"output\"")
 
     tolerance = _load_dataclass(Tolerance, top.table("tolerance"))
     if tolerance.determinism not in ("bitwise", "tolerance"):
@@ -281,7 +285,7 @@ def load_workload(root: Path, world_size: int | None = None) -> WorkloadSpec:
         name=name,
         root=root,
         description=description,
-        world_size=world_size or world,
+        world_size=world if world_size is None else world_size,
         params=params,
         shapes=shapes,
         small_shapes=small,

@@ -6,21 +6,13 @@
  *
  * Buffers (workload.toml): a [M/world, K], b [K, N/world], c [M, N/world], a_gathered [M, K]; bf16, row-major.
  *************************************************************************/
-#include <cublas_v2.h>
 
 #include "cuco.h"
+#include "cuco_gemm.h"
 
 struct State {
   cublasHandle_t blas;
 };
-
-// Row-major C[m, n] = A[m, k] @ B[k, n] as the column-major product C^T = B^T A^T.
-static cublasStatus_t gemmRowMajor(cublasHandle_t h, const void* A, const void* B, void* C, int64_t m, int64_t k,
-                                   int64_t n) {
-  const float alpha = 1.0f, beta = 0.0f;
-  return cublasGemmEx(h, CUBLAS_OP_N, CUBLAS_OP_N, (int)n, (int)m, (int)k, &alpha, B, CUDA_R_16BF, (int)n, A,
-                      CUDA_R_16BF, (int)k, &beta, C, CUDA_R_16BF, (int)n, CUBLAS_COMPUTE_32F, CUBLAS_GEMM_DEFAULT);
-}
 
 CUCO_EXPORT int cuco_setup(cuco_ctx_t* ctx) {
   State* s = new State();
@@ -38,7 +30,7 @@ CUCO_EXPORT int cuco_run(cuco_ctx_t* ctx) {
   cuco_buffer_t* aFull = cuco_buffer(ctx, "a_gathered");
   const size_t shardElems = (size_t)(M / ctx->nRanks) * K;
   CUCO_NCCL(ctx, ncclAllGather(a->ptr, aFull->ptr, shardElems, ncclBfloat16, ctx->comm, ctx->stream));
-  CUCO_CUBLAS(ctx, gemmRowMajor(s->blas, aFull->ptr, b->ptr, c->ptr, M, K, nLocal));
+  CUCO_CUBLAS(ctx, cuco_gemm_bf16(s->blas, aFull->ptr, b->ptr, c->ptr, M, K, nLocal));
   return 0;
 }
 

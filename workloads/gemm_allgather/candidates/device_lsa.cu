@@ -11,10 +11,10 @@
  *
  * Requires: a_gathered symmetric (a window); all ranks in one LSA team (one NVLink domain).
  *************************************************************************/
-#include <cublas_v2.h>
 #include <nccl_device.h>
 
 #include "cuco.h"
+#include "cuco_gemm.h"
 
 // CTA count must equal the device communicator's lsaBarrierCount: each CTA owns barrier blockIdx.x.
 #define AG_CTA_COUNT 32
@@ -44,13 +44,6 @@ __global__ void allGatherLsaKernel(ncclWindow_t gatherWin, const char* shard, si
   bar.sync(ncclCoopCta(), cuda::memory_order_acq_rel);
 }
 
-static cublasStatus_t gemmRowMajor(cublasHandle_t h, const void* A, const void* B, void* C, int64_t m, int64_t k,
-                                   int64_t n) {
-  const float alpha = 1.0f, beta = 0.0f;
-  return cublasGemmEx(h, CUBLAS_OP_N, CUBLAS_OP_N, (int)n, (int)m, (int)k, &alpha, B, CUDA_R_16BF, (int)n, A,
-                      CUDA_R_16BF, (int)k, &beta, C, CUDA_R_16BF, (int)n, CUBLAS_COMPUTE_32F, CUBLAS_GEMM_DEFAULT);
-}
-
 CUCO_EXPORT int cuco_setup(cuco_ctx_t* ctx) {
   cuco_buffer_t* aFull = cuco_buffer(ctx, "a_gathered");
   if (!aFull || !aFull->symmetric) CUCO_FAIL(ctx, "a_gathered must be a symmetric buffer (a window)");
@@ -75,7 +68,7 @@ CUCO_EXPORT int cuco_run(cuco_ctx_t* ctx) {
   allGatherLsaKernel<<<AG_CTA_COUNT, AG_THREADS_PER_CTA, 0, ctx->stream>>>(
       aFull->window, (const char*)a->ptr, shardBytes, (size_t)ctx->rank * shardBytes, s->devComm);
   CUCO_CUDA(ctx, cudaGetLastError());
-  CUCO_CUBLAS(ctx, gemmRowMajor(s->blas, aFull->ptr, cuco_buffer(ctx, "b")->ptr, cuco_buffer(ctx, "c")->ptr, M, K,
+  CUCO_CUBLAS(ctx, cuco_gemm_bf16(s->blas, aFull->ptr, cuco_buffer(ctx, "b")->ptr, cuco_buffer(ctx, "c")->ptr, M, K,
                                 N / ctx->nRanks));
   return 0;
 }

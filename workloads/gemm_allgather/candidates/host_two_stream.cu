@@ -8,9 +8,9 @@
  *
  * Requires: one side stream; M divisible by world (workload.toml).
  *************************************************************************/
-#include <cublas_v2.h>
 
 #include "cuco.h"
+#include "cuco_gemm.h"
 
 // Pieces each peer's shard is received in. More pieces start the GEMM earlier but make it smaller;
 // 4 keeps every piece of the 8192-row shapes at 1024 rows, which cuBLAS still runs near peak.
@@ -20,13 +20,6 @@ struct State {
   cublasHandle_t blas;
   cudaEvent_t fork, join, chunkReady[K_CHUNKS];
 };
-
-static cublasStatus_t gemmRowMajor(cublasHandle_t h, const void* A, const void* B, void* C, int64_t m, int64_t k,
-                                   int64_t n) {
-  const float alpha = 1.0f, beta = 0.0f;
-  return cublasGemmEx(h, CUBLAS_OP_N, CUBLAS_OP_N, (int)n, (int)m, (int)k, &alpha, B, CUDA_R_16BF, (int)n, A,
-                      CUDA_R_16BF, (int)k, &beta, C, CUDA_R_16BF, (int)n, CUBLAS_COMPUTE_32F, CUBLAS_GEMM_DEFAULT);
-}
 
 CUCO_EXPORT int cuco_setup(cuco_ctx_t* ctx) {
   if (ctx->nSideStreams < 1) CUCO_FAIL(ctx, "needs one side stream, got %d", ctx->nSideStreams);
@@ -69,7 +62,7 @@ CUCO_EXPORT int cuco_run(cuco_ctx_t* ctx) {
     CUCO_CUDA(ctx, cudaEventRecord(s->chunkReady[j], comm));
   }
   // Local rows first, straight from A's own shard: no communication needed.
-  CUCO_CUBLAS(ctx, gemmRowMajor(s->blas, a, b, c + rank * mLocal * cRowBytes, mLocal, K, nLocal));
+  CUCO_CUBLAS(ctx, cuco_gemm_bf16(s->blas, a, b, c + rank * mLocal * cRowBytes, mLocal, K, nLocal));
   for (int j = 0; j < K_CHUNKS; j++) {
     const int64_t r0 = mLocal * j / K_CHUNKS, r1 = mLocal * (j + 1) / K_CHUNKS;
     CUCO_CUDA(ctx, cudaStreamWaitEvent(ctx->stream, s->chunkReady[j], 0));
@@ -77,7 +70,7 @@ CUCO_EXPORT int cuco_run(cuco_ctx_t* ctx) {
     for (int p = 0; p < nRanks; p++) {
       if (p == rank) continue;
       const int64_t row = p * mLocal + r0;
-      CUCO_CUBLAS(ctx, gemmRowMajor(s->blas, aFull + row * rowBytes, b, c + row * cRowBytes, r1 - r0, K, nLocal));
+      CUCO_CUBLAS(ctx, cuco_gemm_bf16(s->blas, aFull + row * rowBytes, b, c + row * cRowBytes, r1 - r0, K, nLocal));
     }
   }
   CUCO_CUDA(ctx, cudaEventRecord(s->join, comm));

@@ -1,0 +1,40 @@
+"""Shared fixtures: an isolated CUCO_HOME per test session, GPU and nvcc markers that skip cleanly."""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parents[1]
+GEMM_AG = ROOT / "workloads" / "gemm_allgather"
+
+
+@pytest.fixture(autouse=True, scope="session")
+def _cuco_home(tmp_path_factory):
+    os.environ["CUCO_HOME"] = str(tmp_path_factory.mktemp("cuco_home"))
+    yield
+
+
+def gpu_count() -> int:
+    try:
+        import torch
+    except ImportError:
+        return 0
+    return torch.cuda.device_count() if torch.cuda.is_available() else 0
+
+
+def pytest_collection_modifyitems(config, items):
+    from cuco.runner.toolchain import find_toolchain
+
+    missing = find_toolchain().missing()
+    n = gpu_count()
+    for item in items:
+        m = item.get_closest_marker("gpu")
+        if m is not None:
+            need = m.args[0] if m.args else 1
+            if n < need:
+                item.add_marker(pytest.mark.skip(reason=f"needs {need} GPUs, found {n}"))
+        if item.get_closest_marker("nvcc") is not None and missing:
+            item.add_marker(pytest.mark.skip(reason="missing " + "; ".join(missing)))

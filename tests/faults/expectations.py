@@ -1,0 +1,13 @@
+"""Each planted fault: the cascade level that must catch it and words its error must contain."""
+
+FAULTS = {
+    # name: (failed level, substrings of the error, substrings that must NOT appear)
+    "no_compile": ("L1", ["no_compile", "error"], []),
+    "forbidden_timer": ("L0", ["forbidden"], []),
+    "deadlock": ("L2", ["timeout", "killed every rank"], []),
+    "crash_rank1": ("L2", ["crash", "rank 1", "SIGSEGV"], ["rank 0 killed by SIGSEGV"]),
+    "wrong_rank1": ("L2", ["rank 1", "out of tolerance"], ["rank 0:"]),
+    "partial_output": ("L2", ["NaN/Inf", "unwritten"], []),
+    "nan_output": ("L2", ["NaN/Inf"], []),
+    "skips_work": ("L4", ["impossible", "below the physical bound"], []),
+}

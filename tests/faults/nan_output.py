@@ -1,0 +1,11 @@
+"""Planted fault: one NaN in an otherwise correct output."""
+
+import torch
+import torch.distributed as dist
+
+
+def run(ctx):
+    a, b, c, a_full = (ctx.buffers[k] for k in ("a", "b", "c", "a_gathered"))
+    dist.all_gather(list(a_full.chunk(ctx.world)), a, group=ctx.group)
+    torch.matmul(a_full, b, out=c)
+    c[0, 0] = float("nan")

@@ -1,0 +1,5 @@
+"""Planted fault: not valid Python."""
+
+
+def run(ctx)
+    pass

@@ -1,0 +1,12 @@
+"""Planted fault: correct on rank 0, a few wrong rows on rank 1."""
+
+import torch
+import torch.distributed as dist
+
+
+def run(ctx):
+    a, b, c, a_full = (ctx.buffers[k] for k in ("a", "b", "c", "a_gathered"))
+    dist.all_gather(list(a_full.chunk(ctx.world)), a, group=ctx.group)
+    torch.matmul(a_full, b, out=c)
+    if ctx.rank == 1:
+        c[:2] += 1.0

@@ -1,0 +1,119 @@
+"""The real `cuco` command on bad input: exit code 2, exactly one `error:` line on stderr, never a traceback."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+REPO = Path(__file__).resolve().parents[1]
+
+# A workload whose workload.toml is fine except for what a case breaks.
+GOOD_TOML = """\
+name = "tiny"
+params = ["M"]
+baselines = ["base"]
+
+[[shapes]]
+name = "s"
+M = 8
+
+[buffers.c]
+role = "output"
+dtype = "f32"
+shape = ["M"]
+
+[candidates]
+base = "cand.py"
+"""
+
+
+def _workload(tmp_path: Path, toml_text: str) -> Path:
+    root = tmp_path / "wl"
+    root.mkdir()
+    (root / "workload.toml").write_text(toml_text)
+    (root / "reference.py").write_text("# reference\n")
+    (root / "cand.py").write_text("# candidate\n")
+    return root
+
+
+def broken_toml_dir(tmp_path: Path) -> str:
+    return str(_workload(tmp_path, GOOD_TOML + "\n[candidates\nother = 'x.py'\n"))
+
+
+def no_name_dir(tmp_path: Path) -> str:
+    return str(_workload(tmp_path, GOOD_TOML.replace('name = "tiny"\n', "")))
+
+
+def txt_file(tmp_path: Path) -> str:
+    p = tmp_path / "some_file.txt"
+    p.write_text("not a kernel\n")
+    return str(p)
+
+
+# (id, argv; a callable item is given tmp_path and returns the argument, substrings stderr must contain)
+CASES = [
+    ("eval-unknown-workload", ["eval", "no_such_workload", "x.py"], ["no_such_workload", "gemm_allgather"]),
+    ("eval-missing-candidate", ["eval", "gemm_allgather", "does_not_exist.py"], ["does_not_exist.py", "torch_host"]),
+    ("eval-invalid-toml", ["eval", broken_toml_dir, "x.py"], ["workload.toml", "not valid TOML"]),
+    ("baseline-unknown-workload", ["baseline", "no_such_workload"], ["no_such_workload"]),
+    ("baseline-missing-name", ["baseline", no_name_dir], ["workload.toml", "name", "missing required key"]),
+    ("eval-bogus-option", ["eval", "gemm_allgather", "torch_host", "--bogus-option"], ["--bogus-option"]),
+    ("eval-bad-level", ["eval", "gemm_allgather", "torch_host", "--level", "L9"], ["--level", "L9"]),
+    ("eval-bad-shape", ["eval", "gemm_allgather", "torch_host", "--shape", "nope"], ["'nope'", "8k"]),
+    ("eval-bad-device", ["eval", "gemm_allgather", "torch_host", "--device", "tpu"], ["--device", "tpu"]),
+    ("eval-bad-gpus", ["eval", "gemm_allgather", "torch_host", "--gpus", "a,b"], ["--gpus", "a,b"]),
+    ("doctor-bogus-option", ["doctor", "--bogus"], ["--bogus"]),
+    ("eval-wrong-suffix", ["eval", "gemm_allgather", txt_file], ["some_file.txt", ".cu or .py"]),
+]
+
+
+def run_cuco(args: list[str], home: Path) -> subprocess.CompletedProcess:
+    env = dict(os.environ)
+    env["CUCO_HOME"] = str(home)
+    for var in ("CUCO_WORKLOADS_PATH", "FORCE_COLOR", "PY_COLORS", "CLICOLOR_FORCE"):
+        env.pop(var, None)
+    return subprocess.run([sys.executable, "-m", "cuco", *args], cwd=REPO, env=env, capture_output=True,
+                          text=True, timeout=120)
+
+
+@pytest.mark.parametrize("argv,expected", [c[1:] for c in CASES], ids=[c[0] for c in CASES])
+def test_cli_error_is_one_line(tmp_path, argv, expected):
+    home = tmp_path / "cuco_home"
+    args = [a(tmp_path) if callable(a) else a for a in argv]
+    proc = run_cuco(args, home)
+    report = f"cuco {' '.join(args)}\n--- rc {proc.returncode}\n--- stdout\n{proc.stdout}\n--- stderr\n{proc.stderr}"
+    assert "Traceback" not in proc.stdout and "Traceback" not in proc.stderr, report
+    assert proc.returncode == 2, report
+    lines = proc.stderr.splitlines()
+    assert len(lines) == 1, report
+    line = lines[0]
+    assert line.strip(), report
+    assert line.startswith("error:"), report
+    assert "\x1b[" not in line, report  # no colour codes when stderr is not a terminal
+    for part in expected:
+        assert part in line, f"{part!r} missing\n{report}"
+    # Nothing ran, so nothing was recorded.
+    assert not (home / "records").exists() or not any((home / "records").iterdir()), report
+
+
+def test_error_text_in_brackets_survives(tmp_path):
+    """Messages quote TOML syntax such as [candidates] and [[shapes]]; the printer must not eat it as markup."""
+    root = _workload(tmp_path, GOOD_TOML.replace('baselines = ["base"]', 'baselines = ["zzz"]'))
+    proc = run_cuco(["baseline", str(root)], tmp_path / "cuco_home")
+    assert proc.returncode == 2, proc.stderr
+    assert proc.stderr.splitlines() == [
+        f"error: {root / 'workload.toml'}: baselines: 'zzz' is not a key of [candidates]"
+    ], proc.stderr
+
+
+def test_non_utf8_workload_toml(tmp_path):
+    root = _workload(tmp_path, GOOD_TOML)
+    (root / "workload.toml").write_bytes(b'name = "\xff"\n')
+    proc = run_cuco(["eval", str(root), "x.py"], tmp_path / "cuco_home")
+    assert "Traceback" not in proc.stderr, proc.stderr
+    assert proc.returncode == 2, proc.stderr
+    assert len(proc.stderr.splitlines()) == 1 and proc.stderr.startswith("error:"), proc.stderr
