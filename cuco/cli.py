@@ -208,7 +208,7 @@ def baseline(workload: str = typer.Argument(..., help="Built-in workload name or
 def main() -> None:
     """Entry point: user errors become one line and exit code 2, never a traceback."""
     try:
-        app(standalone_mode=False)
+        app(prog_name="cuco", standalone_mode=False)
     except CucoError as exc:
         Console(stderr=True).print(f"[red]error:[/] {escape(str(exc))}", highlight=False, soft_wrap=True)
         sys.exit(2)

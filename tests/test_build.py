@@ -1,0 +1,71 @@
+"""Real nvcc builds against the NCCL 2.28.9 device-API and cuBLAS headers (no GPU needed to compile)."""
+
+from __future__ import annotations
+
+import pytest
+
+from conftest import GEMM_AG, ROOT
+from cuco.runner.build import build, build_harness
+from cuco.runner.cascade import EvalOptions, evaluate
+from cuco.workload import load_workload
+
+pytestmark = pytest.mark.nvcc
+
+SHIPPED_CUDA = ["seed", "host_two_stream", "device_lsa"]
+
+
+@pytest.mark.parametrize("name", SHIPPED_CUDA)
+def test_shipped_cuda_candidates_compile(name):
+    spec = load_workload(GEMM_AG)
+    res = build(spec.candidates[name])
+    assert res.ok, res.log
+    assert res.library is not None and res.library.stat().st_size > 0
+    again = build(spec.candidates[name])
+    assert again.cached and again.library == res.library
+
+
+def test_harness_compiles():
+    res = build_harness()
+    assert res.ok, res.log
+
+
+def test_gpu_fault_template_compiles_clean(tmp_path):
+    src = tmp_path / "clean.cu"
+    src.write_text((ROOT / "tests" / "faults" / "gpu_faults.cu.in").read_text())
+    assert build(src).ok
+
+
+def test_compile_error_is_kept_and_cached(tmp_path):
+    src = tmp_path / "broken.cu"
+    src.write_text('#include "cuco.h"\nCUCO_EXPORT int cuco_run(cuco_ctx_t* ctx) { return undefined_name; }\n')
+    res = build(src)
+    assert not res.ok
+    assert "undefined_name" in res.log and "broken.cu" in res.log
+    again = build(src)
+    assert again.cached and not again.ok and again.log == res.log
+
+
+def test_changed_source_is_rebuilt(tmp_path):
+    src = tmp_path / "k.cu"
+    body = '#include "cuco.h"\nCUCO_EXPORT int cuco_run(cuco_ctx_t* ctx) {{ return {}; }}\n'
+    src.write_text(body.format(0))
+    first = build(src)
+    src.write_text(body.format(1))
+    second = build(src)
+    assert first.ok and second.ok and first.library != second.library and not second.cached
+
+
+def test_cascade_stops_at_l1_for_cuda_fault_on_cpu(tmp_path):
+    spec = load_workload(GEMM_AG)
+    src = tmp_path / "no_compile.cu"
+    src.write_text("#define CUCO_FAULT_NO_COMPILE\n" + (ROOT / "tests" / "faults" / "gpu_faults.cu.in").read_text())
+    rec = evaluate(spec, src, EvalOptions(device="cpu"))
+    assert not rec["ok"] and rec["failed_level"] == "L1"
+    assert "nvcc build failed" in rec["error"] and "error" in rec["diagnostics"]
+
+
+def test_cascade_builds_cuda_candidate_on_cpu_and_says_so():
+    spec = load_workload(GEMM_AG)
+    rec = evaluate(spec, spec.candidates["device_lsa"], EvalOptions(device="cpu"))
+    assert rec["ok"] and rec["level_reached"] == "L1"
+    assert "need a GPU" in rec["note"]

@@ -1,0 +1,43 @@
+"""docs/cli.md is the whole interface on one page, generated from --help; it must not drift.
+
+Regenerate with: python tests/test_cli_docs.py
+"""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[1]
+DOC = ROOT / "docs" / "cli.md"
+COMMANDS = [[], ["doctor"], ["eval"], ["baseline"]]
+
+
+def render() -> str:
+    env = {**os.environ, "COLUMNS": "100", "TERM": "dumb", "NO_COLOR": "1", "_TYPER_FORCE_DISABLE_TERMINAL": "1"}
+    parts = ["# cuco command line", "", "Generated from `--help` by `python tests/test_cli_docs.py`; checked by the tests.", ""]
+    for cmd in COMMANDS:
+        out = subprocess.run([sys.executable, "-c", "from cuco.cli import main; main()", *cmd, "--help"], capture_output=True, text=True, env=env,
+                             cwd=ROOT).stdout
+        out = "\n".join(line.rstrip() for line in out.splitlines()).strip("\n")
+        parts += [f"## cuco {' '.join(cmd)}".rstrip(), "", "```", out, "```", ""]
+    return "\n".join(parts)
+
+
+def _surface(text: str) -> set[str]:
+    """Options and commands: what must match (the box drawing varies between typer releases)."""
+    import re
+
+    return set(re.findall(r"--[a-z][a-z-]*", text)) | set(re.findall(r"^## cuco.*$", text, flags=re.M))
+
+
+def test_cli_doc_is_current():
+    assert _surface(DOC.read_text()) == _surface(render()), "docs/cli.md is stale: run python tests/test_cli_docs.py"
+
+
+if __name__ == "__main__":
+    DOC.parent.mkdir(exist_ok=True)
+    DOC.write_text(render())
+    print(f"wrote {DOC}")

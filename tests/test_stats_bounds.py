@@ -1,0 +1,44 @@
+"""The slowest rank counts; the bound is max(compute alone, bytes over the measured peer bandwidth)."""
+
+from __future__ import annotations
+
+import pytest
+
+from conftest import GEMM_AG
+from cuco.runner.bounds import compute_bound
+from cuco.runner.stats import slowest_rank, summarize
+from cuco.workload import load_workload
+
+
+def test_slowest_rank_per_iteration():
+    assert slowest_rank([[1.0, 5.0, 2.0], [3.0, 1.0, 2.5]]) == [3.0, 5.0, 2.5]
+
+
+def test_summary_median_and_spread():
+    per_rank = [[float(i) for i in range(1, 12)], [0.5] * 11]
+    s = summarize(per_rank)
+    assert s["median_ms"] == 6.0 and s["min_ms"] == 1.0 and s["max_ms"] == 11.0
+    assert s["p10_ms"] == 2.0 and s["p90_ms"] == 10.0
+    assert s["spread_pct"] == pytest.approx(100 * 8 / 6)
+    assert s["per_rank_median_ms"] == [6.0, 0.5]
+
+
+def test_gpu_bound_uses_peer_bandwidth():
+    spec = load_workload(GEMM_AG)
+    b = compute_bound(spec, spec.shape("8k"), 2, "cuda", 0.68, 0.29, {"peer_bw_gbps": 368.0, "gemm_bf16_tflops": 800})
+    assert b["comm_bytes"] == 4096 * 8192 * 2
+    assert b["comm_ms"] == pytest.approx(4096 * 8192 * 2 / 368e9 * 1e3)
+    assert b["bound_ms"] == 0.68  # compute-bound shape
+    assert b["compute_floor_ms"] == pytest.approx(2 * 8192 * 8192 * 4096 / 800e12 * 1e3)
+
+
+def test_cpu_bound_uses_measured_collective():
+    spec = load_workload(GEMM_AG)
+    b = compute_bound(spec, spec.shape("s256"), 2, "cpu", 0.1, 0.4, {})
+    assert b["comm_ms"] == 0.4 and b["bound_ms"] == 0.4 and b["comm_source"] == "measured collective alone"
+
+
+def test_world_size_changes_bytes():
+    spec = load_workload(GEMM_AG, world_size=4)
+    b = compute_bound(spec, spec.shape("8k"), 4, "cuda", 1.0, None, {"peer_bw_gbps": 100.0})
+    assert b["comm_bytes"] == 3 * 2048 * 8192 * 2
