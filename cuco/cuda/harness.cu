@@ -128,6 +128,25 @@ CUCO_EXPORT int cuco_h_ctx_add_param(cuco_ctx_t* ctx, const char* name, int64_t 
   return 0;
 }
 
+typedef void (*cuco_requirements_fn)(const cuco_ctx_t*, ncclDevCommRequirements*);
+
+// Collective: the device communicator a candidate asked for through cuco_dev_requirements.
+CUCO_EXPORT int cuco_h_devcomm_create(cuco_ctx_t* ctx, void* requirementsFn) {
+  ncclDevCommRequirements reqs;
+  memset(&reqs, 0, sizeof(reqs));  // NCCL 2.28.9 has no NCCL_DEV_COMM_REQUIREMENTS_INITIALIZER
+  ((cuco_requirements_fn)requirementsFn)(ctx, &reqs);
+  HNCCL(ncclDevCommCreate(ctx->comm, &reqs, &ctx->devComm));
+  ctx->hasDevComm = 1;
+  return 0;
+}
+
+CUCO_EXPORT int cuco_h_devcomm_destroy(cuco_ctx_t* ctx) {
+  if (!ctx->hasDevComm) return 0;
+  HNCCL(ncclDevCommDestroy(ctx->comm, &ctx->devComm));
+  ctx->hasDevComm = 0;
+  return 0;
+}
+
 // Pin a page of host memory shared by all ranks of this node (an mmap of one /dev/shm file) so
 // that one host store releases every GPU's gate.
 CUCO_EXPORT int cuco_h_host_register(void* hostPtr, size_t bytes, void** devPtr) {

@@ -83,6 +83,9 @@ class CudaCandidate:
             raise CandidateError(f"{name} returned {rc}: {self.harness.ctx_error(self.ctx) or 'no reason given'}")
 
     def setup(self) -> None:
+        req = getattr(self.lib, "cuco_dev_requirements", None)
+        if req is not None:  # collective: every rank runs the same candidate
+            self.harness.devcomm_create(self.ctx, ctypes.cast(req, ctypes.c_void_p).value)
         self._call("cuco_setup")
 
     def run(self) -> None:
@@ -90,3 +93,4 @@ class CudaCandidate:
 
     def teardown(self) -> None:
         self._call("cuco_teardown")
+        self.harness.devcomm_destroy(self.ctx)

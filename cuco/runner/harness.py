@@ -37,6 +37,8 @@ class Harness:
         L.cuco_h_host_unregister.argtypes = [vp]
         L.cuco_h_gate.argtypes = [vp, vp, u64, u64, vp]
         L.cuco_h_nccl_version.argtypes = [ctypes.POINTER(i)]
+        L.cuco_h_devcomm_create.argtypes = [vp, vp]
+        L.cuco_h_devcomm_destroy.argtypes = [vp]
 
     def _check(self, rc: int, what: str) -> None:
         if rc != 0:
@@ -98,6 +100,12 @@ class Harness:
 
     def ctx_add_param(self, ctx: int, name: str, value: int) -> None:
         self._check(self.lib.cuco_h_ctx_add_param(ctx, name.encode(), value), f"ctx param {name}")
+
+    def devcomm_create(self, ctx: int, requirements_fn: int) -> None:
+        self._check(self.lib.cuco_h_devcomm_create(ctx, requirements_fn), "ncclDevCommCreate")
+
+    def devcomm_destroy(self, ctx: int) -> None:
+        self._check(self.lib.cuco_h_devcomm_destroy(ctx), "ncclDevCommDestroy")
 
     def ctx_error(self, ctx: int) -> str:
         return self.lib.cuco_h_ctx_error(ctx).decode(errors="replace")

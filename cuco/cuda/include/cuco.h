@@ -7,9 +7,14 @@
  *   int cuco_teardown(cuco_ctx_t* ctx);  once per shape, after the last run
  * Each returns 0 on success; on failure it may write a reason into ctx->error.
  *
- * The runner owns everything else: the NCCL communicator, the streams, the buffers (symmetric ones
- * allocated with ncclMemAlloc and registered as NCCL_WIN_COLL_SYMMETRIC windows), inputs,
- * verification and timing. Work may be enqueued on ctx->stream and on ctx->sideStreams only: the
+ * Optionally, a candidate states what its kernels need from the NCCL device API:
+ *   void cuco_dev_requirements(const cuco_ctx_t* ctx, ncclDevCommRequirements* reqs);
+ * reqs arrives zeroed (NCCL 2.28.9 has no NCCL_DEV_COMM_REQUIREMENTS_INITIALIZER); the runner then
+ * creates ctx->devComm with them before cuco_setup and destroys it after cuco_teardown.
+ *
+ * The runner owns everything else: the NCCL communicator and device communicator, the streams, the
+ * buffers (symmetric ones allocated with ncclMemAlloc and registered as NCCL_WIN_COLL_SYMMETRIC
+ * windows), inputs, verification and timing. Work may be enqueued on ctx->stream and on ctx->sideStreams only: the
  * timed region ends when all of them are done, and all of them start behind the same gate.
  *************************************************************************/
 #ifndef CUCO_H_
@@ -17,6 +22,7 @@
 
 #include <cuda_runtime.h>
 #include <nccl.h>
+#include <nccl_device.h>
 #include <stdint.h>
 #include <stdio.h>
 #include <string.h>
@@ -45,6 +51,8 @@ typedef struct {
   int abiVersion;
   int rank, nRanks, cudaDevice;
   ncclComm_t comm;
+  int hasDevComm;                                    // set when the candidate exports cuco_dev_requirements
+  ncclDevComm devComm;
   cudaStream_t stream;                               // main stream
   int nSideStreams;
   cudaStream_t sideStreams[CUCO_MAX_SIDE_STREAMS];   // extra streams, gated and timed like the main one

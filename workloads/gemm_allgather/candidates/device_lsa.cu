@@ -9,10 +9,9 @@
  * is still reading a_gathered from its previous run, the second that every peer's stores have landed
  * before the GEMM reads them.
  *
- * Requires: a_gathered symmetric (a window); all ranks in one LSA team (one NVLink domain).
+ * Requires: a_gathered symmetric (a window); all ranks in one LSA team (one NVLink domain); a device
+ * communicator with AG_CTA_COUNT LSA barriers (cuco_dev_requirements).
  *************************************************************************/
-#include <nccl_device.h>
-
 #include "cuco.h"
 #include "cuco_gemm.h"
 
@@ -22,7 +21,6 @@
 
 struct State {
   cublasHandle_t blas;
-  ncclDevComm devComm;
 };
 
 __global__ void allGatherLsaKernel(ncclWindow_t gatherWin, const char* shard, size_t shardBytes, size_t slotOffset,
@@ -44,6 +42,10 @@ __global__ void allGatherLsaKernel(ncclWindow_t gatherWin, const char* shard, si
   bar.sync(ncclCoopCta(), cuda::memory_order_acq_rel);
 }
 
+CUCO_EXPORT void cuco_dev_requirements(const cuco_ctx_t* ctx, ncclDevCommRequirements* reqs) {
+  reqs->lsaBarrierCount = AG_CTA_COUNT;
+}
+
 CUCO_EXPORT int cuco_setup(cuco_ctx_t* ctx) {
   cuco_buffer_t* aFull = cuco_buffer(ctx, "a_gathered");
   if (!aFull || !aFull->symmetric) CUCO_FAIL(ctx, "a_gathered must be a symmetric buffer (a window)");
@@ -51,12 +53,8 @@ CUCO_EXPORT int cuco_setup(cuco_ctx_t* ctx) {
   ctx->state = s;
   CUCO_CUBLAS(ctx, cublasCreate(&s->blas));
   CUCO_CUBLAS(ctx, cublasSetStream(s->blas, ctx->stream));
-  ncclDevCommRequirements reqs;
-  memset(&reqs, 0, sizeof(reqs));  // NCCL 2.28.9 has no NCCL_DEV_COMM_REQUIREMENTS_INITIALIZER
-  reqs.lsaBarrierCount = AG_CTA_COUNT;
-  CUCO_NCCL(ctx, ncclDevCommCreate(ctx->comm, &reqs, &s->devComm));
-  if (s->devComm.lsaSize != ctx->nRanks)
-    CUCO_FAIL(ctx, "all %d ranks must share one LSA team; this one has %d", ctx->nRanks, s->devComm.lsaSize);
+  if (ctx->devComm.lsaSize != ctx->nRanks)
+    CUCO_FAIL(ctx, "all %d ranks must share one LSA team; this one has %d", ctx->nRanks, ctx->devComm.lsaSize);
   return 0;
 }
 
@@ -66,7 +64,7 @@ CUCO_EXPORT int cuco_run(cuco_ctx_t* ctx) {
   cuco_buffer_t *a = cuco_buffer(ctx, "a"), *aFull = cuco_buffer(ctx, "a_gathered");
   const size_t shardBytes = a->bytes;
   allGatherLsaKernel<<<AG_CTA_COUNT, AG_THREADS_PER_CTA, 0, ctx->stream>>>(
-      aFull->window, (const char*)a->ptr, shardBytes, (size_t)ctx->rank * shardBytes, s->devComm);
+      aFull->window, (const char*)a->ptr, shardBytes, (size_t)ctx->rank * shardBytes, ctx->devComm);
   CUCO_CUDA(ctx, cudaGetLastError());
   CUCO_CUBLAS(ctx, cuco_gemm_bf16(s->blas, aFull->ptr, cuco_buffer(ctx, "b")->ptr, cuco_buffer(ctx, "c")->ptr, M, K,
                                 N / ctx->nRanks));
@@ -75,7 +73,6 @@ CUCO_EXPORT int cuco_run(cuco_ctx_t* ctx) {
 
 CUCO_EXPORT int cuco_teardown(cuco_ctx_t* ctx) {
   State* s = (State*)ctx->state;
-  CUCO_NCCL(ctx, ncclDevCommDestroy(ctx->comm, &s->devComm));
   CUCO_CUBLAS(ctx, cublasDestroy(s->blas));
   delete s;
   ctx->state = NULL;
