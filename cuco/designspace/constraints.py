@@ -1,0 +1,49 @@
+"""Constraints between the dimensions, as code: each returns the reason a point is impossible, or None."""
+
+from __future__ import annotations
+
+from typing import Any, Callable
+
+from cuco.designspace.directive import DesignPoint
+
+Machine = dict[str, Any]
+
+
+def _gin_needs_nic(p: DesignPoint, m: Machine) -> str | None:
+    if p.backend == "gin" and not m.get("rdma_nic"):
+        return "backend gin needs an RDMA NIC (GPU-initiated networking); this machine has none"
+    return None
+
+
+def _tile_needs_fused(p: DesignPoint, m: Machine) -> str | None:
+    if p.sync == "tile" and p.placement != "fused":
+        return "sync tile needs placement fused (flags per output tile live inside the compute kernel)"
+    return None
+
+
+def _deferred_is_global(p: DesignPoint, m: Machine) -> str | None:
+    if p.placement == "deferred" and p.sync != "global":
+        return "placement deferred waits for all communication at once: sync must be global"
+    return None
+
+
+def _copy_engine_issues(p: DesignPoint, m: Machine) -> str | None:
+    if p.backend in ("ce", "nccl_host") and p.issuer != "cta":
+        return f"backend {p.backend} issues transfers from the host (copy engine / NCCL): issuer is cta"
+    return None
+
+
+def _fused_is_device(p: DesignPoint, m: Machine) -> str | None:
+    if p.placement == "fused" and p.backend in ("ce", "nccl_host"):
+        return "placement fused issues communication from inside a kernel: backend must be device-side"
+    return None
+
+
+CONSTRAINTS: list[Callable[[DesignPoint, Machine], str | None]] = [
+    _gin_needs_nic, _tile_needs_fused, _deferred_is_global, _copy_engine_issues, _fused_is_device,
+]
+
+
+def violations(point: DesignPoint, machine: Machine | None = None) -> list[str]:
+    m = machine or {}
+    return [r for c in CONSTRAINTS if (r := c(point, m))]
