@@ -205,6 +205,74 @@ def baseline(workload: str = typer.Argument(..., help="Built-in workload name or
     console.print(f"[dim]saved to {out}[/]")
 
 
+@app.command()
+def evolve(workload: str = typer.Argument(..., help="Built-in workload name or a workload directory."),
+           generations: Optional[int] = typer.Option(None, "--generations", "-n",
+                                                     help="Evaluations in all, the seed's included (run.toml: search.generations)."),
+           run_dir: Optional[Path] = typer.Option(None, "--run-dir", help="Where the database and the best program go "
+                                                  "(default: cuco-runs/WORKLOAD-SHAPE); an existing one is resumed."),
+           seed: Optional[int] = typer.Option(None, "--seed", help="Seed of every proposal (search.seed)."),
+           config: Optional[Path] = typer.Option(None, "--config", help="A run.toml with [search] and [eval] tables."),
+           shape: Optional[str] = typer.Option(None, "--shape", help="Shape to optimise (search.shape)."),
+           device: Optional[str] = typer.Option(None, "--device", help="auto, cuda or cpu (eval.device)."),
+           world: Optional[int] = WorldOpt,
+           overrides: list[str] = typer.Option([], "--set", help="Override a run.toml key: --set search.islands=3.")) -> None:
+    """Evolutionary search from the workload's seed; resumable; the best program lands in the run directory."""
+    import asyncio
+
+    from cuco.evolve.config import apply_overrides, load_config
+    from cuco.evolve.display import EvolveDisplay, summary_table
+    from cuco.evolve.run import Evolution
+    from cuco.evolve.slots import make_slots
+    from cuco.machine import load_machine
+
+    cfg = apply_overrides(load_config(config), list(overrides))
+    for key, value in (("generations", generations), ("seed", seed), ("shape", shape)):
+        if value is not None:
+            setattr(cfg.search, key, value)
+    if device is not None:
+        cfg.eval.device = device
+    cfg.check("options")
+    spec = _spec(workload, world)
+    dev = _device(cfg.eval.device, spec.world_size)
+    target_shape = cfg.search.shape or spec.shapes[0].name
+    spec.shape(target_shape)
+    if dev == "cuda":
+        _ensure_machine_facts()
+    try:
+        slots = make_slots(dev, spec.world_size, cfg.search.slots)
+    except ValueError as exc:
+        raise CucoError("search.slots", str(exc)) from None
+    rd = run_dir or Path("cuco-runs") / f"{spec.name}-{target_shape}"
+    evo = Evolution(spec, cfg, rd, slots, _evaluator(dev, cfg, target_shape), dev, machine=load_machine())
+    console.print(f"[dim]{spec.name}, shape {target_shape}, {cfg.search.generations} evaluations, "
+                  f"{len(slots)} slot(s) on {dev}, proposer {cfg.search.proposer}; run directory {rd}[/]")
+    try:
+        with EvolveDisplay(console, cfg.search.generations) as display:
+            evo.on_event = display
+            asyncio.run(evo.run())
+    except KeyboardInterrupt:
+        console.print(f"[yellow]interrupted:[/] finished evaluations are kept; the same command resumes ({rd})")
+        raise typer.Exit(130) from None
+    console.print(summary_table(evo))
+    best = evo.db.best()
+    if best:
+        console.print(f"best: #{best.id} {best.label}, {best.median_ms:.4f} ms, efficiency {best.score:.2f}; "
+                      f"written to {rd / 'best'}", highlight=False)
+    evo.db.close()
+
+
+def _evaluator(device: str, cfg, shape: str):
+    from cuco.runner.cascade import EvalOptions, evaluate
+
+    def run(spec, src: Path, slot, work: Path) -> dict:
+        opts = EvalOptions(device=device, shapes=[shape], gpus=list(slot.gpus), timeout_s=cfg.eval.timeout_s,
+                           warmup=cfg.eval.warmup, iters=cfg.eval.iters, work_dir=work)
+        return evaluate(spec, src, opts)
+
+    return run
+
+
 def main() -> None:
     """Entry point: user errors become one line and exit code 2, never a traceback."""
     try:

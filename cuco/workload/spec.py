@@ -9,9 +9,10 @@ from __future__ import annotations
 import sys
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
 
 from cuco.errors import CucoError
+from cuco.tomlconfig import Section as _Section
+from cuco.tomlconfig import load_dataclass as _load_dataclass
 from cuco.workload.expr import ExprError, eval_expr, names_in
 
 if sys.version_info >= (3, 11):
@@ -83,6 +84,15 @@ class Bounds:
     comm_bytes: str = "0"  # bytes each rank must receive over its peer links
 
 
+@dataclass(frozen=True)
+class StrategySpec:
+    """A parameterised strategy kernel: the design points (per dimension) it accepts."""
+
+    name: str
+    path: Path
+    accepts: dict[str, tuple]  # dimension -> accepted values
+
+
 @dataclass
 class WorkloadSpec:
     name: str
@@ -98,6 +108,7 @@ class WorkloadSpec:
     bounds: Bounds
     candidates: dict[str, Path]
     baselines: list[str]
+    strategies: dict[str, StrategySpec] = field(default_factory=dict)
     notes: str = ""
     source: Path = field(default=Path())
 
@@ -106,8 +117,9 @@ class WorkloadSpec:
         return self.root / "reference.py"
 
     @property
-    def seed_path(self) -> Path:
-        return self.root / "seed.cu"
+    def seed_path(self) -> Path | None:
+        """The host-driven starting point: the candidate named "seed"."""
+        return self.candidates.get("seed")
 
     def shape(self, name: str) -> Shape:
         for s in self.shapes + self.small_shapes:
@@ -126,51 +138,6 @@ class WorkloadSpec:
                     raise CucoError(
                         str(self.source), f"buffers.{buf.name}.shape at shape {shape.name!r}, world {world}: {exc}"
                     ) from None
-
-
-class _Section:
-    """Typed access to one TOML table, with errors that name the file and the key."""
-
-    def __init__(self, data: dict[str, Any], path: Path, prefix: str) -> None:
-        self.data, self.path, self.prefix = data, path, prefix
-        self.used: set[str] = set()
-
-    def fail(self, key: str, reason: str) -> CucoError:
-        return CucoError(str(self.path), f"{self.prefix}{key}: {reason}")
-
-    def get(self, key: str, typ: type | tuple[type, ...], default: Any = ...) -> Any:
-        self.used.add(key)
-        if key not in self.data:
-            if default is ...:
-                raise self.fail(key, "missing required key")
-            return default
-        value = self.data[key]
-        ok = isinstance(value, typ) and not (isinstance(value, bool) and typ in (int, float, (int, float)))
-        if not ok:
-            want = typ.__name__ if isinstance(typ, type) else " or ".join(t.__name__ for t in typ)
-            raise self.fail(key, f"expected {want}, got {type(value).__name__} {value!r}")
-        return value
-
-    def table(self, key: str, required: bool = False) -> _Section:
-        value = self.get(key, dict, ... if required else {})
-        return _Section(value, self.path, f"{self.prefix}{key}.")
-
-    def done(self) -> None:
-        unknown = sorted(set(self.data) - self.used)
-        if unknown:
-            raise self.fail(unknown[0], "unknown key")
-
-
-def _load_dataclass(cls: type, sec: _Section) -> Any:
-    kwargs = {}
-    for name, f in cls.__dataclass_fields__.items():
-        default = f.default
-        typ: type | tuple[type, ...] = (int, float) if isinstance(default, float) else type(default)
-        value = sec.get(name, typ, default)
-        kwargs[name] = float(value) if isinstance(default, float) else value
-    sec.done()
-    obj = cls(**kwargs)
-    return obj
 
 
 def _load_shapes(top: _Section, key: str, params: tuple[str, ...], required: bool) -> list[Shape]:
@@ -193,6 +160,30 @@ def _load_shapes(top: _Section, key: str, params: tuple[str, ...], required: boo
         sec.done()
         shapes.append(Shape(name, values))
     return shapes
+
+
+def _load_strategies(ssec: _Section, root: Path) -> dict[str, StrategySpec]:
+    from cuco.designspace.dimensions import DIMENSIONS
+
+    out = {}
+    for sname in ssec.data:
+        sec = ssec.table(sname)
+        rel = sec.get("file", str)
+        if not (root / rel).is_file():
+            raise sec.fail("file", f"strategy file {rel!r} does not exist")
+        accepts = {}
+        for dim, allowed in DIMENSIONS.items():
+            values = sec.get(dim, list)
+            for v in values:
+                if v not in allowed:
+                    raise sec.fail(dim, f"{v!r} is not a value of {dim} (known: {', '.join(map(str, allowed))})")
+            if not values:
+                raise sec.fail(dim, "accepts no value")
+            accepts[dim] = tuple(values)
+        sec.done()
+        out[sname] = StrategySpec(sname, root / rel, accepts)
+    ssec.done()
+    return out
 
 
 def load_workload(root: Path, world_size: int | None = None) -> WorkloadSpec:
@@ -276,6 +267,7 @@ def load_workload(root: Path, world_size: int | None = None) -> WorkloadSpec:
     for b in baselines:
         if b not in candidates:
             raise top.fail("baselines", f"{b!r} is not a key of [candidates]")
+    strategies = _load_strategies(top.table("strategies"), root)
     top.done()
 
     if not (root / "reference.py").is_file():
@@ -295,6 +287,7 @@ def load_workload(root: Path, world_size: int | None = None) -> WorkloadSpec:
         bounds=bounds,
         candidates=candidates,
         baselines=list(baselines),
+        strategies=strategies,
         notes=notes_path.read_text() if notes_path.is_file() else "",
         source=path,
     )

@@ -1,0 +1,86 @@
+"""`cuco evolve gemm_allgather` with the directive proposer at every shape, on this GPU machine.
+
+Writes benchmarks/results/evolve_gemm_allgather-<device>-<date>.json and .md: per shape, the seed's time,
+the best program's design point, time, bound, efficiency and speedup over the seed, and the evaluation
+at which the best appeared.
+
+    python benchmarks/evolve_gemm_allgather.py [--shape 8k --generations 40] ...
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import sqlite3
+import subprocess
+import sys
+from datetime import datetime, timezone
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[1]
+
+
+def summarize(db_path: Path) -> dict:
+    con = sqlite3.connect(db_path)
+    con.row_factory = sqlite3.Row
+    rows = [dict(r) for r in con.execute("SELECT id, label, proposer, ok, failed_level, score, median_ms, bound_ms, "
+                                         "finished_at, eval_seconds FROM candidates WHERE status = 'done' "
+                                         "ORDER BY finished_at, id")]
+    seed = next(r for r in rows if r["proposer"] == "seed")
+    ok = [r for r in rows if r["ok"] and r["score"] is not None]
+    best = max(ok, key=lambda r: r["score"])
+    return {"evaluations": len(rows), "failed": len(rows) - len(ok), "seed_ms": seed["median_ms"],
+            "best": best, "best_found_at": rows.index(best) + 1,
+            "speedup_over_seed": seed["median_ms"] / best["median_ms"] if seed["median_ms"] else None,
+            "best_over_bound": best["median_ms"] / best["bound_ms"] if best["bound_ms"] else None,
+            "eval_seconds_mean": sum(r["eval_seconds"] or 0 for r in rows) / len(rows), "candidates": rows}
+
+
+def main() -> int:
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--plan", nargs="*", default=["8k:40", "4k:12", "8k_ffn:12", "1k:12", "decode:12"],
+                    help="SHAPE:EVALUATIONS pairs")
+    ap.add_argument("--runs", type=Path, default=Path("/tmp/cuco-evolve-runs"))
+    ap.add_argument("--out", type=Path, default=ROOT / "benchmarks" / "results")
+    args = ap.parse_args()
+    env = {**os.environ, "PYTHONPATH": str(ROOT) + os.pathsep + os.environ.get("PYTHONPATH", "")}
+    results = {}
+    for item in args.plan:
+        shape, n = item.split(":")
+        run_dir = args.runs / shape
+        cmd = [sys.executable, "-m", "cuco", "evolve", "gemm_allgather", "--shape", shape, "--generations", n,
+               "--run-dir", str(run_dir), "--seed", "0"]
+        proc = subprocess.run(cmd, cwd=ROOT, env=env, text=True, capture_output=True)
+        (args.out / f"evolve-{shape}.log").write_text(proc.stdout + proc.stderr) if args.out.is_dir() else None
+        print(proc.stdout[-3000:], proc.stderr[-2000:])
+        results[shape] = summarize(run_dir / "cuco.db")
+    sys.path.insert(0, str(ROOT))
+    from cuco.machine import load_machine
+
+    m = load_machine()
+    device = f"{len(m.get('gpus', []))}x {m['gpus'][0]['name']}" if m.get("gpus") else "unknown"
+    stamp = datetime.now(timezone.utc)
+    meta = {"date": stamp.isoformat(timespec="seconds"), "device": device, "links": m.get("links"),
+            "commit": os.environ.get("CUCO_COMMIT", "unknown"), "plan": args.plan,
+            "command": "python benchmarks/evolve_gemm_allgather.py " + " ".join(sys.argv[1:])}
+    base = args.out / f"evolve_gemm_allgather-w2-{device.split('x ')[-1].replace(' ', '_')}-{stamp:%Y%m%d}"
+    base.with_suffix(".json").write_text(json.dumps({"meta": meta, "results": results}, indent=1))
+    lines = [f"# cuco evolve gemm_allgather (directive proposer, no LLM) on {device} ({meta['links']})", "",
+             f"Date {meta['date']}, commit {meta['commit']}. Each shape is its own run (seed 0); times are the "
+             "slowest rank's median in ms as `cuco eval` measures them; bound = max(cuBLAS alone, bytes / peer "
+             "bandwidth).", "", f"Command: `{meta['command']}`", "",
+             "| shape | evaluations (failed) | seed ms | best design point | best ms | bound ms | best / bound | "
+             "speedup over seed | best found at evaluation |", "|---|---|---|---|---|---|---|---|---|"]
+    for shape, r in results.items():
+        b = r["best"]
+        lines.append(f"| {shape} | {r['evaluations']} ({r['failed']}) | {r['seed_ms']:.3f} | {b['label']} | "
+                     f"{b['median_ms']:.3f} | {b['bound_ms']:.3f} | {r['best_over_bound']:.2f}x | "
+                     f"{r['speedup_over_seed']:.2f}x | {r['best_found_at']} |")
+    base.with_suffix(".md").write_text("\n".join(lines) + "\n")
+    print("\n".join(lines))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

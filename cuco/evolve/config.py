@@ -1,0 +1,120 @@
+"""The configuration of one `cuco evolve` run: run.toml, then --set overrides, validated, written to the run."""
+
+from __future__ import annotations
+
+import json
+import sys
+from dataclasses import asdict, dataclass, field, fields
+from pathlib import Path
+from typing import Any
+
+from cuco.errors import CucoError
+from cuco.tomlconfig import Section, load_dataclass
+
+if sys.version_info >= (3, 11):
+    import tomllib
+else:  # pragma: no cover
+    import tomli as tomllib
+
+
+@dataclass
+class SearchConfig:
+    generations: int = 40
+    """Evaluations in all, the seed's included; a resumed run counts the finished ones."""
+    seed: int = 0
+    """Seeds every proposal: the same seed and the same results give the same proposals."""
+    shape: str = ""
+    """The shape the search optimises (default: the workload's first)."""
+    proposer: str = "directive"
+    """Where proposals come from: directive (no LLM)."""
+    islands: int = 2
+    """Independent sub-populations; parents are chosen within an island."""
+    migration_interval: int = 10
+    """Every this many evaluations, each island's best is shared with the next island."""
+    selection: str = "power_law"
+    """Parent selection: power_law, weighted or hill_climbing."""
+    power_law_alpha: float = 1.0
+    """power_law: rank r is chosen with weight (r + 1) ** -alpha."""
+    weighted_temperature: float = 0.1
+    """weighted: softmax temperature over scores (efficiency)."""
+    explore_fraction: float = 0.4
+    """The first fraction of the evaluations explores (wide steps); the rest exploits (neighbours)."""
+    inspirations: int = 3
+    """How many archive and top-k candidates a proposal sees."""
+    slots: int = 0
+    """Evaluations in parallel (0: as many disjoint GPU groups as the machine has; CPU: cores / world)."""
+
+
+@dataclass
+class EvalConfig:
+    device: str = "auto"
+    """auto, cuda or cpu."""
+    warmup: int = 3
+    """Warm-up iterations before timing each candidate."""
+    iters: int = 20
+    """Timed iterations per candidate."""
+    timeout_s: float = 180.0
+    """Watchdog limit for one candidate's evaluation."""
+
+
+@dataclass
+class RunConfig:
+    search: SearchConfig = field(default_factory=SearchConfig)
+    eval: EvalConfig = field(default_factory=EvalConfig)
+
+    def to_json(self) -> str:
+        return json.dumps(asdict(self), indent=1, sort_keys=True)
+
+    def check(self, where: str) -> None:
+        s = self.search
+        if s.generations < 1:
+            raise CucoError(where, f"search.generations: must be at least 1, got {s.generations}")
+        if s.islands < 1:
+            raise CucoError(where, f"search.islands: must be at least 1, got {s.islands}")
+        if s.selection not in ("power_law", "weighted", "hill_climbing"):
+            raise CucoError(where, f"search.selection: expected power_law, weighted or hill_climbing, got {s.selection!r}")
+        if not 0.0 <= s.explore_fraction <= 1.0:
+            raise CucoError(where, f"search.explore_fraction: must be within [0, 1], got {s.explore_fraction}")
+        if self.eval.device not in ("auto", "cuda", "cpu"):
+            raise CucoError(where, f"eval.device: expected auto, cuda or cpu, got {self.eval.device!r}")
+        if self.eval.iters < 1 or self.eval.warmup < 0:
+            raise CucoError(where, "eval.iters must be >= 1 and eval.warmup >= 0")
+
+
+def load_config(path: Path | None) -> RunConfig:
+    if path is None:
+        return RunConfig()
+    path = Path(path)
+    if not path.is_file():
+        raise CucoError(str(path), "config file does not exist")
+    try:
+        data = tomllib.loads(path.read_text(encoding="utf-8"))
+    except (tomllib.TOMLDecodeError, UnicodeDecodeError) as exc:
+        raise CucoError(str(path), f"not valid TOML: {exc}") from None
+    top = Section(data, path, "")
+    cfg = RunConfig(search=load_dataclass(SearchConfig, top.table("search")),
+                    eval=load_dataclass(EvalConfig, top.table("eval")))
+    top.done()
+    cfg.check(str(path))
+    return cfg
+
+
+def apply_overrides(cfg: RunConfig, overrides: list[str]) -> RunConfig:
+    """--set search.islands=3: the value coerced to the field's type; unknown keys are errors."""
+    for item in overrides:
+        key, sep, raw = item.partition("=")
+        section, _, name = key.strip().partition(".")
+        if not sep or not name:
+            raise CucoError("--set", f"expected SECTION.KEY=VALUE, got {item!r}")
+        target = getattr(cfg, section, None)
+        known = {f.name: f for f in fields(target)} if target is not None else {}
+        if name not in known:
+            raise CucoError("--set", f"unknown key {key!r}")
+        typ = type(known[name].default)
+        try:
+            value: Any = (raw.lower() in ("1", "true", "yes")) if typ is bool else typ(raw)
+        except ValueError:
+            raise CucoError("--set", f"{key}: expected {typ.__name__}, got {raw!r}") from None
+        setattr(target, name, value)
+    cfg.check("--set")
+    return cfg

@@ -1,0 +1,228 @@
+"""The candidate database: every proposal and evaluation of a run, in SQLite (WAL), and nothing else speaks SQL.
+
+Each state change is one transaction, so a run killed at any moment (SIGKILL included) leaves the
+database consistent: finished evaluations are kept with their results, a proposal whose evaluation
+was cut off is still 'pending' or 'running' and is evaluated again on resume, never a finished one.
+Schema changes are an append-only list of named migrations, recorded in the database.
+"""
+
+from __future__ import annotations
+
+import json
+import sqlite3
+from dataclasses import dataclass
+from datetime import datetime, timezone
+from pathlib import Path
+from typing import Any, Iterator
+
+MIGRATIONS: list[tuple[str, str]] = [
+    ("001_candidates", """
+        CREATE TABLE meta (key TEXT PRIMARY KEY, value TEXT NOT NULL);
+        CREATE TABLE candidates (
+            id INTEGER PRIMARY KEY,
+            proposal_index INTEGER NOT NULL UNIQUE,   -- the k-th proposal of the run (0: the seed)
+            code TEXT NOT NULL,
+            code_hash TEXT NOT NULL UNIQUE,           -- exact duplicates are rejected before insertion
+            language TEXT NOT NULL,                   -- cuda | python
+            parent_id INTEGER REFERENCES candidates(id),
+            island INTEGER NOT NULL,
+            generation INTEGER NOT NULL,
+            proposer TEXT NOT NULL,
+            phase TEXT NOT NULL,                      -- seed | explore | exploit
+            directive TEXT,                           -- JSON (cuco.designspace.Directive)
+            label TEXT,                               -- the design point, readable
+            status TEXT NOT NULL CHECK (status IN ('pending', 'running', 'done')),
+            ok INTEGER,
+            level_reached TEXT,
+            failed_level TEXT,
+            score REAL,                               -- higher is better: efficiency = bound / time
+            median_ms REAL,
+            bound_ms REAL,
+            error TEXT,
+            diagnostics TEXT,
+            record TEXT,                              -- JSON evaluation record
+            created_at TEXT NOT NULL,
+            started_at TEXT,
+            finished_at TEXT,
+            eval_seconds REAL
+        );
+        CREATE INDEX candidates_island ON candidates(island, status, score);
+        CREATE TABLE island_members (              -- migrants: a candidate shared into another island
+            candidate_id INTEGER NOT NULL REFERENCES candidates(id),
+            island INTEGER NOT NULL,
+            PRIMARY KEY (candidate_id, island)
+        );
+    """),
+]
+
+
+def _now() -> str:
+    return datetime.now(timezone.utc).isoformat(timespec="milliseconds")
+
+
+@dataclass(frozen=True)
+class Candidate:
+    id: int
+    proposal_index: int
+    code: str
+    code_hash: str
+    language: str
+    parent_id: int | None
+    island: int
+    generation: int
+    proposer: str
+    phase: str
+    directive: str | None
+    label: str | None
+    status: str
+    ok: bool | None
+    level_reached: str | None
+    failed_level: str | None
+    score: float | None
+    median_ms: float | None
+    bound_ms: float | None
+    error: str | None
+    diagnostics: str | None
+    record: str | None
+    created_at: str
+    started_at: str | None
+    finished_at: str | None
+    eval_seconds: float | None
+
+
+class Database:
+    def __init__(self, path: Path) -> None:
+        self.path = Path(path)
+        self.conn = sqlite3.connect(self.path, isolation_level=None)  # explicit transactions below
+        self.conn.row_factory = sqlite3.Row
+        self.conn.execute("PRAGMA journal_mode=WAL")
+        self.conn.execute("PRAGMA synchronous=FULL")  # a finished evaluation survives a power cut too
+        self.conn.execute("PRAGMA foreign_keys=ON")
+        self.migrate()
+
+    def close(self) -> None:
+        self.conn.close()
+
+    # ---- schema ---------------------------------------------------------------------------------
+    def migrate(self) -> list[str]:
+        self.conn.execute("CREATE TABLE IF NOT EXISTS migrations (name TEXT PRIMARY KEY, applied_at TEXT NOT NULL)")
+        done = {r[0] for r in self.conn.execute("SELECT name FROM migrations")}
+        applied = []
+        for name, sql in MIGRATIONS:
+            if name in done:
+                continue
+            with self.transaction():
+                for stmt in (s for s in sql.split(";") if s.strip()):
+                    self.conn.execute(stmt)
+                self.conn.execute("INSERT INTO migrations VALUES (?, ?)", (name, _now()))
+            applied.append(name)
+        return applied
+
+    def transaction(self):
+        db = self
+
+        class _Tx:
+            def __enter__(self):
+                db.conn.execute("BEGIN IMMEDIATE")
+
+            def __exit__(self, typ, exc, tb):
+                db.conn.execute("COMMIT" if typ is None else "ROLLBACK")
+                return False
+
+        return _Tx()
+
+    # ---- meta -----------------------------------------------------------------------------------
+    def get_meta(self, key: str) -> Any:
+        row = self.conn.execute("SELECT value FROM meta WHERE key = ?", (key,)).fetchone()
+        return json.loads(row[0]) if row else None
+
+    def set_meta(self, key: str, value: Any) -> None:
+        with self.transaction():
+            self.conn.execute("INSERT INTO meta VALUES (?, ?) ON CONFLICT(key) DO UPDATE SET value = excluded.value",
+                              (key, json.dumps(value)))
+
+    # ---- candidates -----------------------------------------------------------------------------
+    def has_code(self, code_hash: str) -> bool:
+        return self.conn.execute("SELECT 1 FROM candidates WHERE code_hash = ?", (code_hash,)).fetchone() is not None
+
+    def add(self, *, code: str, code_hash: str, language: str, parent_id: int | None, island: int, generation: int,
+            proposer: str, phase: str, directive: str | None, label: str | None) -> int:
+        with self.transaction():
+            k = self.conn.execute("SELECT COALESCE(MAX(proposal_index) + 1, 0) FROM candidates").fetchone()[0]
+            cur = self.conn.execute(
+                "INSERT INTO candidates (proposal_index, code, code_hash, language, parent_id, island, generation, "
+                "proposer, phase, directive, label, status, created_at) VALUES (?,?,?,?,?,?,?,?,?,?,?, 'pending', ?)",
+                (k, code, code_hash, language, parent_id, island, generation, proposer, phase, directive, label, _now()))
+            return int(cur.lastrowid)
+
+    def start(self, cid: int) -> None:
+        with self.transaction():
+            self.conn.execute("UPDATE candidates SET status = 'running', started_at = ? WHERE id = ?", (_now(), cid))
+
+    def finish(self, cid: int, record: dict[str, Any], score: float | None, median_ms: float | None,
+               bound_ms: float | None, seconds: float) -> None:
+        with self.transaction():
+            self.conn.execute(
+                "UPDATE candidates SET status = 'done', ok = ?, level_reached = ?, failed_level = ?, score = ?, "
+                "median_ms = ?, bound_ms = ?, error = ?, diagnostics = ?, record = ?, finished_at = ?, "
+                "eval_seconds = ? WHERE id = ?",
+                (int(bool(record.get("ok"))), record.get("level_reached"), record.get("failed_level"), score,
+                 median_ms, bound_ms, record.get("error"), record.get("diagnostics"), json.dumps(record), _now(),
+                 seconds, cid))
+
+    def requeue_unfinished(self) -> int:
+        """Evaluations cut off by a kill go back to the queue; finished ones are never run again."""
+        with self.transaction():
+            return self.conn.execute("UPDATE candidates SET status = 'pending', started_at = NULL "
+                                     "WHERE status = 'running'").rowcount
+
+    def _rows(self, sql: str, args: tuple = ()) -> list[Candidate]:
+        return [Candidate(**{**dict(r), "ok": None if r["ok"] is None else bool(r["ok"])})
+                for r in self.conn.execute(sql, args)]
+
+    def get(self, cid: int) -> Candidate:
+        return self._rows("SELECT * FROM candidates WHERE id = ?", (cid,))[0]
+
+    def all(self) -> list[Candidate]:
+        return self._rows("SELECT * FROM candidates ORDER BY proposal_index")
+
+    def pending(self) -> list[Candidate]:
+        return self._rows("SELECT * FROM candidates WHERE status = 'pending' ORDER BY proposal_index")
+
+    def count(self, status: str | None = None) -> int:
+        if status is None:
+            return self.conn.execute("SELECT COUNT(*) FROM candidates").fetchone()[0]
+        return self.conn.execute("SELECT COUNT(*) FROM candidates WHERE status = ?", (status,)).fetchone()[0]
+
+    def scored(self, island: int | None = None) -> list[Candidate]:
+        """Finished, correct candidates, best first; with an island: its own members and its migrants."""
+        if island is None:
+            return self._rows("SELECT * FROM candidates WHERE status = 'done' AND ok = 1 AND score IS NOT NULL "
+                              "ORDER BY score DESC, id")
+        return self._rows(
+            "SELECT * FROM candidates WHERE status = 'done' AND ok = 1 AND score IS NOT NULL AND "
+            "(island = ? OR id IN (SELECT candidate_id FROM island_members WHERE island = ?)) ORDER BY score DESC, id",
+            (island, island))
+
+    def best(self, island: int | None = None) -> Candidate | None:
+        rows = self.scored(island)
+        return rows[0] if rows else None
+
+    def archive(self) -> list[Candidate]:
+        """The best candidate of each distinct design point: diverse elites for inspirations."""
+        return self._rows(
+            "SELECT * FROM candidates c WHERE status = 'done' AND ok = 1 AND score IS NOT NULL AND id = ("
+            " SELECT id FROM candidates d WHERE d.status = 'done' AND d.ok = 1 AND d.score IS NOT NULL AND"
+            " COALESCE(d.label, d.code_hash) = COALESCE(c.label, c.code_hash) ORDER BY d.score DESC, d.id LIMIT 1)"
+            " ORDER BY score DESC, id")
+
+    def migrate_into(self, cid: int, island: int) -> None:
+        with self.transaction():
+            self.conn.execute("INSERT OR IGNORE INTO island_members VALUES (?, ?)", (cid, island))
+
+    def failures_by_level(self) -> dict[str, int]:
+        return {r[0]: r[1] for r in self.conn.execute(
+            "SELECT failed_level, COUNT(*) FROM candidates WHERE status = 'done' AND ok = 0 GROUP BY failed_level")}
+
+    def iter_done(self) -> Iterator[Candidate]:
+        yield from self._rows("SELECT * FROM candidates WHERE status = 'done' ORDER BY finished_at, id")

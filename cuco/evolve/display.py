@@ -1,0 +1,91 @@
+"""What a person watches during `cuco evolve`: a live table on a terminal, one line per event otherwise."""
+
+from __future__ import annotations
+
+import time
+from typing import Any
+
+from rich.console import Console, Group
+from rich.live import Live
+from rich.table import Table
+
+from cuco.evolve.database import Candidate
+from cuco.evolve.run import Event, Evolution
+
+
+def _ms(v: float | None) -> str:
+    return "-" if v is None else f"{v:.4f}" if v < 1 else f"{v:.3f}"
+
+
+def _outcome(c: Candidate) -> str:
+    if c.status != "done":
+        return c.status
+    return "ok" if c.ok else f"failed {c.failed_level}"
+
+
+class EvolveDisplay:
+    def __init__(self, console: Console, target: int) -> None:
+        self.console, self.target = console, target
+        self.live: Live | None = None
+        self.t0 = time.monotonic()
+        self.seed_ms: float | None = None
+
+    def __enter__(self) -> "EvolveDisplay":
+        if self.console.is_terminal:
+            self.live = Live(Table(), console=self.console, refresh_per_second=4)
+            self.live.__enter__()
+        return self
+
+    def __exit__(self, *exc: Any) -> None:
+        if self.live:
+            self.live.__exit__(*exc)
+
+    def __call__(self, event: Event, evo: Evolution) -> None:
+        c = event.candidate
+        if c is not None and c.proposer == "seed" and c.median_ms:
+            self.seed_ms = c.median_ms
+        if self.live:
+            self.live.update(self.render(evo))
+            return
+        done = evo.db.count("done")
+        if event.kind == "start" and c is not None:
+            self.console.print(f"start #{c.id} [{c.phase}] {c.label or '-'}", highlight=False, markup=False)
+        elif event.kind == "done" and c is not None:
+            eff = f"efficiency {c.score:.2f}" if c.score else (c.error or "")[:120]
+            self.console.print(f"done #{c.id} ({done}/{self.target}) {_outcome(c)} {_ms(c.median_ms)} ms {eff}",
+                               highlight=False, markup=False)
+        else:
+            self.console.print(f"{event.kind}: {event.text}", highlight=False, markup=False)
+
+    def render(self, evo: Evolution) -> Group:
+        db = evo.db
+        done = db.count("done")
+        best = db.best()
+        head = Table.grid(padding=(0, 2))
+        head.add_row("evaluations", f"{done}/{self.target}", "running", str(db.count("running")))
+        if best:
+            speed = f", {self.seed_ms / best.median_ms:.2f}x the seed" if self.seed_ms and best.median_ms else ""
+            head.add_row("best", f"#{best.id} {best.label}", "time",
+                         f"{_ms(best.median_ms)} ms (bound {_ms(best.bound_ms)}, efficiency {best.score:.2f}{speed})")
+        fails = db.failures_by_level()
+        head.add_row("failures", ", ".join(f"{k}: {v}" for k, v in sorted(fails.items())) or "none",
+                     "per candidate", f"{(time.monotonic() - self.t0) / max(done, 1):.1f} s")
+        recent = Table(title="recent candidates", title_justify="left")
+        for col in ("id", "phase", "design point", "parent", "outcome", "median ms", "efficiency"):
+            recent.add_column(col)
+        for c in db.all()[-10:]:
+            recent.add_row(str(c.id), c.phase, c.label or "-", str(c.parent_id or "-"), _outcome(c), _ms(c.median_ms),
+                           f"{c.score:.2f}" if c.score else "-")
+        return Group(head, recent)
+
+
+def summary_table(evo: Evolution, top: int = 8) -> Table:
+    db = evo.db
+    t = Table(title=f"{evo.spec.name} at {evo.shape}: best of {db.count('done')} evaluations", title_justify="left")
+    for col in ("rank", "id", "design point", "median ms", "bound ms", "efficiency", "found at evaluation"):
+        t.add_column(col)
+    order = {c.id: i + 1 for i, c in enumerate(db.iter_done())}
+    for i, c in enumerate(db.scored()[:top], 1):
+        t.add_row(str(i), str(c.id), c.label or "-", _ms(c.median_ms), _ms(c.bound_ms), f"{c.score:.2f}",
+                  str(order.get(c.id, "-")))
+    return t

@@ -1,0 +1,207 @@
+"""One evolutionary search, as a list of named steps: open the store, seed, then propose, evaluate and
+record until the requested number of evaluations has finished. Restarted on the same run directory it
+resumes: finished evaluations are kept and counted, one cut off by a kill is evaluated again."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import os
+import random
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Callable
+
+from cuco.designspace import DesignPoint, Directive
+from cuco.errors import CucoError
+from cuco.evolve.config import RunConfig
+from cuco.evolve.database import Candidate, Database
+from cuco.evolve.novelty import code_hash
+from cuco.evolve.proposers import PROPOSERS, Proposal, ProposalContext
+from cuco.evolve.proposers import directive as _directive  # noqa: F401  (registers the proposer)
+from cuco.evolve.selection import hill_climbing, power_law, weighted
+from cuco.evolve.slots import Slot
+from cuco.workload.spec import WorkloadSpec
+
+# The seed is host-driven: NCCL collectives from the host, then compute.
+SEED_POINT = DesignPoint("nccl_host", "deferred", "global", "cta", 1)
+NOVELTY_RETRIES = 20
+
+Evaluator = Callable[[WorkloadSpec, Path, Slot, Path], dict[str, Any]]
+
+
+def score_of(record: dict[str, Any], shape: str) -> tuple[float | None, float | None, float | None]:
+    """(score, median ms, bound ms): the score is efficiency = bound / time, higher is better."""
+    s = record.get("shapes", {}).get(shape, {})
+    median = (s.get("timing") or {}).get("median_ms")
+    bound = (s.get("bound") or {}).get("bound_ms")
+    if not record.get("ok") or not median:
+        return None, median, bound
+    return (bound / median if bound else 1.0 / median), median, bound
+
+
+@dataclass
+class Event:
+    kind: str  # "start" | "done" | "reject" | "exhausted"
+    candidate: Candidate | None = None
+    text: str = ""
+
+
+@dataclass
+class Evolution:
+    spec: WorkloadSpec
+    cfg: RunConfig
+    run_dir: Path
+    slots: list[Slot]
+    evaluator: Evaluator
+    device: str
+    on_event: Callable[[Event, "Evolution"], None] = lambda e, ev: None
+    machine: dict[str, Any] = field(default_factory=dict)
+
+    def __post_init__(self) -> None:
+        self.run_dir.mkdir(parents=True, exist_ok=True)
+        self.db = Database(self.run_dir / "cuco.db")
+        self.shape = self.cfg.search.shape or self.spec.shapes[0].name
+        self.spec.shape(self.shape)
+        try:
+            self.proposer = PROPOSERS[self.cfg.search.proposer](self.spec, self.machine)
+        except KeyError:
+            raise CucoError("search.proposer", f"unknown proposer {self.cfg.search.proposer!r} "
+                                               f"(known: {', '.join(PROPOSERS)})") from None
+        except ValueError as exc:
+            raise CucoError(self.spec.name, str(exc)) from None
+        self.exhausted = False
+        self.started_at = time.monotonic()
+
+    # ---- steps ----------------------------------------------------------------------------------
+    def open(self) -> int:
+        """Check the run directory belongs to this workload and shape; put cut-off evaluations back."""
+        known = self.db.get_meta("run")
+        here = {"workload": self.spec.name, "shape": self.shape, "world": self.spec.world_size, "device": self.device}
+        if known and known != here:
+            raise CucoError(str(self.run_dir), f"belongs to another run ({known}); this one is {here}")
+        self.db.set_meta("run", here)
+        self.db.set_meta("config", json.loads(self.cfg.to_json()))
+        (self.run_dir / "config.json").write_text(self.cfg.to_json())
+        return self.db.requeue_unfinished()
+
+    def seed(self) -> None:
+        if self.db.count() > 0:
+            return
+        path = self.spec.seed_path
+        if path is None:
+            raise CucoError(str(self.spec.source), "[candidates] has no 'seed': evolution needs a starting program")
+        code = path.read_text()
+        lang = "cuda" if path.suffix == ".cu" else "python"
+        d = Directive(SEED_POINT, "the host-driven seed")
+        self.db.add(code=code, code_hash=code_hash(code, lang), language=lang, parent_id=None, island=0,
+                    generation=0, proposer="seed", phase="seed", directive=d.to_json(), label=SEED_POINT.label())
+
+    def phase(self, k: int) -> str:
+        return "explore" if k < self.cfg.search.explore_fraction * self.cfg.search.generations else "exploit"
+
+    def select_parent(self, island: int, rng: random.Random) -> Candidate:
+        ranked = self.db.scored(island) or self.db.scored()
+        if not ranked:
+            return self.db.all()[0]  # nothing correct yet: start from the seed
+        s = self.cfg.search
+        if s.selection == "power_law":
+            return power_law(ranked, rng, s.power_law_alpha)
+        if s.selection == "weighted":
+            return weighted(ranked, rng, [c.score for c in ranked], s.weighted_temperature)
+        return hill_climbing(ranked, rng)
+
+    def propose(self) -> Candidate | None:
+        """The next proposal, stored as pending (novel code only), or None when nothing new is left."""
+        k = self.db.count()
+        rng = random.Random(f"{self.cfg.search.seed}:{k}")
+        island = k % self.cfg.search.islands
+        parent = self.select_parent(island, rng)
+        inspirations = [c for c in self.db.archive() if c.id != parent.id][: self.cfg.search.inspirations]
+        tried = {c.label for c in self.db.all() if c.label}
+        for _ in range(NOVELTY_RETRIES):
+            ctx = ProposalContext(parent, inspirations, self.phase(k), rng, tried)
+            prop: Proposal | None = self.proposer.propose(ctx)
+            if prop is None:
+                self.exhausted = True
+                return None
+            h = code_hash(prop.code, prop.language)
+            if self.db.has_code(h):
+                self.on_event(Event("reject", None, f"duplicate of an earlier candidate: {prop.note}"), self)
+                tried.add(prop.directive.point.label() if prop.directive.point else h)
+                continue
+            label = prop.directive.point.label() if prop.directive.point else None
+            cid = self.db.add(code=prop.code, code_hash=h, language=prop.language, parent_id=parent.id,
+                              island=island, generation=parent.generation + 1, proposer=self.proposer.name,
+                              phase=self.phase(k), directive=prop.directive.to_json(), label=label)
+            return self.db.get(cid)
+        self.exhausted = True
+        return None
+
+    def next_candidate(self) -> Candidate | None:
+        pending = self.db.pending()
+        if pending:
+            return pending[0]
+        if self.db.count() >= self.cfg.search.generations or self.exhausted:
+            return None
+        return self.propose()
+
+    def evaluate(self, cand: Candidate, slot: Slot) -> dict[str, Any]:
+        work = self.run_dir / "evals" / f"{cand.id:05d}"
+        work.mkdir(parents=True, exist_ok=True)
+        src = work / f"candidate{'.cu' if cand.language == 'cuda' else '.py'}"
+        src.write_text(cand.code)
+        return self.evaluator(self.spec, src, slot, work / f"attempt-{time.time_ns()}")
+
+    def record(self, cand: Candidate, record: dict[str, Any], seconds: float) -> None:
+        score, median, bound = score_of(record, self.shape)
+        self.db.finish(cand.id, record, score, median, bound, seconds)
+        done = self.db.count("done")
+        if done % max(1, self.cfg.search.migration_interval) == 0 and self.cfg.search.islands > 1:
+            for i in range(self.cfg.search.islands):
+                best = self.db.best(i)
+                if best:
+                    self.db.migrate_into(best.id, (i + 1) % self.cfg.search.islands)
+        best = self.db.best()
+        if best and best.id == cand.id:
+            self.write_best(best, record)
+
+    def write_best(self, best: Candidate, record: dict[str, Any]) -> None:
+        d = self.run_dir / "best"
+        d.mkdir(exist_ok=True)
+        ext = ".cu" if best.language == "cuda" else ".py"
+        for old in d.glob("candidate.*"):
+            if old.suffix != ext:
+                old.unlink()
+        for name, text in ((f"candidate{ext}", best.code), ("record.json", json.dumps(record, indent=1)),
+                           ("candidate.json", json.dumps({"id": best.id, "label": best.label, "score": best.score,
+                                                          "median_ms": best.median_ms, "bound_ms": best.bound_ms,
+                                                          "directive": json.loads(best.directive or "null")}))):
+            tmp = d / (name + ".tmp")
+            tmp.write_text(text)
+            os.replace(tmp, d / name)
+
+    # ---- the loop -------------------------------------------------------------------------------
+    async def run(self) -> None:
+        self.open()
+        self.seed()
+        lock = asyncio.Lock()
+
+        async def slot_worker(slot: Slot) -> None:
+            while True:
+                async with lock:
+                    cand = self.next_candidate()
+                    if cand is None:
+                        return
+                    self.db.start(cand.id)
+                    self.on_event(Event("start", cand), self)
+                t0 = time.monotonic()
+                record = await asyncio.to_thread(self.evaluate, cand, slot)
+                async with lock:
+                    self.record(cand, record, time.monotonic() - t0)
+                    self.on_event(Event("done", self.db.get(cand.id)), self)
+
+        await asyncio.gather(*(slot_worker(s) for s in self.slots))
+        if self.exhausted:
+            self.on_event(Event("exhausted", None, "no untried design point is left"), self)

@@ -1,0 +1,36 @@
+"""Turn a design point into a candidate program of a workload's parameterised strategy kernel."""
+
+from __future__ import annotations
+
+import itertools
+import json
+from dataclasses import asdict
+from typing import Any
+
+from cuco.designspace import DesignPoint, Directive, violations
+from cuco.designspace.dimensions import DIMENSIONS
+from cuco.workload.spec import StrategySpec
+
+
+def accepted_points(strategy: StrategySpec, machine: dict[str, Any] | None = None) -> list[DesignPoint]:
+    """Every design point the strategy accepts that no global constraint rules out, in a fixed order."""
+    values = [strategy.accepts[d] for d in DIMENSIONS]
+    points = [DesignPoint(*combo) for combo in itertools.product(*values)]
+    return [p for p in points if not violations(p, machine)]
+
+
+def materialize(strategy: StrategySpec, point: DesignPoint) -> str:
+    """The candidate's source: the design point as compile-time parameters, then the strategy kernel."""
+    body = strategy.path.read_text()
+    if strategy.path.suffix == ".cu":
+        head = [f"// cuco directive: strategy {strategy.name}, design point {point.label()}"]
+        for dim in ("backend", "placement", "sync", "issuer"):
+            head.append(f"#define CUCO_{dim.upper()}_{getattr(point, dim).upper()} 1")
+        head.append(f"#define CUCO_CHUNKS {point.chunks}")
+        return "\n".join(head) + "\n" + body
+    head = f"# cuco directive: strategy {strategy.name}, design point {point.label()}\n"
+    return head + f"DESIGN = {json.dumps(asdict(point), sort_keys=True)}\n" + body
+
+
+def directive_for(strategy: StrategySpec, point: DesignPoint, text: str) -> Directive:
+    return Directive(point=point, text=text, strategy=strategy.name)

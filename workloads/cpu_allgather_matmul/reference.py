@@ -1,0 +1,29 @@
+"""CPU all-gather + matmul reference: rank r's C_r = allgather(A) @ B_r, in float64."""
+
+from __future__ import annotations
+
+import torch
+
+
+def make_inputs(p: dict[str, int], world: int, rank: int, gen: torch.Generator, device) -> dict[str, torch.Tensor]:
+    m, k, n = p["M"] // world, p["K"], p["N"] // world
+    return {"a": torch.randn(m, k, generator=gen, device=device) / k**0.25,
+            "b": torch.randn(k, n, generator=gen, device=device) / k**0.25}
+
+
+def reference(p: dict[str, int], world: int, rank: int, inputs: list[dict[str, torch.Tensor]]) -> dict[str, torch.Tensor]:
+    a = torch.cat([inp["a"] for inp in inputs]).double()
+    return {"c": a @ inputs[rank]["b"].double()}
+
+
+def compute_alone(p, world, rank, inputs, bufs, group):
+    a_full = torch.cat([inp["a"] for inp in inputs])
+    b, c = bufs["b"], bufs["c"]
+    return lambda: torch.matmul(a_full, b, out=c)
+
+
+def comm_alone(p, world, rank, inputs, bufs, group):
+    import torch.distributed as dist
+
+    a, out = bufs["a"], torch.empty_like(bufs["a_gathered"])
+    return lambda: dist.all_gather(list(out.chunk(world)), a, group=group)
