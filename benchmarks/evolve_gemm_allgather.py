@@ -60,25 +60,7 @@ def prebuild() -> None:
     print(f"prebuilt {ok}/{len(srcs)} design points in {time.monotonic() - t0:.0f} s", flush=True)
 
 
-def main() -> int:
-    ap = argparse.ArgumentParser()
-    ap.add_argument("--plan", nargs="*", default=["8k:40", "4k:12", "8k_ffn:12", "1k:12", "decode:12"],
-                    help="SHAPE:EVALUATIONS pairs")
-    ap.add_argument("--runs", type=Path, default=Path("/tmp/cuco-evolve-runs"))
-    ap.add_argument("--out", type=Path, default=ROOT / "benchmarks" / "results")
-    args = ap.parse_args()
-    env = {**os.environ, "PYTHONPATH": str(ROOT) + os.pathsep + os.environ.get("PYTHONPATH", "")}
-    prebuild()
-    results = {}
-    for item in args.plan:
-        shape, n = item.split(":")
-        run_dir = args.runs / shape
-        cmd = [sys.executable, "-m", "cuco", "evolve", "gemm_allgather", "--shape", shape, "--generations", n,
-               "--run-dir", str(run_dir), "--seed", "0"]
-        proc = subprocess.run(cmd, cwd=ROOT, env=env, text=True, capture_output=True)
-        (args.out / f"evolve-{shape}.log").write_text(proc.stdout + proc.stderr) if args.out.is_dir() else None
-        print(proc.stdout[-3000:], proc.stderr[-2000:])
-        results[shape] = summarize(run_dir / "cuco.db")
+def write(args, results: dict) -> None:
     sys.path.insert(0, str(ROOT))
     from cuco.machine import load_machine
 
@@ -102,7 +84,29 @@ def main() -> int:
                      f"{b['median_ms']:.3f} | {b['bound_ms']:.3f} | {r['best_over_bound']:.2f}x | "
                      f"{r['speedup_over_seed']:.2f}x | {r['best_found_at']} |")
     base.with_suffix(".md").write_text("\n".join(lines) + "\n")
-    print("\n".join(lines))
+    print("\n".join(lines), flush=True)
+
+
+def main() -> int:
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--plan", nargs="*", default=["8k:40", "4k:12", "8k_ffn:12", "1k:12", "decode:12"],
+                    help="SHAPE:EVALUATIONS pairs")
+    ap.add_argument("--runs", type=Path, default=Path("/tmp/cuco-evolve-runs"))
+    ap.add_argument("--out", type=Path, default=ROOT / "benchmarks" / "results")
+    args = ap.parse_args()
+    env = {**os.environ, "PYTHONPATH": str(ROOT) + os.pathsep + os.environ.get("PYTHONPATH", "")}
+    prebuild()
+    results = {}
+    for item in args.plan:
+        shape, n = item.split(":")
+        run_dir = args.runs / shape
+        cmd = [sys.executable, "-m", "cuco", "evolve", "gemm_allgather", "--shape", shape, "--generations", n,
+               "--run-dir", str(run_dir), "--seed", "0"]
+        proc = subprocess.run(cmd, cwd=ROOT, env=env, text=True, capture_output=True)
+        (args.out / f"evolve-{shape}.log").write_text(proc.stdout + proc.stderr) if args.out.is_dir() else None
+        print(proc.stdout[-3000:], proc.stderr[-2000:])
+        results[shape] = summarize(run_dir / "cuco.db")
+        write(args, results)  # after every shape: a cut-off benchmark keeps what it finished
     return 0
 
 
