@@ -100,7 +100,9 @@ class Worker:
             torch.cuda.set_device(self.device)
             torch.backends.cuda.matmul.allow_tf32 = False  # references in true fp32
             self.stream = torch.cuda.Stream(self.device)
-            self.side_streams = [torch.cuda.Stream(self.device) for _ in range(2)]
+            # Side stream 0 has the device's highest priority: communication issued there (barrier, put
+            # and copy kernels) is scheduled ahead of the waves of a GEMM already running on the main stream.
+            self.side_streams = [torch.cuda.Stream(self.device, priority=-100), torch.cuda.Stream(self.device)]
             self.flush_buf = torch.empty(L2_FLUSH_BYTES, dtype=torch.uint8, device=self.device)
             if self.job.harness:
                 self.harness = Harness(self.job.harness)

@@ -55,7 +55,8 @@ typedef struct {
   ncclDevComm devComm;
   cudaStream_t stream;                               // main stream
   int nSideStreams;
-  cudaStream_t sideStreams[CUCO_MAX_SIDE_STREAMS];   // extra streams, gated and timed like the main one
+  cudaStream_t sideStreams[CUCO_MAX_SIDE_STREAMS];   // extra streams, gated and timed like the main one;
+                                                     // [0] has the device's highest priority (communication)
   int nBuffers;
   cuco_buffer_t buffers[CUCO_MAX_BUFFERS];
   int nParams;
