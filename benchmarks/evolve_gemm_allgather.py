@@ -95,6 +95,7 @@ def main() -> int:
     ap.add_argument("--out", type=Path, default=ROOT / "benchmarks" / "results")
     args = ap.parse_args()
     env = {**os.environ, "PYTHONPATH": str(ROOT) + os.pathsep + os.environ.get("PYTHONPATH", "")}
+    subprocess.run([sys.executable, "-m", "cuco", "doctor"], cwd=ROOT, env=env, check=True)  # device facts
     prebuild()
     results = {}
     for item in args.plan:
