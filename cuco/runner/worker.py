@@ -331,7 +331,24 @@ def _write_json(path: Path, data: dict[str, Any]) -> None:
     os.replace(tmp, path)
 
 
+def _die_with_parent() -> None:
+    """Ranks run in their own process groups (for the watchdog); if the launcher itself is killed, the kernel
+    kills them too instead of leaving orphans (Linux PR_SET_PDEATHSIG; elsewhere a no-op)."""
+    import ctypes
+    import signal
+
+    parent = int(os.environ.get("CUCO_LAUNCHER_PID", "0"))
+    try:
+        libc = ctypes.CDLL(None, use_errno=True)
+        libc.prctl(1, signal.SIGKILL)  # 1 = PR_SET_PDEATHSIG
+    except (OSError, AttributeError):
+        return
+    if parent and os.getppid() != parent:  # the launcher died before prctl took effect
+        os._exit(1)
+
+
 def main(argv: list[str]) -> int:
+    _die_with_parent()
     job, rank = Job.read(Path(argv[0])), int(argv[1])
     out = Path(job.out_dir) / f"rank{rank}.json"
     worker = None

@@ -1,0 +1,148 @@
+"""cuco evolve end to end: determinism, resuming after SIGKILL, and one-line errors for bad input."""
+
+from __future__ import annotations
+
+import asyncio
+import hashlib
+import os
+import signal
+import sqlite3
+import subprocess
+import sys
+
+import pytest
+
+from conftest import GEMM_AG, ROOT
+from cuco.evolve.config import RunConfig
+from cuco.evolve.run import Evolution
+from cuco.evolve.slots import Slot
+from cuco.workload import load_workload
+
+CPU_WL = ROOT / "workloads" / "cpu_allgather_matmul"
+
+
+def fake_evaluator(spec, src, slot, work):
+    """Deterministic scores from the code: the search's choices then depend on the seed alone."""
+    h = int(hashlib.sha256(src.read_text().encode()).hexdigest()[:8], 16)
+    ms = 0.5 + (h % 1000) / 1000
+    ok = h % 7 != 0
+    shape = "8k"
+    return {"ok": ok, "level_reached": "L4" if ok else "L2", "failed_level": None if ok else "L2",
+            "error": None if ok else "planted failure",
+            "shapes": {shape: {"timing": {"median_ms": ms}, "bound": {"bound_ms": 0.4}}}}
+
+
+def _run(tmp_path, seed: int, generations: int = 14) -> list[str]:
+    cfg = RunConfig()
+    cfg.search.generations, cfg.search.seed, cfg.search.shape = generations, seed, "8k"
+    evo = Evolution(load_workload(GEMM_AG), cfg, tmp_path, [Slot(0, ())], fake_evaluator, "cuda")
+    asyncio.run(evo.run())
+    labels = [c.label for c in evo.db.all()]
+    assert evo.db.count("done") == generations
+    evo.db.close()
+    return labels
+
+
+def test_same_seed_same_proposals(tmp_path):
+    first = _run(tmp_path / "a", seed=7)
+    assert first == _run(tmp_path / "b", seed=7)
+    assert first != _run(tmp_path / "c", seed=8)
+    assert len(set(first)) == len(first)  # no design point proposed twice
+
+
+def test_phases_islands_and_best_written(tmp_path):
+    _run(tmp_path, seed=3, generations=20)
+    con = sqlite3.connect(tmp_path / "cuco.db")
+    phases = [r[0] for r in con.execute("SELECT phase FROM candidates ORDER BY proposal_index")]
+    assert phases[0] == "seed" and "explore" in phases and "exploit" in phases
+    assert phases.index("exploit") > phases.index("explore")
+    assert {r[0] for r in con.execute("SELECT island FROM candidates")} == {0, 1}
+    assert con.execute("SELECT COUNT(*) FROM island_members").fetchone()[0] > 0  # migrations happened
+    best_id = con.execute("SELECT id FROM candidates WHERE ok = 1 ORDER BY score DESC LIMIT 1").fetchone()[0]
+    assert (tmp_path / "best" / "candidate.cu").read_text() == con.execute(
+        "SELECT code FROM candidates WHERE id = ?", (best_id,)).fetchone()[0]
+
+
+def _cuco(args, home, **kw):
+    env = {**os.environ, "CUCO_HOME": str(home), "COLUMNS": "200"}
+    return subprocess.Popen([sys.executable, "-m", "cuco", *args], cwd=ROOT, env=env, stdout=subprocess.PIPE,
+                            stderr=subprocess.STDOUT, text=True, **kw)
+
+
+def _done_rows(db):
+    con = sqlite3.connect(db)
+    rows = con.execute("SELECT id, code_hash, finished_at FROM candidates WHERE status = 'done' ORDER BY id").fetchall()
+    con.close()
+    return rows
+
+
+def test_resume_after_sigkill_keeps_finished_and_reaches_the_total(tmp_path):
+    run_dir, home = tmp_path / "run", tmp_path / "home"
+    args = ["evolve", str(CPU_WL), "--generations", "4", "--run-dir", str(run_dir), "--seed", "1",
+            "--set", "eval.iters=5", "--set", "eval.warmup=1"]
+    proc = _cuco(args, home, start_new_session=True)
+    for line in proc.stdout:  # blocks on the real output; no sleeping
+        if line.startswith("start #3"):
+            os.killpg(proc.pid, signal.SIGKILL)  # mid-evaluation of the third candidate
+            break
+    proc.wait()
+    assert proc.returncode == -signal.SIGKILL
+    before = _done_rows(run_dir / "cuco.db")
+    assert len(before) == 2
+    con = sqlite3.connect(run_dir / "cuco.db")
+    assert con.execute("SELECT status FROM candidates WHERE id = 3").fetchone()[0] == "running"
+    con.close()
+
+    proc = _cuco(args, home)
+    out, _ = proc.communicate(timeout=600)
+    assert proc.returncode == 0, out
+    after = _done_rows(run_dir / "cuco.db")
+    assert len(after) == 4  # the requested total, counting finished evaluations
+    assert after[:2] == before  # finished ones kept untouched, never evaluated again
+    assert len({h for _, h, _ in after}) == 4
+    assert "start #1" not in out and "start #2" not in out and "start #3" in out
+    assert (run_dir / "best" / "candidate.py").is_file() and (run_dir / "best" / "record.json").is_file()
+    assert (run_dir / "config.json").is_file()
+
+
+@pytest.mark.parametrize("args,words", [
+    (["evolve", "no_such_workload"], ["no_such_workload"]),
+    (["evolve", str(CPU_WL), "--bogus"], ["--bogus"]),
+    (["evolve", str(CPU_WL), "--config", "CFG_BROKEN"], ["not valid TOML"]),
+    (["evolve", str(CPU_WL), "--config", "CFG_UNKNOWN"], ["search.bogus", "unknown key"]),
+    (["evolve", str(CPU_WL), "--config", "CFG_TYPE"], ["search.islands", "expected int"]),
+    (["evolve", str(CPU_WL), "--config", "missing.toml"], ["missing.toml", "does not exist"]),
+    (["evolve", str(CPU_WL), "--set", "search.nope=1"], ["unknown key"]),
+    (["evolve", str(CPU_WL), "--set", "search.islands=abc"], ["search.islands", "expected int"]),
+    (["evolve", str(CPU_WL), "--set", "search.selection=best"], ["search.selection"]),
+    (["evolve", str(CPU_WL), "--shape", "huge"], ["huge"]),
+    (["evolve", str(GEMM_AG), "--device", "cpu", "--set", "search.proposer=llm"], ["unknown proposer"]),
+])
+def test_evolve_bad_input_is_one_line(tmp_path, args, words):
+    cfgs = {"CFG_BROKEN": "[search\n", "CFG_UNKNOWN": "[search]\nbogus = 1\n", "CFG_TYPE": "[search]\nislands = \"two\"\n"}
+    real = []
+    for a in args:
+        if a in cfgs:
+            (tmp_path / f"{a}.toml").write_text(cfgs[a])
+            a = str(tmp_path / f"{a}.toml")
+        real.append(a)
+    real += ["--run-dir", str(tmp_path / "run")] if "--run-dir" not in real and real[1] != "no_such_workload" else []
+    proc = subprocess.run([sys.executable, "-m", "cuco", *real], cwd=ROOT, capture_output=True, text=True,
+                          env={**os.environ, "CUCO_HOME": str(tmp_path / "home")})
+    assert proc.returncode == 2, proc.stdout + proc.stderr
+    lines = proc.stderr.strip().splitlines()
+    assert len(lines) == 1 and lines[0].startswith("error:"), proc.stderr
+    assert "Traceback" not in proc.stdout + proc.stderr
+    for w in words:
+        assert w in lines[0], lines[0]
+
+
+def test_run_dir_of_another_workload_is_refused(tmp_path):
+    cfg = RunConfig()
+    cfg.search.generations, cfg.search.shape = 1, "8k"
+    evo = Evolution(load_workload(GEMM_AG), cfg, tmp_path, [Slot(0, ())], fake_evaluator, "cuda")
+    asyncio.run(evo.run())
+    evo.db.close()
+    proc = subprocess.run([sys.executable, "-m", "cuco", "evolve", str(CPU_WL), "--run-dir", str(tmp_path)], cwd=ROOT,
+                          capture_output=True, text=True, env={**os.environ, "CUCO_HOME": str(tmp_path / "h")})
+    assert proc.returncode == 2 and "belongs to another run" in proc.stderr, proc.stderr

@@ -1,0 +1,123 @@
+"""The candidate store, selection, the design space and the directive proposer (no evaluation needed)."""
+
+from __future__ import annotations
+
+import json
+import random
+import sqlite3
+
+import pytest
+
+from conftest import GEMM_AG, ROOT
+from cuco.designspace import DesignPoint, Directive, violations
+from cuco.evolve.database import MIGRATIONS, Database
+from cuco.evolve.novelty import code_hash
+from cuco.evolve.proposers import ProposalContext
+from cuco.evolve.proposers.directive import DirectiveProposer
+from cuco.evolve.selection import hill_climbing, power_law, weighted
+from cuco.evolve.strategy import accepted_points, materialize
+from cuco.workload import load_workload
+
+CPU_WL = ROOT / "workloads" / "cpu_allgather_matmul"
+
+
+def _add(db, code, label=None, island=0, parent=None):
+    return db.add(code=code, code_hash=code_hash(code, "cuda"), language="cuda", parent_id=parent, island=island,
+                  generation=0, proposer="test", phase="explore", directive=None, label=label)
+
+
+def test_migrations_from_empty_and_idempotent(tmp_path):
+    db = Database(tmp_path / "c.db")
+    names = [r[0] for r in db.conn.execute("SELECT name FROM migrations")]
+    assert names == [m[0] for m in MIGRATIONS]
+    assert db.conn.execute("PRAGMA journal_mode").fetchone()[0] == "wal"
+    db.close()
+    again = Database(tmp_path / "c.db")
+    assert again.migrate() == []
+
+
+def test_lifecycle_requeue_best_archive(tmp_path):
+    db = Database(tmp_path / "c.db")
+    a, b, c = _add(db, "a", "p1"), _add(db, "b", "p1", island=1), _add(db, "c", "p2")
+    db.start(a)
+    db.start(b)
+    db.finish(a, {"ok": True, "level_reached": "L4"}, 0.5, 1.0, 0.5, 1.0)
+    assert db.requeue_unfinished() == 1  # b was cut off
+    assert [x.id for x in db.pending()] == [b, c]
+    db.finish(b, {"ok": True}, 0.8, 0.6, 0.5, 1.0)
+    db.finish(c, {"ok": False, "failed_level": "L2", "error": "x"}, None, None, None, 1.0)
+    assert db.best().id == b and db.best(0).id == a
+    assert [x.id for x in db.archive()] == [b]  # best per design point: p1 -> b; p2 failed
+    assert db.failures_by_level() == {"L2": 1}
+    db.migrate_into(b, 0)
+    assert db.best(0).id == b
+    assert json.loads(db.get(c).record)["error"] == "x"
+    with pytest.raises(sqlite3.IntegrityError):
+        _add(db, "a")  # the same code twice is refused by the store itself
+
+
+def test_selection_policies():
+    ranked = ["best", "second", "third", "fourth"]
+    rng = random.Random(1)
+    picks = [power_law(ranked, rng, 2.0) for _ in range(2000)]
+    assert picks.count("best") > picks.count("second") > picks.count("fourth")
+    assert hill_climbing(ranked, rng) == "best"
+    picks = [weighted(ranked, rng, [1.0, 0.9, 0.1, 0.0], 0.1) for _ in range(2000)]
+    assert picks.count("best") > picks.count("second") > picks.count("third")
+
+
+def test_design_point_validation_and_json():
+    p = DesignPoint("lsa", "stream_overlap", "chunk", "warp", 4)
+    d = Directive(p, "try chunks", "ag_gemm")
+    assert Directive.from_json(d.to_json()) == d
+    with pytest.raises(ValueError, match="chunks"):
+        DesignPoint("lsa", "deferred", "global", "cta", 3)
+    assert violations(DesignPoint("gin", "deferred", "global", "cta", 1))
+    assert not violations(DesignPoint("gin", "deferred", "global", "cta", 1), {"rdma_nic": True})
+    assert violations(DesignPoint("lsa", "stream_overlap", "tile", "cta", 1))
+    assert violations(DesignPoint("ce", "stream_overlap", "chunk", "warp", 1))
+
+
+def test_strategy_points_and_materialize():
+    spec = load_workload(GEMM_AG)
+    st = spec.strategies["ag_gemm"]
+    points = accepted_points(st)
+    assert len(points) == 75 and all(not violations(p) for p in points)
+    src = materialize(st, DesignPoint("ce", "stream_overlap", "chunk", "cta", 8))
+    assert "#define CUCO_BACKEND_CE 1" in src and "#define CUCO_CHUNKS 8" in src
+    cpu = load_workload(CPU_WL)
+    py = materialize(cpu.strategies["overlap"], DesignPoint("nccl_host", "split_put_wait", "chunk", "cta", 2))
+    assert py.splitlines()[1].startswith("DESIGN = ") and compile(py, "x.py", "exec")
+
+
+def test_novelty_ignores_comments_and_layout():
+    assert code_hash("int x; // a\n", "cuda") == code_hash("int  x;   /* b */\n", "cuda")
+    assert code_hash("x = a // b\n", "python") != code_hash("x = a\n", "python")
+    assert code_hash("# note\nx = 1\n", "python") == code_hash("x = 1\n", "python")
+
+
+@pytest.mark.parametrize("phase", ["explore", "exploit"])
+def test_directive_proposer_stays_in_the_accepted_space(tmp_path, phase):
+    spec = load_workload(GEMM_AG)
+    allowed = {p.label() for p in accepted_points(spec.strategies["ag_gemm"])}
+    proposer = DirectiveProposer(spec)
+    db = Database(tmp_path / "c.db")
+    seed = db.get(_add(db, "seed", "nccl_host/deferred/global/cta/1"))
+    parent = seed
+    tried: set[str] = set()
+    for k in range(30):
+        prop = proposer.propose(ProposalContext(parent, [], phase, random.Random(k), tried))
+        label = prop.directive.point.label()
+        assert label in allowed and label not in tried
+        tried.add(label)
+        cid = db.add(code=prop.code, code_hash=code_hash(prop.code, "cuda"), language="cuda", parent_id=parent.id,
+                     island=0, generation=1, proposer="directive", phase=phase, directive=prop.directive.to_json(),
+                     label=label)
+        parent = db.get(cid)
+
+
+def test_directive_proposer_needs_strategies(tmp_path):
+    spec = load_workload(GEMM_AG)
+    spec.strategies = {}
+    with pytest.raises(ValueError, match="no strategy kernels"):
+        DirectiveProposer(spec)
