@@ -20,7 +20,7 @@ from cuco.machine import fingerprint, load_machine
 from cuco.runner.bounds import compute_bound
 from cuco.runner.build import build, build_harness
 from cuco.runner.job import Job, Stage
-from cuco.runner.launch import _describe, free_port, launch, make_gate_file
+from cuco.runner.launch import describe_exit, free_port, launch, make_gate_file
 from cuco.runner.static_checks import check_source
 from cuco.runner.stats import summarize
 from cuco.workload.spec import WorkloadSpec
@@ -68,17 +68,13 @@ def evaluate(spec: WorkloadSpec, candidate: Path, opts: EvalOptions, baselines: 
     # L1
     library = harness = None
     if kind == "cuda":
-        if opts.device != "cuda":
-            built = build(candidate)
-            record["build"] = {"cached": built.cached, "seconds": built.seconds}
-            if not built.ok:
-                return _fail(record, "L1", "nvcc build failed: " + _first_error(built.log), built.log)
-            record["level_reached"] = "L1"
-            return _done(record, note="CUDA candidate: built; L2-L4 need a GPU")
         built = build(candidate)
         record["build"] = {"cached": built.cached, "seconds": built.seconds}
         if not built.ok:
             return _fail(record, "L1", "nvcc build failed: " + _first_error(built.log), built.log)
+        if opts.device != "cuda":
+            record["level_reached"] = "L1"
+            return _done(record, note="CUDA candidate: built; L2-L4 need a GPU")
         library = str(built.library)
     else:
         try:
@@ -146,7 +142,7 @@ def _interpret(spec, record, res, stages, opts, baselines) -> dict[str, Any]:
         for r in res.crashed:
             o = res.ranks[r]
             err = (o.result or {}).get("error")
-            parts.append(f"rank {r} {_describe(o.returncode)} at '{o.last_step}'" + (f": {err}" if err else ""))
+            parts.append(f"rank {r} {describe_exit(o.returncode)} at '{o.last_step}'" + (f": {err}" if err else ""))
         others = [o.rank for o in res.ranks if o.returncode is None]
         if others:
             parts.append(f"ranks {others} killed by the watchdog")
@@ -205,7 +201,7 @@ def _collect(spec, record, stages: list[dict[str, Any]], opts, baselines) -> Non
 
 
 def _logs(res) -> str:
-    return "\n".join(f"--- rank {o.rank} ({'killed' if o.returncode is None else _describe(o.returncode)}; "
+    return "\n".join(f"--- rank {o.rank} ({'killed' if o.returncode is None else describe_exit(o.returncode)}; "
                      f"last step: {o.last_step}) ---\n{o.log_tail}" for o in res.ranks)
 
 

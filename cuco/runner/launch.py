@@ -72,7 +72,7 @@ def _last_line(path: Path) -> str:
     return lines[-1] if lines else "not started"
 
 
-def _describe(code: int) -> str:
+def describe_exit(code: int) -> str:
     if code < 0:
         try:
             return f"killed by {signal.Signals(-code).name}"
@@ -138,5 +138,3 @@ def launch(job: Job, timeout_s: float, job_path: Path) -> LaunchResult:
                                     _tail(out / f"rank{r}.log")))
     return LaunchResult(outcomes, timed_out, crashed, time.monotonic() - t0)
 
-
-__all__ = ["LaunchResult", "RankOutcome", "SAFE_ENV", "free_port", "launch", "make_gate_file", "_describe"]

@@ -11,3 +11,14 @@ FAULTS = {
     "nan_output": ("L2", ["NaN/Inf"], []),
     "skips_work": ("L4", ["impossible", "below the physical bound"], []),
 }
+
+
+def assert_caught(name: str, record: dict) -> None:
+    """The record shows the planted fault caught at its level, with the right words."""
+    level, must, must_not = FAULTS[name]
+    assert not record["ok"], record
+    assert record["failed_level"] == level, record["error"]
+    for word in must:
+        assert word in record["error"], record["error"]
+    for word in must_not:
+        assert word not in record["error"], record["error"]
