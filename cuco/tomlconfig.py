@@ -43,8 +43,10 @@ class Section:
 
 def load_dataclass(cls: type, sec: Section) -> Any:
     kwargs = {}
+    from dataclasses import MISSING
+
     for name, f in cls.__dataclass_fields__.items():
-        default = f.default
+        default = f.default_factory() if f.default is MISSING and f.default_factory is not MISSING else f.default
         typ: type | tuple[type, ...] = (int, float) if isinstance(default, float) else type(default)
         value = sec.get(name, typ, default)
         kwargs[name] = float(value) if isinstance(default, float) else value

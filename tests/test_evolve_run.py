@@ -116,7 +116,10 @@ def test_resume_after_sigkill_keeps_finished_and_reaches_the_total(tmp_path):
     (["evolve", str(CPU_WL), "--set", "search.islands=abc"], ["search.islands", "expected int"]),
     (["evolve", str(CPU_WL), "--set", "search.selection=best"], ["search.selection"]),
     (["evolve", str(CPU_WL), "--shape", "huge"], ["huge"]),
-    (["evolve", str(GEMM_AG), "--device", "cpu", "--set", "search.proposer=llm"], ["unknown proposer"]),
+    (["evolve", str(GEMM_AG), "--device", "cpu", "--set", "search.proposer=magic"], ["unknown proposer"]),
+    (["evolve", str(CPU_WL), "--set", "search.proposer=llm"], ["no API key", "ANTHROPIC_API_KEY"]),
+    (["evolve", str(CPU_WL), "--set", "search.proposer=llm", "--set", "llm.provider=openai_compatible"],
+     ["base_url"]),
 ])
 def test_evolve_bad_input_is_one_line(tmp_path, args, words):
     cfgs = {"CFG_BROKEN": "[search\n", "CFG_UNKNOWN": "[search]\nbogus = 1\n", "CFG_TYPE": "[search]\nislands = \"two\"\n"}
@@ -127,8 +130,9 @@ def test_evolve_bad_input_is_one_line(tmp_path, args, words):
             a = str(tmp_path / f"{a}.toml")
         real.append(a)
     real += ["--run-dir", str(tmp_path / "run")] if "--run-dir" not in real and real[1] != "no_such_workload" else []
+    env = {k: v for k, v in os.environ.items() if k not in ("ANTHROPIC_API_KEY", "OPENAI_API_KEY")}
     proc = subprocess.run([sys.executable, "-m", "cuco", *real], cwd=ROOT, capture_output=True, text=True,
-                          env={**os.environ, "CUCO_HOME": str(tmp_path / "home")})
+                          env={**env, "CUCO_HOME": str(tmp_path / "home")})
     assert proc.returncode == 2, proc.stdout + proc.stderr
     lines = proc.stderr.strip().splitlines()
     assert len(lines) == 1 and lines[0].startswith("error:"), proc.stderr

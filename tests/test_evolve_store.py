@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import asyncio
 import json
 import random
 import sqlite3
@@ -106,7 +107,7 @@ def test_directive_proposer_stays_in_the_accepted_space(tmp_path, phase):
     parent = seed
     tried: set[str] = set()
     for k in range(30):
-        prop = proposer.propose(ProposalContext(parent, [], phase, random.Random(k), tried))
+        prop = asyncio.run(proposer.propose(ProposalContext(parent, [], phase, random.Random(k), tried)))
         label = prop.directive.point.label()
         assert label in allowed and label not in tried
         tried.add(label)

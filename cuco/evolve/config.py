@@ -9,6 +9,7 @@ from pathlib import Path
 from typing import Any
 
 from cuco.errors import CucoError
+from cuco.llm.config import LLMConfig
 from cuco.tomlconfig import Section, load_dataclass
 
 if sys.version_info >= (3, 11):
@@ -26,7 +27,7 @@ class SearchConfig:
     shape: str = ""
     """The shape the search optimises (default: the workload's first)."""
     proposer: str = "directive"
-    """Where proposals come from: directive (no LLM)."""
+    """Where proposals come from: directive (no LLM) or llm (configured in [llm])."""
     islands: int = 2
     """Independent sub-populations; parents are chosen within an island."""
     migration_interval: int = 10
@@ -61,6 +62,7 @@ class EvalConfig:
 class RunConfig:
     search: SearchConfig = field(default_factory=SearchConfig)
     eval: EvalConfig = field(default_factory=EvalConfig)
+    llm: LLMConfig = field(default_factory=LLMConfig)
 
     def to_json(self) -> str:
         return json.dumps(asdict(self), indent=1, sort_keys=True)
@@ -77,6 +79,8 @@ class RunConfig:
             raise CucoError(where, f"search.explore_fraction: must be within [0, 1], got {s.explore_fraction}")
         if self.eval.device not in ("auto", "cuda", "cpu"):
             raise CucoError(where, f"eval.device: expected auto, cuda or cpu, got {self.eval.device!r}")
+        if self.llm.budget_usd < 0 or self.llm.patch_retries < 0 or self.llm.max_tokens < 1:
+            raise CucoError(where, "llm.budget_usd and llm.patch_retries must be >= 0, llm.max_tokens >= 1")
         if self.eval.iters < 1 or self.eval.warmup < 0:
             raise CucoError(where, "eval.iters must be >= 1 and eval.warmup >= 0")
 
@@ -93,7 +97,11 @@ def load_config(path: Path | None) -> RunConfig:
         raise CucoError(str(path), f"not valid TOML: {exc}") from None
     top = Section(data, path, "")
     cfg = RunConfig(search=load_dataclass(SearchConfig, top.table("search")),
-                    eval=load_dataclass(EvalConfig, top.table("eval")))
+                    eval=load_dataclass(EvalConfig, top.table("eval")),
+                    llm=load_dataclass(LLMConfig, top.table("llm")))
+    for model, price in cfg.llm.pricing.items():
+        if not (isinstance(price, list) and len(price) == 2 and all(isinstance(x, (int, float)) for x in price)):
+            raise CucoError(str(path), f"llm.pricing.{model}: expected [input, output] dollars per million tokens")
     top.done()
     cfg.check(str(path))
     return cfg

@@ -53,6 +53,24 @@ MIGRATIONS: list[tuple[str, str]] = [
             PRIMARY KEY (candidate_id, island)
         );
     """),
+    ("002_llm_calls", """
+        CREATE TABLE llm_calls (
+            id INTEGER PRIMARY KEY,
+            candidate_id INTEGER REFERENCES candidates(id),  -- the candidate the call produced, if any
+            kind TEXT NOT NULL,                               -- diff | rewrite | crossover
+            provider TEXT NOT NULL,
+            model TEXT NOT NULL,
+            status TEXT NOT NULL CHECK (status IN ('ok', 'rejected', 'error')),
+            error TEXT,                                       -- why the reply was rejected or the call failed
+            input_tokens INTEGER NOT NULL DEFAULT 0,
+            output_tokens INTEGER NOT NULL DEFAULT 0,
+            cost_usd REAL NOT NULL DEFAULT 0,
+            seconds REAL,
+            prompt TEXT,
+            reply TEXT,
+            created_at TEXT NOT NULL
+        );
+    """),
 ]
 
 
@@ -219,6 +237,30 @@ class Database:
     def migrate_into(self, cid: int, island: int) -> None:
         with self.transaction():
             self.conn.execute("INSERT OR IGNORE INTO island_members VALUES (?, ?)", (cid, island))
+
+    def log_call(self, *, kind: str, provider: str, model: str, status: str, error: str | None = None,
+                 input_tokens: int = 0, output_tokens: int = 0, cost_usd: float = 0.0, seconds: float | None = None,
+                 prompt: str | None = None, reply: str | None = None) -> int:
+        with self.transaction():
+            cur = self.conn.execute(
+                "INSERT INTO llm_calls (kind, provider, model, status, error, input_tokens, output_tokens, cost_usd, "
+                "seconds, prompt, reply, created_at) VALUES (?,?,?,?,?,?,?,?,?,?,?,?)",
+                (kind, provider, model, status, error, input_tokens, output_tokens, cost_usd, seconds, prompt, reply,
+                 _now()))
+            return int(cur.lastrowid)
+
+    def link_calls(self, cid: int, call_ids: list[int]) -> None:
+        with self.transaction():
+            self.conn.executemany("UPDATE llm_calls SET candidate_id = ? WHERE id = ?", [(cid, c) for c in call_ids])
+
+    def llm_totals(self) -> dict[str, Any]:
+        row = self.conn.execute("SELECT COUNT(*), COALESCE(SUM(input_tokens), 0), COALESCE(SUM(output_tokens), 0), "
+                                "COALESCE(SUM(cost_usd), 0) FROM llm_calls").fetchone()
+        by_status = {r[0]: r[1] for r in self.conn.execute("SELECT status, COUNT(*) FROM llm_calls GROUP BY status")}
+        return {"calls": row[0], "input_tokens": row[1], "output_tokens": row[2], "cost_usd": row[3], **by_status}
+
+    def llm_calls(self) -> list[dict[str, Any]]:
+        return [dict(r) for r in self.conn.execute("SELECT * FROM llm_calls ORDER BY id")]
 
     def failures_by_level(self) -> dict[str, int]:
         return {r[0]: r[1] for r in self.conn.execute(

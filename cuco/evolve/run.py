@@ -18,8 +18,9 @@ from cuco.errors import CucoError
 from cuco.evolve.config import RunConfig
 from cuco.evolve.database import Candidate, Database
 from cuco.evolve.novelty import code_hash
-from cuco.evolve.proposers import PROPOSERS, Proposal, ProposalContext
+from cuco.evolve.proposers import PROPOSERS, Proposal, ProposalContext, ProposalFailed, SearchStopped
 from cuco.evolve.proposers import directive as _directive  # noqa: F401  (registers the proposer)
+from cuco.evolve.proposers import llm as _llm  # noqa: F401  (registers the proposer)
 from cuco.evolve.selection import hill_climbing, power_law, weighted
 from cuco.evolve.slots import Slot
 from cuco.workload.spec import WorkloadSpec
@@ -43,7 +44,7 @@ def score_of(record: dict[str, Any], shape: str) -> tuple[float | None, float | 
 
 @dataclass
 class Event:
-    kind: str  # "start" | "done" | "reject" | "exhausted"
+    kind: str  # "start" | "done" | "reject" | "stopped"
     candidate: Candidate | None = None
     text: str = ""
 
@@ -65,13 +66,16 @@ class Evolution:
         self.shape = self.cfg.search.shape or self.spec.shapes[0].name
         self.spec.shape(self.shape)
         try:
-            self.proposer = PROPOSERS[self.cfg.search.proposer](self.spec, self.machine)
+            factory = PROPOSERS[self.cfg.search.proposer]
         except KeyError:
             raise CucoError("search.proposer", f"unknown proposer {self.cfg.search.proposer!r} "
                                                f"(known: {', '.join(PROPOSERS)})") from None
+        try:
+            self.proposer = factory(self.spec, self.machine, cfg=self.cfg, db=self.db, shape=self.shape)
         except ValueError as exc:
-            raise CucoError(self.spec.name, str(exc)) from None
+            raise CucoError(f"search.proposer {self.cfg.search.proposer}", str(exc)) from None
         self.exhausted = False
+        self.stop_reason = ""
         self.started_at = time.monotonic()
 
     # ---- steps ----------------------------------------------------------------------------------
@@ -112,8 +116,8 @@ class Evolution:
             return weighted(ranked, rng, [c.score for c in ranked], s.weighted_temperature)
         return hill_climbing(ranked, rng)
 
-    def propose(self) -> Candidate | None:
-        """The next proposal, stored as pending (novel code only), or None when nothing new is left."""
+    async def propose(self) -> Candidate | None:
+        """The next proposal, stored as pending (novel code only), or None when the search must stop."""
         k = self.db.count()
         rng = random.Random(f"{self.cfg.search.seed}:{k}")
         island = k % self.cfg.search.islands
@@ -121,10 +125,14 @@ class Evolution:
         inspirations = [c for c in self.db.archive() if c.id != parent.id][: self.cfg.search.inspirations]
         tried = {c.label for c in self.db.all() if c.label}
         for _ in range(NOVELTY_RETRIES):
-            ctx = ProposalContext(parent, inspirations, self.phase(k), rng, tried)
-            prop: Proposal | None = self.proposer.propose(ctx)
-            if prop is None:
-                self.exhausted = True
+            ctx = ProposalContext(parent, inspirations, self.phase(k), rng, tried, self.db.best())
+            try:
+                prop: Proposal = await self.proposer.propose(ctx)
+            except ProposalFailed as exc:
+                self.on_event(Event("reject", None, str(exc)), self)
+                continue
+            except SearchStopped as exc:
+                self.exhausted, self.stop_reason = True, str(exc)
                 return None
             h = code_hash(prop.code, prop.language)
             if self.db.has_code(h):
@@ -135,17 +143,19 @@ class Evolution:
             cid = self.db.add(code=prop.code, code_hash=h, language=prop.language, parent_id=parent.id,
                               island=island, generation=parent.generation + 1, proposer=self.proposer.name,
                               phase=self.phase(k), directive=prop.directive.to_json(), label=label)
+            if prop.call_ids:
+                self.db.link_calls(cid, list(prop.call_ids))
             return self.db.get(cid)
-        self.exhausted = True
+        self.exhausted, self.stop_reason = True, f"{NOVELTY_RETRIES} proposals in a row were rejected"
         return None
 
-    def next_candidate(self) -> Candidate | None:
+    async def next_candidate(self) -> Candidate | None:
         pending = self.db.pending()
         if pending:
             return pending[0]
         if self.db.count() >= self.cfg.search.generations or self.exhausted:
             return None
-        return self.propose()
+        return await self.propose()
 
     def evaluate(self, cand: Candidate, slot: Slot) -> dict[str, Any]:
         work = self.run_dir / "evals" / f"{cand.id:05d}"
@@ -191,7 +201,7 @@ class Evolution:
         async def slot_worker(slot: Slot) -> None:
             while True:
                 async with lock:
-                    cand = self.next_candidate()
+                    cand = await self.next_candidate()
                     if cand is None:
                         return
                     self.db.start(cand.id)
@@ -204,4 +214,4 @@ class Evolution:
 
         await asyncio.gather(*(slot_worker(s) for s in self.slots))
         if self.exhausted:
-            self.on_event(Event("exhausted", None, "no untried design point is left"), self)
+            self.on_event(Event("stopped", None, self.stop_reason), self)

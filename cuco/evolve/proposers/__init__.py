@@ -16,6 +16,15 @@ class Proposal:
     directive: Directive
     parent: Candidate | None
     note: str  # what the proposer did, for the live table
+    call_ids: tuple[int, ...] = ()  # the LLM calls that produced it
+
+
+class ProposalFailed(Exception):
+    """This attempt produced nothing usable (the reason is stored); the search may ask again."""
+
+
+class SearchStopped(Exception):
+    """No more proposals: the design space is exhausted, the budget is spent, or the LLM keeps failing."""
 
 
 @dataclass(frozen=True)
@@ -27,12 +36,14 @@ class ProposalContext:
     phase: str  # "explore" | "exploit"
     rng: object  # random.Random, seeded per proposal index
     tried: set[str]  # design-point labels already in the database
+    best: Candidate | None = None  # the run's best so far
 
 
 class Proposer(Protocol):
     name: str
 
-    def propose(self, ctx: ProposalContext) -> Proposal | None: ...
+    async def propose(self, ctx: ProposalContext) -> Proposal:
+        """A new proposal; raises ProposalFailed (try again) or SearchStopped (stop asking)."""
 
 
 PROPOSERS: dict[str, type] = {}

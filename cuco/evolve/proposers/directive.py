@@ -12,7 +12,7 @@ from typing import Any
 
 from cuco.designspace import DesignPoint, Directive
 from cuco.designspace.dimensions import DIMENSIONS
-from cuco.evolve.proposers import Proposal, ProposalContext, register
+from cuco.evolve.proposers import Proposal, ProposalContext, SearchStopped, register
 from cuco.evolve.strategy import accepted_points, directive_for, materialize
 from cuco.workload.spec import StrategySpec, WorkloadSpec
 
@@ -23,7 +23,7 @@ TRIES = 64
 class DirectiveProposer:
     name = "directive"
 
-    def __init__(self, spec: WorkloadSpec, machine: dict[str, Any] | None = None) -> None:
+    def __init__(self, spec: WorkloadSpec, machine: dict[str, Any] | None = None, **_: Any) -> None:
         if not spec.strategies:
             raise ValueError(f"workload {spec.name} ships no strategy kernels ([strategies] in workload.toml): "
                              "the directive proposer has nothing to search")
@@ -51,12 +51,12 @@ class DirectiveProposer:
         want = (2, 3) if wide else (1,)
         return [q for q in allowed if dist(q) in want]
 
-    def propose(self, ctx: ProposalContext) -> Proposal | None:
+    async def propose(self, ctx: ProposalContext) -> Proposal:
         strategy = self._strategy_of(ctx)
         allowed = self.points[strategy.name]
         fresh = [p for p in allowed if p.label() not in ctx.tried]
         if not fresh:
-            return None
+            raise SearchStopped(f"every design point of strategy {strategy.name} has been tried")
         rng = ctx.rng
         parent_point = None
         if ctx.parent.directive:

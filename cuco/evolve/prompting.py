@@ -1,0 +1,87 @@
+"""Prompts are data: templates under evolve/prompts/ and notes under designspace/notes/, filled here.
+
+A template placeholder with no value is an error, never an empty hole in a prompt sent to a model.
+"""
+
+from __future__ import annotations
+
+from importlib import resources
+from string import Template
+from typing import Any
+
+from cuco.designspace.dimensions import DIMENSIONS
+from cuco.evolve.database import Candidate
+from cuco.workload.spec import WorkloadSpec
+
+KINDS = ("diff", "rewrite", "crossover")
+TEMPLATES = ("system", "diff", "rewrite", "crossover", "retry", "inspiration")
+
+
+def render(name: str, **values: Any) -> str:
+    text = resources.files("cuco.evolve").joinpath("prompts", f"{name}.txt").read_text()
+    try:
+        return Template(text).substitute(values)
+    except KeyError as exc:
+        raise ValueError(f"prompt template {name}.txt: no value for placeholder ${exc.args[0]}") from None
+
+
+def notes(backends: list[str]) -> str:
+    root = resources.files("cuco.designspace").joinpath("notes")
+    parts = [root.joinpath(f"{b}.md").read_text().strip() for b in backends + ["strategy"]
+             if root.joinpath(f"{b}.md").is_file()]
+    return "\n\n".join(parts)
+
+
+def machine_line(m: dict[str, Any]) -> str:
+    gpus = m.get("gpus") or []
+    bits = [f"{len(gpus)}x {gpus[0]['name']} ({gpus[0]['sm_count']} SMs)" if gpus else "no GPU (CPU ranks)"]
+    if m.get("links"):
+        bits.append(f"links {m['links']}")
+    if m.get("peer_bw_gbps"):
+        bits.append(f"peer link {m['peer_bw_gbps']:.0f} GB/s per direction (measured)")
+    if m.get("gemm_bf16_tflops"):
+        bits.append(f"bf16 GEMM {m['gemm_bf16_tflops']:.0f} TFLOP/s (measured)")
+    return "; ".join(bits)
+
+
+def _point(c: Candidate) -> str:
+    return c.label or "none stated"
+
+
+def result_text(c: Candidate) -> str:
+    if c.status != "done":
+        return "not evaluated yet"
+    if not c.ok:
+        diag = (c.diagnostics or "").strip()[-1500:]
+        return f"failed at {c.failed_level}: {c.error}" + (f"\nDiagnostics (tail):\n{diag}" if diag else "")
+    eff = f", {c.bound_ms / c.median_ms:.2f} of the bound" if c.bound_ms and c.median_ms else ""
+    return f"correct; {c.median_ms:.4f} ms (bound {c.bound_ms or 0:.4f} ms{eff})"
+
+
+def system_prompt(spec: WorkloadSpec, shape: str, bound: float | None, best: float | None, machine: dict[str, Any],
+                  recommendations: str, language: str) -> str:
+    params = spec.shape(shape).params
+    backends = sorted({v for s in spec.strategies.values() for v in s.accepts["backend"]}) or ["nccl_host"]
+    return render("system", workload=spec.name, description=spec.description, world=spec.world_size, shape=shape,
+                  shape_params=", ".join(f"{k}={v}" for k, v in params.items()),
+                  bound=f"{bound:.4f}" if bound else "unknown", best=f"{best:.4f}" if best else "unknown",
+                  stream_names="ctx->stream and ctx->sideStreams[0..nSideStreams)" if language == "cuda"
+                  else "ctx.stream and ctx.side_streams",
+                  dimensions="; ".join(f"{k}: {', '.join(map(str, v))}" for k, v in DIMENSIONS.items()),
+                  notes=notes(backends), machine=machine_line(machine),
+                  recommendations=recommendations or "none yet")
+
+
+def user_prompt(kind: str, parent: Candidate, inspirations: list[Candidate]) -> str:
+    if kind not in KINDS:
+        raise ValueError(f"unknown prompt kind {kind!r}")
+    lang = "cuda" if parent.language == "cuda" else "python"
+    ins = "\n".join(render("inspiration", id=c.id, point=_point(c), outcome=result_text(c), language=lang,
+                           code=c.code.rstrip()) for c in inspirations) or "none yet"
+    return render(kind, parent_id=parent.id, parent_point=_point(parent), language=lang,
+                  parent_code=parent.code.rstrip(), parent_result=result_text(parent), inspirations=ins)
+
+
+def retry_prompt(error: str) -> str:
+    return render("retry", error=error)
+

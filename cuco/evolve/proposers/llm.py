@@ -1,0 +1,121 @@
+"""LLM proposers: SEARCH/REPLACE diffs, full rewrites of the evolve blocks, and crossover of programs.
+
+Exploring mixes in more rewrites and crossovers at a higher temperature; exploiting asks mostly for
+small diffs at a lower one. Every call is stored with its prompt, reply, tokens and dollars; a reply that
+cannot be used (no directive, a SEARCH that does not match, an edit to frozen code) goes back to the
+model with the reason, up to llm.patch_retries times. The budget is checked before every call.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+from typing import Any
+
+from cuco.designspace import DesignPoint, Directive, violations
+from cuco.evolve.database import Database
+from cuco.evolve.patch import PatchError, apply_edits, apply_rewrite
+from cuco.evolve.prompting import retry_prompt, system_prompt, user_prompt
+from cuco.evolve.proposers import Proposal, ProposalContext, ProposalFailed, SearchStopped, register
+from cuco.llm import LLMError, make_client
+from cuco.llm.pricing import cost_usd, price_of
+from cuco.workload.spec import WorkloadSpec
+
+DIRECTIVE_RE = re.compile(r"<directive>(.*?)</directive>", re.S)
+# (diff, rewrite, crossover) weights per phase: wide moves while exploring, small ones while exploiting.
+MIX = {"explore": (0.3, 0.5, 0.2), "exploit": (0.8, 0.1, 0.1)}
+
+
+def parse_directive(reply: str) -> Directive:
+    m = DIRECTIVE_RE.search(reply)
+    if not m:
+        raise PatchError("the reply has no <directive>{...}</directive> JSON before the change")
+    try:
+        data = json.loads(m.group(1))
+    except json.JSONDecodeError as exc:
+        raise PatchError(f"the directive is not valid JSON: {exc.msg} at character {exc.pos}") from None
+    if not isinstance(data, dict):
+        raise PatchError("the directive must be a JSON object with keys point and text")
+    point = data.get("point")
+    if point is not None:
+        try:
+            point = DesignPoint(**point)
+        except (TypeError, ValueError) as exc:
+            raise PatchError(f"the directive's point is invalid: {exc}") from None
+        bad = violations(point)
+        if bad:
+            raise PatchError(f"the directive's point is impossible: {bad[0]}")
+    return Directive(point, str(data.get("text", "")))
+
+
+@register
+class LLMProposer:
+    name = "llm"
+
+    def __init__(self, spec: WorkloadSpec, machine: dict[str, Any] | None = None, *, cfg=None, db: Database,
+                 shape: str, **_: Any) -> None:
+        self.spec, self.machine, self.db, self.shape = spec, machine or {}, db, shape
+        self.cfg = cfg.llm
+        try:
+            self.client = make_client(self.cfg)
+        except LLMError as exc:
+            raise ValueError(str(exc)) from None
+        if self.cfg.budget_usd > 0 and price_of(self.client.model, self.cfg.pricing) is None:
+            raise ValueError(f"llm.budget_usd is set but model {self.client.model!r} has no price: add "
+                             f"[llm.pricing] \"{self.client.model}\" = [input, output] dollars per million tokens")
+        self.failures = 0
+
+    def _check_budget(self) -> None:
+        spent = self.db.llm_totals()["cost_usd"]
+        if self.cfg.budget_usd > 0 and spent >= self.cfg.budget_usd:
+            raise SearchStopped(f"LLM budget reached: ${spent:.4f} of ${self.cfg.budget_usd:.4f}")
+
+    def _fail(self, reason: str) -> ProposalFailed:
+        self.failures += 1
+        if self.failures >= self.cfg.max_consecutive_failures:
+            return SearchStopped(f"{self.failures} proposals in a row without a usable reply; last: {reason}")
+        return ProposalFailed(reason)
+
+    async def propose(self, ctx: ProposalContext) -> Proposal:
+        kind = ctx.rng.choices(("diff", "rewrite", "crossover"), weights=MIX[ctx.phase], k=1)[0]
+        if kind == "crossover" and not ctx.inspirations:
+            kind = "rewrite"
+        temperature = self.cfg.temperature_explore if ctx.phase == "explore" else self.cfg.temperature_exploit
+        best = ctx.best
+        system = system_prompt(self.spec, self.shape, best.bound_ms if best else None, best.median_ms if best else None,
+                               self.machine, "", ctx.parent.language)
+        user = user_prompt(kind, ctx.parent, ctx.inspirations[:3] if kind != "diff" else ctx.inspirations[:2])
+        calls: list[int] = []
+        error = None
+        for _ in range(1 + self.cfg.patch_retries):
+            self._check_budget()
+            prompt = user + (retry_prompt(error) if error else "")
+            try:
+                reply = await self.client.complete(system, prompt, temperature, self.cfg.max_tokens)
+            except LLMError as exc:
+                calls.append(self.db.log_call(kind=kind, provider=self.client.provider, model=self.client.model,
+                                              status="error", error=str(exc), prompt=prompt))
+                raise self._fail(str(exc)) from None
+            cost = cost_usd(reply.model, reply.input_tokens, reply.output_tokens, self.cfg.pricing)
+            try:
+                directive = parse_directive(reply.text)
+                if kind == "diff":
+                    code, _ = apply_edits(ctx.parent.code, reply.text)
+                else:
+                    code = apply_rewrite(ctx.parent.code, reply.text)
+                if code == ctx.parent.code:
+                    raise PatchError("the change leaves the program exactly as it was")
+            except PatchError as exc:
+                error = str(exc)
+                calls.append(self.db.log_call(kind=kind, provider=self.client.provider, model=reply.model,
+                                              status="rejected", error=error, input_tokens=reply.input_tokens,
+                                              output_tokens=reply.output_tokens, cost_usd=cost,
+                                              seconds=reply.seconds, prompt=prompt, reply=reply.text))
+                continue
+            calls.append(self.db.log_call(kind=kind, provider=self.client.provider, model=reply.model, status="ok",
+                                          input_tokens=reply.input_tokens, output_tokens=reply.output_tokens,
+                                          cost_usd=cost, seconds=reply.seconds, prompt=prompt, reply=reply.text))
+            self.failures = 0
+            return Proposal(code, ctx.parent.language, directive, ctx.parent, f"{kind} by {reply.model}",
+                            tuple(calls))
+        raise self._fail(f"no usable reply after {1 + self.cfg.patch_retries} tries: {error}")
