@@ -30,6 +30,10 @@ class LLMConfig:
     max_consecutive_failures: int = 5
     """Proposals in a row without a usable reply before the search stops asking."""
     temperature_explore: float = 1.0
+    """Sampling temperature while exploring."""
     temperature_exploit: float = 0.4
+    """Sampling temperature while exploiting."""
+    send_temperature: bool = True
+    """Send a temperature at all (some newer models reject sampling parameters: set false)."""
     pricing: dict = field(default_factory=dict)
     """Extra prices: model = [dollars per million input tokens, per million output tokens]."""

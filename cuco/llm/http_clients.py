@@ -43,16 +43,17 @@ class AnthropicClient:
     def __init__(self, cfg: LLMConfig) -> None:
         import anthropic
 
-        self.sdk, self.model = anthropic, cfg.model
+        self.sdk, self.model, self.send_temperature = anthropic, cfg.model, cfg.send_temperature
         self.client = anthropic.AsyncAnthropic(api_key=_key(cfg, "ANTHROPIC_API_KEY"), base_url=cfg.base_url or None,
                                                max_retries=cfg.max_retries, timeout=cfg.timeout_s)
 
     async def complete(self, system: str, user: str, temperature: float, max_tokens: int) -> LLMReply:
         t0 = time.monotonic()
         try:
+            # The SDK no longer names temperature; the Messages API still takes it in the body.
+            extra = {"temperature": temperature} if self.send_temperature else None
             msg = await self.client.messages.create(model=self.model, system=system, max_tokens=max_tokens,
-                                                    temperature=temperature,
-                                                    messages=[{"role": "user", "content": user}])
+                                                    messages=[{"role": "user", "content": user}], extra_body=extra)
         except self.sdk.APIError as exc:
             raise _error(self.sdk, exc, self.provider, self.model) from None
         text = "".join(getattr(b, "text", "") for b in msg.content)
@@ -70,7 +71,7 @@ class OpenAIClient:
 
         if compatible and not cfg.base_url:
             raise LLMError("config", "provider openai_compatible needs [llm] base_url (e.g. http://host:8000/v1)")
-        self.sdk, self.model = openai, cfg.model
+        self.sdk, self.model, self.send_temperature = openai, cfg.model, cfg.send_temperature
         self.provider = "openai_compatible" if compatible else "openai"
         self.client = openai.AsyncOpenAI(api_key=_key(cfg, "OPENAI_API_KEY", required=not compatible),
                                          base_url=cfg.base_url or None, max_retries=cfg.max_retries,
@@ -79,8 +80,9 @@ class OpenAIClient:
     async def complete(self, system: str, user: str, temperature: float, max_tokens: int) -> LLMReply:
         t0 = time.monotonic()
         try:
+            sampling = {"temperature": temperature} if self.send_temperature else {}
             resp = await self.client.chat.completions.create(
-                model=self.model, temperature=temperature, max_tokens=max_tokens,
+                model=self.model, max_tokens=max_tokens, **sampling,
                 messages=[{"role": "system", "content": system}, {"role": "user", "content": user}])
         except self.sdk.APIError as exc:
             raise _error(self.sdk, exc, self.provider, self.model) from None
