@@ -255,10 +255,22 @@ def evolve(workload: str = typer.Argument(..., help="Built-in workload name or a
         console.print(f"[yellow]interrupted:[/] finished evaluations are kept; the same command resumes ({rd})")
         raise typer.Exit(130) from None
     console.print(summary_table(evo))
+    if evo.stop_reason:
+        console.print(f"stopped early: {evo.stop_reason}", highlight=False, markup=False)
+    llm = evo.db.llm_totals()
+    if llm["calls"]:
+        console.print(f"LLM: {llm['calls']} calls (ok {llm.get('ok', 0)}, rejected {llm.get('rejected', 0)}, errors "
+                      f"{llm.get('error', 0)}), {llm['input_tokens']} input and {llm['output_tokens']} output tokens, "
+                      f"${llm['cost_usd']:.2f}", highlight=False, markup=False)
     best = evo.db.best()
     if best:
         console.print(f"best: #{best.id} {best.label}, {best.median_ms:.4f} ms, efficiency {best.score:.2f}; "
                       f"written to {rd / 'best'}", highlight=False)
+    (rd / "summary.json").write_text(json.dumps({
+        "evaluations": evo.db.count("done"), "failures_by_level": evo.db.failures_by_level(), "llm": llm,
+        "stop_reason": evo.stop_reason, "best": {"id": best.id, "label": best.label, "median_ms": best.median_ms,
+                                                 "bound_ms": best.bound_ms, "efficiency": best.score} if best else None,
+    }, indent=1))
     evo.db.close()
 
 

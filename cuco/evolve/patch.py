@@ -109,3 +109,10 @@ def apply_rewrite(code: str, reply: str) -> str:
                         "lines were added or removed")
             raise PatchError(f"the rewrite changes frozen code outside the evolve blocks (part {i + 1}): {diff}")
     return new
+
+
+def apply_change(code: str, reply: str) -> str:
+    """Whatever form the reply took: SEARCH/REPLACE edits if it has any, else a full program."""
+    if "<<<<<<< SEARCH" in reply:
+        return apply_edits(code, reply)[0]
+    return apply_rewrite(code, reply)

@@ -14,7 +14,7 @@ from typing import Any
 
 from cuco.designspace import DesignPoint, Directive, violations
 from cuco.evolve.database import Database
-from cuco.evolve.patch import PatchError, apply_edits, apply_rewrite
+from cuco.evolve.patch import PatchError, apply_change
 from cuco.evolve.prompting import retry_prompt, system_prompt, user_prompt
 from cuco.evolve.proposers import Proposal, ProposalContext, ProposalFailed, SearchStopped, register
 from cuco.llm import LLMError, make_client
@@ -99,10 +99,7 @@ class LLMProposer:
             cost = cost_usd(reply.model, reply.input_tokens, reply.output_tokens, self.cfg.pricing)
             try:
                 directive = parse_directive(reply.text)
-                if kind == "diff":
-                    code, _ = apply_edits(ctx.parent.code, reply.text)
-                else:
-                    code = apply_rewrite(ctx.parent.code, reply.text)
+                code = apply_change(ctx.parent.code, reply.text)
                 if code == ctx.parent.code:
                     raise PatchError("the change leaves the program exactly as it was")
             except PatchError as exc:

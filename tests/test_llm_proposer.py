@@ -1,0 +1,132 @@
+"""The LLM proposer inside a search, served by the fake provider: every scripted reply ends in the right state."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import os
+import sqlite3
+import subprocess
+import sys
+
+import pytest
+
+from conftest import ROOT
+from cuco.evolve.config import RunConfig
+from cuco.evolve.run import Evolution
+from cuco.evolve.slots import Slot
+from cuco.workload import load_workload
+from fake_llm import FakeLLM, Step
+from llm_replies import FROZEN_EDIT, GOOD_DIFF, MALFORMED_DIFF, NO_DIRECTIVE, REWRITE, WRONG_SEARCH
+
+CPU_WL = ROOT / "workloads" / "cpu_allgather_matmul"
+
+
+def fake_evaluator(spec, src, slot, work):
+    """Overlapped programs are faster: the search's bookkeeping is under test here, not the timing."""
+    ms = 2.0 if "async_op=True" in src.read_text() else 4.0
+    return {"ok": True, "level_reached": "L4", "shapes": {"cpu": {"timing": {"median_ms": ms},
+                                                                  "bound": {"bound_ms": 1.5}}}}
+
+
+def search(tmp_path, fake: FakeLLM, monkeypatch, generations=2, **llm):
+    monkeypatch.setenv("ANTHROPIC_API_KEY", "sk-test")
+    cfg = RunConfig()
+    cfg.search.generations, cfg.search.proposer, cfg.search.shape = generations, "llm", "cpu"
+    cfg.llm.base_url, cfg.llm.model, cfg.llm.max_retries, cfg.llm.timeout_s = fake.url, "fake-model", 0, 5
+    for k, v in llm.items():
+        setattr(cfg.llm, k, v)
+    events = []
+    evo = Evolution(load_workload(CPU_WL), cfg, tmp_path, [Slot(0, ())], fake_evaluator, "cpu",
+                    on_event=lambda e, _: events.append(e))
+    asyncio.run(evo.run())
+    return evo, events
+
+
+def test_good_diff_becomes_a_candidate_with_its_directive(tmp_path, monkeypatch):
+    with FakeLLM([Step(GOOD_DIFF)]) as fake:
+        evo, _ = search(tmp_path, fake, monkeypatch)
+    cands = evo.db.all()
+    assert [c.proposer for c in cands] == ["seed", "llm"]
+    new = cands[1]
+    assert new.label == "nccl_host/stream_overlap/chunk/cta/1" and "async_op=True" in new.code
+    assert json.loads(new.directive)["text"].startswith("start the all-gather")
+    assert new.score > cands[0].score  # better than the seed
+    calls = evo.db.llm_calls()
+    assert [(c["status"], c["candidate_id"]) for c in calls] == [("ok", new.id)]
+    assert "EVOLVE-BLOCK-START" in calls[0]["prompt"] and calls[0]["cost_usd"] == 0.0  # fake-model has no price
+
+
+@pytest.mark.parametrize("bad,reason", [
+    (MALFORMED_DIFF, "malformed"),
+    (FROZEN_EDIT, "outside the evolve blocks"),
+    (NO_DIRECTIVE, "no <directive>"),
+    (WRONG_SEARCH, "closest text"),
+])
+def test_unusable_reply_is_sent_back_with_the_reason(tmp_path, monkeypatch, bad, reason):
+    with FakeLLM([Step(bad), Step(GOOD_DIFF)]) as fake:
+        evo, _ = search(tmp_path, fake, monkeypatch)
+    calls = evo.db.llm_calls()
+    assert [c["status"] for c in calls] == ["rejected", "ok"]
+    assert reason in calls[0]["error"]
+    assert "could not be used" in calls[1]["prompt"] and reason in calls[1]["prompt"]  # the model was told why
+    assert evo.db.count("done") == 2 and calls[1]["candidate_id"] == evo.db.all()[1].id
+
+
+def test_full_rewrite(tmp_path, monkeypatch):
+    with FakeLLM([Step(REWRITE)]) as fake:
+        evo, _ = search(tmp_path, fake, monkeypatch, temperature_explore=0.9)
+    new = evo.db.all()[1]
+    assert "for r0, r1 in ((0, half), (half, m))" in new.code and new.label.endswith("/2")
+
+
+def test_server_failing_every_time_stops_the_search(tmp_path, monkeypatch):
+    with FakeLLM([Step(status=500)]) as fake:
+        evo, events = search(tmp_path, fake, monkeypatch, generations=5, max_consecutive_failures=3)
+    assert evo.db.count("done") == 1  # the seed only
+    calls = evo.db.llm_calls()
+    assert len(calls) == 3 and all(c["status"] == "error" and "500" in c["error"] for c in calls)
+    assert events[-1].kind == "stopped" and "3 proposals in a row" in events[-1].text
+
+
+def test_timeout_is_recorded(tmp_path, monkeypatch):
+    with FakeLLM([Step(hang=True)]) as fake:
+        evo, _ = search(tmp_path, fake, monkeypatch, generations=2, timeout_s=0.3, max_consecutive_failures=1)
+    assert [c["status"] for c in evo.db.llm_calls()] == ["error"]
+    assert "timeout" in evo.db.llm_calls()[0]["error"]
+
+
+def test_budget_stops_new_proposals(tmp_path, monkeypatch):
+    # 1200 input + 400 output tokens at $1000 per million: $1.60 a call, over the $1 budget after one call.
+    with FakeLLM([Step(GOOD_DIFF), Step(REWRITE)]) as fake:
+        evo, events = search(tmp_path, fake, monkeypatch, generations=5, budget_usd=1.0,
+                             pricing={"fake-model": [1000.0, 1000.0]})
+    assert evo.db.count("done") == 2
+    assert evo.db.llm_totals()["cost_usd"] == pytest.approx(1.6)
+    assert events[-1].kind == "stopped" and "budget reached" in events[-1].text
+    assert len(fake.requests) == 1
+
+
+def test_unpriced_model_with_budget_is_refused(tmp_path, monkeypatch):
+    with FakeLLM([Step(GOOD_DIFF)]) as fake:
+        with pytest.raises(Exception, match="has no price"):
+            search(tmp_path, fake, monkeypatch, budget_usd=1.0)
+
+
+def test_evolve_cli_with_llm_improves_on_the_seed(tmp_path):
+    """End to end on 2 CPU ranks: real evaluations, an OpenAI-compatible server on 127.0.0.1."""
+    with FakeLLM([Step(GOOD_DIFF), Step(REWRITE)]) as fake:
+        cfg = tmp_path / "run.toml"
+        cfg.write_text(f'[search]\nproposer = "llm"\ngenerations = 3\n[eval]\niters = 10\nwarmup = 1\n'
+                       f'[llm]\nprovider = "openai_compatible"\nmodel = "qwen-coder"\nbase_url = "{fake.url}/v1"\n'
+                       f'max_retries = 0\n[llm.pricing]\nqwen-coder = [0.5, 1.5]\n')
+        run_dir = tmp_path / "run"
+        proc = subprocess.run([sys.executable, "-m", "cuco", "evolve", str(CPU_WL), "--config", str(cfg),
+                               "--run-dir", str(run_dir)], cwd=ROOT, capture_output=True, text=True,
+                              env={**os.environ, "CUCO_HOME": str(tmp_path / "home")}, timeout=600)
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    con = sqlite3.connect(run_dir / "cuco.db")
+    rows = con.execute("SELECT proposer, ok, score FROM candidates ORDER BY id").fetchall()
+    assert [r[0] for r in rows] == ["seed", "llm", "llm"] and all(r[1] for r in rows)
+    assert max(r[2] for r in rows[1:]) > rows[0][2]  # an LLM proposal beats the seed, measured for real
+    assert "LLM: 2 calls" in proc.stdout and "$0.00" in proc.stdout
