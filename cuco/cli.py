@@ -216,7 +216,10 @@ def evolve(workload: str = typer.Argument(..., help="Built-in workload name or a
            shape: Optional[str] = typer.Option(None, "--shape", help="Shape to optimise (search.shape)."),
            device: Optional[str] = typer.Option(None, "--device", help="auto, cuda or cpu (eval.device)."),
            world: Optional[int] = WorldOpt,
-           overrides: list[str] = typer.Option([], "--set", help="Override a run.toml key: --set search.islands=3.")) -> None:
+           overrides: list[str] = typer.Option([], "--set", help="Override a run.toml key: --set search.islands=3."),
+           dry_run_prompt: bool = typer.Option(False, "--dry-run-prompt",
+                                               help="Print the first prompt of each kind an LLM run would send; "
+                                                    "no search, no LLM call.")) -> None:
     """Evolutionary search from the workload's seed; resumable; the best program lands in the run directory."""
     import asyncio
 
@@ -234,9 +237,15 @@ def evolve(workload: str = typer.Argument(..., help="Built-in workload name or a
         cfg.eval.device = device
     cfg.check("options")
     spec = _spec(workload, world)
-    dev = _device(cfg.eval.device, spec.world_size)
     target_shape = cfg.search.shape or spec.shapes[0].name
     spec.shape(target_shape)
+    if dry_run_prompt:
+        from cuco.evolve.prompting import example_prompts
+
+        for kind, text in example_prompts(spec, target_shape, load_machine()).items():
+            print(f"==================== {kind} ====================\n{text}\n")
+        return
+    dev = _device(cfg.eval.device, spec.world_size)
     if dev == "cuda":
         _ensure_machine_facts()
     try:

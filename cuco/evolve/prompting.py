@@ -25,6 +25,15 @@ def render(name: str, **values: Any) -> str:
         raise ValueError(f"prompt template {name}.txt: no value for placeholder ${exc.args[0]}") from None
 
 
+def _note(name: str) -> str:
+    return resources.files("cuco.designspace").joinpath("notes", f"{name}.md").read_text().strip()
+
+
+def buffers_text(spec: WorkloadSpec) -> str:
+    return "\n".join(f"- {b.name}: {b.role}, {b.dtype}, shape [{', '.join(map(str, b.shape))}]"
+                     + (", symmetric" if b.symmetric else "") for b in spec.buffers.values())
+
+
 def notes(backends: list[str]) -> str:
     root = resources.files("cuco.designspace").joinpath("notes")
     parts = [root.joinpath(f"{b}.md").read_text().strip() for b in backends + ["strategy"]
@@ -68,7 +77,8 @@ def system_prompt(spec: WorkloadSpec, shape: str, bound: float | None, best: flo
                   stream_names="ctx->stream and ctx->sideStreams[0..nSideStreams)" if language == "cuda"
                   else "ctx.stream and ctx.side_streams",
                   dimensions="; ".join(f"{k}: {', '.join(map(str, v))}" for k, v in DIMENSIONS.items()),
-                  notes=notes(backends), machine=machine_line(machine),
+                  notes=notes(backends), machine=machine_line(machine), buffers=buffers_text(spec),
+                  contract=_note("contract_cuda" if language == "cuda" else "contract_python"),
                   recommendations=recommendations or "none yet")
 
 
@@ -85,3 +95,24 @@ def user_prompt(kind: str, parent: Candidate, inspirations: list[Candidate]) -> 
 def retry_prompt(error: str) -> str:
     return render("retry", error=error)
 
+
+
+def _unevaluated(cid: int, code: str, language: str, label: str | None) -> Candidate:
+    return Candidate(id=cid, proposal_index=cid, code=code, code_hash="", language=language, parent_id=None, island=0,
+                     generation=0, proposer="shipped", phase="seed", directive=None, label=label, status="pending",
+                     ok=None, level_reached=None, failed_level=None, score=None, median_ms=None, bound_ms=None,
+                     error=None, diagnostics=None, record=None, created_at="", started_at=None, finished_at=None,
+                     eval_seconds=None)
+
+
+def example_prompts(spec: WorkloadSpec, shape: str, machine: dict[str, Any]) -> dict[str, str]:
+    """The first prompt of each kind a run would send: the seed as parent, the shipped candidates as others."""
+    seed_path = spec.seed_path
+    if seed_path is None:
+        raise ValueError(f"{spec.name} has no seed candidate")
+    lang = "cuda" if seed_path.suffix == ".cu" else "python"
+    parent = _unevaluated(1, seed_path.read_text(), lang, "nccl_host/deferred/global/cta/1")
+    others = [_unevaluated(i + 2, p.read_text(), lang, None)
+              for i, (name, p) in enumerate(sorted(spec.candidates.items())) if p != seed_path and p.suffix == seed_path.suffix]
+    system = system_prompt(spec, shape, None, None, machine, "", lang)
+    return {kind: f"# System\n\n{system}\n\n# User\n\n{user_prompt(kind, parent, others[:2])}" for kind in KINDS}
