@@ -38,7 +38,7 @@ def test_missing_placeholder_is_an_error(name):
 def test_example_prompts_are_current():
     for kind, text in generate().items():
         assert "$" not in text.split("# User")[0].replace("$0", "")  # no unfilled placeholder in the system part
-        assert (DOCS / f"gemm_allgather-{kind}.md").read_text() == text, f"run python tests/test_prompts.py"
+        assert (DOCS / f"gemm_allgather-{kind}.md").read_text() == text, "run python tests/test_prompts.py"
     assert set(KINDS) == {"diff", "rewrite", "crossover"}
 
 

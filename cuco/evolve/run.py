@@ -32,14 +32,18 @@ NOVELTY_RETRIES = 20
 Evaluator = Callable[[WorkloadSpec, Path, Slot, Path], dict[str, Any]]
 
 
-def score_of(record: dict[str, Any], shape: str) -> tuple[float | None, float | None, float | None]:
-    """(score, median ms, bound ms): the score is efficiency = bound / time, higher is better."""
+def score_of(record: dict[str, Any], shape: str, run_bound: float | None) -> tuple[float | None, float | None,
+                                                                                 float | None]:
+    """(score, median ms, bound ms). The score is the run's bound over this time: one fixed bound for every
+    candidate (the first one measured), so that ranking follows time alone and not each evaluation's
+    re-measured bound; it reads as efficiency. Higher is better."""
     s = record.get("shapes", {}).get(shape, {})
     median = (s.get("timing") or {}).get("median_ms")
     bound = (s.get("bound") or {}).get("bound_ms")
     if not record.get("ok") or not median:
         return None, median, bound
-    return (bound / median if bound else 1.0 / median), median, bound
+    ref = run_bound or bound
+    return (ref / median if ref else 1.0 / median), median, bound
 
 
 @dataclass
@@ -165,7 +169,10 @@ class Evolution:
         return self.evaluator(self.spec, src, slot, work / f"attempt-{time.time_ns()}")
 
     def record(self, cand: Candidate, record: dict[str, Any], seconds: float) -> None:
-        score, median, bound = score_of(record, self.shape)
+        run_bound = self.db.get_meta("bound_ms")
+        score, median, bound = score_of(record, self.shape, run_bound)
+        if run_bound is None and bound:
+            self.db.set_meta("bound_ms", bound)
         self.db.finish(cand.id, record, score, median, bound, seconds)
         done = self.db.count("done")
         if done % max(1, self.cfg.search.migration_interval) == 0 and self.cfg.search.islands > 1:
