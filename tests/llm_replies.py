@@ -82,3 +82,11 @@ def run(ctx):
     # EVOLVE-BLOCK-END
 ```
 '''
+
+META = """1. What worked: overlapping the all-gather with the matmul of this rank's own rows cut the time in half.
+2. What failed: nothing failed yet; the seed serialises communication and compute.
+3. Recommendations:
+- Keep the asynchronous all-gather and multiply local rows first.
+- Try two or four chunks so the peers' first rows can be used earlier.
+- Avoid more than eight chunks: each matmul gets too small.
+"""

@@ -130,3 +130,25 @@ def test_evolve_cli_with_llm_improves_on_the_seed(tmp_path):
     assert [r[0] for r in rows] == ["seed", "llm", "llm"] and all(r[1] for r in rows)
     assert max(r[2] for r in rows[1:]) > rows[0][2]  # an LLM proposal beats the seed, measured for real
     assert "LLM: 2 calls" in proc.stdout and "$0.00" in proc.stdout
+
+
+def test_meta_summary_reaches_later_prompts_and_the_knowledge_file(tmp_path, monkeypatch):
+    home = tmp_path / "home"
+    monkeypatch.setenv("CUCO_HOME", str(home))
+    from llm_replies import META
+
+    # seed, then a diff; after 2 evaluations the summary is due before the third proposal.
+    with FakeLLM([Step(GOOD_DIFF), Step(META), Step(REWRITE)]) as fake:
+        evo, _ = search(tmp_path / "run", fake, monkeypatch, generations=3, meta_interval=2)
+    calls = evo.db.llm_calls()
+    assert [c["kind"] for c in calls][1] == "meta" and calls[1]["status"] == "ok"
+    summary = evo.db.latest_summary()
+    assert summary["after_evaluations"] == 2 and len(summary["recommendations"]) == 3
+    assert "Try two or four chunks" in calls[2]["prompt"] or "Try two or four chunks" in \
+        fake.requests[2]["body"].get("system", "")
+    knowledge = (home / "knowledge" / "cpu_allgather_matmul.md").read_text()
+    assert "- Avoid more than eight chunks" in knowledge
+    # The next run of the workload is offered what this one learned.
+    with FakeLLM([Step(GOOD_DIFF)]) as fake:
+        search(tmp_path / "run2", fake, monkeypatch, generations=2)
+    assert "Earlier runs of this workload" in fake.requests[0]["body"]["system"]

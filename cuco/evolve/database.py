@@ -71,6 +71,15 @@ MIGRATIONS: list[tuple[str, str]] = [
             created_at TEXT NOT NULL
         );
     """),
+    ("003_meta_summaries", """
+        CREATE TABLE meta_summaries (
+            id INTEGER PRIMARY KEY,
+            after_evaluations INTEGER NOT NULL UNIQUE,  -- written once this many evaluations had finished
+            text TEXT NOT NULL,
+            recommendations TEXT NOT NULL,              -- JSON list, at most 5
+            created_at TEXT NOT NULL
+        );
+    """),
 ]
 
 
@@ -261,6 +270,15 @@ class Database:
 
     def llm_calls(self) -> list[dict[str, Any]]:
         return [dict(r) for r in self.conn.execute("SELECT * FROM llm_calls ORDER BY id")]
+
+    def add_summary(self, after: int, text: str, recommendations: list[str]) -> None:
+        with self.transaction():
+            self.conn.execute("INSERT OR IGNORE INTO meta_summaries (after_evaluations, text, recommendations, "
+                              "created_at) VALUES (?, ?, ?, ?)", (after, text, json.dumps(recommendations), _now()))
+
+    def latest_summary(self) -> dict[str, Any] | None:
+        row = self.conn.execute("SELECT * FROM meta_summaries ORDER BY after_evaluations DESC LIMIT 1").fetchone()
+        return None if row is None else {**dict(row), "recommendations": json.loads(row["recommendations"])}
 
     def failures_by_level(self) -> dict[str, int]:
         return {r[0]: r[1] for r in self.conn.execute(

@@ -14,7 +14,7 @@ from cuco.evolve.database import Candidate
 from cuco.workload.spec import WorkloadSpec
 
 KINDS = ("diff", "rewrite", "crossover")
-TEMPLATES = ("system", "diff", "rewrite", "crossover", "retry", "inspiration")
+TEMPLATES = ("system", "diff", "rewrite", "crossover", "retry", "inspiration", "meta")
 
 
 def render(name: str, **values: Any) -> str:
@@ -90,6 +90,22 @@ def user_prompt(kind: str, parent: Candidate, inspirations: list[Candidate]) -> 
                            code=c.code.rstrip()) for c in inspirations) or "none yet"
     return render(kind, parent_id=parent.id, parent_point=_point(parent), language=lang,
                   parent_code=parent.code.rstrip(), parent_result=result_text(parent), inspirations=ins)
+
+
+def meta_prompt(spec: WorkloadSpec, shape: str, bound: float | None, done: list[Candidate]) -> str:
+    lines = []
+    for c in done:
+        outcome = f"correct, {c.median_ms:.4f} ms" if c.ok and c.median_ms else f"failed at {c.failed_level}: " \
+            f"{(c.error or '').splitlines()[0][:200] if c.error else 'no reason'}"
+        lines.append(f"- #{c.id} {c.label or 'no design point'} ({c.proposer}): {outcome}")
+    params = spec.shape(shape).params
+    return render("meta", workload=spec.name, shape=shape, world=spec.world_size,
+                  shape_params=", ".join(f"{k}={v}" for k, v in params.items()),
+                  bound=f"{bound:.4f}" if bound else "unknown", history="\n".join(lines) or "none")
+
+
+def recommendations_from(reply: str, limit: int = 5) -> list[str]:
+    return [line.strip()[2:].strip() for line in reply.splitlines() if line.strip().startswith("- ")][:limit]
 
 
 def retry_prompt(error: str) -> str:

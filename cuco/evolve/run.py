@@ -75,7 +75,8 @@ class Evolution:
             raise CucoError("search.proposer", f"unknown proposer {self.cfg.search.proposer!r} "
                                                f"(known: {', '.join(PROPOSERS)})") from None
         try:
-            self.proposer = factory(self.spec, self.machine, cfg=self.cfg, db=self.db, shape=self.shape)
+            self.proposer = factory(self.spec, self.machine, cfg=self.cfg, db=self.db, shape=self.shape,
+                                    run_dir=self.run_dir)
         except ValueError as exc:
             raise CucoError(f"search.proposer {self.cfg.search.proposer}", str(exc)) from None
         self.exhausted = False

@@ -35,5 +35,9 @@ class LLMConfig:
     """Sampling temperature while exploiting."""
     send_temperature: bool = True
     """Send a temperature at all (some newer models reject sampling parameters: set false)."""
+    meta_interval: int = 10
+    """Every this many finished evaluations, the LLM distils what worked and what failed (0: never)."""
+    knowledge: bool = True
+    """Keep the recommendations in a knowledge file per workload (CUCO_HOME/knowledge) for later runs."""
     pricing: dict = field(default_factory=dict)
     """Extra prices: model = [dollars per million input tokens, per million output tokens]."""

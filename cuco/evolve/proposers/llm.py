@@ -10,18 +10,23 @@ from __future__ import annotations
 
 import json
 import re
+from datetime import datetime, timezone
+from pathlib import Path
 from typing import Any
 
 from cuco.designspace import DesignPoint, Directive, violations
 from cuco.evolve.database import Database
 from cuco.evolve.patch import PatchError, apply_change
-from cuco.evolve.prompting import retry_prompt, system_prompt, user_prompt
+from cuco.evolve.prompting import meta_prompt, recommendations_from, retry_prompt, system_prompt, user_prompt
 from cuco.evolve.proposers import Proposal, ProposalContext, ProposalFailed, SearchStopped, register
 from cuco.llm import LLMError, make_client
 from cuco.llm.pricing import cost_usd, price_of
+from cuco.paths import cuco_home
 from cuco.workload.spec import WorkloadSpec
 
 DIRECTIVE_RE = re.compile(r"<directive>(.*?)</directive>", re.S)
+META_SYSTEM = "You review performance experiments and distil them into short, concrete advice."
+KNOWLEDGE_LINES = 10  # recommendations from earlier runs shown in a prompt
 # (diff, rewrite, crossover) weights per phase: wide moves while exploring, small ones while exploiting.
 MIX = {"explore": (0.3, 0.5, 0.2), "exploit": (0.8, 0.1, 0.1)}
 
@@ -53,8 +58,8 @@ class LLMProposer:
     name = "llm"
 
     def __init__(self, spec: WorkloadSpec, machine: dict[str, Any] | None = None, *, cfg=None, db: Database,
-                 shape: str, **_: Any) -> None:
-        self.spec, self.machine, self.db, self.shape = spec, machine or {}, db, shape
+                 shape: str, run_dir: Path | None = None, **_: Any) -> None:
+        self.spec, self.machine, self.db, self.shape, self.run_dir = spec, machine or {}, db, shape, run_dir
         self.cfg = cfg.llm
         try:
             self.client = make_client(self.cfg)
@@ -64,6 +69,53 @@ class LLMProposer:
             raise ValueError(f"llm.budget_usd is set but model {self.client.model!r} has no price: add "
                              f"[llm.pricing] \"{self.client.model}\" = [input, output] dollars per million tokens")
         self.failures = 0
+        self.knowledge_path = cuco_home() / "knowledge" / f"{spec.name}.md"
+        earlier = self.knowledge_path.read_text().splitlines() if self.knowledge_path.is_file() else []
+        self.earlier = [line for line in earlier if line.startswith("- ")][-KNOWLEDGE_LINES:]
+
+    def recommendations(self) -> str:
+        latest = self.db.latest_summary()
+        parts = []
+        if latest and latest["recommendations"]:
+            parts.append(f"This run, after {latest['after_evaluations']} evaluations:\n"
+                         + "\n".join(f"- {r}" for r in latest["recommendations"]))
+        if self.earlier:
+            parts.append("Earlier runs of this workload:\n" + "\n".join(self.earlier))
+        return "\n".join(parts)
+
+    async def summarize_if_due(self, best_bound: float | None) -> None:
+        """Every meta_interval evaluations: what worked, what failed, at most 5 recommendations."""
+        k = self.cfg.meta_interval
+        done = list(self.db.iter_done())
+        if k <= 0 or len(done) < k:
+            return
+        after = len(done) - len(done) % k
+        latest = self.db.latest_summary()
+        if latest and latest["after_evaluations"] >= after:
+            return
+        self._check_budget()
+        prompt = meta_prompt(self.spec, self.shape, best_bound, done)
+        try:
+            reply = await self.client.complete(META_SYSTEM, prompt, 0.3, 2048)
+        except LLMError as exc:  # a missing summary costs advice, not the search
+            self.db.log_call(kind="meta", provider=self.client.provider, model=self.client.model, status="error",
+                             error=str(exc), prompt=prompt)
+            return
+        recs = recommendations_from(reply.text)
+        self.db.log_call(kind="meta", provider=self.client.provider, model=reply.model,
+                         status="ok" if recs else "rejected", error=None if recs else "no '- ' recommendation lines",
+                         input_tokens=reply.input_tokens, output_tokens=reply.output_tokens,
+                         cost_usd=cost_usd(reply.model, reply.input_tokens, reply.output_tokens, self.cfg.pricing),
+                         seconds=reply.seconds, prompt=prompt, reply=reply.text)
+        if not recs:
+            return
+        self.db.add_summary(after, reply.text, recs)
+        if self.cfg.knowledge:
+            self.knowledge_path.parent.mkdir(parents=True, exist_ok=True)
+            stamp = datetime.now(timezone.utc).strftime("%Y-%m-%d %H:%M")
+            with open(self.knowledge_path, "a") as f:
+                f.write(f"\n## {stamp}, shape {self.shape}, after {after} evaluations ({self.run_dir})\n"
+                        + "".join(f"- {r}\n" for r in recs))
 
     def _check_budget(self) -> None:
         spent = self.db.llm_totals()["cost_usd"]
@@ -82,8 +134,9 @@ class LLMProposer:
             kind = "rewrite"
         temperature = self.cfg.temperature_explore if ctx.phase == "explore" else self.cfg.temperature_exploit
         best = ctx.best
+        await self.summarize_if_due(best.bound_ms if best else None)
         system = system_prompt(self.spec, self.shape, best.bound_ms if best else None, best.median_ms if best else None,
-                               self.machine, "", ctx.parent.language)
+                               self.machine, self.recommendations(), ctx.parent.language)
         user = user_prompt(kind, ctx.parent, ctx.inspirations[:3] if kind != "diff" else ctx.inspirations[:2])
         calls: list[int] = []
         error = None
