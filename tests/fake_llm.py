@@ -23,6 +23,7 @@ class Step:
 class FakeLLM:
     script: list[Step]
     repeat_last: bool = True
+    by_model: dict[str, list[Step]] = field(default_factory=dict)  # per-model scripts, where given
     requests: list[dict] = field(default_factory=list)
 
     def __post_init__(self) -> None:
@@ -37,8 +38,10 @@ class FakeLLM:
             def do_POST(self):
                 body = json.loads(self.rfile.read(int(self.headers.get("content-length", 0))) or b"{}")
                 with fake._lock:
-                    fake.requests.append({"path": self.path, "body": body, "headers": {k.lower(): v for k, v in self.headers.items()}})
-                    step = fake.script.pop(0) if len(fake.script) > 1 or not fake.repeat_last else fake.script[0]
+                    fake.requests.append({"path": self.path, "body": body,
+                                          "headers": {k.lower(): v for k, v in self.headers.items()}})
+                    script = fake.by_model.get(body.get("model"), fake.script)
+                    step = script.pop(0) if len(script) > 1 or not fake.repeat_last else script[0]
                 if step.hang:
                     fake._release.wait()
                     return

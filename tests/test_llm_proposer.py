@@ -152,3 +152,25 @@ def test_meta_summary_reaches_later_prompts_and_the_knowledge_file(tmp_path, mon
     with FakeLLM([Step(GOOD_DIFF)]) as fake:
         search(tmp_path / "run2", fake, monkeypatch, generations=2)
     assert "Earlier runs of this workload" in fake.requests[0]["body"]["system"]
+
+
+def test_bandit_tries_every_model_then_favours_improvement_per_dollar(tmp_path, monkeypatch):
+    from cuco.evolve.bandit import arm_stats, choose
+
+    # "cheap" improves on the seed; "pricey" returns the seed's overlap too, but only after a rejected reply
+    # and at a higher price, so its improvement per dollar is lower.
+    with FakeLLM([], by_model={"cheap": [Step(GOOD_DIFF), Step(REWRITE)],
+                               "pricey": [Step(NO_DIRECTIVE), Step(REWRITE)]}) as fake:
+        evo, _ = search(tmp_path, fake, monkeypatch, generations=3, models=["cheap", "pricey"],
+                        pricing={"cheap": [1.0, 1.0], "pricey": [50.0, 50.0]})
+    models = [c["model"] for c in evo.db.llm_calls()]
+    assert models[0] == "cheap" and "pricey" in models  # every model once, in order
+    arms = arm_stats(evo.db, ["cheap", "pricey"])
+    assert arms["cheap"].pulls == 1 and arms["pricey"].pulls == 1
+    assert arms["cheap"].mean > arms["pricey"].mean > 0
+    assert choose(arms) == "cheap"
+    evo.db.close()
+    from cuco.evolve.database import Database
+
+    again = Database(tmp_path / "cuco.db")  # a resumed run sees the same state: it is derived from the store
+    assert arm_stats(again, ["cheap", "pricey"]) == arms

@@ -11,6 +11,8 @@ class LLMConfig:
     """anthropic, openai, openai_compatible (vLLM, SGLang, Ollama, llama.cpp: set base_url) or command."""
     model: str = "claude-sonnet-4-5"
     """The model name the provider knows."""
+    models: list = field(default_factory=list)
+    """Several models of the provider to choose among by a UCB bandit on improvement per dollar (overrides model)."""
     base_url: str = ""
     """API base URL (openai_compatible; optional for the others)."""
     api_key_env: str = ""

@@ -10,11 +10,13 @@ from __future__ import annotations
 
 import json
 import re
+from dataclasses import replace
 from datetime import datetime, timezone
 from pathlib import Path
 from typing import Any
 
 from cuco.designspace import DesignPoint, Directive, violations
+from cuco.evolve.bandit import arm_stats, choose
 from cuco.evolve.database import Database
 from cuco.evolve.patch import PatchError, apply_change
 from cuco.evolve.prompting import meta_prompt, recommendations_from, retry_prompt, system_prompt, user_prompt
@@ -61,13 +63,16 @@ class LLMProposer:
                  shape: str, run_dir: Path | None = None, **_: Any) -> None:
         self.spec, self.machine, self.db, self.shape, self.run_dir = spec, machine or {}, db, shape, run_dir
         self.cfg = cfg.llm
+        self.models = [str(m) for m in self.cfg.models] or [self.cfg.model]
         try:
-            self.client = make_client(self.cfg)
+            self.clients = {m: make_client(replace(self.cfg, model=m)) for m in self.models}
         except LLMError as exc:
             raise ValueError(str(exc)) from None
-        if self.cfg.budget_usd > 0 and price_of(self.client.model, self.cfg.pricing) is None:
-            raise ValueError(f"llm.budget_usd is set but model {self.client.model!r} has no price: add "
-                             f"[llm.pricing] \"{self.client.model}\" = [input, output] dollars per million tokens")
+        for m in self.models:
+            if self.cfg.budget_usd > 0 and price_of(m, self.cfg.pricing) is None:
+                raise ValueError(f"llm.budget_usd is set but model {m!r} has no price: add "
+                                 f"[llm.pricing] \"{m}\" = [input, output] dollars per million tokens")
+        self.client = self.clients[self.models[0]]  # summaries use the first model
         self.failures = 0
         self.knowledge_path = cuco_home() / "knowledge" / f"{spec.name}.md"
         earlier = self.knowledge_path.read_text().splitlines() if self.knowledge_path.is_file() else []
@@ -129,6 +134,7 @@ class LLMProposer:
         return ProposalFailed(reason)
 
     async def propose(self, ctx: ProposalContext) -> Proposal:
+        client = self.clients[choose(arm_stats(self.db, self.models))] if len(self.models) > 1 else self.client
         kind = ctx.rng.choices(("diff", "rewrite", "crossover"), weights=MIX[ctx.phase], k=1)[0]
         if kind == "crossover" and not ctx.inspirations:
             kind = "rewrite"
@@ -144,9 +150,9 @@ class LLMProposer:
             self._check_budget()
             prompt = user + (retry_prompt(error) if error else "")
             try:
-                reply = await self.client.complete(system, prompt, temperature, self.cfg.max_tokens)
+                reply = await client.complete(system, prompt, temperature, self.cfg.max_tokens)
             except LLMError as exc:
-                calls.append(self.db.log_call(kind=kind, provider=self.client.provider, model=self.client.model,
+                calls.append(self.db.log_call(kind=kind, provider=client.provider, model=client.model,
                                               status="error", error=str(exc), prompt=prompt))
                 raise self._fail(str(exc)) from None
             cost = cost_usd(reply.model, reply.input_tokens, reply.output_tokens, self.cfg.pricing)
@@ -157,12 +163,12 @@ class LLMProposer:
                     raise PatchError("the change leaves the program exactly as it was")
             except PatchError as exc:
                 error = str(exc)
-                calls.append(self.db.log_call(kind=kind, provider=self.client.provider, model=reply.model,
+                calls.append(self.db.log_call(kind=kind, provider=client.provider, model=client.model,
                                               status="rejected", error=error, input_tokens=reply.input_tokens,
                                               output_tokens=reply.output_tokens, cost_usd=cost,
                                               seconds=reply.seconds, prompt=prompt, reply=reply.text))
                 continue
-            calls.append(self.db.log_call(kind=kind, provider=self.client.provider, model=reply.model, status="ok",
+            calls.append(self.db.log_call(kind=kind, provider=client.provider, model=client.model, status="ok",
                                           input_tokens=reply.input_tokens, output_tokens=reply.output_tokens,
                                           cost_usd=cost, seconds=reply.seconds, prompt=prompt, reply=reply.text))
             self.failures = 0
