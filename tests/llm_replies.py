@@ -90,3 +90,6 @@ META = """1. What worked: overlapping the all-gather with the matmul of this ran
 - Try two or four chunks so the peers' first rows can be used earlier.
 - Avoid more than eight chunks: each matmul gets too small.
 """
+
+# The overlap edit again, with the async handle renamed: a near duplicate of GOOD_DIFF's program.
+RENAMED_DIFF = GOOD_DIFF.replace("work = dist", "handle = dist").replace("work.wait()", "handle.wait()")

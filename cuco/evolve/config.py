@@ -42,6 +42,14 @@ class SearchConfig:
     """The first fraction of the evaluations explores (wide steps); the rest exploits (neighbours)."""
     inspirations: int = 3
     """How many archive and top-k candidates a proposal sees."""
+    novelty: str = "auto"
+    """Near-duplicate rejection of LLM proposals by code embeddings: auto (local model if installed), local,
+    openai (the provider's embeddings), off. Exact duplicates are always rejected."""
+    novelty_threshold: float = 0.98
+    """Cosine similarity at or above which a proposal aiming at the same design point as an earlier candidate
+    is a near duplicate of it (all-MiniLM-L6-v2 puts a renamed variable at about 0.98, a new chunking at 0.91)."""
+    embedding_model: str = "text-embedding-3-small"
+    """novelty = openai: the embeddings model."""
     slots: int = 0
     """Evaluations in parallel (0: as many disjoint GPU groups as the machine has; CPU: cores / world)."""
 
@@ -75,6 +83,8 @@ class RunConfig:
             raise CucoError(where, f"search.islands: must be at least 1, got {s.islands}")
         if s.selection not in ("power_law", "weighted", "hill_climbing"):
             raise CucoError(where, f"search.selection: expected power_law, weighted or hill_climbing, got {s.selection!r}")
+        if s.novelty not in ("auto", "local", "openai", "off"):
+            raise CucoError(where, f"search.novelty: expected auto, local, openai or off, got {s.novelty!r}")
         if not 0.0 <= s.explore_fraction <= 1.0:
             raise CucoError(where, f"search.explore_fraction: must be within [0, 1], got {s.explore_fraction}")
         if self.eval.device not in ("auto", "cuda", "cpu"):

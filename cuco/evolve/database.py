@@ -80,6 +80,13 @@ MIGRATIONS: list[tuple[str, str]] = [
             created_at TEXT NOT NULL
         );
     """),
+    ("004_embeddings", """
+        CREATE TABLE embeddings (
+            candidate_id INTEGER PRIMARY KEY REFERENCES candidates(id),
+            model TEXT NOT NULL,
+            vector BLOB NOT NULL                      -- float32, unit length
+        );
+    """),
 ]
 
 
@@ -279,6 +286,25 @@ class Database:
     def latest_summary(self) -> dict[str, Any] | None:
         row = self.conn.execute("SELECT * FROM meta_summaries ORDER BY after_evaluations DESC LIMIT 1").fetchone()
         return None if row is None else {**dict(row), "recommendations": json.loads(row["recommendations"])}
+
+    def add_embedding(self, cid: int, model: str, vector) -> None:
+        with self.transaction():
+            self.conn.execute("INSERT OR REPLACE INTO embeddings VALUES (?, ?, ?)", (cid, model, vector.tobytes()))
+
+    def missing_embeddings(self, model: str) -> list[Candidate]:
+        return self._rows("SELECT * FROM candidates WHERE id NOT IN (SELECT candidate_id FROM embeddings "
+                          "WHERE model = ?) ORDER BY id", (model,))
+
+    def nearest(self, vector, model: str) -> tuple[float, int | None]:
+        """The most similar stored candidate: (cosine similarity, id)."""
+        import numpy as np
+
+        best, best_id = -1.0, None
+        for cid, blob in self.conn.execute("SELECT candidate_id, vector FROM embeddings WHERE model = ?", (model,)):
+            sim = float(np.dot(np.frombuffer(blob, dtype=np.float32), vector))
+            if sim > best:
+                best, best_id = sim, cid
+        return best, best_id
 
     def failures_by_level(self) -> dict[str, int]:
         return {r[0]: r[1] for r in self.conn.execute(

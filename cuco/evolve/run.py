@@ -17,6 +17,7 @@ from cuco.designspace import DesignPoint, Directive
 from cuco.errors import CucoError
 from cuco.evolve.config import RunConfig
 from cuco.evolve.database import Candidate, Database
+from cuco.evolve.embedding import make_embedder
 from cuco.evolve.novelty import code_hash
 from cuco.evolve.proposers import PROPOSERS, Proposal, ProposalContext, ProposalFailed, SearchStopped
 from cuco.evolve.proposers import directive as _directive  # noqa: F401  (registers the proposer)
@@ -81,6 +82,14 @@ class Evolution:
             raise CucoError(f"search.proposer {self.cfg.search.proposer}", str(exc)) from None
         self.exhausted = False
         self.stop_reason = ""
+        self.embedder = None
+        if getattr(self.proposer, "near_duplicates", False):  # design points of strategies are distinct already
+            s = self.cfg.search
+            try:
+                self.embedder = make_embedder(s.novelty, s.embedding_model, self.cfg.llm.base_url,
+                                              self.cfg.llm.api_key_env)
+            except ValueError as exc:
+                raise CucoError("search.novelty", str(exc)) from None
         self.started_at = time.monotonic()
 
     # ---- steps ----------------------------------------------------------------------------------
@@ -145,11 +154,22 @@ class Evolution:
                 tried.add(prop.directive.point.label() if prop.directive.point else h)
                 continue
             label = prop.directive.point.label() if prop.directive.point else None
+            vec = await self.embedder.embed(prop.code) if self.embedder else None
+            if vec is not None:
+                # Near duplicate: almost the same code aiming at the same design point. A small edit that
+                # states another point (a chunk count, say) is a new candidate, however similar its text.
+                sim, other = self.db.nearest(vec, self.embedder.name)
+                if sim >= self.cfg.search.novelty_threshold and self.db.get(other).label == label:
+                    self.on_event(Event("reject", None, f"near duplicate of #{other} (similarity {sim:.3f}, same "
+                                                        f"design point): {prop.note}"), self)
+                    continue
             cid = self.db.add(code=prop.code, code_hash=h, language=prop.language, parent_id=parent.id,
                               island=island, generation=parent.generation + 1, proposer=self.proposer.name,
                               phase=self.phase(k), directive=prop.directive.to_json(), label=label)
             if prop.call_ids:
                 self.db.link_calls(cid, list(prop.call_ids))
+            if vec is not None:
+                self.db.add_embedding(cid, self.embedder.name, vec)
             return self.db.get(cid)
         self.exhausted, self.stop_reason = True, f"{NOVELTY_RETRIES} proposals in a row were rejected"
         return None
@@ -204,6 +224,9 @@ class Evolution:
     async def run(self) -> None:
         self.open()
         self.seed()
+        if self.embedder:  # the seed's, and any a resumed run lacks
+            for c in self.db.missing_embeddings(self.embedder.name):
+                self.db.add_embedding(c.id, self.embedder.name, await self.embedder.embed(c.code))
         lock = asyncio.Lock()
 
         async def slot_worker(slot: Slot) -> None:

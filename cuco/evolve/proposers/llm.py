@@ -58,6 +58,7 @@ def parse_directive(reply: str) -> Directive:
 @register
 class LLMProposer:
     name = "llm"
+    near_duplicates = True  # free-form code: reject near copies by embedding similarity
 
     def __init__(self, spec: WorkloadSpec, machine: dict[str, Any] | None = None, *, cfg=None, db: Database,
                  shape: str, run_dir: Path | None = None, **_: Any) -> None:
