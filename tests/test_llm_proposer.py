@@ -189,3 +189,42 @@ def test_near_duplicate_is_rejected_by_embedding_similarity(tmp_path, monkeypatc
     assert any("near duplicate of #2" in t for t in rejects), rejects
     assert evo.db.count() == 3 and "half" in evo.db.all()[2].code
     assert evo.db.conn.execute("SELECT COUNT(*) FROM embeddings").fetchone()[0] == 3
+
+
+def test_rate_limit_then_success_in_a_search(tmp_path, monkeypatch):
+    with FakeLLM([Step(status=429), Step(GOOD_DIFF)]) as fake:
+        evo, _ = search(tmp_path, fake, monkeypatch, max_retries=2)
+    assert len(fake.requests) == 2  # retried by the client, one call in the ledger
+    assert [c["status"] for c in evo.db.llm_calls()] == ["ok"] and evo.db.count("done") == 2
+
+
+@pytest.mark.parametrize("status,words", [(401, "API key"), (404, "does not know model")])
+def test_bad_key_or_unknown_model_stops_at_once(tmp_path, monkeypatch, status, words):
+    with FakeLLM([Step(status=status)]) as fake:
+        evo, events = search(tmp_path, fake, monkeypatch, generations=5)
+    assert len(fake.requests) == 1 and events[-1].kind == "stopped" and words in events[-1].text
+
+
+def test_api_key_never_reaches_disk(tmp_path, monkeypatch):
+    secret = "sk-ant-SECRET-0123456789"
+    with FakeLLM([Step(status=401), Step(GOOD_DIFF)]) as fake:
+        monkeypatch.setenv("CUCO_TEST_KEY", secret)
+        evo, _ = search(tmp_path, fake, monkeypatch, generations=2, api_key_env="CUCO_TEST_KEY")
+    evo.db.close()
+    for path in tmp_path.rglob("*"):
+        if path.is_file():
+            assert secret.encode() not in path.read_bytes(), path
+
+
+def test_command_provider_in_a_search(tmp_path, monkeypatch):
+    reply = tmp_path / "reply.txt"
+    reply.write_text(GOOD_DIFF)
+    model = tmp_path / "model.py"
+    model.write_text(f"import sys\nsys.stdin.read()\nprint(open({str(reply)!r}).read())\n")
+    cfg = RunConfig()
+    cfg.search.generations, cfg.search.proposer, cfg.search.shape, cfg.search.novelty = 2, "llm", "cpu", "off"
+    cfg.llm.provider, cfg.llm.model, cfg.llm.command = "command", "local-script", f"{sys.executable} {model}"
+    evo = Evolution(load_workload(CPU_WL), cfg, tmp_path / "run", [Slot(0, ())], fake_evaluator, "cpu")
+    asyncio.run(evo.run())
+    assert [c.proposer for c in evo.db.all()] == ["seed", "llm"]
+    assert evo.db.llm_calls()[0]["provider"] == "command"

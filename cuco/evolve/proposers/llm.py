@@ -155,6 +155,8 @@ class LLMProposer:
             except LLMError as exc:
                 calls.append(self.db.log_call(kind=kind, provider=client.provider, model=client.model,
                                               status="error", error=str(exc), prompt=prompt))
+                if exc.kind in ("auth", "model"):  # asking again cannot help
+                    raise SearchStopped(str(exc)) from None
                 raise self._fail(str(exc)) from None
             cost = cost_usd(reply.model, reply.input_tokens, reply.output_tokens, self.cfg.pricing)
             try:
