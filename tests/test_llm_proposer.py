@@ -114,22 +114,46 @@ def test_unpriced_model_with_budget_is_refused(tmp_path, monkeypatch):
             search(tmp_path, fake, monkeypatch, budget_usd=1.0)
 
 
+NAIVE_SEED = (CPU_WL / "seed.py").read_text().replace(
+    "    torch.matmul(a_full, b, out=c)\n",
+    "    for i in range(a_full.shape[0]):  # one row at a time: slow on purpose\n"
+    "        torch.matmul(a_full[i], b, out=c[i])\n")
+VECTORIZE = """The row loop issues one tiny matmul per row; one matmul over all rows is far faster.
+
+<directive>{"point": {"backend": "nccl_host", "placement": "deferred", "sync": "global", "issuer": "cta",
+"chunks": 1}, "text": "replace the per-row loop by a single matmul"}</directive>
+
+<<<<<<< SEARCH
+    for i in range(a_full.shape[0]):  # one row at a time: slow on purpose
+        torch.matmul(a_full[i], b, out=c[i])
+=======
+    torch.matmul(a_full, b, out=c)
+>>>>>>> REPLACE
+"""
+
+
 def test_evolve_cli_with_llm_improves_on_the_seed(tmp_path):
-    """End to end on 2 CPU ranks: real evaluations, an OpenAI-compatible server on 127.0.0.1."""
-    with FakeLLM([Step(GOOD_DIFF), Step(REWRITE)]) as fake:
+    """End to end on 2 CPU ranks: real evaluations, an OpenAI-compatible server on 127.0.0.1. The seed is a
+    deliberately slow copy of the CPU example's, so the scripted improvement wins on any machine."""
+    import shutil
+
+    wl = tmp_path / "wl"
+    shutil.copytree(CPU_WL, wl)
+    (wl / "seed.py").write_text(NAIVE_SEED)
+    with FakeLLM([Step(VECTORIZE), Step(REWRITE)]) as fake:
         cfg = tmp_path / "run.toml"
-        cfg.write_text(f'[search]\nproposer = "llm"\ngenerations = 3\n[eval]\niters = 10\nwarmup = 1\n'
+        cfg.write_text(f'[search]\nproposer = "llm"\ngenerations = 3\nnovelty = "off"\n[eval]\niters = 10\nwarmup = 1\n'
                        f'[llm]\nprovider = "openai_compatible"\nmodel = "qwen-coder"\nbase_url = "{fake.url}/v1"\n'
                        f'max_retries = 0\n[llm.pricing]\nqwen-coder = [0.5, 1.5]\n')
         run_dir = tmp_path / "run"
-        proc = subprocess.run([sys.executable, "-m", "cuco", "evolve", str(CPU_WL), "--config", str(cfg),
+        proc = subprocess.run([sys.executable, "-m", "cuco", "evolve", str(wl), "--config", str(cfg),
                                "--run-dir", str(run_dir)], cwd=ROOT, capture_output=True, text=True,
                               env={**os.environ, "CUCO_HOME": str(tmp_path / "home")}, timeout=600)
     assert proc.returncode == 0, proc.stdout + proc.stderr
     con = sqlite3.connect(run_dir / "cuco.db")
-    rows = con.execute("SELECT proposer, ok, score FROM candidates ORDER BY id").fetchall()
+    rows = con.execute("SELECT proposer, ok, median_ms FROM candidates ORDER BY id").fetchall()
     assert [r[0] for r in rows] == ["seed", "llm", "llm"] and all(r[1] for r in rows)
-    assert max(r[2] for r in rows[1:]) > rows[0][2]  # an LLM proposal beats the seed, measured for real
+    assert min(r[2] for r in rows[1:]) < rows[0][2] / 2  # an LLM proposal beats the seed, measured for real
     assert "LLM: 2 calls" in proc.stdout and "$0.00" in proc.stdout
 
 
