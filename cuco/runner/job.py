@@ -30,7 +30,6 @@ class Job:
     gpus: list[int] = field(default_factory=list)
     warmup: int | None = None  # overrides of the workload's timing settings
     iters: int | None = None
-    time_compute_alone: bool = True
 
     def write(self, path: Path) -> None:
         path.write_text(json.dumps(asdict(self), indent=1))

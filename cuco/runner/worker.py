@@ -259,8 +259,7 @@ class Worker:
         out: dict[str, Any] = {"level": "L4", "shape": stage.shape, "ok": True,
                                "per_rank_ms": self.gather(res.times_ms), "gated": res.gated, "note": res.note,
                                "final_output_errors": final_errors}
-        if self.job.time_compute_alone:
-            out.update(self.reference_timings(params, inputs, bufs, before, warmup, iters))
+        out.update(self.reference_timings(params, inputs, bufs, before, warmup, iters))
         return out
 
     def reference_timings(self, params, inputs, bufs, before, warmup: int, iters: int) -> dict[str, Any]:
@@ -273,8 +272,8 @@ class Worker:
             group = (self.torch_nccl_group() if self.cuda else self.gloo) if key == "comm_alone" else None
             self.mark(f"L4: timing {key}")
             fn = factory(params, self.world, self.rank, inputs, bufs, group)
-            with self._on_stream():
-                res = self.timed(lambda: _on(self.stream, fn), before, warmup, max(10, min(iters, 30)))
+            with self._on_stream():  # the reference ops run on the same stream the candidate gets
+                res = self.timed(fn, before, warmup, max(10, min(iters, 30)))
             out[f"{key}_per_rank_ms"] = self.gather(res.times_ms)
         return out
 
@@ -315,14 +314,6 @@ class Worker:
     def write_partial(self, results: list[dict[str, Any]]) -> None:
         _write_json(self.out / f"rank{self.rank}.json", {"rank": self.rank, "stages": results, "error": None,
                                                           "done": False})
-
-
-def _on(stream, fn) -> None:
-    if stream is None:
-        fn()
-    else:
-        with torch.cuda.stream(stream):
-            fn()
 
 
 def _write_json(path: Path, data: dict[str, Any]) -> None:
