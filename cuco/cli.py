@@ -283,6 +283,36 @@ def evolve(workload: str = typer.Argument(..., help="Built-in workload name or a
     evo.db.close()
 
 
+@app.command()
+def transform(workload: str = typer.Argument(..., help="Built-in workload name or a workload directory."),
+              source: Optional[Path] = typer.Option(None, "--source", help="The host-driven program (default: the "
+                                                    "workload's seed)."),
+              analyze_only: bool = typer.Option(False, "--analyze-only", help="Print the analysis and stop."),
+              as_json: bool = typer.Option(False, "--json", help="Print the analysis as JSON.")) -> None:
+    """Fast path: analyse a host-driven NCCL program (tree-sitter CUDA grammar) for the device-initiated rewrite."""
+    from cuco.fastpath.analyze import AnalysisError, analyze
+    from cuco.report.console import analysis_table
+
+    spec = _spec(workload, None)
+    path = source or spec.seed_path
+    if path is None or not Path(path).is_file():
+        raise CucoError(str(path or spec.source), "no such source file (give --source, or a seed in [candidates])")
+    if Path(path).suffix != ".cu":
+        raise CucoError(str(path), "the fast path analyses CUDA C++ (.cu) programs")
+    try:
+        result = analyze(Path(path))
+    except AnalysisError as exc:
+        raise CucoError("", str(exc)) from None
+    if as_json:
+        print(result.to_json())
+    else:
+        console.print(analysis_table(result))
+        for w in result.warnings:
+            console.print(f"[yellow]warning:[/] {escape(w)}")
+    if not analyze_only:
+        raise CucoError("cuco transform", "the rule-based rewrite is not built yet: use --analyze-only")
+
+
 def _evaluator(device: str, cfg, shape: str):
     from cuco.runner.cascade import EvalOptions, evaluate
 

@@ -1,0 +1,252 @@
+"""Analysis of a host-driven CUDA program with tree-sitter's CUDA grammar (no regular expressions over code).
+
+It finds the NCCL calls (collectives, send/recv, group start/end) with their buffers, counts, types, ops,
+communicators and streams; allocations (cudaMalloc vs ncclMemAlloc); kernel launches and cuBLAS calls with
+their streams; synchronisation (stream and device syncs, events); and the producer/consumer edges between
+them, through the buffers they write and read, in program order within each function.
+"""
+
+from __future__ import annotations
+
+import json
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+
+# Argument names by position, from nccl.h (2.28).
+NCCL_SIGNATURES: dict[str, tuple[str, ...]] = {
+    "ncclAllGather": ("send", "recv", "count", "dtype", "comm", "stream"),
+    "ncclReduceScatter": ("send", "recv", "count", "dtype", "op", "comm", "stream"),
+    "ncclAllReduce": ("send", "recv", "count", "dtype", "op", "comm", "stream"),
+    "ncclBroadcast": ("send", "recv", "count", "dtype", "root", "comm", "stream"),
+    "ncclReduce": ("send", "recv", "count", "dtype", "op", "root", "comm", "stream"),
+    "ncclAlltoAll": ("send", "recv", "count", "dtype", "comm", "stream"),
+    "ncclSend": ("send", "count", "dtype", "peer", "comm", "stream"),
+    "ncclRecv": ("recv", "count", "dtype", "peer", "comm", "stream"),
+    "ncclGroupStart": (),
+    "ncclGroupEnd": (),
+}
+ALLOCATORS = {"cudaMalloc": "cudaMalloc", "cudaMallocAsync": "cudaMalloc", "ncclMemAlloc": "ncclMemAlloc",
+              "cudaMallocManaged": "cudaMallocManaged"}
+# Synchronisation calls and the position of their stream argument (None: no stream).
+SYNCS: dict[str, int | None] = {"cudaStreamSynchronize": 0, "cudaDeviceSynchronize": None, "cudaEventRecord": 1,
+                                "cudaStreamWaitEvent": 0, "cudaEventSynchronize": None}
+# cuBLAS calls and where their matrices are: (read positions, written positions, stream position or None).
+BLAS: dict[str, tuple[tuple[int, ...], tuple[int, ...]]] = {
+    "cublasGemmEx": ((7, 10), (14,)),
+    "cublasSgemm": ((7, 9), (12,)),
+    "cublasHgemm": ((7, 9), (12,)),
+    "cublasLtMatmul": ((3, 5), (8,)),
+    "cuco_gemm_bf16": ((1, 2), (3,)),
+}
+# Attribute-like macros the grammar does not know; blanked (same length) before parsing.
+ATTRIBUTE_MACROS = ("CUCO_EXPORT",)
+
+
+class AnalysisError(ValueError):
+    pass
+
+
+@dataclass
+class Op:
+    index: int
+    kind: str  # collective | p2p | group | alloc | kernel | blas | sync
+    name: str
+    line: int
+    function: str
+    args: dict[str, str] = field(default_factory=dict)
+    reads: list[str] = field(default_factory=list)
+    writes: list[str] = field(default_factory=list)
+    stream: str | None = None
+
+
+@dataclass
+class Analysis:
+    path: str
+    ops: list[Op]
+    edges: list[tuple[int, int, str]]  # producer op, consumer op, buffer
+    buffers: dict[str, str]  # buffer -> allocator (or "workload" for cuco_buffer lookups)
+    warnings: list[str]
+
+    @property
+    def nccl(self) -> list[Op]:
+        return [o for o in self.ops if o.kind in ("collective", "p2p", "group")]
+
+    def to_json(self) -> str:
+        return json.dumps({"path": self.path, "ops": [asdict(o) for o in self.ops], "edges": self.edges,
+                           "buffers": self.buffers, "warnings": self.warnings}, indent=1)
+
+
+def _parser():
+    import tree_sitter as ts
+    import tree_sitter_cuda as tsc
+
+    return ts.Parser(ts.Language(tsc.language()))
+
+
+def _blank_macros(src: bytes) -> bytes:
+    for m in ATTRIBUTE_MACROS:
+        src = src.replace(m.encode(), b" " * len(m))
+    return src
+
+
+def _text(node) -> str:
+    return node.text.decode(errors="replace")
+
+
+def _walk(node):
+    yield node
+    for c in node.children:
+        yield from _walk(c)
+
+
+def _function_name(fn) -> str:
+    decl = fn.child_by_field_name("declarator")
+    while decl is not None and decl.type != "function_declarator":
+        decl = decl.child_by_field_name("declarator")
+    name = decl.child_by_field_name("declarator") if decl is not None else None
+    return _text(name) if name is not None else "?"
+
+
+class _Resolver:
+    """Maps expressions to buffer names: variables bound to cuco_buffer(ctx, "x") or allocated by a call."""
+
+    def __init__(self) -> None:
+        self.alias: dict[str, str] = {}
+        self.allocated: dict[str, str] = {}
+        self.pointer_params: set[str] = set()  # of the function being read: buffers passed in by the caller
+
+    def learn_declaration(self, node) -> None:
+        for d in (c for c in _walk(node) if c.type == "init_declarator"):
+            target = d.child_by_field_name("declarator")
+            value = d.child_by_field_name("value")
+            if target is None or value is None:
+                continue
+            ident = next((n for n in _walk(target) if n.type == "identifier"), None)
+            for call in (n for n in _walk(value) if n.type == "call_expression"):
+                fn = call.child_by_field_name("function")
+                if fn is not None and _text(fn) == "cuco_buffer":
+                    lit = next((n for n in _walk(call) if n.type == "string_content"), None)
+                    if ident is not None and lit is not None:
+                        self.alias[_text(ident)] = _text(lit)
+                    break
+            else:
+                if ident is not None:  # a pointer derived from a known buffer stays that buffer
+                    src = self.buffer_of(value)
+                    if src:
+                        self.alias[_text(ident)] = src
+
+    def buffer_of(self, expr) -> str | None:
+        for n in _walk(expr):
+            if n.type == "call_expression":
+                fn = n.child_by_field_name("function")
+                if fn is not None and _text(fn) == "cuco_buffer":
+                    lit = next((m for m in _walk(n) if m.type == "string_content"), None)
+                    return _text(lit) if lit is not None else None
+            if n.type == "identifier":
+                name = _text(n)
+                if name in self.alias:
+                    return self.alias[name]
+                if name in self.allocated or name in self.pointer_params:
+                    return name
+        return None
+
+
+def analyze(path: Path, source: bytes | None = None) -> Analysis:
+    raw = source if source is not None else Path(path).read_bytes()
+    if b"\0" in raw:
+        raise AnalysisError(f"{path}: not a text file")
+    tree = _parser().parse(_blank_macros(raw))
+    root = tree.root_node
+    functions = [n for n in _walk(root) if n.type == "function_definition"]
+    errors = [n for n in _walk(root) if n.type == "ERROR" or n.is_missing]
+    if not functions:
+        where = f"; first syntax error at line {errors[0].start_point.row + 1}" if errors else ""
+        raise AnalysisError(f"{path}: cannot parse as CUDA C++: no function definition found{where}")
+    warnings = [f"line {e.start_point.row + 1}: the parser did not understand {_text(e)[:60]!r}" for e in errors[:5]]
+    res = _Resolver()
+    ops: list[Op] = []
+    # Kernels defined here: which pointer parameters are const (read only); the others may be written.
+    kernel_const: dict[str, list[bool]] = {}
+    for fn in functions:
+        params = fn.child_by_field_name("declarator")
+        while params is not None and params.type != "function_declarator":
+            params = params.child_by_field_name("declarator")
+        plist = params.child_by_field_name("parameters") if params is not None else None
+        if plist is not None:
+            kernel_const[_function_name(fn)] = [p.type == "parameter_declaration" and "const" in
+                                                [_text(c) for c in p.children if c.type == "type_qualifier"]
+                                                for p in plist.named_children]
+    blas_streams: dict[str, str] = {}
+    for fn in functions:
+        fname = _function_name(fn)
+        res.pointer_params = {_text(i) for p in _walk(fn.child_by_field_name("declarator"))
+                              if p.type == "parameter_declaration"
+                              for d in [p.child_by_field_name("declarator")] if d is not None and d.type ==
+                              "pointer_declarator" for i in _walk(d) if i.type == "identifier"}
+        for node in _walk(fn):
+            if node.type == "declaration":
+                res.learn_declaration(node)
+            if node.type != "call_expression":
+                continue
+            callee = node.child_by_field_name("function")
+            arg_list = node.child_by_field_name("arguments")
+            if callee is None or arg_list is None:
+                continue
+            name = _text(callee)
+            args = [a for a in arg_list.named_children if a.type != "comment"]
+            line = node.start_point.row + 1
+            launch = next((c for c in node.children if c.type == "kernel_call_syntax"), None)
+            if launch is not None:
+                cfg = [_text(a) for a in launch.named_children]
+                consts = kernel_const.get(name, [])
+                reads, writes = [], []
+                for i, a in enumerate(args):
+                    b = res.buffer_of(a)
+                    if b:
+                        reads.append(b)
+                        if not (i < len(consts) and consts[i]):  # unknown kernels: assume written too
+                            writes.append(b)
+                ops.append(Op(len(ops), "kernel", name, line, fname, {"config": ", ".join(cfg)}, reads, writes,
+                              cfg[3] if len(cfg) > 3 else "default stream"))
+            elif name in NCCL_SIGNATURES:
+                sig = NCCL_SIGNATURES[name]
+                named = {k: _text(a) for k, a in zip(sig, args)}
+                kind = "group" if not sig else "p2p" if name in ("ncclSend", "ncclRecv") else "collective"
+                reads = [b for k in ("send",) if k in named for b in [res.buffer_of(args[sig.index(k)])] if b]
+                writes = [b for k in ("recv",) if k in named for b in [res.buffer_of(args[sig.index(k)])] if b]
+                ops.append(Op(len(ops), kind, name, line, fname, named, reads, writes, named.get("stream")))
+            elif name in ALLOCATORS and args:
+                target = next((n for n in _walk(args[0]) if n.type == "identifier"), None)
+                if target is not None:
+                    buf = res.buffer_of(args[0]) or _text(target)
+                    res.allocated[_text(target)] = ALLOCATORS[name]
+                    ops.append(Op(len(ops), "alloc", name, line, fname,
+                                  {"buffer": buf, "bytes": _text(args[1]) if len(args) > 1 else "?"}))
+            elif name == "cublasSetStream" and len(args) == 2:
+                blas_streams[_text(args[0])] = _text(args[1])
+            elif name in BLAS:
+                rpos, wpos = BLAS[name]
+                reads = [b for i in rpos if i < len(args) for b in [res.buffer_of(args[i])] if b]
+                writes = [b for i in wpos if i < len(args) for b in [res.buffer_of(args[i])] if b]
+                handle = _text(args[0]) if args else ""
+                ops.append(Op(len(ops), "blas", name, line, fname, {"handle": handle}, reads, writes,
+                              blas_streams.get(handle)))
+            elif name in SYNCS:
+                pos = SYNCS[name]
+                ops.append(Op(len(ops), "sync", name, line, fname, {"args": ", ".join(_text(a) for a in args)},
+                              stream=_text(args[pos]) if pos is not None and pos < len(args) else None))
+    buffers = {**{v: "workload" for v in res.alias.values()}, **res.allocated}
+    edges = []
+    for fname in dict.fromkeys(o.function for o in ops):
+        last_writer: dict[str, int] = {}
+        for o in (o for o in ops if o.function == fname):
+            for b in o.reads:
+                if b in last_writer and last_writer[b] != o.index:
+                    edges.append((last_writer[b], o.index, b))
+            for b in o.writes:
+                last_writer[b] = o.index
+    analysis = Analysis(str(path), ops, edges, buffers, warnings)
+    if not analysis.nccl:
+        raise AnalysisError(f"{path}: no NCCL call found: nothing to move onto the GPU (cuco transform starts from "
+                            "a program whose communication is host-issued NCCL)")
+    return analysis

@@ -1,0 +1,95 @@
+"""The fast path's analysis, on the workload seed and on host programs written the way users write them."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+
+import pytest
+
+from conftest import GEMM_AG, ROOT
+from cuco.fastpath.analyze import AnalysisError, analyze
+
+HERE = ROOT / "tests" / "fastpath"
+
+
+def _by_name(a, name):
+    return [o for o in a.ops if o.name == name]
+
+
+def test_allgather_seed():
+    a = analyze(GEMM_AG / "seed.cu")
+    (ag,) = _by_name(a, "ncclAllGather")
+    assert ag.kind == "collective" and ag.function == "cuco_run" and ag.stream == "ctx->stream"
+    assert ag.reads == ["a"] and ag.writes == ["a_gathered"] and ag.args["dtype"] == "ncclBfloat16"
+    (gemm,) = _by_name(a, "cuco_gemm_bf16")
+    assert gemm.reads == ["a_gathered", "b"] and gemm.writes == ["c"] and gemm.stream == "ctx->stream"
+    assert a.edges == [(ag.index, gemm.index, "a_gathered")] and not a.warnings
+
+
+def test_allreduce_program_with_allocations_and_kernels():
+    a = analyze(HERE / "host_allreduce.cu")
+    assert a.buffers == {"sendbuff": "cudaMalloc", "recvbuff": "cudaMalloc", "out": "ncclMemAlloc"}
+    (ar,) = _by_name(a, "ncclAllReduce")
+    assert ar.args["op"] == "ncclSum" and ar.reads == ["sendbuff"] and ar.writes == ["recvbuff"]
+    (produce,) = _by_name(a, "produce")
+    (consume,) = _by_name(a, "consume")
+    assert consume.writes == ["out"]  # const parameters are read, not written
+    assert set(a.edges) == {(produce.index, ar.index, "sendbuff"), (ar.index, consume.index, "recvbuff")}
+    assert [o.name for o in a.ops if o.kind == "sync"] == ["cudaStreamSynchronize"]
+    assert json.loads(a.to_json())["ops"][ar.index]["name"] == "ncclAllReduce"
+
+
+def test_reduce_scatter_after_cublas():
+    a = analyze(HERE / "host_reducescatter.cu")
+    (gemm,) = _by_name(a, "cublasGemmEx")
+    (rs,) = _by_name(a, "ncclReduceScatter")
+    assert gemm.writes == ["partial"] and gemm.stream == "stream"
+    assert rs.reads == ["partial"] and rs.writes == ["out"] and rs.args["op"] == "ncclSum"
+    assert (gemm.index, rs.index, "partial") in a.edges
+
+
+def test_grouped_send_recv():
+    a = analyze(HERE / "host_sendrecv.cu")
+    assert [o.name for o in a.nccl] == ["ncclGroupStart", "ncclSend", "ncclRecv", "ncclGroupEnd"]
+    (recv,) = _by_name(a, "ncclRecv")
+    assert recv.args["peer"] == "(rank + nRanks - 1) % nRanks" and recv.writes == ["recv"]
+    (acc,) = _by_name(a, "accumulate")
+    assert (recv.index, acc.index, "recv") in a.edges
+
+
+def test_program_without_nccl_is_refused(tmp_path):
+    src = tmp_path / "plain.cu"
+    src.write_text("__global__ void k(float* x) { x[0] = 1; }\nint main() { k<<<1, 1>>>(nullptr); return 0; }\n")
+    with pytest.raises(AnalysisError, match="no NCCL call found"):
+        analyze(src)
+
+
+@pytest.mark.parametrize("content", [b"\x7fELF\x02\x01\x00\x00binary", b"}}} this is not C {{{ ;;; ((("])
+def test_unparsable_source_is_refused(tmp_path, content):
+    src = tmp_path / "broken.cu"
+    src.write_bytes(content)
+    with pytest.raises(AnalysisError, match="not a text file|cannot parse"):
+        analyze(src)
+
+
+def _cuco(*args):
+    return subprocess.run([sys.executable, "-m", "cuco", *args], cwd=ROOT, capture_output=True, text=True,
+                          env={**os.environ, "COLUMNS": "200"})
+
+
+def test_cli_analyze_only_table_and_json():
+    proc = _cuco("transform", "gemm_allgather", "--analyze-only")
+    assert proc.returncode == 0 and "ncclAllGather" in proc.stdout and "a_gathered" in proc.stdout
+    proc = _cuco("transform", "gemm_allgather", "--source", str(HERE / "host_sendrecv.cu"), "--analyze-only",
+                 "--json")
+    assert proc.returncode == 0 and len(json.loads(proc.stdout)["ops"]) == 5
+
+
+@pytest.mark.parametrize("source,words", [("missing.cu", "no such source file"),
+                                          ("workloads/cpu_allgather_matmul/seed.py", "CUDA C++")])
+def test_cli_bad_source_is_one_line(source, words):
+    proc = _cuco("transform", "gemm_allgather", "--source", source, "--analyze-only")
+    assert proc.returncode == 2 and len(proc.stderr.strip().splitlines()) == 1 and words in proc.stderr
