@@ -54,3 +54,11 @@ def test_fresh_inputs_every_evaluation(tmp_path):
     seeds = {evaluate(spec, spec.candidates["torch_host"], _opts(max_level="L2", work_dir=tmp_path / str(i)))["seed"]
              for i in range(2)}
     assert len(seeds) == 2
+
+
+def test_candidate_exception_is_reported_as_its_error(tmp_path):
+    src = tmp_path / "raises.py"
+    src.write_text("def run(ctx):\n    if ctx.rank == 1:\n        raise ValueError('bad tile size 7')\n")
+    rec = evaluate(load_workload(GEMM_AG), src, _opts(work_dir=tmp_path / "w"))
+    assert not rec["ok"] and rec["failed_level"] == "L2"
+    assert rec["error"].startswith("candidate error: rank 1") and "ValueError: bad tile size 7" in rec["error"]

@@ -52,8 +52,11 @@ class PythonCandidate:
             if name == "run":
                 raise CandidateError("candidate defines no run(ctx)")
             return
-        with self._stream():
-            fn(self.ctx)
+        try:
+            with self._stream():
+                fn(self.ctx)
+        except Exception as exc:  # the candidate's own failure, reported as such
+            raise CandidateError(f"{name}: {type(exc).__name__}: {exc}") from exc
 
     def setup(self) -> None:
         self._call("setup")

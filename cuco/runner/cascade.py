@@ -146,7 +146,11 @@ def _interpret(spec, record, res, stages, opts, baselines) -> dict[str, Any]:
         others = [o.rank for o in res.ranks if o.returncode is None]
         if others:
             parts.append(f"ranks {others} killed by the watchdog")
-        return _fail(record, current, "crash: " + "; ".join(parts), _logs(res))
+        # The first rank to go is the cause: if it reported its own error (a non-zero return, an exception),
+        # the candidate failed; killed by a signal or gone without a word, it crashed.
+        reported = (res.ranks[res.crashed[0]].result or {}).get("kind") == "candidate"
+        return _fail(record, current, ("candidate error: " if reported else "crash: ") + "; ".join(parts),
+                     _logs(res))
     errors = [r.get("error") for r in per_rank if r.get("error")]
     if errors:
         return _fail(record, current, errors[0], _logs(res))

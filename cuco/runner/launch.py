@@ -106,12 +106,14 @@ def launch(job: Job, timeout_s: float, job_path: Path) -> LaunchResult:
     deadline = t0 + timeout_s
     first_death: float | None = None
     timed_out = False
+    deaths: list[int] = []  # ranks that exited with an error, in the order the watchdog saw them go
     while True:
         codes = [p.poll() for p in procs]
+        deaths += [r for r, c in enumerate(codes) if c not in (None, 0) and r not in deaths]
         if all(c is not None for c in codes):
             break
         now = time.monotonic()
-        if any(c not in (None, 0) for c in codes) and first_death is None:
+        if deaths and first_death is None:
             first_death = now
         if now > deadline or (first_death is not None and now - first_death > CRASH_GRACE_S):
             timed_out = now > deadline
@@ -126,15 +128,15 @@ def launch(job: Job, timeout_s: float, job_path: Path) -> LaunchResult:
             break
         time.sleep(POLL_S)
     outcomes = []
-    crashed = []
     for r, p in enumerate(procs):
         res_path = out / f"rank{r}.json"
         result = json.loads(res_path.read_text()) if res_path.is_file() else None
         code = p.returncode
         killed = code == -signal.SIGKILL and (timed_out or first_death is not None) and not (result and result.get("done"))
-        if code not in (0,) and not killed:
-            crashed.append(r)
         outcomes.append(RankOutcome(r, None if killed else code, result, _last_line(out / f"rank{r}.progress"),
                                     _tail(out / f"rank{r}.log")))
+    # Ranks that failed on their own, in the order they went: the first is usually the cause.
+    order = deaths + [r for r in range(len(procs)) if r not in deaths]
+    crashed = [r for r in order if outcomes[r].returncode not in (0, None)]
     return LaunchResult(outcomes, timed_out, crashed, time.monotonic() - t0)
 
