@@ -18,24 +18,25 @@ import torch
 
 
 def timed(fn, streams, iters: int = 20) -> float:
-    """Median ms from an event on the first stream to the last of all streams' end events."""
+    """Median ms from an event on the first stream (GPU 0) until every stream is done: the others join the
+    first through events, since timing events cannot be compared across devices."""
     out = []
     for _ in range(iters + 3):
         for d in range(torch.cuda.device_count()):
             torch.cuda.synchronize(d)
-        start = torch.cuda.Event(enable_timing=True)
+        start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
         start.record(streams[0])
         for s in streams[1:]:
             s.wait_event(start)
         fn()
-        ends = []
-        for s in streams:
-            e = torch.cuda.Event(enable_timing=True)
-            e.record(s)
-            ends.append(e)
+        for s in streams[1:]:
+            done = torch.cuda.Event()
+            done.record(s)
+            streams[0].wait_event(done)
+        end.record(streams[0])
         for d in range(torch.cuda.device_count()):
             torch.cuda.synchronize(d)
-        out.append(max(start.elapsed_time(e) for e in ends))
+        out.append(start.elapsed_time(end))
     return statistics.median(out[3:])
 
 
