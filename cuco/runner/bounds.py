@@ -1,7 +1,7 @@
 """The physical bound beside every number: compute alone, communication alone, and their max.
 
 Compute alone is measured (the workload's best-library version of the compute, timed by the same
-runner). Communication alone is the bytes each rank must receive over the measured peer-link
+runner; its fastest iteration). Communication alone is the bytes each rank must receive over the measured peer-link
 bandwidth (`cuco doctor`); on the CPU, where no link rate is known, the measured collective stands in.
 """
 
