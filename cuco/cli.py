@@ -313,6 +313,20 @@ def transform(workload: str = typer.Argument(..., help="Built-in workload name o
         raise CucoError("cuco transform", "the rule-based rewrite is not built yet: use --analyze-only")
 
 
+@app.command()
+def report(run_dir: Path = typer.Argument(..., help="A run directory of cuco evolve."),
+           out: Optional[Path] = typer.Option(None, "--out", help="Where to write the page (default: RUN_DIR/report.html).")
+           ) -> None:
+    """One HTML page for a search: summary, time per evaluation against the bound, lineage, every candidate, best code."""
+    from cuco.report.html import render_report
+
+    if not (run_dir / "cuco.db").is_file():
+        raise CucoError(str(run_dir), "not a run directory of cuco evolve (no cuco.db)")
+    target = out or run_dir / "report.html"
+    target.write_text(render_report(run_dir))
+    console.print(f"wrote {target}", highlight=False)
+
+
 def _evaluator(device: str, cfg, shape: str):
     from cuco.runner.cascade import EvalOptions, evaluate
 

@@ -1,0 +1,71 @@
+"""cuco report: one HTML page per search, built from the store, with every value escaped."""
+
+from __future__ import annotations
+
+import asyncio
+import os
+import subprocess
+import sys
+from html.parser import HTMLParser
+
+from conftest import GEMM_AG, ROOT
+from cuco.evolve.config import RunConfig
+from cuco.evolve.run import Evolution
+from cuco.evolve.slots import Slot
+from cuco.report.html import render_report
+from cuco.workload import load_workload
+from test_evolve_run import fake_evaluator
+
+
+class Tags(HTMLParser):
+    def __init__(self) -> None:
+        super().__init__()
+        self.tags: list[tuple[str, dict]] = []
+
+    def handle_starttag(self, tag, attrs):
+        self.tags.append((tag, dict(attrs)))
+
+
+def _run(tmp_path, generations=12):
+    cfg = RunConfig()
+    cfg.search.generations, cfg.search.shape = generations, "8k"
+
+    def evaluator(spec, src, slot, work):
+        rec = fake_evaluator(spec, src, slot, work)
+        if not rec["ok"]:
+            rec["error"] = "<script>alert(1)</script> planted failure"
+        return rec
+
+    evo = Evolution(load_workload(GEMM_AG), cfg, tmp_path, [Slot(0, ())], evaluator, "cuda")
+    asyncio.run(evo.run())
+    cands = evo.db.all()
+    evo.db.close()
+    return cands
+
+
+def test_report_shows_every_evaluation(tmp_path):
+    cands = _run(tmp_path)
+    page = render_report(tmp_path)
+    p = Tags()
+    p.feed(page)
+    circles = [a for t, a in p.tags if t == "circle"]
+    assert len(circles) == len(cands) == 12
+    failed = [c for c in cands if not c.ok]
+    assert len([a for a in circles if a.get("class") == "failed"]) == len(failed)
+    rows = [a["id"] for t, a in p.tags if t == "tr" and a.get("id", "").startswith("c")]
+    assert rows == [f"c{c.id}" for c in cands]
+    assert page.count("<li>") == len(cands)  # the lineage holds every candidate once
+    assert "<script>" not in page and "&lt;script&gt;" in page
+    best = max((c for c in cands if c.ok), key=lambda c: c.score)
+    assert f"Best program (#{best.id})" in page and any(t == "polyline" for t, _ in p.tags)
+
+
+def test_cli_report(tmp_path):
+    _run(tmp_path, generations=3)
+    env = {**os.environ, "CUCO_HOME": str(tmp_path / "h")}
+    proc = subprocess.run([sys.executable, "-m", "cuco", "report", str(tmp_path)], cwd=ROOT, capture_output=True,
+                          text=True, env=env)
+    assert proc.returncode == 0 and (tmp_path / "report.html").is_file()
+    proc = subprocess.run([sys.executable, "-m", "cuco", "report", str(tmp_path / "nothing")], cwd=ROOT,
+                          capture_output=True, text=True, env=env)
+    assert proc.returncode == 2 and "not a run directory" in proc.stderr
