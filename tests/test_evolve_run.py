@@ -150,3 +150,32 @@ def test_run_dir_of_another_workload_is_refused(tmp_path):
     proc = subprocess.run([sys.executable, "-m", "cuco", "evolve", str(CPU_WL), "--run-dir", str(tmp_path)], cwd=ROOT,
                           capture_output=True, text=True, env={**os.environ, "CUCO_HOME": str(tmp_path / "h")})
     assert proc.returncode == 2 and "belongs to another run" in proc.stderr, proc.stderr
+
+
+def test_slots_evaluate_in_parallel(tmp_path):
+    """Two slots keep two evaluations in flight; each result is written as it lands."""
+    import threading
+
+    active, peak, calls, lock = [0], [0], [0], threading.Lock()
+    both_running = threading.Barrier(2, timeout=30)  # the first two evaluations meet here: both in flight
+
+    def evaluator(spec, src, slot, work):
+        with lock:
+            active[0] += 1
+            peak[0] = max(peak[0], active[0])
+            calls[0] += 1
+            first_two = calls[0] <= 2
+        try:
+            if first_two:
+                both_running.wait()
+            return fake_evaluator(spec, src, slot, work)
+        finally:
+            with lock:
+                active[0] -= 1
+
+    cfg = RunConfig()
+    cfg.search.generations, cfg.search.shape = 6, "8k"
+    evo = Evolution(load_workload(GEMM_AG), cfg, tmp_path, [Slot(0, (0, 1)), Slot(1, (2, 3))], evaluator, "cuda")
+    asyncio.run(evo.run())
+    assert peak[0] == 2 and evo.db.count("done") == 6
+    evo.db.close()
