@@ -288,10 +288,16 @@ def transform(workload: str = typer.Argument(..., help="Built-in workload name o
               source: Optional[Path] = typer.Option(None, "--source", help="The host-driven program (default: the "
                                                     "workload's seed)."),
               analyze_only: bool = typer.Option(False, "--analyze-only", help="Print the analysis and stop."),
-              as_json: bool = typer.Option(False, "--json", help="Print the analysis as JSON.")) -> None:
-    """Fast path: analyse a host-driven NCCL program (tree-sitter CUDA grammar) for the device-initiated rewrite."""
+              as_json: bool = typer.Option(False, "--json", help="Print the analysis as JSON."),
+              out: Optional[Path] = typer.Option(None, "--out", help="Where the device-initiated program goes "
+                                                 "(default: cuco-runs/WORKLOAD-transform/transformed.cu)."),
+              device: str = DeviceOpt) -> None:
+    """Fast path: analyse a host-driven NCCL program and rewrite its collectives into device-initiated ones (no LLM)."""
     from cuco.fastpath.analyze import AnalysisError, analyze
-    from cuco.report.console import analysis_table
+    from cuco.fastpath.rewrite import RewriteError, no_host_collective_left, rewrite
+    from cuco.report.console import analysis_table, print_record
+    from cuco.runner.build import build
+    from cuco.runner.cascade import EvalOptions, evaluate
 
     spec = _spec(workload, None)
     path = source or spec.seed_path
@@ -309,8 +315,33 @@ def transform(workload: str = typer.Argument(..., help="Built-in workload name o
         console.print(analysis_table(result))
         for w in result.warnings:
             console.print(f"[yellow]warning:[/] {escape(w)}")
-    if not analyze_only:
-        raise CucoError("cuco transform", "the rule-based rewrite is not built yet: use --analyze-only")
+    if analyze_only:
+        return
+    try:
+        rw = rewrite(Path(path), spec)
+    except RewriteError as exc:
+        raise CucoError(str(path), str(exc)) from None
+    target = out or Path("cuco-runs") / f"{spec.name}-transform" / "transformed.cu"
+    target.parent.mkdir(parents=True, exist_ok=True)
+    target.write_text(rw.code)
+    for line in rw.replaced:
+        console.print(f"rewrote {line}", highlight=False)
+    if not no_host_collective_left(rw.code):
+        raise CucoError(str(target), "re-analysis still finds a host NCCL call")
+    console.print(f"re-analysis: no host collective left; written to {target}", highlight=False)
+    built = build(target)
+    if not built.ok:
+        raise CucoError(str(target), "the rewritten program does not build: " + built.log.strip().splitlines()[0])
+    dev = _device(device, spec.world_size)
+    if dev != "cuda":
+        console.print(f"built; verifying it needs {spec.world_size} GPUs: cuco eval {workload} {target}",
+                      highlight=False)
+        return
+    opts = _options(spec, dev, [], [], "L3", None, None, None, None)
+    with console.status("verifying the device-initiated program"):
+        record = evaluate(spec, target, opts)
+    print_record(record, console)
+    raise typer.Exit(0 if record["ok"] else 1)
 
 
 @app.command()

@@ -57,6 +57,8 @@ class Op:
     reads: list[str] = field(default_factory=list)
     writes: list[str] = field(default_factory=list)
     stream: str | None = None
+    span: tuple[int, int] = (0, 0)  # bytes of the statement's call: the check macro around it, if any
+    wrapper: str | None = None  # that check macro (CUCO_NCCL, NCCLCHECK, ...)
 
 
 @dataclass
@@ -214,7 +216,14 @@ def analyze(path: Path, source: bytes | None = None) -> Analysis:
                 kind = "group" if not sig else "p2p" if name in ("ncclSend", "ncclRecv") else "collective"
                 reads = [b for k in ("send",) if k in named for b in [res.buffer_of(args[sig.index(k)])] if b]
                 writes = [b for k in ("recv",) if k in named for b in [res.buffer_of(args[sig.index(k)])] if b]
-                ops.append(Op(len(ops), kind, name, line, fname, named, reads, writes, named.get("stream")))
+                outer, wrapper = node, None
+                parent = node.parent
+                if parent is not None and parent.type == "argument_list" and parent.parent is not None:
+                    wrap_fn = parent.parent.child_by_field_name("function")
+                    if wrap_fn is not None and _text(wrap_fn).isupper():  # CUCO_NCCL(ctx, ...), NCCLCHECK(...)
+                        outer, wrapper = parent.parent, _text(wrap_fn)
+                ops.append(Op(len(ops), kind, name, line, fname, named, reads, writes, named.get("stream"),
+                              (outer.start_byte, outer.end_byte), wrapper))
             elif name in ALLOCATORS and args:
                 target = next((n for n in _walk(args[0]) if n.type == "identifier"), None)
                 if target is not None:
