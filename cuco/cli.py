@@ -297,7 +297,7 @@ def transform(workload: str = typer.Argument(..., help="Built-in workload name o
     from cuco.fastpath.rewrite import RewriteError, no_host_collective_left, rewrite
     from cuco.report.console import analysis_table, print_record
     from cuco.runner.build import build
-    from cuco.runner.cascade import EvalOptions, evaluate
+    from cuco.runner.cascade import evaluate
 
     spec = _spec(workload, None)
     path = source or spec.seed_path
