@@ -1,0 +1,71 @@
+"""cuco's device-side collectives (cuda/include/cuco_collectives.cuh) against NCCL's, on this GPU machine.
+
+For each test workload (all-reduce, reduce-scatter) the host-driven seed (NCCL) and its rule-based rewrite
+(`cuco transform`) are evaluated by the same runner at 1 MB and 64 MB; the table gives time, bus bandwidth
+(bytes each rank must receive over time) against the peer link `cuco doctor` measured, and the speedup.
+Writes benchmarks/results/collectives-<device>-<date>.json and .md.
+
+    python benchmarks/collectives.py
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+import tempfile
+from datetime import datetime, timezone
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[1]
+WORKLOADS = [ROOT / "tests" / "workloads" / "allreduce_sum", ROOT / "tests" / "workloads" / "reducescatter_sum"]
+
+
+def cuco(*args: str) -> None:
+    env = {**os.environ, "PYTHONPATH": str(ROOT) + os.pathsep + os.environ.get("PYTHONPATH", "")}
+    proc = subprocess.run([sys.executable, "-m", "cuco", *args], cwd=ROOT, env=env, text=True, capture_output=True)
+    sys.stdout.write(proc.stdout[-2000:] + proc.stderr[-2000:])
+
+
+def main() -> int:
+    sys.path.insert(0, str(ROOT))
+    from cuco.machine import load_machine
+
+    cuco("doctor")
+    tmp = Path(tempfile.mkdtemp())
+    rows, records = [], {}
+    for wl in WORKLOADS:
+        transformed = tmp / f"{wl.name}.cu"
+        cuco("transform", str(wl), "--out", str(transformed), "--device", "cpu")  # rewrite and build only
+        for label, cand in (("NCCL (seed)", str(wl / "seed.cu")), ("cuco device", str(transformed))):
+            out = tmp / f"{wl.name}-{'seed' if 'seed' in label else 'cuco'}.json"
+            cuco("eval", str(wl), cand, "--out", str(out))
+            rec = json.loads(out.read_text())
+            records[f"{wl.name}/{label}"] = rec
+            for shape, s in rec.get("shapes", {}).items():
+                t = s.get("timing")
+                if t:
+                    gbps = s["bound"]["comm_bytes"] / (t["median_ms"] * 1e-3) / 1e9
+                    rows.append((wl.name, shape, label, t["median_ms"], gbps, rec["ok"]))
+    m = load_machine()
+    bw = m.get("peer_bw_gbps") or 0
+    stamp = datetime.now(timezone.utc)
+    device = f"{len(m.get('gpus', []))}x {m['gpus'][0]['name']}" if m.get("gpus") else "unknown"
+    meta = {"date": stamp.isoformat(timespec="seconds"), "device": device, "peer_bw_gbps": bw,
+            "commit": os.environ.get("CUCO_COMMIT", "unknown"), "command": "python benchmarks/collectives.py"}
+    lines = [f"# cuco device collectives vs NCCL on {device}", "", f"Date {meta['date']}, commit {meta['commit']}; "
+             f"peer link {bw:.0f} GB/s per direction. Bus bandwidth = bytes each rank receives / time.", "",
+             "| workload | shape | implementation | verified | median ms | GB/s | of the link |", "|---|---|---|---|---|---|---|"]
+    for w, shape, label, ms, gbps, ok in rows:
+        lines.append(f"| {w} | {shape} | {label} | {'yes' if ok else 'no'} | {ms:.4f} | {gbps:.0f} | "
+                     f"{gbps / bw:.0%} |" if bw else f"| {w} | {shape} | {label} | {ok} | {ms:.4f} | {gbps:.0f} | - |")
+    out = ROOT / "benchmarks" / "results" / f"collectives-{device.split('x ')[-1].replace(' ', '_')}-{stamp:%Y%m%d}"
+    out.with_suffix(".json").write_text(json.dumps({"meta": meta, "records": records}, indent=1))
+    out.with_suffix(".md").write_text("\n".join(lines) + "\n")
+    print("\n".join(lines))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
