@@ -291,8 +291,12 @@ def transform(workload: str = typer.Argument(..., help="Built-in workload name o
               as_json: bool = typer.Option(False, "--json", help="Print the analysis as JSON."),
               out: Optional[Path] = typer.Option(None, "--out", help="Where the device-initiated program goes "
                                                  "(default: cuco-runs/WORKLOAD-transform/transformed.cu)."),
-              device: str = DeviceOpt) -> None:
-    """Fast path: analyse a host-driven NCCL program and rewrite its collectives into device-initiated ones (no LLM)."""
+              device: str = DeviceOpt,
+              llm: bool = typer.Option(False, "--llm", help="Where the rules cannot rewrite, run the LLM loop "
+                                       "(stage A, stage B, a judge) configured by --config's [llm]."),
+              config: Optional[Path] = typer.Option(None, "--config", help="A run.toml whose [llm] table to use."),
+              tries: int = typer.Option(3, "--tries", help="LLM tries per stage.")) -> None:
+    """Fast path: analyse a host-driven NCCL program and rewrite it to initiate communication from the GPU."""
     from cuco.fastpath.analyze import AnalysisError, analyze
     from cuco.fastpath.rewrite import RewriteError, no_host_collective_left, rewrite
     from cuco.report.console import analysis_table, print_record
@@ -317,22 +321,25 @@ def transform(workload: str = typer.Argument(..., help="Built-in workload name o
             console.print(f"[yellow]warning:[/] {escape(w)}")
     if analyze_only:
         return
-    try:
-        rw = rewrite(Path(path), spec)
-    except RewriteError as exc:
-        raise CucoError(str(path), str(exc)) from None
     target = out or Path("cuco-runs") / f"{spec.name}-transform" / "transformed.cu"
     target.parent.mkdir(parents=True, exist_ok=True)
-    target.write_text(rw.code)
-    for line in rw.replaced:
-        console.print(f"rewrote {line}", highlight=False)
-    if not no_host_collective_left(rw.code):
+    dev = _device(device, spec.world_size)
+    try:
+        rw = rewrite(Path(path), spec)
+        code = rw.code
+        for line in rw.replaced:
+            console.print(f"rewrote {line}", highlight=False)
+    except RewriteError as exc:
+        if not llm:
+            raise CucoError(str(path), f"{exc} (add --llm to hand it to the LLM loop)") from None
+        code = _llm_transform(spec, Path(path), config, target.parent / "llm", dev, tries, str(exc))
+    target.write_text(code)
+    if not no_host_collective_left(code):
         raise CucoError(str(target), "re-analysis still finds a host NCCL call")
     console.print(f"re-analysis: no host collective left; written to {target}", highlight=False)
     built = build(target)
     if not built.ok:
         raise CucoError(str(target), "the rewritten program does not build: " + built.log.strip().splitlines()[0])
-    dev = _device(device, spec.world_size)
     if dev != "cuda":
         console.print(f"built; verifying it needs {spec.world_size} GPUs: cuco eval {workload} {target}",
                       highlight=False)
@@ -342,6 +349,33 @@ def transform(workload: str = typer.Argument(..., help="Built-in workload name o
         record = evaluate(spec, target, opts)
     print_record(record, console)
     raise typer.Exit(0 if record["ok"] else 1)
+
+
+def _llm_transform(spec, path: Path, config: Optional[Path], work: Path, dev: str, tries: int, why: str) -> str:
+    import asyncio
+
+    from cuco.evolve.config import load_config
+    from cuco.fastpath.llm_loop import TransformFailed, llm_transform
+    from cuco.llm import LLMError, make_client
+    from cuco.machine import load_machine
+    from cuco.runner.cascade import evaluate
+
+    cfg = load_config(config)
+    try:
+        client = make_client(cfg.llm)
+    except LLMError as exc:
+        raise CucoError("[llm]", str(exc)) from None
+    console.print(f"the rules stop here ({why}); LLM loop with {client.provider} {client.model}", highlight=False)
+    opts = _options(spec, dev, [], [], "L3", None, None, None, None)
+    try:
+        code, logs = asyncio.run(llm_transform(spec, path.read_text(), client, lambda p: evaluate(spec, p, opts),
+                                               work, tries, load_machine(), cfg.llm.max_tokens))
+    except TransformFailed as exc:
+        raise CucoError(str(work), str(exc)) from None
+    for log in logs:
+        console.print(f"stage {log.stage}: correct after {len(log.tries)} tries (prompts, replies, judge notes "
+                      f"in {work})", highlight=False)
+    return code
 
 
 @app.command()

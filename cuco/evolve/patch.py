@@ -91,14 +91,18 @@ def apply_edits(code: str, reply: str) -> tuple[str, int]:
     return code, len(edits)
 
 
-def apply_rewrite(code: str, reply: str) -> str:
-    """The reply's fenced program replaces the old one if every frozen part is unchanged."""
+def fenced_program(reply: str) -> str:
+    """The longest fenced code block of the reply: the full program it gives."""
     fences = FENCE_RE.findall(reply)
     if not fences:
         raise PatchError("the reply has no fenced code block with the full program")
     new = max(fences, key=len)
-    if not new.endswith("\n"):
-        new += "\n"
+    return new if new.endswith("\n") else new + "\n"
+
+
+def apply_rewrite(code: str, reply: str) -> str:
+    """The reply's fenced program replaces the old one if every frozen part is unchanged."""
+    new = fenced_program(reply)
     old_frozen, new_frozen = frozen_parts(code), frozen_parts(new)
     if len(new_frozen) != len(old_frozen):
         raise PatchError(f"the rewrite has {len(new_frozen) - 1} evolve blocks; the program has "

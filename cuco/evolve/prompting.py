@@ -14,7 +14,7 @@ from cuco.evolve.database import Candidate
 from cuco.workload.spec import WorkloadSpec
 
 KINDS = ("diff", "rewrite", "crossover")
-TEMPLATES = ("system", "diff", "rewrite", "crossover", "retry", "inspiration", "meta")
+TEMPLATES = ("system", "diff", "rewrite", "crossover", "retry", "inspiration", "meta", "transform", "judge")
 
 
 def render(name: str, **values: Any) -> str:

@@ -1,0 +1,71 @@
+"""The fast path's LLM loop against the fake provider: stage A, stage B, a try that does not compile (real
+nvcc), a try that deadlocks, the judge's diagnosis fed to the next try, and everything kept on disk."""
+
+from __future__ import annotations
+
+import asyncio
+
+import pytest
+
+from conftest import GEMM_AG
+from cuco.fastpath.llm_loop import TransformFailed, llm_transform
+from cuco.fastpath.rewrite import no_host_collective_left, rewrite
+from cuco.llm import make_client
+from cuco.llm.config import LLMConfig
+from cuco.runner.cascade import EvalOptions, evaluate
+from cuco.workload import load_workload
+from fake_llm import FakeLLM, Step
+
+pytestmark = pytest.mark.nvcc
+SPEC = load_workload(GEMM_AG)
+SEED = SPEC.seed_path.read_text()
+DIRECTIVE = ('<directive>{"point": {"backend": "lsa", "placement": "deferred", "sync": "global", "issuer": "cta", '
+             '"chunks": 1}, "text": "device all-gather through LSA windows, then the GEMM"}</directive>')
+STAGE_A = SEED.replace('#include "cuco.h"', '#include "cuco.h"\n#include "cuco_collectives.cuh"') + (
+    "\nCUCO_EXPORT void cuco_dev_requirements(const cuco_ctx_t* ctx, ncclDevCommRequirements* reqs) {\n"
+    "  cuco::coll_requirements(reqs);\n}\n")
+STAGE_A_BROKEN = STAGE_A.replace("coll_requirements(reqs)", "coll_requirementz(reqs)")
+STAGE_B = rewrite(SPEC.seed_path, SPEC).code
+STAGE_B_HANGS = STAGE_B.replace("#include \"cuco.h\"", "#include \"cuco.h\"\n// hangs: rank 1 skips the barrier")
+
+
+def reply(code: str) -> Step:
+    return Step(f"Here is the program.\n\n{DIRECTIVE}\n\n```cuda\n{code}```\n")
+
+
+def evaluator(path):
+    """Real L0 and nvcc build on this machine; a planted hang stands in for the GPU run that would time out."""
+    if "hangs:" in path.read_text():
+        return {"ok": False, "failed_level": "L2", "error": "timeout: killed every rank after 30 s (hung; last "
+                "steps: rank 0: L2 s256 trial 0: run; rank 1: L2 s256 trial 0: run)", "diagnostics": ""}
+    return evaluate(SPEC, path, EvalOptions(device="cpu"))
+
+
+def test_stages_retries_and_judge(tmp_path, monkeypatch):
+    monkeypatch.setenv("ANTHROPIC_API_KEY", "sk-test")
+    script = [reply(STAGE_A_BROKEN), Step("`cuco::coll_requirementz` does not exist: call coll_requirements."),
+              reply(STAGE_A), reply(STAGE_B_HANGS),
+              Step("Rank 1 never reaches the LSA barrier: every rank must launch the all-gather kernel."),
+              reply(STAGE_B)]
+    with FakeLLM(script, repeat_last=False) as fake:
+        client = make_client(LLMConfig(base_url=fake.url, model="fake-model", max_retries=0))
+        code, logs = asyncio.run(llm_transform(SPEC, SEED, client, evaluator, tmp_path))
+    assert no_host_collective_left(code) and code == STAGE_B
+    a, b = logs
+    assert [t.get("ok", False) for t in a.tries] == [False, True]
+    assert "L1" in a.tries[0]["error"] and "coll_requirementz" in a.tries[0]["judge"]
+    assert [t.get("ok", False) for t in b.tries] == [False, True] and "timeout" in b.tries[0]["error"]
+    prompts = [r["body"]["messages"][0]["content"] for r in fake.requests]
+    assert "coll_requirementz` does not exist" in prompts[2]  # the judge's diagnosis reached the next try
+    assert "never reaches the LSA barrier" in prompts[5]
+    for name in ("stageA-try1.prompt.md", "stageA-try1.reply.md", "stageA-try1.judge.md", "stageB-try2.cu",
+                 "stageB-try2.record.json", "log.json"):
+        assert (tmp_path / name).is_file(), name
+
+
+def test_stage_b_must_remove_host_collectives(tmp_path, monkeypatch):
+    monkeypatch.setenv("ANTHROPIC_API_KEY", "sk-test")
+    with FakeLLM([reply(STAGE_A), reply(STAGE_A)]) as fake:  # stage B keeps answering with stage A's program
+        client = make_client(LLMConfig(base_url=fake.url, model="fake-model", max_retries=0))
+        with pytest.raises(TransformFailed, match="stage B: no correct program after 2 tries"):
+            asyncio.run(llm_transform(SPEC, SEED, client, evaluator, tmp_path, tries_per_stage=2))
