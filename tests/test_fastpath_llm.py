@@ -69,3 +69,25 @@ def test_stage_b_must_remove_host_collectives(tmp_path, monkeypatch):
         client = make_client(LLMConfig(base_url=fake.url, model="fake-model", max_retries=0))
         with pytest.raises(TransformFailed, match="stage B: no correct program after 2 tries"):
             asyncio.run(llm_transform(SPEC, SEED, client, evaluator, tmp_path, tries_per_stage=2))
+
+
+def test_cli_hands_what_the_rules_cannot_do_to_the_llm(tmp_path):
+    import os
+    import subprocess
+    import sys
+
+    from conftest import ROOT
+
+    seed = tmp_path / "seed_cast.cu"  # a cast around the receive buffer: the rules cannot place it in a window
+    seed.write_text(SEED.replace("ncclAllGather(a->ptr, aFull->ptr,", "ncclAllGather(a->ptr, (void*)aFull->ptr,"))
+    with FakeLLM([reply(STAGE_A), reply(STAGE_B)], repeat_last=False) as fake:
+        cfg = tmp_path / "run.toml"
+        cfg.write_text(f'[llm]\nprovider = "openai_compatible"\nmodel = "coder"\nbase_url = "{fake.url}/v1"\n'
+                       'max_retries = 0\n')
+        out = tmp_path / "t.cu"
+        proc = subprocess.run([sys.executable, "-m", "cuco", "transform", "gemm_allgather", "--source", str(seed),
+                               "--llm", "--config", str(cfg), "--out", str(out), "--device", "cpu"], cwd=ROOT,
+                              capture_output=True, text=True, env={**os.environ, "COLUMNS": "200"})
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    assert "the rules stop here" in proc.stdout and "stage B: correct after 1 tries" in proc.stdout
+    assert out.read_text() == STAGE_B and (tmp_path / "llm" / "log.json").is_file()
