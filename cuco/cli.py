@@ -298,6 +298,7 @@ def transform(workload: str = typer.Argument(..., help="Built-in workload name o
               tries: int = typer.Option(3, "--tries", help="LLM tries per stage.")) -> None:
     """Fast path: analyse a host-driven NCCL program and rewrite it to initiate communication from the GPU."""
     from cuco.fastpath.analyze import AnalysisError, analyze
+    from cuco.fastpath.annotate import annotate
     from cuco.fastpath.rewrite import RewriteError, no_host_collective_left, rewrite
     from cuco.report.console import analysis_table, print_record
     from cuco.runner.build import build
@@ -333,7 +334,10 @@ def transform(workload: str = typer.Argument(..., help="Built-in workload name o
         if not llm:
             raise CucoError(str(path), f"{exc} (add --llm to hand it to the LLM loop)") from None
         code = _llm_transform(spec, Path(path), config, target.parent / "llm", dev, tries, str(exc))
+    code = annotate(code)
     target.write_text(code)
+    console.print(f"{code.count('EVOLVE-BLOCK-START')} evolve blocks; start a search from it with "
+                  f"cuco evolve {workload} --set search.start={target}", highlight=False)
     if not no_host_collective_left(code):
         raise CucoError(str(target), "re-analysis still finds a host NCCL call")
     console.print(f"re-analysis: no host collective left; written to {target}", highlight=False)

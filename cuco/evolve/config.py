@@ -26,6 +26,8 @@ class SearchConfig:
     """Seeds every proposal: the same seed and the same results give the same proposals."""
     shape: str = ""
     """The shape the search optimises (default: the workload's first)."""
+    start: str = ""
+    """A program to start from instead of the workload's seed (for example cuco transform's output)."""
     proposer: str = "directive"
     """Where proposals come from: directive (no LLM) or llm (configured in [llm])."""
     islands: int = 2

@@ -107,14 +107,19 @@ class Evolution:
     def seed(self) -> None:
         if self.db.count() > 0:
             return
-        path = self.spec.seed_path
+        start = self.cfg.search.start
+        path = Path(start) if start else self.spec.seed_path
         if path is None:
             raise CucoError(str(self.spec.source), "[candidates] has no 'seed': evolution needs a starting program")
+        if not path.is_file():
+            raise CucoError("search.start", f"{path} does not exist")
         code = path.read_text()
         lang = "cuda" if path.suffix == ".cu" else "python"
-        d = Directive(SEED_POINT, "the host-driven seed")
+        # The seed is host-driven; another starting program states no design point of its own.
+        d = Directive(None, f"started from {path}") if start else Directive(SEED_POINT, "the host-driven seed")
         self.db.add(code=code, code_hash=code_hash(code, lang), language=lang, parent_id=None, island=0,
-                    generation=0, proposer="seed", phase="seed", directive=d.to_json(), label=SEED_POINT.label())
+                    generation=0, proposer="seed", phase="seed", directive=d.to_json(),
+                    label=None if start else SEED_POINT.label())
 
     def phase(self, k: int) -> str:
         return "explore" if k < self.cfg.search.explore_fraction * self.cfg.search.generations else "exploit"

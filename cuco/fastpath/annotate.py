@@ -1,0 +1,55 @@
+"""Evolve-block annotation: what the slow path may change, and what stays frozen.
+
+Kernels, device helpers and the state struct become evolve blocks whole; the entry points keep their
+signatures (the harness calls them) and get their bodies marked. Includes, the requirements hook and
+anything the harness relies on stay outside. A program that already has evolve blocks is left as it is.
+"""
+
+from __future__ import annotations
+
+from cuco.fastpath.analyze import _blank_macros, _function_name, _parser, _walk
+from cuco.runner.static_checks import EVOLVE_END, EVOLVE_START
+
+ENTRY_POINTS = ("cuco_setup", "cuco_run", "cuco_teardown")
+FROZEN = ("cuco_dev_requirements",)
+
+
+def annotate(code: str) -> str:
+    if EVOLVE_START in code:
+        return code
+    src = code.encode()
+    root = _parser().parse(_blank_macros(src)).root_node
+    inserts: list[tuple[int, str]] = []  # (byte offset, text), applied from the end
+    for node in root.children:
+        target = node
+        if node.type in ("template_declaration",):
+            target = next((c for c in node.children if c.type == "function_definition"), node)
+        if target.type == "function_definition":
+            name = _function_name(target)
+            if name in FROZEN:
+                continue
+            if name in ENTRY_POINTS:
+                body = target.child_by_field_name("body")
+                if body is None or body.named_child_count == 0:
+                    continue
+                # Inside the braces, each marker on a line of its own: the signature stays frozen even
+                # when the whole function is written on one line.
+                inserts += [(body.start_byte + 1, f"\n  // {EVOLVE_START}\n"),
+                            (body.end_byte - 1, f"\n  // {EVOLVE_END}\n")]
+                continue
+        if node.type in ("function_definition", "template_declaration", "struct_specifier") or (
+                node.type == "declaration" and any(c.type == "struct_specifier" for c in node.children)):
+            inserts += [(_line_start(src, node.start_byte), f"// {EVOLVE_START}\n"),
+                        (_line_end(src, node.end_byte), f"\n// {EVOLVE_END}")]
+    for offset, text in sorted(inserts, key=lambda t: -t[0]):
+        src = src[:offset] + text.encode() + src[offset:]
+    return src.decode()
+
+
+def _line_start(src: bytes, offset: int) -> int:
+    return src.rfind(b"\n", 0, offset) + 1
+
+
+def _line_end(src: bytes, offset: int) -> int:
+    end = src.find(b"\n", offset)
+    return len(src) if end < 0 else end
