@@ -7,7 +7,7 @@ anything the harness relies on stay outside. A program that already has evolve b
 
 from __future__ import annotations
 
-from cuco.fastpath.analyze import _blank_macros, _function_name, _parser, _walk
+from cuco.fastpath.analyze import _blank_macros, _function_name, _parser
 from cuco.runner.static_checks import EVOLVE_END, EVOLVE_START
 
 ENTRY_POINTS = ("cuco_setup", "cuco_run", "cuco_teardown")
