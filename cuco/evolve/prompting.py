@@ -78,6 +78,7 @@ def system_prompt(spec: WorkloadSpec, shape: str, bound: float | None, best: flo
                   else "ctx.stream and ctx.side_streams",
                   dimensions="; ".join(f"{k}: {', '.join(map(str, v))}" for k, v in DIMENSIONS.items()),
                   notes=notes(backends), machine=machine_line(machine), buffers=buffers_text(spec),
+                  workload_notes=spec.notes.strip() or "none",
                   contract=_note("contract_cuda" if language == "cuda" else "contract_python"),
                   recommendations=recommendations or "none yet")
 
