@@ -396,6 +396,27 @@ def report(run_dir: Path = typer.Argument(..., help="A run directory of cuco evo
     console.print(f"wrote {target}", highlight=False)
 
 
+@app.command()
+def ui(run_dir: Path = typer.Argument(..., help="A run directory of cuco evolve (running or finished)."),
+       port: int = typer.Option(8765, "--port", help="Port on 127.0.0.1.")) -> None:
+    """The report as a live web page: rebuilt from the store on each request, candidates one click away."""
+    from cuco.report.ui import make_server
+
+    if not (run_dir / "cuco.db").is_file():
+        raise CucoError(str(run_dir), "not a run directory of cuco evolve (no cuco.db)")
+    try:
+        server = make_server(run_dir, port=port)
+    except OSError as exc:
+        raise CucoError("--port", f"cannot listen on 127.0.0.1:{port}: {exc.strerror}") from None
+    console.print(f"serving {run_dir} on http://127.0.0.1:{server.server_address[1]}/ (Ctrl-C stops)")
+    try:
+        server.serve_forever()
+    except KeyboardInterrupt:
+        pass
+    finally:
+        server.server_close()
+
+
 def _evaluator(device: str, cfg, shape: str):
     from cuco.runner.cascade import EvalOptions, evaluate
 

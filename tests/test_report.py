@@ -69,3 +69,29 @@ def test_cli_report(tmp_path):
     proc = subprocess.run([sys.executable, "-m", "cuco", "report", str(tmp_path / "nothing")], cwd=ROOT,
                           capture_output=True, text=True, env=env)
     assert proc.returncode == 2 and "not a run directory" in proc.stderr
+
+
+def test_live_ui_serves_the_report_and_each_candidate(tmp_path):
+    import threading
+    import urllib.error
+    import urllib.request
+
+    from cuco.report.ui import make_server
+
+    cands = _run(tmp_path, generations=4)
+    server = make_server(tmp_path, port=0)
+    threading.Thread(target=server.serve_forever, daemon=True).start()
+    base = f"http://127.0.0.1:{server.server_address[1]}"
+    try:
+        page = urllib.request.urlopen(base + "/", timeout=10).read().decode()
+        assert "http-equiv='refresh'" in page and "href='/candidate/1'" in page
+        one = urllib.request.urlopen(base + f"/candidate/{cands[1].id}", timeout=10).read().decode()
+        assert f"#{cands[1].id}" in one and "Program" in one
+        try:
+            urllib.request.urlopen(base + "/candidate/999", timeout=10)
+            raise AssertionError("expected 404")
+        except urllib.error.HTTPError as exc:
+            assert exc.code == 404
+    finally:
+        server.shutdown()
+        server.server_close()
