@@ -15,6 +15,23 @@ SPEC = load_workload(GEMM_AG)
 POINTS = accepted_points(SPEC.strategies["ag_gemm"])
 
 
+@pytest.fixture(scope="module", autouse=True)
+def _prebuild(tmp_path_factory):
+    """Compile every point at once (nvcc in parallel): each test then pays only for its run."""
+    import os
+    from concurrent.futures import ThreadPoolExecutor
+
+    from cuco.runner.build import build
+
+    d = tmp_path_factory.mktemp("points")
+    srcs = []
+    for i, p in enumerate(POINTS):
+        srcs.append(d / f"p{i}.cu")
+        srcs[-1].write_text(materialize(SPEC.strategies["ag_gemm"], p))
+    with ThreadPoolExecutor(os.cpu_count() or 4) as pool:
+        list(pool.map(build, srcs))
+
+
 @pytest.mark.parametrize("point", POINTS, ids=[p.label() for p in POINTS])
 def test_strategy_point_is_correct(point, tmp_path):
     src = tmp_path / "candidate.cu"
