@@ -38,26 +38,18 @@ def summarize(db_path: Path) -> dict:
 
 
 def prebuild() -> None:
-    """Compile every design point of the strategy at once (nvcc in parallel): the search then pays no compile."""
-    from concurrent.futures import ThreadPoolExecutor
+    """Compile every design point of the strategy at once: the search then pays no compile."""
     import tempfile
     import time
 
     sys.path.insert(0, str(ROOT))
-    from cuco.evolve.strategy import accepted_points, materialize
-    from cuco.runner.build import build
+    from cuco.evolve.strategy import prebuild as build_all
     from cuco.workload import load_workload, resolve_workload
 
-    strategy = load_workload(resolve_workload("gemm_allgather")).strategies["ag_gemm"]
-    tmp = Path(tempfile.mkdtemp())
-    srcs = []
-    for i, p in enumerate(accepted_points(strategy)):
-        srcs.append(tmp / f"p{i}.cu")
-        srcs[-1].write_text(materialize(strategy, p))
     t0 = time.monotonic()
-    with ThreadPoolExecutor(os.cpu_count() or 4) as pool:
-        ok = sum(r.ok for r in pool.map(build, srcs))
-    print(f"prebuilt {ok}/{len(srcs)} design points in {time.monotonic() - t0:.0f} s", flush=True)
+    ok, n = build_all(load_workload(resolve_workload("gemm_allgather")).strategies["ag_gemm"],
+                      Path(tempfile.mkdtemp()))
+    print(f"prebuilt {ok}/{n} design points in {time.monotonic() - t0:.0f} s", flush=True)
 
 
 def write(args, results: dict) -> None:

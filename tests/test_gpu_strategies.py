@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 
 from conftest import GEMM_AG
-from cuco.evolve.strategy import accepted_points, materialize
+from cuco.evolve.strategy import accepted_points, materialize, prebuild
 from cuco.runner.cascade import EvalOptions, evaluate
 from cuco.workload import load_workload
 
@@ -17,19 +17,8 @@ POINTS = accepted_points(SPEC.strategies["ag_gemm"])
 
 @pytest.fixture(scope="module", autouse=True)
 def _prebuild(tmp_path_factory):
-    """Compile every point at once (nvcc in parallel): each test then pays only for its run."""
-    import os
-    from concurrent.futures import ThreadPoolExecutor
-
-    from cuco.runner.build import build
-
-    d = tmp_path_factory.mktemp("points")
-    srcs = []
-    for i, p in enumerate(POINTS):
-        srcs.append(d / f"p{i}.cu")
-        srcs[-1].write_text(materialize(SPEC.strategies["ag_gemm"], p))
-    with ThreadPoolExecutor(os.cpu_count() or 4) as pool:
-        list(pool.map(build, srcs))
+    """Compile every point at once: each test then pays only for its run."""
+    prebuild(SPEC.strategies["ag_gemm"], tmp_path_factory.mktemp("points"))
 
 
 @pytest.mark.parametrize("point", POINTS, ids=[p.label() for p in POINTS])

@@ -60,12 +60,6 @@ CUCO_EXPORT int cuco_h_comm_init(int rank, int nRanks, int device, const char* i
   return 0;
 }
 
-CUCO_EXPORT int cuco_h_comm_destroy(void* comm) {
-  HNCCL(ncclCommFinalize((ncclComm_t)comm));
-  HNCCL(ncclCommDestroy((ncclComm_t)comm));
-  return 0;
-}
-
 // Collective: every rank allocates and registers its buffers in the same order.
 CUCO_EXPORT int cuco_h_sym_alloc(void* comm, size_t bytes, void** ptr, void** window) {
   HNCCL(ncclMemAlloc(ptr, bytes));

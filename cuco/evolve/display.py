@@ -11,10 +11,8 @@ from rich.table import Table
 
 from cuco.evolve.database import Candidate
 from cuco.evolve.run import Event, Evolution
+from cuco.report.console import fmt_ms
 
-
-def _ms(v: float | None) -> str:
-    return "-" if v is None else f"{v:.4f}" if v < 1 else f"{v:.3f}"
 
 
 def _outcome(c: Candidate) -> str:
@@ -52,7 +50,7 @@ class EvolveDisplay:
             self.console.print(f"start #{c.id} [{c.phase}] {c.label or '-'}", highlight=False, markup=False)
         elif event.kind == "done" and c is not None:
             eff = f"efficiency {c.score:.2f}" if c.score else (c.error or "")[:120]
-            self.console.print(f"done #{c.id} ({done}/{self.target}) {_outcome(c)} {_ms(c.median_ms)} ms {eff}",
+            self.console.print(f"done #{c.id} ({done}/{self.target}) {_outcome(c)} {fmt_ms(c.median_ms)} ms {eff}",
                                highlight=False, markup=False)
         else:
             self.console.print(f"{event.kind}: {event.text}", highlight=False, markup=False)
@@ -66,7 +64,7 @@ class EvolveDisplay:
         if best:
             speed = f", {self.seed_ms / best.median_ms:.2f}x the seed" if self.seed_ms and best.median_ms else ""
             head.add_row("best", f"#{best.id} {best.label}", "time",
-                         f"{_ms(best.median_ms)} ms (bound {_ms(best.bound_ms)}, efficiency {best.score:.2f}{speed})")
+                         f"{fmt_ms(best.median_ms)} ms (bound {fmt_ms(best.bound_ms)}, efficiency {best.score:.2f}{speed})")
         fails = db.failures_by_level()
         head.add_row("failures", ", ".join(f"{k}: {v}" for k, v in sorted(fails.items())) or "none",
                      "per candidate", f"{(time.monotonic() - self.t0) / max(done, 1):.1f} s")
@@ -74,7 +72,7 @@ class EvolveDisplay:
         for col in ("id", "phase", "design point", "parent", "outcome", "median ms", "efficiency"):
             recent.add_column(col)
         for c in db.all()[-10:]:
-            recent.add_row(str(c.id), c.phase, c.label or "-", str(c.parent_id or "-"), _outcome(c), _ms(c.median_ms),
+            recent.add_row(str(c.id), c.phase, c.label or "-", str(c.parent_id or "-"), _outcome(c), fmt_ms(c.median_ms),
                            f"{c.score:.2f}" if c.score else "-")
         return Group(head, recent)
 
@@ -86,6 +84,6 @@ def summary_table(evo: Evolution, top: int = 8) -> Table:
         t.add_column(col)
     order = {c.id: i + 1 for i, c in enumerate(db.iter_done())}
     for i, c in enumerate(db.scored()[:top], 1):
-        t.add_row(str(i), str(c.id), c.label or "-", _ms(c.median_ms), _ms(c.bound_ms), f"{c.score:.2f}",
+        t.add_row(str(i), str(c.id), c.label or "-", fmt_ms(c.median_ms), fmt_ms(c.bound_ms), f"{c.score:.2f}",
                   str(order.get(c.id, "-")))
     return t

@@ -5,6 +5,7 @@ from __future__ import annotations
 import itertools
 import json
 from dataclasses import asdict
+from pathlib import Path
 from typing import Any
 
 from cuco.designspace import DesignPoint, Directive, violations
@@ -34,3 +35,20 @@ def materialize(strategy: StrategySpec, point: DesignPoint) -> str:
 
 def directive_for(strategy: StrategySpec, point: DesignPoint, text: str) -> Directive:
     return Directive(point=point, text=text, strategy=strategy.name)
+
+
+def prebuild(strategy: StrategySpec, directory: Path, machine: dict[str, Any] | None = None) -> tuple[int, int]:
+    """Compile every accepted point of a CUDA strategy at once (nvcc in parallel), filling the build cache so
+    that a search or a sweep pays no compile per candidate. Returns (built, total)."""
+    import os
+    from concurrent.futures import ThreadPoolExecutor
+
+    from cuco.runner.build import build
+
+    directory.mkdir(parents=True, exist_ok=True)
+    srcs = []
+    for i, p in enumerate(accepted_points(strategy, machine)):
+        srcs.append(directory / f"point{i}.cu")
+        srcs[-1].write_text(materialize(strategy, p))
+    with ThreadPoolExecutor(os.cpu_count() or 4) as pool:
+        return sum(r.ok for r in pool.map(build, srcs)), len(srcs)

@@ -22,16 +22,15 @@ def _key(cfg: LLMConfig, default_env: str, required: bool = True) -> str:
 
 
 def _error(sdk, exc: Exception, provider: str, model: str) -> LLMError:
-    if isinstance(exc, sdk.AuthenticationError):
-        return LLMError("auth", f"{provider} rejected the API key (HTTP 401)")
-    if isinstance(exc, sdk.NotFoundError):
-        return LLMError("model", f"{provider} does not know model {model!r} (HTTP 404)")
-    if isinstance(exc, sdk.RateLimitError):
-        return LLMError("rate", f"{provider} rate limit persisted after the retries (HTTP 429)")
-    if isinstance(exc, sdk.APITimeoutError):
-        return LLMError("timeout", f"{provider} did not answer within the request timeout")
-    if isinstance(exc, sdk.APIConnectionError):
-        return LLMError("connection", f"cannot reach {provider}: {exc}")
+    """The SDK's exception as one line; both SDKs name their exception classes alike. Most specific first."""
+    table = [("AuthenticationError", "auth", f"{provider} rejected the API key (HTTP 401)"),
+             ("NotFoundError", "model", f"{provider} does not know model {model!r} (HTTP 404)"),
+             ("RateLimitError", "rate", f"{provider} rate limit persisted after the retries (HTTP 429)"),
+             ("APITimeoutError", "timeout", f"{provider} did not answer within the request timeout"),
+             ("APIConnectionError", "connection", f"cannot reach {provider}: {exc}")]
+    for cls, kind, message in table:
+        if isinstance(exc, getattr(sdk, cls)):
+            return LLMError(kind, message)
     if isinstance(exc, sdk.APIStatusError):
         return LLMError("server", f"{provider} answered HTTP {exc.status_code} after the retries")
     return LLMError("server", f"{provider}: {type(exc).__name__}: {exc}")

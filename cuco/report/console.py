@@ -8,7 +8,8 @@ from rich.console import Console
 from rich.table import Table
 
 
-def _ms(v: float | None) -> str:
+def fmt_ms(v: float | None) -> str:
+    """Milliseconds as every table shows them: four decimals under 1 ms, three above."""
     return "-" if v is None else f"{v:.4f}" if v < 1 else f"{v:.3f}"
 
 
@@ -28,9 +29,9 @@ def eval_table(record: dict[str, Any]) -> Table:
             t.add_row(name, label, f"correct ({levels})", "", "", "", "", "", "")
             continue
         sp = ", ".join(f"{k} {v:.2f}x" for k, v in s.get("speedup", {}).items())
-        t.add_row(name, label, " ".join(_ms(x) for x in timing["per_rank_median_ms"]), _ms(timing["median_ms"]),
-                  f"{_ms(timing['p10_ms'])}-{_ms(timing['p90_ms'])}", f"{timing['spread_pct']:.1f}%",
-                  _ms(bound.get("bound_ms")), f"{s['efficiency']:.2f}" if s.get("efficiency") else "-", sp)
+        t.add_row(name, label, " ".join(fmt_ms(x) for x in timing["per_rank_median_ms"]), fmt_ms(timing["median_ms"]),
+                  f"{fmt_ms(timing['p10_ms'])}-{fmt_ms(timing['p90_ms'])}", f"{timing['spread_pct']:.1f}%",
+                  fmt_ms(bound.get("bound_ms")), f"{s['efficiency']:.2f}" if s.get("efficiency") else "-", sp)
     return t
 
 
@@ -67,11 +68,11 @@ def baseline_table(workload: str, records: dict[str, dict[str, Any]]) -> Table:
         row = [sname, ",".join(str(v) for v in any_s["params"].values())]
         for n in names:
             s = records[n].get("shapes", {}).get(sname, {})
-            row.append(_ms(s.get("timing", {}).get("median_ms")) if s.get("timing") else
+            row.append(fmt_ms(s.get("timing", {}).get("median_ms")) if s.get("timing") else
                        f"[red]{records[n].get('failed_level') or '-'}[/]")
         refs, bound = any_s.get("references_ms", {}), any_s.get("bound", {})
-        row += [_ms(refs.get("compute_alone")), _ms(refs.get("comm_alone")), _ms(bound.get("comm_ms")),
-                _ms(bound.get("bound_ms"))]
+        row += [fmt_ms(refs.get("compute_alone")), fmt_ms(refs.get("comm_alone")), fmt_ms(bound.get("comm_ms")),
+                fmt_ms(bound.get("bound_ms"))]
         t.add_row(*row)
     return t
 

@@ -12,12 +12,10 @@ from pathlib import Path
 from typing import Any
 
 from cuco.evolve.database import Candidate, Database
+from cuco.report.console import fmt_ms
 
 PLOT_W, PLOT_H, PAD = 720, 260, 40
 
-
-def _ms(v: float | None) -> str:
-    return "-" if v is None else f"{v:.4f}"
 
 
 def _plot(done: list[Candidate], bound: float | None) -> str:
@@ -51,7 +49,7 @@ def _plot(done: list[Candidate], bound: float | None) -> str:
         path.append(f"{x(i):.1f},{y(best):.1f}")
     parts.append(f'<polyline class="best" fill="none" stroke="#36c" points="{" ".join(path)}"/>')
     for i, c in enumerate(done):
-        tip = escape(f"#{c.id} {c.label or ''} {_ms(c.median_ms)} ms" if c.ok else f"#{c.id} failed at {c.failed_level}")
+        tip = escape(f"#{c.id} {c.label or ''} {fmt_ms(c.median_ms)} ms" if c.ok else f"#{c.id} failed at {c.failed_level}")
         if c.ok and c.median_ms:
             parts.append(f'<circle class="ok" cx="{x(i):.1f}" cy="{y(c.median_ms):.1f}" r="3.5" fill="#36c">'
                          f"<title>{tip}</title></circle>")
@@ -67,7 +65,7 @@ def _lineage(cands: list[Candidate]) -> str:
         children.setdefault(c.parent_id, []).append(c)
 
     def node(c: Candidate) -> str:
-        outcome = f"{_ms(c.median_ms)} ms" if c.ok else (f"failed at {c.failed_level}" if c.status == "done"
+        outcome = f"{fmt_ms(c.median_ms)} ms" if c.ok else (f"failed at {c.failed_level}" if c.status == "done"
                                                           else c.status)
         kids = "".join(node(k) for k in children.get(c.id, []))
         return (f"<li><a href='#c{c.id}'>#{c.id}</a> {escape(c.label or '-')} <small>({escape(c.proposer)}, "
@@ -94,7 +92,7 @@ def render_report(run_dir: Path) -> str:
             ("world size", meta.get("world", "?")), ("device", meta.get("device", "?")),
             ("evaluations", f"{len(done)} ({sum(1 for c in done if not c.ok)} failed: "
                             f"{', '.join(f'{k} {v}' for k, v in sorted(fails.items())) or 'none'})"),
-            ("best", f"#{best.id} {best.label}: {_ms(best.median_ms)} ms, bound {_ms(best.bound_ms)} ms, "
+            ("best", f"#{best.id} {best.label}: {fmt_ms(best.median_ms)} ms, bound {fmt_ms(best.bound_ms)} ms, "
                      f"efficiency {best.score:.2f}{speed}" if best else "none correct yet")]
     if llm["calls"]:
         head.append(("LLM", f"{llm['calls']} calls, {llm['input_tokens']} + {llm['output_tokens']} tokens, "
@@ -105,7 +103,7 @@ def render_report(run_dir: Path) -> str:
         text = (json.loads(c.directive).get("text", "") if c.directive else "")
         rows.append(f"<tr id='c{c.id}' class='{'ok' if c.ok else 'bad'}'><td>{c.id}</td><td>{c.parent_id or ''}</td>"
                     f"<td>{c.island}</td><td>{escape(c.phase)}</td><td>{escape(c.proposer)}</td>"
-                    f"<td>{escape(c.label or '-')}</td><td>{escape(outcome)}</td><td>{_ms(c.median_ms)}</td>"
+                    f"<td>{escape(c.label or '-')}</td><td>{escape(outcome)}</td><td>{fmt_ms(c.median_ms)}</td>"
                     f"<td>{f'{c.score:.2f}' if c.score else '-'}</td>"
                     f"<td>{escape((c.error or text)[:300])}</td></tr>")
     code = f"<h2>Best program (#{best.id})</h2><pre>{escape(best.code)}</pre>" if best else ""

@@ -30,7 +30,6 @@ class Harness:
         L.cuco_h_ctx_add_param.argtypes = [vp, c, i64]
         L.cuco_h_unique_id.argtypes = [ctypes.c_char_p]
         L.cuco_h_comm_init.argtypes = [i, i, i, ctypes.c_char_p, ctypes.POINTER(vp)]
-        L.cuco_h_comm_destroy.argtypes = [vp]
         L.cuco_h_sym_alloc.argtypes = [vp, sz, ctypes.POINTER(vp), ctypes.POINTER(vp)]
         L.cuco_h_sym_free.argtypes = [vp, vp, vp]
         L.cuco_h_host_register.argtypes = [vp, sz, ctypes.POINTER(vp)]
@@ -58,9 +57,6 @@ class Harness:
         comm = ctypes.c_void_p()
         self._check(self.lib.cuco_h_comm_init(rank, world, device, uid, ctypes.byref(comm)), "ncclCommInitRank")
         return comm.value
-
-    def comm_destroy(self, comm: int) -> None:
-        self._check(self.lib.cuco_h_comm_destroy(comm), "ncclCommDestroy")
 
     def sym_alloc(self, comm: int, nbytes: int) -> tuple[int, int]:
         ptr, win = ctypes.c_void_p(), ctypes.c_void_p()
