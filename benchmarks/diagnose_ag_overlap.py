@@ -1,7 +1,7 @@
 """Where the 8192^3 GEMM+AllGather overlap loses time (issue 3's open target), measured piece by piece.
 
 One process, two GPUs, torch only (copy engine through cudaMemcpyPeerAsync). For rank 0 of world 2 it times:
-the full GEMM [8192,8192]x[8192,4096]; the two half-row GEMMs back to back; the 64 MB shard copy pulled
+the full GEMM [8192,8192]x[8192,4096]; the two half-row GEMMs back to back and on two streams; the 64 MB shard copy pulled
 from GPU 1 and pushed by GPU 1, each with the other direction running too; and a half GEMM overlapped with
 each copy. If half GEMM + overlap is far above the half GEMM alone, the copy slows the GEMM; if the two
 halves are far above the full GEMM, splitting costs.
@@ -88,6 +88,14 @@ def main() -> None:
                 torch.matmul(A[:half], B, out=C[:half])
         return run
 
+    side_gemm = torch.cuda.Stream(d0)
+
+    def gemm_halves_two_streams():  # the second half fills SMs as the first one's tail frees them
+        with torch.cuda.stream(main0):
+            torch.matmul(A[:half], B, out=C[:half])
+        with torch.cuda.stream(side_gemm):
+            torch.matmul(A[half:], B, out=C[half:])
+
     def half_gemm():
         with torch.cuda.stream(main0):
             torch.matmul(A[:half], B, out=C[:half])
@@ -95,6 +103,7 @@ def main() -> None:
     rows = [
         ("GEMM, all rows", timed(gemm_full, [main0])),
         ("two half GEMMs", timed(gemm_halves, [main0])),
+        ("two half GEMMs on two streams", timed(gemm_halves_two_streams, [main0, side_gemm])),
         ("one half GEMM", timed(half_gemm, [main0])),
         ("pull 64 MB both ways", timed(pull_both, [side0, side1])),
         ("push 64 MB both ways", timed(push_both, [side0, side1])),

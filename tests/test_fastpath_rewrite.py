@@ -20,10 +20,12 @@ from cuco.runner.cascade import EvalOptions, evaluate
 from cuco.workload import load_workload
 
 WORKLOADS = {"gemm_allgather": GEMM_AG, "allreduce_sum": ROOT / "tests" / "workloads" / "allreduce_sum",
-             "reducescatter_sum": ROOT / "tests" / "workloads" / "reducescatter_sum"}
+             "reducescatter_sum": ROOT / "tests" / "workloads" / "reducescatter_sum",
+             "allgather_bf16": ROOT / "tests" / "workloads" / "allgather_bf16"}
 EXPECTED = {"gemm_allgather": "cuco::allGather(ctx, aFull->window, 0, a->ptr",
             "allreduce_sum": "cuco::allReduce<__nv_bfloat16>(ctx, x->window, 0, y->window, 0, n",
-            "reducescatter_sum": "cuco::reduceScatter<__nv_bfloat16>(ctx, x->window, 0, y->ptr, n"}
+            "reducescatter_sum": "cuco::reduceScatter<__nv_bfloat16>(ctx, x->window, 0, y->ptr, n",
+            "allgather_bf16": "cuco::allGather(ctx, y->window, 0, x->ptr"}
 
 
 @pytest.mark.parametrize("name", sorted(WORKLOADS))

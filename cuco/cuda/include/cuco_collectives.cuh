@@ -61,37 +61,96 @@ __global__ void __launch_bounds__(CUCO_COLL_THREADS)
   bar.sync();
 }
 
+#define CUCO_COLL_MAX_RANKS 8
+// 16-byte packs each thread has in flight per rank before it adds: enough bytes outstanding to cover the
+// latency of loads over NVLink (about a microsecond) at link rate with CUCO_COLL_CTAS x CUCO_COLL_THREADS.
+#define CUCO_COLL_UNROLL 4
+
+template <typename T>
+__device__ inline void addPack(float* acc, const uint4& u) {
+  const T* v = reinterpret_cast<const T*>(&u);
+#pragma unroll
+  for (int e = 0; e < (int)(16 / sizeof(T)); e++) acc[e] += toFloat(v[e]);
+}
+
+template <typename T>
+__device__ inline uint4 packOf(const float* acc) {
+  uint4 u;
+  T* v = reinterpret_cast<T*>(&u);
+#pragma unroll
+  for (int e = 0; e < (int)(16 / sizeof(T)); e++) v[e] = fromFloat<T>(acc[e]);
+  return u;
+}
+
+// Elements [lo, hi): the sum over ranks p = 0..nIn-1 (in that order, in fp32) of in[p][i], stored to every
+// out[o][i]. 16-byte packs when every pointer is 16-byte aligned at lo, element by element otherwise and for
+// the tail; both paths add in the same order, so the result does not depend on alignment.
+template <typename T>
+__device__ inline void reduceRange(const T* const* in, int nIn, T* const* out, int nOut, size_t lo, size_t hi) {
+  constexpr int kN = 16 / sizeof(T);
+  const size_t tid = (size_t)blockIdx.x * blockDim.x + threadIdx.x, nThreads = (size_t)gridDim.x * blockDim.x;
+  uintptr_t addrs = 0;
+  for (int p = 0; p < nIn; p++) addrs |= (uintptr_t)(in[p] + lo);
+  for (int o = 0; o < nOut; o++) addrs |= (uintptr_t)(out[o] + lo);
+  const size_t nPacks = (addrs & 15) ? 0 : (hi - lo) / kN;
+  for (size_t base = tid; base < nPacks; base += nThreads * CUCO_COLL_UNROLL) {
+    float acc[CUCO_COLL_UNROLL][kN] = {};
+    for (int p = 0; p < nIn; p++) {
+      const uint4* src = reinterpret_cast<const uint4*>(in[p] + lo);
+      uint4 v[CUCO_COLL_UNROLL];
+#pragma unroll
+      for (int u = 0; u < CUCO_COLL_UNROLL; u++)
+        if (base + u * nThreads < nPacks) v[u] = src[base + u * nThreads];
+#pragma unroll
+      for (int u = 0; u < CUCO_COLL_UNROLL; u++)
+        if (base + u * nThreads < nPacks) addPack<T>(acc[u], v[u]);
+    }
+#pragma unroll
+    for (int u = 0; u < CUCO_COLL_UNROLL; u++) {
+      if (base + u * nThreads >= nPacks) break;
+      const uint4 r = packOf<T>(acc[u]);
+      for (int o = 0; o < nOut; o++) reinterpret_cast<uint4*>(out[o] + lo)[base + u * nThreads] = r;
+    }
+  }
+  for (size_t i = lo + nPacks * kN + tid; i < hi; i += nThreads) {
+    float acc = 0.0f;
+    for (int p = 0; p < nIn; p++) acc += toFloat(in[p][i]);
+    const T v = fromFloat<T>(acc);
+    for (int o = 0; o < nOut; o++) out[o][i] = v;
+  }
+}
+
 // Reduce-scatter (sum): recv[i] = sum over ranks p (in order) of p's send[rank * count + i].
 template <typename T>
 __global__ void __launch_bounds__(CUCO_COLL_THREADS)
     reduceScatterKernel(ncclDevComm dc, ncclWindow_t sendWin, size_t sendOffset, T* recv, size_t count) {
   Barrier bar(dc);
   bar.sync();
-  const size_t tid = (size_t)blockIdx.x * blockDim.x + threadIdx.x, nThreads = (size_t)gridDim.x * blockDim.x;
-  for (size_t i = tid; i < count; i += nThreads) {
-    float acc = 0.0f;
-    for (int p = 0; p < dc.lsaSize; p++)
-      acc += toFloat(((const T*)ncclGetLsaPointer(sendWin, sendOffset, p))[(size_t)dc.lsaRank * count + i]);
-    recv[i] = fromFloat<T>(acc);
-  }
+  const T* in[CUCO_COLL_MAX_RANKS];
+  for (int p = 0; p < dc.lsaSize; p++) in[p] = (const T*)ncclGetLsaPointer(sendWin, sendOffset, p) + (size_t)dc.lsaRank * count;
+  reduceRange<T>(in, dc.lsaSize, &recv, 1, 0, count);
   bar.sync();  // peers may reuse their send buffers only once every rank has read them
 }
 
 // All-reduce (sum): rank r reduces its slice of every rank's send and stores the sum into every rank's recv.
+// Slices are cut on 16-byte pack boundaries so that each stays aligned.
 template <typename T>
 __global__ void __launch_bounds__(CUCO_COLL_THREADS)
     allReduceKernel(ncclDevComm dc, ncclWindow_t sendWin, size_t sendOffset, ncclWindow_t recvWin, size_t recvOffset,
                     size_t count) {
   Barrier bar(dc);
   bar.sync();
-  const size_t lo = count * dc.lsaRank / dc.lsaSize, hi = count * (dc.lsaRank + 1) / dc.lsaSize;
-  const size_t tid = (size_t)blockIdx.x * blockDim.x + threadIdx.x, nThreads = (size_t)gridDim.x * blockDim.x;
-  for (size_t i = lo + tid; i < hi; i += nThreads) {
-    float acc = 0.0f;
-    for (int p = 0; p < dc.lsaSize; p++) acc += toFloat(((const T*)ncclGetLsaPointer(sendWin, sendOffset, p))[i]);
-    const T v = fromFloat<T>(acc);
-    for (int p = 0; p < dc.lsaSize; p++) ((T*)ncclGetLsaPointer(recvWin, recvOffset, p))[i] = v;
+  constexpr size_t kN = 16 / sizeof(T);
+  const size_t packs = count / kN;
+  const size_t lo = packs * dc.lsaRank / dc.lsaSize * kN;
+  const size_t hi = dc.lsaRank == dc.lsaSize - 1 ? count : packs * (dc.lsaRank + 1) / dc.lsaSize * kN;
+  const T* in[CUCO_COLL_MAX_RANKS];
+  T* out[CUCO_COLL_MAX_RANKS];
+  for (int p = 0; p < dc.lsaSize; p++) {
+    in[p] = (const T*)ncclGetLsaPointer(sendWin, sendOffset, p);
+    out[p] = (T*)ncclGetLsaPointer(recvWin, recvOffset, p);
   }
+  reduceRange<T>(in, dc.lsaSize, out, dc.lsaSize, lo, hi);
   bar.sync();
 }
 
@@ -105,6 +164,7 @@ inline cudaError_t allGather(const cuco_ctx_t* ctx, ncclWindow_t recvWin, size_t
 template <typename T>
 inline cudaError_t reduceScatter(const cuco_ctx_t* ctx, ncclWindow_t sendWin, size_t sendOffset, void* recv,
                                  size_t count, cudaStream_t stream) {
+  if (ctx->nRanks > CUCO_COLL_MAX_RANKS) return cudaErrorInvalidValue;  // in[] / out[] hold one pointer per rank
   reduceScatterKernel<T><<<CUCO_COLL_CTAS, CUCO_COLL_THREADS, 0, stream>>>(ctx->devComm, sendWin, sendOffset,
                                                                           (T*)recv, count);
   return cudaGetLastError();
@@ -113,6 +173,7 @@ inline cudaError_t reduceScatter(const cuco_ctx_t* ctx, ncclWindow_t sendWin, si
 template <typename T>
 inline cudaError_t allReduce(const cuco_ctx_t* ctx, ncclWindow_t sendWin, size_t sendOffset, ncclWindow_t recvWin,
                              size_t recvOffset, size_t count, cudaStream_t stream) {
+  if (ctx->nRanks > CUCO_COLL_MAX_RANKS) return cudaErrorInvalidValue;  // in[] / out[] hold one pointer per rank
   allReduceKernel<T><<<CUCO_COLL_CTAS, CUCO_COLL_THREADS, 0, stream>>>(ctx->devComm, sendWin, sendOffset, recvWin,
                                                                       recvOffset, count);
   return cudaGetLastError();

@@ -5,8 +5,9 @@
  *   backend    CUCO_BACKEND_LSA   push stores through NCCL device-API windows (ncclGetLsaPointer)
  *              CUCO_BACKEND_CE    copy engine: cudaMemcpyAsync pulls peers' shards (LSA-mapped)
  *   placement  CUCO_PLACEMENT_DEFERRED        all-gather, then one GEMM, on ctx->stream
- *              CUCO_PLACEMENT_STREAM_OVERLAP  transfers on a side stream; the local rows' GEMM first,
- *                                             then each chunk's GEMM once that chunk has arrived
+ *              CUCO_PLACEMENT_STREAM_OVERLAP  transfers on side stream 0; the local rows' GEMM on the main
+ *                                             stream; each chunk's GEMM on side stream 1 once that chunk
+ *                                             has arrived, so it fills SMs as the local GEMM's tail frees them
  *              CUCO_PLACEMENT_SPLIT_PUT_WAIT  transfers on a side stream; local GEMM; one wait; one GEMM
  *   sync       CUCO_SYNC_GLOBAL   LSA barrier across all ranks (CE: one event after all copies)
  *              CUCO_SYNC_CHUNK    a counter per chunk, bumped on the receiver by each producer (CE: an
@@ -14,10 +15,14 @@
  *   issuer     CUCO_ISSUER_CTA / CUCO_ISSUER_WARP: the unit that copies a contiguous slice and signals it
  *   chunks     CUCO_CHUNKS: pieces each shard is sent in (1..16)
  *
- * Invariants: every rank's own slot of a_gathered is filled too (the deferred GEMM reads all of it);
- * a start barrier keeps a rank from writing into a peer's a_gathered before that peer's previous GEMM
- * is done; chunk counters only grow (epoch * signals per chunk), so they are zeroed once, in setup.
- * Requires: a and a_gathered symmetric; all ranks in one LSA team; one side stream.
+ * Invariants: the deferred placement fills this rank's own slot of a_gathered too (its one GEMM reads all
+ * of it); the overlap placements leave it alone (the local GEMM reads a). A start barrier keeps a rank
+ * from writing into a peer's a_gathered before that peer's previous GEMM is done. Chunk counters only grow
+ * (epoch * signals per chunk), so they are zeroed once, in setup.
+ * Small kernels that must run while a GEMM is running (CE barriers) go on the main stream before the fork
+ * and after the join: cuBLAS's persistent GEMM kernels hold every SM, so a kernel queued on a side stream
+ * behind them would not start until the GEMM ends.
+ * Requires: a and a_gathered symmetric; all ranks in one LSA team; two side streams.
  *************************************************************************/
 #include "cuco.h"
 #include "cuco_gemm.h"
@@ -55,8 +60,8 @@ static ncclDevResourceRequirements flagsReq;
 static ncclDevResourceHandle_t flagsHandle;
 
 struct State {
-  cublasHandle_t blas;
-  cudaEvent_t fork, join, chunkReady[CUCO_CHUNKS];
+  cublasHandle_t blas, blasSide;  // one per stream: a handle's workspace must not be shared by concurrent GEMMs
+  cudaEvent_t fork, join, joinGemm, chunkReady[CUCO_CHUNKS];
   unsigned long long epoch;  // runs so far: chunk j is complete when its counter reaches epoch * signals
   char* peerA[MAX_RANKS];    // CE: every rank's shard of A, mapped into this rank's address space
 };
@@ -103,7 +108,7 @@ __global__ void __launch_bounds__(PUT_THREADS) putKernel(ncclDevComm devComm, nc
                                                          ncclWindow_t gatherWin,
                                                          const char* shard, int64_t mLocal, size_t rowBytes,
                                                          size_t slotOffset, int c0, int c1, int startBarrier,
-                                                         int endBarrier) {
+                                                         int endBarrier, int skipSelf) {
   ncclLsaBarrierSession<ncclCoopCta> bar{ncclCoopCta(), devComm, ncclTeamLsa(devComm), devComm.lsaBarrier, blockIdx.x};
   // acq_rel: every peer's previous GEMM over its a_gathered is done before our stores land there.
   if (startBarrier) bar.sync(ncclCoopCta(), cuda::memory_order_acq_rel);
@@ -117,6 +122,7 @@ __global__ void __launch_bounds__(PUT_THREADS) putKernel(ncclDevComm devComm, nc
     int64_t r0, r1;
     chunkRows(mLocal, j, &r0, &r1);
     for (int peer = 0; peer < devComm.lsaSize; peer++) {
+      if (skipSelf && peer == devComm.lsaRank) continue;
       char* dst = (char*)ncclGetLsaPointer(gatherWin, slotOffset, peer);
       copySlice(dst, shard, r0 * rowBytes, r1 * rowBytes, w, nWorkers, t, workerThreads);
     }
@@ -169,7 +175,7 @@ CUCO_EXPORT void cuco_dev_requirements(const cuco_ctx_t* ctx, ncclDevCommRequire
 }
 
 CUCO_EXPORT int cuco_setup(cuco_ctx_t* ctx) {
-  if (ctx->nSideStreams < 1) CUCO_FAIL(ctx, "needs one side stream");
+  if (ctx->nSideStreams < 2) CUCO_FAIL(ctx, "needs two side streams");
   if (ctx->nRanks > MAX_RANKS) CUCO_FAIL(ctx, "at most %d ranks", MAX_RANKS);
   if (!ctx->hasDevComm || ctx->devComm.lsaSize != ctx->nRanks)
     CUCO_FAIL(ctx, "all ranks must share one LSA team (one NVLink domain)");
@@ -179,8 +185,11 @@ CUCO_EXPORT int cuco_setup(cuco_ctx_t* ctx) {
   ctx->state = s;
   CUCO_CUBLAS(ctx, cublasCreate(&s->blas));
   CUCO_CUBLAS(ctx, cublasSetStream(s->blas, ctx->stream));
+  CUCO_CUBLAS(ctx, cublasCreate(&s->blasSide));
+  CUCO_CUBLAS(ctx, cublasSetStream(s->blasSide, ctx->sideStreams[1]));
   CUCO_CUDA(ctx, cudaEventCreateWithFlags(&s->fork, cudaEventDisableTiming));
   CUCO_CUDA(ctx, cudaEventCreateWithFlags(&s->join, cudaEventDisableTiming));
+  CUCO_CUDA(ctx, cudaEventCreateWithFlags(&s->joinGemm, cudaEventDisableTiming));
   for (int j = 0; j < CUCO_CHUNKS; j++) CUCO_CUDA(ctx, cudaEventCreateWithFlags(&s->chunkReady[j], cudaEventDisableTiming));
   char** dPtrs;
   CUCO_CUDA(ctx, cudaMalloc(&dPtrs, MAX_RANKS * sizeof(char*)));
@@ -196,40 +205,43 @@ CUCO_EXPORT int cuco_setup(cuco_ctx_t* ctx) {
   return 0;
 }
 
-// Enqueue the transfer of chunks [c0, c1) on `st`. `first`: the run's first transfer (start barrier).
-static int transfer(cuco_ctx_t* ctx, State* s, cudaStream_t st, int c0, int c1, bool first, bool last) {
+#if defined(CUCO_BACKEND_CE)
+// Pulling needs a barrier before (peers' shards are ready) and after (they must not change while read).
+static int ceBarrier(cuco_ctx_t* ctx, cudaStream_t st) {
+  barrierKernel<<<1, 32, 0, st>>>(ctx->devComm);
+  CUCO_CUDA(ctx, cudaGetLastError());
+  return 0;
+}
+#endif
+
+// Enqueue the transfer of chunks [c0, c1) on `st`. `first`: the run's first transfer (LSA start barrier);
+// `skipSelf`: leave this rank's own slot of a_gathered alone.
+static int transfer(cuco_ctx_t* ctx, State* s, cudaStream_t st, int c0, int c1, bool first, bool skipSelf) {
   const int64_t mLocal = cuco_param(ctx, "M") / ctx->nRanks;
   cuco_buffer_t *a = cuco_buffer(ctx, "a"), *aFull = cuco_buffer(ctx, "a_gathered");
   const size_t rowBytes = (size_t)cuco_param(ctx, "K") * 2, shardBytes = a->bytes;
 #if defined(CUCO_BACKEND_LSA)
+  (void)s;
 #if defined(CUCO_SYNC_GLOBAL)
   const int endBarrier = 1;
 #else
   const int endBarrier = 0;
 #endif
   putKernel<<<PUT_CTAS, PUT_THREADS, 0, st>>>(ctx->devComm, flagsHandle, aFull->window, (const char*)a->ptr, mLocal, rowBytes,
-                                              (size_t)ctx->rank * shardBytes, c0, c1, first, endBarrier);
+                                              (size_t)ctx->rank * shardBytes, c0, c1, first, endBarrier, skipSelf);
   CUCO_CUDA(ctx, cudaGetLastError());
 #else
-  // Pull: peers' shards must be ready before the copies (start barrier); they must not change while the
-  // copies read them (end barrier).
-  if (first) {
-    barrierKernel<<<1, 32, 0, st>>>(ctx->devComm);
-    CUCO_CUDA(ctx, cudaGetLastError());
-  }
+  (void)first;
   for (int j = c0; j < c1; j++) {
     int64_t r0, r1;
     chunkRows(mLocal, j, &r0, &r1);
     if (r1 == r0) continue;
     for (int p = 0; p < ctx->nRanks; p++) {
+      if (skipSelf && p == ctx->rank) continue;
       char* dst = (char*)aFull->ptr + (size_t)p * shardBytes + r0 * rowBytes;
       const char* src = (p == ctx->rank ? (const char*)a->ptr : s->peerA[p]) + r0 * rowBytes;
       CUCO_CUDA(ctx, cudaMemcpyAsync(dst, src, (r1 - r0) * rowBytes, cudaMemcpyDeviceToDevice, st));
     }
-  }
-  if (last) {
-    barrierKernel<<<1, 32, 0, st>>>(ctx->devComm);
-    CUCO_CUDA(ctx, cudaGetLastError());
   }
 #endif
   return 0;
@@ -253,8 +265,8 @@ __attribute__((unused)) static int waitFor(cuco_ctx_t* ctx, State* s, cudaStream
     if (call) return 1; \
   } while (0)
 
-// GEMM over rows [r0, r1) of every peer's shard (not this rank's own).
-__attribute__((unused)) static int gemmPeerRows(cuco_ctx_t* ctx, State* s, int64_t r0, int64_t r1) {
+// GEMM over rows [r0, r1) of every peer's shard (not this rank's own), through `blas`.
+__attribute__((unused)) static int gemmPeerRows(cuco_ctx_t* ctx, cublasHandle_t blas, int64_t r0, int64_t r1) {
   const int64_t M = cuco_param(ctx, "M"), K = cuco_param(ctx, "K"), N = cuco_param(ctx, "N");
   const int64_t mLocal = M / ctx->nRanks, nLocal = N / ctx->nRanks;
   const char* aFull = (const char*)cuco_buffer(ctx, "a_gathered")->ptr;
@@ -263,7 +275,7 @@ __attribute__((unused)) static int gemmPeerRows(cuco_ctx_t* ctx, State* s, int64
   for (int p = 0; p < ctx->nRanks; p++) {
     if (p == ctx->rank) continue;
     const int64_t row = p * mLocal + r0;
-    CUCO_CUBLAS(ctx, cuco_gemm_bf16(s->blas, aFull + row * K * 2, cuco_buffer(ctx, "b")->ptr, c + row * nLocal * 2,
+    CUCO_CUBLAS(ctx, cuco_gemm_bf16(blas, aFull + row * K * 2, cuco_buffer(ctx, "b")->ptr, c + row * nLocal * 2,
                                     r1 - r0, K, nLocal));
   }
   return 0;
@@ -276,8 +288,11 @@ CUCO_EXPORT int cuco_run(cuco_ctx_t* ctx) {
   const int64_t nLocal = N / ctx->nRanks;
   const void* b = cuco_buffer(ctx, "b")->ptr;
   char* c = (char*)cuco_buffer(ctx, "c")->ptr;
+#if defined(CUCO_BACKEND_CE)
+  CHECK(ceBarrier(ctx, ctx->stream));
+#endif
 #if defined(CUCO_PLACEMENT_DEFERRED)
-  CHECK(transfer(ctx, s, ctx->stream, 0, CUCO_CHUNKS, true, true));
+  CHECK(transfer(ctx, s, ctx->stream, 0, CUCO_CHUNKS, true, false));
 #if defined(CUCO_BACKEND_LSA) && defined(CUCO_SYNC_CHUNK)
   CHECK(waitFor(ctx, s, ctx->stream, 0, CUCO_CHUNKS, NULL));
 #endif
@@ -287,15 +302,10 @@ CUCO_EXPORT int cuco_run(cuco_ctx_t* ctx) {
   cudaStream_t comm = ctx->sideStreams[0];
   CUCO_CUDA(ctx, cudaEventRecord(s->fork, ctx->stream));
   CUCO_CUDA(ctx, cudaStreamWaitEvent(comm, s->fork, 0));
-#if defined(CUCO_PLACEMENT_STREAM_OVERLAP) && !defined(CUCO_SYNC_CHUNK)
+#if (defined(CUCO_PLACEMENT_STREAM_OVERLAP) && !defined(CUCO_SYNC_CHUNK)) || (defined(CUCO_BACKEND_CE) && defined(CUCO_SYNC_CHUNK))
   // One transfer per chunk, each followed by its event (LSA: each ends in a barrier).
   for (int j = 0; j < CUCO_CHUNKS; j++) {
-    CHECK(transfer(ctx, s, comm, j, j + 1, j == 0, j == CUCO_CHUNKS - 1));
-    CUCO_CUDA(ctx, cudaEventRecord(s->chunkReady[j], comm));
-  }
-#elif defined(CUCO_BACKEND_CE) && defined(CUCO_SYNC_CHUNK)
-  for (int j = 0; j < CUCO_CHUNKS; j++) {
-    CHECK(transfer(ctx, s, comm, j, j + 1, j == 0, j == CUCO_CHUNKS - 1));
+    CHECK(transfer(ctx, s, comm, j, j + 1, j == 0, true));
     CUCO_CUDA(ctx, cudaEventRecord(s->chunkReady[j], comm));
   }
 #else
@@ -306,22 +316,29 @@ CUCO_EXPORT int cuco_run(cuco_ctx_t* ctx) {
   CUCO_CUBLAS(ctx, cuco_gemm_bf16(s->blas, cuco_buffer(ctx, "a")->ptr, b, c + ctx->rank * mLocal * nLocal * 2,
                                   mLocal, K, nLocal));
 #if defined(CUCO_PLACEMENT_STREAM_OVERLAP)
+  cudaStream_t gemmSide = ctx->sideStreams[1];
+  CUCO_CUDA(ctx, cudaStreamWaitEvent(gemmSide, s->fork, 0));
   for (int j = 0; j < CUCO_CHUNKS; j++) {
     int64_t r0, r1;
     chunkRows(mLocal, j, &r0, &r1);
 #if defined(CUCO_BACKEND_LSA) && defined(CUCO_SYNC_CHUNK)
-    CHECK(waitFor(ctx, s, ctx->stream, j, j + 1, NULL));
+    CHECK(waitFor(ctx, s, gemmSide, j, j + 1, NULL));
 #else
-    CHECK(waitFor(ctx, s, ctx->stream, j, j + 1, s->chunkReady[j]));
+    CHECK(waitFor(ctx, s, gemmSide, j, j + 1, s->chunkReady[j]));
 #endif
-    CHECK(gemmPeerRows(ctx, s, r0, r1));
+    CHECK(gemmPeerRows(ctx, s->blasSide, r0, r1));
   }
+  CUCO_CUDA(ctx, cudaEventRecord(s->joinGemm, gemmSide));
+  CUCO_CUDA(ctx, cudaStreamWaitEvent(ctx->stream, s->joinGemm, 0));
 #else  // split put / wait: one wait for everything, one GEMM per peer
   CHECK(waitFor(ctx, s, ctx->stream, 0, CUCO_CHUNKS, s->chunkReady[CUCO_CHUNKS - 1]));
-  CHECK(gemmPeerRows(ctx, s, 0, mLocal));
+  CHECK(gemmPeerRows(ctx, s->blas, 0, mLocal));
 #endif
   CUCO_CUDA(ctx, cudaEventRecord(s->join, comm));
   CUCO_CUDA(ctx, cudaStreamWaitEvent(ctx->stream, s->join, 0));
+#endif
+#if defined(CUCO_BACKEND_CE)
+  CHECK(ceBarrier(ctx, ctx->stream));
 #endif
   return 0;
 }
@@ -329,8 +346,10 @@ CUCO_EXPORT int cuco_run(cuco_ctx_t* ctx) {
 CUCO_EXPORT int cuco_teardown(cuco_ctx_t* ctx) {
   State* s = (State*)ctx->state;
   CUCO_CUBLAS(ctx, cublasDestroy(s->blas));
+  CUCO_CUBLAS(ctx, cublasDestroy(s->blasSide));
   CUCO_CUDA(ctx, cudaEventDestroy(s->fork));
   CUCO_CUDA(ctx, cudaEventDestroy(s->join));
+  CUCO_CUDA(ctx, cudaEventDestroy(s->joinGemm));
   for (int j = 0; j < CUCO_CHUNKS; j++) CUCO_CUDA(ctx, cudaEventDestroy(s->chunkReady[j]));
   delete s;
   ctx->state = NULL;

@@ -1,0 +1,93 @@
+"""Time chosen design points of GEMM+AllGather's strategy kernel at one full shape, beside the seed.
+
+Where `evolve_gemm_allgather.py` measures what the search finds, this measures the design space itself:
+every accepted point whose label matches one of the patterns, through the full cascade (L0-L4, verified at
+the small and the full shape), on this machine's GPUs. Writes
+benchmarks/results/strategy_sweep-<shape>-<device>-<date>.json and .md.
+
+    python benchmarks/strategy_sweep.py --shape 8k --points 'ce/*' 'lsa/stream_overlap/*/cta/2' [--out DIR]
+"""
+
+from __future__ import annotations
+
+import argparse
+import fnmatch
+import json
+import os
+import sys
+import tempfile
+import time
+from datetime import datetime, timezone
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT))
+
+from cuco.evolve.strategy import accepted_points, materialize, prebuild  # noqa: E402
+from cuco.machine import load_machine  # noqa: E402
+from cuco.runner.cascade import EvalOptions, evaluate  # noqa: E402
+from cuco.workload import load_workload, resolve_workload  # noqa: E402
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--shape", default="8k")
+    ap.add_argument("--points", nargs="+", default=["*"], help="fnmatch patterns on design-point labels")
+    ap.add_argument("--out", type=Path, default=ROOT / "benchmarks" / "results")
+    args = ap.parse_args()
+    spec = load_workload(resolve_workload("gemm_allgather"))
+    strategy = spec.strategies["ag_gemm"]
+    points = [p for p in accepted_points(strategy) if any(fnmatch.fnmatch(p.label(), pat) for pat in args.points)]
+    work = Path(tempfile.mkdtemp())
+    t0 = time.monotonic()
+    prebuild(strategy, work / "prebuilt")
+    print(f"{len(points)} points, prebuilt in {time.monotonic() - t0:.0f} s", flush=True)
+    gpus = list(range(spec.world_size))
+    opts = EvalOptions(device="cuda", shapes=[args.shape], gpus=gpus, work_dir=work / "eval")
+
+    def run(label: str, src: Path) -> dict:
+        rec = evaluate(spec, src, opts)
+        sh = rec["shapes"].get(args.shape, {})
+        t, b = sh.get("timing", {}), sh.get("bound", {})
+        row = {"label": label, "ok": rec["ok"], "error": rec["error"], "median_ms": t.get("median_ms"),
+               "p10_ms": t.get("p10_ms"), "p90_ms": t.get("p90_ms"), "bound_ms": b.get("bound_ms"),
+               "references_ms": sh.get("references_ms")}
+        print(json.dumps({k: row[k] for k in ("label", "ok", "median_ms", "bound_ms", "error")}), flush=True)
+        return row
+
+    rows = [run("seed", spec.seed_path)]
+    for p in points:
+        src = work / "src" / (p.label().replace("/", "_") + ".cu")
+        src.parent.mkdir(parents=True, exist_ok=True)
+        src.write_text(materialize(strategy, p))
+        rows.append(run(p.label(), src))
+    write(args, rows)
+
+
+def write(args, rows: list[dict]) -> None:
+    m = load_machine()
+    device = f"{len(m.get('gpus', []))}x {m['gpus'][0]['name']}" if m.get("gpus") else "unknown"
+    stamp = datetime.now(timezone.utc)
+    meta = {"date": stamp.isoformat(timespec="seconds"), "device": device, "links": m.get("links"),
+            "commit": os.environ.get("CUCO_COMMIT", "unknown"), "shape": args.shape,
+            "command": "python benchmarks/strategy_sweep.py " + " ".join(sys.argv[1:])}
+    base = args.out / f"strategy_sweep-{args.shape}-{device.split('x ')[-1].replace(' ', '_')}-{stamp:%Y%m%d-%H%M}"
+    base.with_suffix(".json").write_text(json.dumps({"meta": meta, "rows": rows}, indent=1))
+    seed = rows[0]["median_ms"]
+    lines = [f"# GEMM+AllGather strategy points at {args.shape} on {device} ({meta['links']})", "",
+             f"Date {meta['date']}, commit {meta['commit']}. Slowest rank's median (p10-p90) in ms, verified; "
+             "bound = max(cuBLAS alone, bytes / peer bandwidth).", "", f"Command: `{meta['command']}`", "",
+             "| point | ms | p10-p90 | bound | time / bound | speedup over seed |", "|---|---|---|---|---|---|"]
+    for r in sorted(rows, key=lambda r: (not r["ok"], r["median_ms"] or 1e9)):
+        if not r["ok"]:
+            lines.append(f"| {r['label']} | failed: {(r['error'] or '')[:80]} | | | | |")
+            continue
+        lines.append(f"| {r['label']} | {r['median_ms']:.3f} | {r['p10_ms']:.3f}-{r['p90_ms']:.3f} | "
+                     f"{r['bound_ms']:.3f} | {r['median_ms'] / r['bound_ms']:.2f}x | "
+                     f"{seed / r['median_ms'] if seed else float('nan'):.2f}x |")
+    base.with_suffix(".md").write_text("\n".join(lines) + "\n")
+    print("\n".join(lines), flush=True)
+
+
+if __name__ == "__main__":
+    main()
