@@ -5,16 +5,18 @@ For each test workload (all-gather, reduce-scatter, all-reduce) the host-driven 
 (bytes each rank must receive over time) against the peer link `cuco doctor` measured, and the speedup.
 Writes benchmarks/results/collectives-<device>-<date>.json and .md.
 
-    python benchmarks/collectives.py
+    python benchmarks/collectives.py [--out DIR]
 """
 
 from __future__ import annotations
 
+import argparse
 import json
 import os
 import subprocess
 import sys
 import tempfile
+import time
 from datetime import datetime, timezone
 from pathlib import Path
 
@@ -22,25 +24,34 @@ ROOT = Path(__file__).resolve().parents[1]
 WORKLOADS = [ROOT / "tests" / "workloads" / w for w in ("allgather_bf16", "reducescatter_sum", "allreduce_sum")]
 
 
-def cuco(*args: str) -> None:
+def cuco(*args: str) -> int:
     env = {**os.environ, "PYTHONPATH": str(ROOT) + os.pathsep + os.environ.get("PYTHONPATH", "")}
     proc = subprocess.run([sys.executable, "-m", "cuco", *args], cwd=ROOT, env=env, text=True, capture_output=True)
     sys.stdout.write(proc.stdout[-2000:] + proc.stderr[-2000:])
+    return proc.returncode
 
 
 def main() -> int:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--out", type=Path, default=ROOT / "benchmarks" / "results")
+    args = ap.parse_args()
     sys.path.insert(0, str(ROOT))
     from cuco.machine import load_machine
 
     cuco("doctor")
     tmp = Path(tempfile.mkdtemp())
-    rows, records = [], {}
+    rows, records, transforms = [], {}, {}
     for wl in WORKLOADS:
         transformed = tmp / f"{wl.name}.cu"
-        cuco("transform", str(wl), "--out", str(transformed), "--device", "cpu")  # rewrite and build only
-        for label, cand in (("NCCL (seed)", str(wl / "seed.cu")), ("cuco device", str(transformed))):
+        # Rewrite, build and verify on this machine's GPUs, as a user would run it.
+        t0 = time.monotonic()
+        rc = cuco("transform", str(wl), "--out", str(transformed))
+        transforms[wl.name] = {"ok": rc == 0, "seconds": round(time.monotonic() - t0, 1)}
+        for label, cand in (("NCCL (seed)", wl / "seed.cu"), ("cuco device", transformed)):
             out = tmp / f"{wl.name}-{'seed' if 'seed' in label else 'cuco'}.json"
-            cuco("eval", str(wl), cand, "--out", str(out))
+            if not cand.is_file() or cuco("eval", str(wl), str(cand), "--out", str(out)) != 0 or not out.is_file():
+                rows.append((wl.name, "-", label, None, None, False))
+                continue
             rec = json.loads(out.read_text())
             records[f"{wl.name}/{label}"] = rec
             for shape, s in rec.get("shapes", {}).items():
@@ -53,14 +64,20 @@ def main() -> int:
     stamp = datetime.now(timezone.utc)
     device = f"{len(m.get('gpus', []))}x {m['gpus'][0]['name']}" if m.get("gpus") else "unknown"
     meta = {"date": stamp.isoformat(timespec="seconds"), "device": device, "peer_bw_gbps": bw,
-            "commit": os.environ.get("CUCO_COMMIT", "unknown"), "command": "python benchmarks/collectives.py"}
+            "commit": os.environ.get("CUCO_COMMIT", "unknown"), "command": "python benchmarks/collectives.py",
+            "transforms": transforms}
     lines = [f"# cuco device collectives vs NCCL on {device}", "", f"Date {meta['date']}, commit {meta['commit']}; "
              f"peer link {bw:.0f} GB/s per direction. Bus bandwidth = bytes each rank receives / time.", "",
              "| workload | shape | implementation | verified | median ms | GB/s | of the link |", "|---|---|---|---|---|---|---|"]
     for w, shape, label, ms, gbps, ok in rows:
+        if ms is None:
+            lines.append(f"| {w} | - | {label} | failed | - | - | - |")
+            continue
         lines.append(f"| {w} | {shape} | {label} | {'yes' if ok else 'no'} | {ms:.4f} | {gbps:.0f} | "
                      f"{gbps / bw:.0%} |" if bw else f"| {w} | {shape} | {label} | {ok} | {ms:.4f} | {gbps:.0f} | - |")
-    out = ROOT / "benchmarks" / "results" / f"collectives-{device.split('x ')[-1].replace(' ', '_')}-{stamp:%Y%m%d}"
+    lines += ["", "`cuco transform` (rewrite, build, verify on the GPUs; no LLM): " + ", ".join(
+        f"{w} {'ok' if t['ok'] else 'FAILED'} in {t['seconds']} s" for w, t in transforms.items())]
+    out = args.out / f"collectives-{device.split('x ')[-1].replace(' ', '_')}-{stamp:%Y%m%d}"
     out.with_suffix(".json").write_text(json.dumps({"meta": meta, "records": records}, indent=1))
     out.with_suffix(".md").write_text("\n".join(lines) + "\n")
     print("\n".join(lines))

@@ -99,6 +99,8 @@ def main() -> int:
         (args.out / f"evolve-{shape}.log").write_text(proc.stdout + proc.stderr) if args.out.is_dir() else None
         print(proc.stdout[-3000:], proc.stderr[-2000:])
         results[shape] = summarize(run_dir / "cuco.db")
+        if (run_dir / "summary.json").is_file():  # the run's own summary, as `cuco evolve` wrote it
+            results[shape]["run_summary"] = json.loads((run_dir / "summary.json").read_text())
         write(args, results)  # after every shape: a cut-off benchmark keeps what it finished
     return 0
 
