@@ -34,6 +34,8 @@ def cuco(*args: str) -> int:
 def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--out", type=Path, default=ROOT / "benchmarks" / "results")
+    ap.add_argument("--ctas", type=int, nargs="*", default=[],
+                    help="also time the rewrite with these CTA counts (CUCO_COLL_CTAS) instead of the default")
     args = ap.parse_args()
     sys.path.insert(0, str(ROOT))
     from cuco.machine import load_machine
@@ -47,8 +49,14 @@ def main() -> int:
         t0 = time.monotonic()
         rc = cuco("transform", str(wl), "--out", str(transformed))
         transforms[wl.name] = {"ok": rc == 0, "seconds": round(time.monotonic() - t0, 1)}
-        for label, cand in (("NCCL (seed)", wl / "seed.cu"), ("cuco device", transformed)):
-            out = tmp / f"{wl.name}-{'seed' if 'seed' in label else 'cuco'}.json"
+        variants = [("NCCL (seed)", wl / "seed.cu"), ("cuco device", transformed)]
+        for n in args.ctas:
+            if transformed.is_file():
+                variant = tmp / f"{wl.name}-ctas{n}.cu"
+                variant.write_text(f"#define CUCO_COLL_CTAS {n}\n" + transformed.read_text())
+                variants.append((f"cuco device, {n} CTAs", variant))
+        for i, (label, cand) in enumerate(variants):
+            out = tmp / f"{wl.name}-{i}.json"
             if not cand.is_file() or cuco("eval", str(wl), str(cand), "--out", str(out)) != 0 or not out.is_file():
                 rows.append((wl.name, "-", label, None, None, False))
                 continue

@@ -18,9 +18,16 @@
 
 #include "cuco.h"
 
-// One LSA barrier per CTA, so this is also the lsaBarrierCount the device communicator needs.
+// One LSA barrier per CTA, so this is also the lsaBarrierCount the device communicator needs. A program may
+// define it before the include (the collectives benchmark compares counts).
+#ifndef CUCO_COLL_CTAS
 #define CUCO_COLL_CTAS 32
+#endif
 #define CUCO_COLL_THREADS 512
+#define CUCO_COLL_MAX_RANKS 8
+// 16-byte packs each thread has in flight per rank before it adds: enough bytes outstanding to cover the
+// latency of loads over NVLink (about a microsecond) at link rate with CUCO_COLL_CTAS x CUCO_COLL_THREADS.
+#define CUCO_COLL_UNROLL 4
 
 namespace cuco {
 
@@ -34,12 +41,23 @@ template <> __device__ inline float fromFloat<float>(float v) { return v; }
 template <> __device__ inline __nv_bfloat16 fromFloat<__nv_bfloat16>(float v) { return __float2bfloat16(v); }
 template <> __device__ inline __half fromFloat<__half>(float v) { return __float2half(v); }
 
-// Bytes [0, n) from src to dst by all threads of the grid: 16-byte accesses where both are aligned.
+// Bytes [0, n) from src to dst by all threads of the grid: 16-byte accesses where both are aligned, with
+// CUCO_COLL_UNROLL loads in flight per thread before their stores.
 __device__ inline void copyBytes(char* dst, const char* src, size_t n) {
   const size_t tid = (size_t)blockIdx.x * blockDim.x + threadIdx.x, nThreads = (size_t)gridDim.x * blockDim.x;
   const bool aligned = (((uintptr_t)dst | (uintptr_t)src) & 15) == 0;
   const size_t nVec = aligned ? n / 16 : 0;
-  for (size_t i = tid; i < nVec; i += nThreads) ((uint4*)dst)[i] = ((const uint4*)src)[i];
+  const uint4* s4 = (const uint4*)src;
+  uint4* d4 = (uint4*)dst;
+  for (size_t base = tid; base < nVec; base += nThreads * CUCO_COLL_UNROLL) {
+    uint4 v[CUCO_COLL_UNROLL];
+#pragma unroll
+    for (int u = 0; u < CUCO_COLL_UNROLL; u++)
+      if (base + u * nThreads < nVec) v[u] = s4[base + u * nThreads];
+#pragma unroll
+    for (int u = 0; u < CUCO_COLL_UNROLL; u++)
+      if (base + u * nThreads < nVec) d4[base + u * nThreads] = v[u];
+  }
   for (size_t i = nVec * 16 + tid; i < n; i += nThreads) dst[i] = src[i];
 }
 
@@ -56,15 +74,13 @@ __global__ void __launch_bounds__(CUCO_COLL_THREADS)
     allGatherKernel(ncclDevComm dc, ncclWindow_t recvWin, size_t recvOffset, const char* send, size_t bytes) {
   Barrier bar(dc);
   bar.sync();
-  for (int peer = 0; peer < dc.lsaSize; peer++)
+  for (int i = 1; i <= dc.lsaSize; i++) {  // peers first, this rank's own slot last
+    const int peer = (dc.lsaRank + i) % dc.lsaSize;
     copyBytes((char*)ncclGetLsaPointer(recvWin, recvOffset + (size_t)dc.lsaRank * bytes, peer), send, bytes);
+  }
   bar.sync();
 }
 
-#define CUCO_COLL_MAX_RANKS 8
-// 16-byte packs each thread has in flight per rank before it adds: enough bytes outstanding to cover the
-// latency of loads over NVLink (about a microsecond) at link rate with CUCO_COLL_CTAS x CUCO_COLL_THREADS.
-#define CUCO_COLL_UNROLL 4
 
 template <typename T>
 __device__ inline void addPack(float* acc, const uint4& u) {
