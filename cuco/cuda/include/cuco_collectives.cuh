@@ -18,10 +18,11 @@
 
 #include "cuco.h"
 
-// One LSA barrier per CTA, so this is also the lsaBarrierCount the device communicator needs. A program may
+// One LSA barrier per CTA, so this is also the lsaBarrierCount the device communicator needs. 64: on 2x H200
+// it beat 32 at 64 MB for every collective and tied at 1 MB (benchmarks/results/collectives-*). A program may
 // define it before the include (the collectives benchmark compares counts).
 #ifndef CUCO_COLL_CTAS
-#define CUCO_COLL_CTAS 32
+#define CUCO_COLL_CTAS 64
 #endif
 #define CUCO_COLL_THREADS 512
 #define CUCO_COLL_MAX_RANKS 8
