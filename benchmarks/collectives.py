@@ -1,6 +1,6 @@
 """cuco's device-side collectives (cuda/include/cuco_collectives.cuh) against NCCL's, on this GPU machine.
 
-For each test workload (all-gather, reduce-scatter, all-reduce) the host-driven seed (NCCL) and its rule-based rewrite
+For each test workload (all-gather, reduce-scatter, all-reduce, all-to-all, a send/recv ring) the host-driven seed (NCCL) and its rule-based rewrite
 (`cuco transform`) are evaluated by the same runner at 1 MB and 64 MB; the table gives time, bus bandwidth
 (bytes each rank must receive over time) against the peer link `cuco doctor` measured, and the speedup.
 Writes benchmarks/results/collectives-<device>-<date>.json and .md.
@@ -21,7 +21,8 @@ from datetime import datetime, timezone
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
-WORKLOADS = [ROOT / "tests" / "workloads" / w for w in ("allgather_bf16", "reducescatter_sum", "allreduce_sum")]
+WORKLOADS = [ROOT / "tests" / "workloads" / w for w in ("allgather_bf16", "reducescatter_sum", "allreduce_sum",
+                                                        "alltoall_bf16", "sendrecv_ring")]
 
 
 def cuco(*args: str) -> int:

@@ -21,11 +21,15 @@ from cuco.workload import load_workload
 
 WORKLOADS = {"gemm_allgather": GEMM_AG, "allreduce_sum": ROOT / "tests" / "workloads" / "allreduce_sum",
              "reducescatter_sum": ROOT / "tests" / "workloads" / "reducescatter_sum",
-             "allgather_bf16": ROOT / "tests" / "workloads" / "allgather_bf16"}
+             "allgather_bf16": ROOT / "tests" / "workloads" / "allgather_bf16",
+             "alltoall_bf16": ROOT / "tests" / "workloads" / "alltoall_bf16",
+             "sendrecv_ring": ROOT / "tests" / "workloads" / "sendrecv_ring"}
 EXPECTED = {"gemm_allgather": "cuco::allGather(ctx, aFull->window, 0, a->ptr",
             "allreduce_sum": "cuco::allReduce<__nv_bfloat16>(ctx, x->window, 0, y->window, 0, n",
             "reducescatter_sum": "cuco::reduceScatter<__nv_bfloat16>(ctx, x->window, 0, y->ptr, n",
-            "allgather_bf16": "cuco::allGather(ctx, y->window, 0, x->ptr"}
+            "allgather_bf16": "cuco::allGather(ctx, y->window, 0, x->ptr",
+            "alltoall_bf16": "cuco::allToAll(ctx, y->window, 0, x->ptr, (n) * sizeof(__nv_bfloat16)",
+            "sendrecv_ring": "cucoSends1.add(x->ptr, (n) * sizeof(__nv_bfloat16), next, y->window, 0)"}
 
 
 @pytest.mark.parametrize("name", sorted(WORKLOADS))
@@ -61,10 +65,39 @@ def test_non_symmetric_buffer_is_refused(tmp_path):
         rewrite(spec.seed_path, spec)
 
 
-def test_rules_do_not_cover_send_recv():
+def test_send_recv_on_buffers_outside_the_workload_is_refused():
     spec = load_workload(GEMM_AG)
-    with pytest.raises(RewriteError, match="ncclGroupStart is not covered"):
+    with pytest.raises(RewriteError, match="line 12: ncclRecv's receive buffer `recv` is not a workload buffer"):
         rewrite(ROOT / "tests" / "fastpath" / "host_sendrecv.cu", spec)
+
+
+RING = WORKLOADS["sendrecv_ring"]
+SEND = "  CUCO_NCCL(ctx, ncclSend(x->ptr, n, ncclBfloat16, next, ctx->comm, ctx->stream));\n"
+RECV = "  CUCO_NCCL(ctx, ncclRecv(y->ptr, n, ncclBfloat16, prev, ctx->comm, ctx->stream));\n"
+
+
+@pytest.mark.parametrize("edit, message", [
+    (lambda t: t.replace(RECV, ""), "the group has 1 ncclSend and 0 ncclRecv"),
+    (lambda t: t.replace("  CUCO_NCCL(ctx, ncclGroupStart());\n", "").replace("  CUCO_NCCL(ctx, ncclGroupEnd());\n", ""),
+     "ncclSend outside ncclGroupStart/ncclGroupEnd is not covered"),
+    (lambda t: t.replace("  CUCO_NCCL(ctx, ncclGroupEnd());\n", ""), "ncclGroupStart without ncclGroupEnd"),
+    (lambda t: t.replace(RECV, RECV.replace("n, ncclBfloat16", "n / 2, ncclBfloat16")), "differ in count or type"),
+    (lambda t: t.replace(SEND, SEND + "  CUCO_NCCL(ctx, ncclAllReduce(x->ptr, y->ptr, n, ncclBfloat16, ncclSum, "
+                         "ctx->comm, ctx->stream));\n"), "groups of collectives are not covered"),
+], ids=["unpaired", "no-group", "unterminated", "count-mismatch", "collective-in-group"])
+def test_send_recv_groups_the_rules_cannot_pair(edit, message, tmp_path):
+    spec = load_workload(RING)
+    src = tmp_path / "seed.cu"
+    src.write_text(edit((RING / "seed.cu").read_text()))
+    with pytest.raises(RewriteError, match=message):
+        rewrite(src, spec)
+
+
+def test_group_becomes_one_batch_with_receives_left_as_comments():
+    code = rewrite(RING / "seed.cu", load_workload(RING)).code
+    assert "cuco::SendBatch cucoSends1;" in code
+    assert "CUCO_CUDA(ctx, cuco::sendBatch(ctx, cucoSends1, ctx->stream));" in code
+    assert "(void)0 /* ncclRecv: filled by the peer's cucoSends1 */;" in code
 
 
 @pytest.mark.nvcc

@@ -3,8 +3,8 @@
 The rules apply to programs written against cuco's candidate contract (cuco.h): a collective whose
 buffers are the workload's symmetric buffers (`X->ptr` with X = cuco_buffer(ctx, "name")) becomes the
 matching kernel of cuco_collectives.cuh at the conservative design point, the device communicator is
-requested, and nothing else changes. What the rules do not cover is said in one line; that is the LLM
-loop's work (not built yet).
+requested, and nothing else changes. A group of ncclSend/ncclRecv becomes one batch of device sends. What
+the rules do not cover is said in one line; that is the LLM loop's work (`cuco transform --llm`).
 """
 
 from __future__ import annotations
@@ -67,8 +67,43 @@ def _replacement(op: Op, aliases: dict[str, str], spec: WorkloadSpec) -> str:
         send = _window(a["send"], aliases, spec, "send", op)
         recv = _window(a["recv"], aliases, spec, "receive", op)
         return f"cuco::allReduce<{elem}>(ctx, {send}, 0, {recv}, 0, {a['count']}, {a['stream']})"
-    raise RewriteError(f"line {op.line}: {op.name} is not covered by the rules yet (all-gather, reduce-scatter and "
-                       "all-reduce are)")
+    if op.name == "ncclAlltoAll":
+        win = _window(a["recv"], aliases, spec, "receive", op)
+        return f"cuco::allToAll(ctx, {win}, 0, {a['send']}, ({a['count']}) * sizeof({elem}), {a['stream']})"
+    raise RewriteError(f"line {op.line}: {op.name} is not covered by the rules yet (all-gather, reduce-scatter, "
+                       "all-reduce, all-to-all and grouped send/recv are)")
+
+
+def _group(ops: list[Op], number: int, aliases: dict[str, str], spec: WorkloadSpec) -> list[tuple[Op, str, bool]]:
+    """ncclGroupStart, sends and receives, ncclGroupEnd -> one cuco::sendBatch. The i-th send is paired with
+    the i-th receive: every rank runs this same group, so that receive is where the send lands on its peer."""
+    start, members, end = ops[0], ops[1:-1], ops[-1]
+    if any(o.kind != "p2p" for o in members):
+        other = next(o for o in members if o.kind != "p2p")
+        raise RewriteError(f"line {other.line}: {other.name} inside the group of line {start.line}: groups of "
+                           "collectives are not covered by the rules (groups of ncclSend/ncclRecv are)")
+    sends = [o for o in members if o.name == "ncclSend"]
+    recvs = [o for o in members if o.name == "ncclRecv"]
+    if not sends or len(sends) != len(recvs):
+        raise RewriteError(f"line {start.line}: the group has {len(sends)} ncclSend and {len(recvs)} ncclRecv; the "
+                           "rules pair them one to one")
+    streams = {o.args.get("stream") for o in members}
+    if len(streams) != 1:
+        raise RewriteError(f"line {start.line}: the group's calls use several streams ({', '.join(sorted(streams))})")
+    batch = f"cucoSends{number}"
+    out: list[tuple[Op, str, bool]] = [(start, f"cuco::SendBatch {batch}", False)]
+    for snd, rcv in zip(sends, recvs):
+        elem = ELEMENT.get(snd.args.get("dtype", ""))
+        if elem is None:
+            raise RewriteError(f"line {snd.line}: ncclSend on {snd.args.get('dtype')} is not covered by the rules")
+        if (snd.args.get("count"), snd.args.get("dtype")) != (rcv.args.get("count"), rcv.args.get("dtype")):
+            raise RewriteError(f"line {snd.line}: ncclSend and its ncclRecv (line {rcv.line}) differ in count or type")
+        win = _window(rcv.args["recv"], aliases, spec, "receive", rcv)
+        out.append((snd, f"{batch}.add({snd.args['send']}, ({snd.args['count']}) * sizeof({elem}), "
+                         f"{snd.args['peer']}, {win}, 0)", True))
+        out.append((rcv, f"(void)0 /* ncclRecv: filled by the peer's {batch} */", False))
+    out.append((end, f"cuco::sendBatch(ctx, {batch}, {streams.pop()})", True))
+    return out
 
 
 def rewrite(path: Path, spec: WorkloadSpec) -> Rewrite:
@@ -79,16 +114,38 @@ def rewrite(path: Path, spec: WorkloadSpec) -> Rewrite:
         raise RewriteError(f"{path}: already states device-communicator requirements; merging them with the "
                            "collectives' is not covered by the rules")
     aliases = dict(re.findall(r"(\w+)\s*=\s*cuco_buffer\(\s*\w+\s*,\s*\"(\w+)\"\s*\)", text))
-    calls = []  # in program order, so that the first thing the rules cannot do is the one reported
+    # (call, replacement, whether it returns a cudaError_t to check), in program order, so that the first
+    # thing the rules cannot do is the one reported.
+    calls: list[tuple[Op, str, bool]] = []
+    group: list[Op] | None = None
+    replaced = []
     for op in analysis.nccl:
-        if op.kind != "collective":
-            raise RewriteError(f"line {op.line}: {op.name} is not covered by the rules yet (collectives only)")
-        calls.append((op, _replacement(op, aliases, spec)))
+        if op.name == "ncclGroupStart":
+            if group is not None:
+                raise RewriteError(f"line {op.line}: nested ncclGroupStart is not covered by the rules")
+            group = [op]
+        elif op.name == "ncclGroupEnd":
+            if group is None:
+                raise RewriteError(f"line {op.line}: ncclGroupEnd without ncclGroupStart")
+            calls += _group(group + [op], len(replaced) + 1, aliases, spec)
+            replaced.append(f"lines {group[0].line}-{op.line}: group of {(len(group) - 1) // 2} ncclSend/ncclRecv "
+                            "-> cuco::sendBatch")
+            group = None
+        elif group is not None:
+            group.append(op)
+        elif op.kind == "p2p":
+            raise RewriteError(f"line {op.line}: {op.name} outside ncclGroupStart/ncclGroupEnd is not covered by the "
+                               "rules (a group pairs each send with its receive)")
+        else:
+            call = _replacement(op, aliases, spec)
+            calls.append((op, call, True))
+            replaced.append(f"line {op.line}: {op.name} -> {call.split('(')[0]}")
+    if group is not None:
+        raise RewriteError(f"line {group[0].line}: ncclGroupStart without ncclGroupEnd")
     out = src
-    for op, call in reversed(calls):  # from the end, so earlier byte offsets stay valid
-        new = f"CUCO_CUDA(ctx, {call})" if op.wrapper else call
+    for op, call, checked in reversed(calls):  # from the end, so earlier byte offsets stay valid
+        new = f"CUCO_CUDA(ctx, {call})" if op.wrapper and checked else call
         out = out[:op.span[0]] + new.encode() + out[op.span[1]:]
-    replaced = [f"line {op.line}: {op.name} -> {call.split('(')[0]}" for op, call in calls]
     code = out.decode()
     if '#include "cuco.h"' not in code:
         raise RewriteError(f"{path}: not a cuco candidate (no #include \"cuco.h\")")

@@ -5,7 +5,8 @@
  * CUCO_COLL_CTAS CTAs each owning one LSA barrier (sync global, issuer cta), the whole buffer at once.
  * Every kernel starts with a barrier (no rank writes into, or reads from, a peer buffer that peer may
  * still be using) and ends with one (every store has landed before anything after the kernel runs).
- * Reductions add in fixed rank order in fp32, so results are bitwise deterministic.
+ * Reductions add in fixed rank order in fp32, so results are bitwise deterministic. Data moves by stores
+ * into peers' windows (all-gather, all-to-all, send), or loads from them (reduce-scatter, all-reduce).
  *
  * Requires: the device communicator has CUCO_COLL_CTAS LSA barriers (cuco_coll_requirements); the
  * windows are symmetric buffers of the workload; all ranks in one LSA team.
@@ -82,6 +83,49 @@ __global__ void __launch_bounds__(CUCO_COLL_THREADS)
   bar.sync();
 }
 
+
+// All-to-all: block p (`blockBytes`) of this rank's send lands in block `rank` of rank p's recv window.
+__global__ void __launch_bounds__(CUCO_COLL_THREADS)
+    allToAllKernel(ncclDevComm dc, ncclWindow_t recvWin, size_t recvOffset, const char* send, size_t blockBytes) {
+  Barrier bar(dc);
+  bar.sync();
+  for (int i = 1; i <= dc.lsaSize; i++) {  // peers first, this rank's own block last
+    const int peer = (dc.lsaRank + i) % dc.lsaSize;
+    copyBytes((char*)ncclGetLsaPointer(recvWin, recvOffset + (size_t)dc.lsaRank * blockBytes, peer),
+              send + (size_t)peer * blockBytes, blockBytes);
+  }
+  bar.sync();
+}
+
+// Point-to-point transfers issued together, as a host ncclGroupStart/ncclGroupEnd of sends and receives is:
+// each send pushes its bytes into the matching receive's window on its peer. The i-th send of a rank matches
+// the i-th receive of the group's program on the peer (the same program on every rank), so the sender knows
+// where its data goes.
+#define CUCO_COLL_MAX_SENDS 16
+struct SendBatch {
+  int n = 0;
+  const char* send[CUCO_COLL_MAX_SENDS];
+  ncclWindow_t recvWin[CUCO_COLL_MAX_SENDS];
+  size_t recvOffset[CUCO_COLL_MAX_SENDS];
+  size_t bytes[CUCO_COLL_MAX_SENDS];
+  int peer[CUCO_COLL_MAX_SENDS];
+
+  cudaError_t add(const void* src, size_t nBytes, int to, ncclWindow_t win, size_t offset) {
+    if (n == CUCO_COLL_MAX_SENDS) return cudaErrorInvalidValue;
+    send[n] = (const char*)src, bytes[n] = nBytes, peer[n] = to, recvWin[n] = win, recvOffset[n] = offset;
+    n++;
+    return cudaSuccess;
+  }
+};
+
+__global__ void __launch_bounds__(CUCO_COLL_THREADS) sendKernel(ncclDevComm dc, SendBatch batch) {
+  Barrier bar(dc);
+  bar.sync();  // every receiver is done with its receive buffers
+  for (int i = 0; i < batch.n; i++)
+    copyBytes((char*)ncclGetLsaPointer(batch.recvWin[i], batch.recvOffset[i], batch.peer[i]), batch.send[i],
+              batch.bytes[i]);
+  bar.sync();  // every send has landed
+}
 
 template <typename T>
 __device__ inline void addPack(float* acc, const uint4& u) {
@@ -193,6 +237,20 @@ inline cudaError_t allReduce(const cuco_ctx_t* ctx, ncclWindow_t sendWin, size_t
   if (ctx->nRanks > CUCO_COLL_MAX_RANKS) return cudaErrorInvalidValue;  // in[] / out[] hold one pointer per rank
   allReduceKernel<T><<<CUCO_COLL_CTAS, CUCO_COLL_THREADS, 0, stream>>>(ctx->devComm, sendWin, sendOffset, recvWin,
                                                                       recvOffset, count);
+  return cudaGetLastError();
+}
+
+inline cudaError_t allToAll(const cuco_ctx_t* ctx, ncclWindow_t recvWin, size_t recvOffset, const void* send,
+                            size_t blockBytes, cudaStream_t stream) {
+  allToAllKernel<<<CUCO_COLL_CTAS, CUCO_COLL_THREADS, 0, stream>>>(ctx->devComm, recvWin, recvOffset,
+                                                                  (const char*)send, blockBytes);
+  return cudaGetLastError();
+}
+
+inline cudaError_t sendBatch(const cuco_ctx_t* ctx, const SendBatch& batch, cudaStream_t stream) {
+  for (int i = 0; i < batch.n; i++)
+    if (batch.peer[i] < 0 || batch.peer[i] >= ctx->nRanks) return cudaErrorInvalidValue;
+  sendKernel<<<CUCO_COLL_CTAS, CUCO_COLL_THREADS, 0, stream>>>(ctx->devComm, batch);
   return cudaGetLastError();
 }
 
