@@ -1,8 +1,9 @@
 """cuco's device-side collectives (cuda/include/cuco_collectives.cuh) against NCCL's, on this GPU machine.
 
-For each test workload (all-gather, reduce-scatter, all-reduce, all-to-all, a send/recv ring) the host-driven seed (NCCL) and its rule-based rewrite
-(`cuco transform`) are evaluated by the same runner at 1 MB and 64 MB; the table gives time, bus bandwidth
-(bytes each rank must receive over time) against the peer link `cuco doctor` measured, and the speedup.
+For each test workload (all-gather, reduce-scatter, all-reduce, all-to-all, a send/recv ring) the host-driven
+seed (NCCL) and its rule-based rewrite (`cuco transform`) are evaluated by the same runner at 1 MB and 64 MB;
+the table gives time and bus bandwidth (bytes each rank must receive over time) against the peer link that
+`cuco doctor` measured.
 Writes benchmarks/results/collectives-<device>-<date>.json and .md.
 
     python benchmarks/collectives.py [--out DIR]
