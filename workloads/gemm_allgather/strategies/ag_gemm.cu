@@ -9,7 +9,8 @@
  *                                             stream; each chunk's GEMM on side stream 1 once that chunk
  *                                             has arrived, so it fills SMs as the local GEMM's tail frees them
  *              CUCO_PLACEMENT_SPLIT_PUT_WAIT  transfers on a side stream; local GEMM; one wait; one GEMM
- *   sync       CUCO_SYNC_GLOBAL   LSA barrier across all ranks (CE: one event after all copies)
+ *   sync       CUCO_SYNC_GLOBAL   LSA barrier across all ranks (CE: one event after all copies, except
+ *                                 under stream_overlap, which waits per chunk with either scope)
  *              CUCO_SYNC_CHUNK    a counter per chunk, bumped on the receiver by each producer (CE: an
  *                                 event per chunk)
  *   issuer     CUCO_ISSUER_CTA / CUCO_ISSUER_WARP: the unit that copies a contiguous slice and signals it
