@@ -93,6 +93,29 @@ def test_send_recv_groups_the_rules_cannot_pair(edit, message, tmp_path):
         rewrite(src, spec)
 
 
+def test_uneven_all_to_all_through_host_counts_is_left_to_the_llm_loop():
+    wl = ROOT / "tests" / "workloads" / "alltoallv_bf16"
+    with pytest.raises(RewriteError, match="ncclAllGather's receive buffer `s->allCounts` is not a workload buffer"):
+        rewrite(wl / "seed.cu", load_workload(wl))
+
+
+@pytest.mark.nvcc
+@pytest.mark.parametrize("name", ["seed", "device"])
+def test_uneven_all_to_all_candidates_build(name):
+    res = build(load_workload(ROOT / "tests" / "workloads" / "alltoallv_bf16").candidates[name])
+    assert res.ok, res.log
+
+
+@pytest.mark.gpu(2)
+@pytest.mark.nvcc
+@pytest.mark.parametrize("name", ["seed", "device"])
+def test_uneven_all_to_all_candidates_are_correct_on_gpus(name, tmp_path):
+    spec = load_workload(ROOT / "tests" / "workloads" / "alltoallv_bf16")
+    rec = evaluate(spec, spec.candidates[name], EvalOptions(device="cuda", max_level="L3", gpus=[0, 1],
+                                                            work_dir=tmp_path / "w"))
+    assert rec["ok"], rec["error"]
+
+
 def test_group_becomes_one_batch_with_receives_left_as_comments():
     code = rewrite(RING / "seed.cu", load_workload(RING)).code
     assert "cuco::SendBatch cucoSends1;" in code

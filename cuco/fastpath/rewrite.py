@@ -13,12 +13,16 @@ import re
 from dataclasses import dataclass
 from pathlib import Path
 
-from cuco.fastpath.analyze import AnalysisError, Op, analyze
+from cuco.fastpath.analyze import NCCL_SIGNATURES, AnalysisError, Op, analyze
 from cuco.workload.spec import WorkloadSpec
 
-# NCCL data types the device collectives handle, and their CUDA element types.
+# NCCL data types the device reductions handle, and their CUDA element types.
 ELEMENT = {"ncclBfloat16": "__nv_bfloat16", "ncclFloat": "float", "ncclFloat32": "float", "ncclHalf": "__half",
            "ncclFloat16": "__half"}
+# Collectives that only move data (all-gather, all-to-all, send/recv) take any type: only its size matters.
+COPY_ELEMENT = {**ELEMENT, "ncclInt8": "int8_t", "ncclChar": "char", "ncclUint8": "uint8_t", "ncclInt32": "int32_t",
+                "ncclInt": "int32_t", "ncclUint32": "uint32_t", "ncclInt64": "int64_t", "ncclUint64": "uint64_t",
+                "ncclFloat64": "double", "ncclDouble": "double"}
 INCLUDE = '#include "cuco_collectives.cuh"'
 REQUIREMENTS = """
 // Added by cuco transform: the device communicator that cuco_collectives.cuh needs.
@@ -52,7 +56,7 @@ def _window(expr: str, aliases: dict[str, str], spec: WorkloadSpec, role: str, o
 
 def _replacement(op: Op, aliases: dict[str, str], spec: WorkloadSpec) -> str:
     a = op.args
-    elem = ELEMENT.get(a.get("dtype", ""))
+    elem = (ELEMENT if "op" in NCCL_SIGNATURES[op.name] else COPY_ELEMENT).get(a.get("dtype", ""))
     if elem is None:
         raise RewriteError(f"line {op.line}: {op.name} on {a.get('dtype')} is not covered by the rules")
     if "op" in a and a["op"] != "ncclSum":
@@ -93,7 +97,7 @@ def _group(ops: list[Op], number: int, aliases: dict[str, str], spec: WorkloadSp
     batch = f"cucoSends{number}"
     out: list[tuple[Op, str, bool]] = [(start, f"cuco::SendBatch {batch}", False)]
     for snd, rcv in zip(sends, recvs):
-        elem = ELEMENT.get(snd.args.get("dtype", ""))
+        elem = COPY_ELEMENT.get(snd.args.get("dtype", ""))
         if elem is None:
             raise RewriteError(f"line {snd.line}: ncclSend on {snd.args.get('dtype')} is not covered by the rules")
         if (snd.args.get("count"), snd.args.get("dtype")) != (rcv.args.get("count"), rcv.args.get("dtype")):

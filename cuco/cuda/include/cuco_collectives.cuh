@@ -6,7 +6,7 @@
  * Every kernel starts with a barrier (no rank writes into, or reads from, a peer buffer that peer may
  * still be using) and ends with one (every store has landed before anything after the kernel runs).
  * Reductions add in fixed rank order in fp32, so results are bitwise deterministic. Data moves by stores
- * into peers' windows (all-gather, all-to-all, send), or loads from them (reduce-scatter, all-reduce).
+ * into peers' windows (all-gather, all-to-all(v), send), or loads from them (reduce-scatter, all-reduce).
  *
  * Requires: the device communicator has CUCO_COLL_CTAS LSA barriers (cuco_coll_requirements); the
  * windows are symmetric buffers of the workload; all ranks in one LSA team.
@@ -95,6 +95,44 @@ __global__ void __launch_bounds__(CUCO_COLL_THREADS)
               send + (size_t)peer * blockBytes, blockBytes);
   }
   bar.sync();
+}
+
+// All-to-all with uneven blocks whose sizes live on the device, as in a mixture-of-experts dispatch: no
+// host round trip to learn them. counts (a window of nRanks int64 per rank): counts[p] = elements this rank
+// sends to rank p, its blocks packed in rank order in send. Every rank receives the blocks sent to it packed
+// in rank order at recvOffset of its recv window; with zeroTail, the rest of recv up to recvCapacity
+// elements is zeroed. Block offsets are prefix sums of counts read from every rank's window.
+__global__ void __launch_bounds__(CUCO_COLL_THREADS)
+    allToAllvKernel(ncclDevComm dc, ncclWindow_t countsWin, size_t countsOffset, const char* send,
+                    ncclWindow_t recvWin, size_t recvOffset, size_t elemBytes, size_t recvCapacity, int zeroTail) {
+  __shared__ int64_t sendAt[CUCO_COLL_MAX_RANKS], recvAt[CUCO_COLL_MAX_RANKS], count[CUCO_COLL_MAX_RANKS];
+  __shared__ int64_t received;
+  Barrier bar(dc);
+  bar.sync();  // every rank's counts are written, and its recv is free
+  if (threadIdx.x == 0) {
+    const int64_t* mine = (const int64_t*)ncclGetLsaPointer(countsWin, countsOffset, dc.lsaRank);
+    int64_t at = 0;
+    received = 0;
+    for (int p = 0; p < dc.lsaSize; p++) {
+      sendAt[p] = at, count[p] = mine[p], at += mine[p];
+      recvAt[p] = 0;  // where this rank's block lands on p: after the blocks of ranks before this one
+      for (int s = 0; s < dc.lsaRank; s++) recvAt[p] += ((const int64_t*)ncclGetLsaPointer(countsWin, countsOffset, s))[p];
+      received += ((const int64_t*)ncclGetLsaPointer(countsWin, countsOffset, p))[dc.lsaRank];
+    }
+  }
+  __syncthreads();
+  for (int i = 1; i <= dc.lsaSize; i++) {  // peers first, this rank's own block last
+    const int peer = (dc.lsaRank + i) % dc.lsaSize;
+    copyBytes((char*)ncclGetLsaPointer(recvWin, recvOffset + recvAt[peer] * elemBytes, peer),
+              send + sendAt[peer] * elemBytes, count[peer] * elemBytes);
+  }
+  if (zeroTail && (size_t)received < recvCapacity) {
+    char* tail = (char*)ncclGetLsaPointer(recvWin, recvOffset, dc.lsaRank) + received * elemBytes;
+    const size_t n = (recvCapacity - received) * elemBytes;
+    const size_t tid = (size_t)blockIdx.x * blockDim.x + threadIdx.x, nThreads = (size_t)gridDim.x * blockDim.x;
+    for (size_t b = tid; b < n; b += nThreads) tail[b] = 0;
+  }
+  bar.sync();  // every block has landed, and no rank reads counts any more
 }
 
 // Point-to-point transfers issued together, as a host ncclGroupStart/ncclGroupEnd of sends and receives is:
@@ -251,6 +289,16 @@ inline cudaError_t sendBatch(const cuco_ctx_t* ctx, const SendBatch& batch, cuda
   for (int i = 0; i < batch.n; i++)
     if (batch.peer[i] < 0 || batch.peer[i] >= ctx->nRanks) return cudaErrorInvalidValue;
   sendKernel<<<CUCO_COLL_CTAS, CUCO_COLL_THREADS, 0, stream>>>(ctx->devComm, batch);
+  return cudaGetLastError();
+}
+
+inline cudaError_t allToAllv(const cuco_ctx_t* ctx, ncclWindow_t countsWin, size_t countsOffset, const void* send,
+                             ncclWindow_t recvWin, size_t recvOffset, size_t elemBytes, size_t recvCapacity,
+                             bool zeroTail, cudaStream_t stream) {
+  if (ctx->nRanks > CUCO_COLL_MAX_RANKS) return cudaErrorInvalidValue;  // per-rank offsets in shared memory
+  allToAllvKernel<<<CUCO_COLL_CTAS, CUCO_COLL_THREADS, 0, stream>>>(ctx->devComm, countsWin, countsOffset,
+                                                                   (const char*)send, recvWin, recvOffset, elemBytes,
+                                                                   recvCapacity, zeroTail);
   return cudaGetLastError();
 }
 
