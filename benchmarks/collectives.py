@@ -6,7 +6,7 @@ the table gives time and bus bandwidth (bytes each rank must receive over time) 
 `cuco doctor` measured.
 Writes benchmarks/results/collectives-<device>-<date>.json and .md.
 
-    python benchmarks/collectives.py [--out DIR]
+    python benchmarks/collectives.py [--out DIR] [--variant CUCO_COLL_CTAS=128 ...]
 """
 
 from __future__ import annotations
@@ -36,8 +36,8 @@ def cuco(*args: str) -> int:
 def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--out", type=Path, default=ROOT / "benchmarks" / "results")
-    ap.add_argument("--ctas", type=int, nargs="*", default=[],
-                    help="also time the rewrite with these CTA counts (CUCO_COLL_CTAS) instead of the default")
+    ap.add_argument("--variant", nargs="*", default=[], metavar="MACRO=VALUE[,MACRO=VALUE]",
+                    help="also time the rewrite with these library macros defined (CUCO_COLL_CTAS=128,CUCO_COLL_UNROLL=8)")
     args = ap.parse_args()
     sys.path.insert(0, str(ROOT))
     from cuco.machine import load_machine
@@ -56,11 +56,12 @@ def main() -> int:
         # Device programs the workload ships (written against the library where the rules do not reach).
         spec = load_workload(wl)
         variants += [(f"cuco device ({name}.cu)", path) for name, path in spec.candidates.items() if name != "seed"]
-        for n in args.ctas:
+        for i, defs in enumerate(args.variant):
             if transformed.is_file():
-                variant = tmp / f"{wl.name}-ctas{n}.cu"
-                variant.write_text(f"#define CUCO_COLL_CTAS {n}\n" + transformed.read_text())
-                variants.append((f"cuco device, {n} CTAs", variant))
+                variant = tmp / f"{wl.name}-variant{i}.cu"
+                macros = "".join(f"#define {d.replace('=', ' ', 1)}\n" for d in defs.split(","))
+                variant.write_text(macros + transformed.read_text())
+                variants.append((f"cuco device, {defs}", variant))
         for i, (label, cand) in enumerate(variants):
             out = tmp / f"{wl.name}-{i}.json"
             if not cand.is_file() or cuco("eval", str(wl), str(cand), "--out", str(out)) != 0 or not out.is_file():

@@ -27,9 +27,12 @@
 #endif
 #define CUCO_COLL_THREADS 512
 #define CUCO_COLL_MAX_RANKS 8
-// 16-byte packs each thread has in flight per rank before it adds: enough bytes outstanding to cover the
-// latency of loads over NVLink (about a microsecond) at link rate with CUCO_COLL_CTAS x CUCO_COLL_THREADS.
+// 16-byte packs each thread has in flight per rank before it adds or stores: enough bytes outstanding to
+// cover the latency of loads over NVLink (about a microsecond) at link rate with CUCO_COLL_CTAS x
+// CUCO_COLL_THREADS. Like CUCO_COLL_CTAS, a program may define it first.
+#ifndef CUCO_COLL_UNROLL
 #define CUCO_COLL_UNROLL 4
+#endif
 
 namespace cuco {
 
