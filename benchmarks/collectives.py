@@ -4,7 +4,7 @@ For each test workload (all-gather, reduce-scatter, all-reduce, all-to-all, a se
 seed (NCCL) and its rule-based rewrite (`cuco transform`) are evaluated by the same runner at 1 MB and 64 MB;
 the table gives time and bus bandwidth (bytes each rank must receive over time) against the peer link that
 `cuco doctor` measured.
-Writes benchmarks/results/collectives-<device>-<date>.json and .md.
+Writes benchmarks/results/collectives-<device>-<date>-<time>.json and .md.
 
     python benchmarks/collectives.py [--out DIR] [--variant CUCO_COLL_CTAS=128 ...]
 """
@@ -18,10 +18,11 @@ import subprocess
 import sys
 import tempfile
 import time
-from datetime import datetime, timezone
 from pathlib import Path
 
-ROOT = Path(__file__).resolve().parents[1]
+import record
+
+ROOT = record.ROOT
 WORKLOADS = [ROOT / "tests" / "workloads" / w for w in ("allgather_bf16", "reducescatter_sum", "allreduce_sum",
                                                         "alltoall_bf16", "sendrecv_ring", "alltoallv_bf16")]
 
@@ -76,13 +77,10 @@ def main() -> int:
                     rows.append((wl.name, shape, label, t["median_ms"], gbps, rec["ok"]))
     m = load_machine()
     bw = m.get("peer_bw_gbps") or 0
-    stamp = datetime.now(timezone.utc)
-    device = f"{len(m.get('gpus', []))}x {m['gpus'][0]['name']}" if m.get("gpus") else "unknown"
-    meta = {"date": stamp.isoformat(timespec="seconds"), "device": device, "peer_bw_gbps": bw,
-            "commit": os.environ.get("CUCO_COMMIT", "unknown"), "command": "python benchmarks/collectives.py",
-            "transforms": transforms}
-    lines = [f"# cuco device collectives vs NCCL on {device}", "", f"Date {meta['date']}, commit {meta['commit']}; "
-             f"peer link {bw:.0f} GB/s per direction. Bus bandwidth = bytes each rank receives / time.", "",
+    info = record.meta(m, peer_bw_gbps=bw, transforms=transforms)
+    lines = [f"# cuco device collectives vs NCCL on {info['device']}", "", f"Date {info['date']}, commit "
+             f"{info['commit']}; peer link {bw:.0f} GB/s per direction. Bus bandwidth = bytes each rank receives / "
+             "time.", "", f"Command: `{info['command']}`", "",
              "| workload | shape | implementation | verified | median ms | GB/s | of the link |", "|---|---|---|---|---|---|---|"]
     for w, shape, label, ms, gbps, ok in rows:
         if ms is None:
@@ -92,10 +90,7 @@ def main() -> int:
                      f"{gbps / bw:.0%} |" if bw else f"| {w} | {shape} | {label} | {ok} | {ms:.4f} | {gbps:.0f} | - |")
     lines += ["", "`cuco transform` (rewrite, build, verify on the GPUs; no LLM): " + ", ".join(
         f"{w} {'ok' if t['ok'] else 'not done (see the log)'} in {t['seconds']} s" for w, t in transforms.items())]
-    out = args.out / f"collectives-{device.split('x ')[-1].replace(' ', '_')}-{stamp:%Y%m%d}"
-    out.with_suffix(".json").write_text(json.dumps({"meta": meta, "records": records}, indent=1))
-    out.with_suffix(".md").write_text("\n".join(lines) + "\n")
-    print("\n".join(lines))
+    record.save(args.out, "collectives", info, {"records": records}, lines, with_time=True)
     return 0
 
 

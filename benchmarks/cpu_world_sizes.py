@@ -10,19 +10,17 @@ verified at every world size. Writes benchmarks/results/cpu_world_sizes-<date>.j
 from __future__ import annotations
 
 import argparse
-import json
 import os
 import platform
 import subprocess
 import sys
 import tempfile
-from datetime import datetime, timezone
 from pathlib import Path
 
-ROOT = Path(__file__).resolve().parents[1]
-sys.path.insert(0, str(Path(__file__).parent))
+import record
+from evolve_gemm_allgather import summarize
 
-from evolve_gemm_allgather import summarize  # noqa: E402
+ROOT = record.ROOT
 
 
 def main() -> int:
@@ -41,25 +39,17 @@ def main() -> int:
                               cwd=ROOT, env=env, text=True, capture_output=True)
         print(proc.stdout[-1500:], proc.stderr[-1500:], flush=True)
         results[w] = summarize(run_dir / "cuco.db")
-    stamp = datetime.now(timezone.utc)
-    commit = subprocess.run(["git", "rev-parse", "--short", "HEAD"], cwd=ROOT, text=True,
-                            capture_output=True).stdout.strip() or os.environ.get("CUCO_COMMIT", "unknown")
-    meta = {"date": stamp.isoformat(timespec="seconds"), "machine": f"{platform.processor() or platform.machine()}, "
-            f"{os.cpu_count()} cores", "commit": commit,
-            "command": "python benchmarks/cpu_world_sizes.py " + " ".join(sys.argv[1:])}
-    base = args.out / f"cpu_world_sizes-{stamp:%Y%m%d}"
-    base.with_suffix(".json").write_text(json.dumps({"meta": meta, "results": results}, indent=1))
+    info = record.meta(None, host=f"{platform.processor() or platform.machine()}, {os.cpu_count()} cores")
     lines = [f"# cuco evolve cpu_allgather_matmul at world sizes {', '.join(map(str, args.worlds))} (gloo, CPU)", "",
-             f"Date {meta['date']}, commit {commit}, {meta['machine']}. Shape 'tiny' (64,48,40), checked at 'odd' "
-             "(24,17,56) too; slowest rank's median in ms.", "", f"Command: `{meta['command']}`", "",
+             f"Date {info['date']}, commit {info['commit']}, {info['host']}. Shape 'tiny' (64,48,40), checked at 'odd' "
+             "(24,17,56) too; slowest rank's median in ms.", "", f"Command: `{info['command']}`", "",
              "| world | evaluations (failed) | seed ms | best design point | best ms | found at evaluation |",
              "|---|---|---|---|---|---|"]
     for w, r in results.items():
         b = r["best"]
         lines.append(f"| {w} | {r['evaluations']} ({r['failed']}) | {r['seed_ms']:.3f} | {b['label']} | "
                      f"{b['median_ms']:.3f} | {r['best_found_at']} |")
-    base.with_suffix(".md").write_text("\n".join(lines) + "\n")
-    print("\n".join(lines))
+    record.save(args.out, "cpu_world_sizes", info, {"results": results}, lines)
     return 0 if all(r["failed"] == 0 for r in results.values()) else 1
 
 

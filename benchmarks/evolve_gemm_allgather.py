@@ -1,6 +1,6 @@
 """`cuco evolve gemm_allgather` with the directive proposer at every shape, on this GPU machine.
 
-Writes benchmarks/results/evolve_gemm_allgather-<device>-<date>.json and .md: per shape, the seed's time,
+Writes benchmarks/results/evolve_gemm_allgather-w2-<device>-<date>-<time>.json and .md: per shape, the seed's time,
 the best program's design point, time, bound, efficiency and speedup over the seed, and the evaluation
 at which the best appeared.
 
@@ -15,10 +15,11 @@ import os
 import sqlite3
 import subprocess
 import sys
-from datetime import datetime, timezone
 from pathlib import Path
 
-ROOT = Path(__file__).resolve().parents[1]
+import record
+
+ROOT = record.ROOT
 
 
 def summarize(db_path: Path) -> dict:
@@ -52,22 +53,11 @@ def prebuild() -> None:
     print(f"prebuilt {ok}/{n} design points in {time.monotonic() - t0:.0f} s", flush=True)
 
 
-def write(args, results: dict) -> None:
-    sys.path.insert(0, str(ROOT))
-    from cuco.machine import load_machine
-
-    m = load_machine()
-    device = f"{len(m.get('gpus', []))}x {m['gpus'][0]['name']}" if m.get("gpus") else "unknown"
-    stamp = datetime.now(timezone.utc)
-    meta = {"date": stamp.isoformat(timespec="seconds"), "device": device, "links": m.get("links"),
-            "commit": os.environ.get("CUCO_COMMIT", "unknown"), "plan": args.plan,
-            "command": "python benchmarks/evolve_gemm_allgather.py " + " ".join(sys.argv[1:])}
-    base = args.out / f"evolve_gemm_allgather-w2-{device.split('x ')[-1].replace(' ', '_')}-{stamp:%Y%m%d}"
-    base.with_suffix(".json").write_text(json.dumps({"meta": meta, "results": results}, indent=1))
-    lines = [f"# cuco evolve gemm_allgather (directive proposer, no LLM) on {device} ({meta['links']})", "",
-             f"Date {meta['date']}, commit {meta['commit']}. Each shape is its own run (seed 0); times are the "
+def write(args, info: dict, results: dict) -> None:
+    lines = [f"# cuco evolve gemm_allgather (directive proposer, no LLM) on {info['device']} ({info['links']})", "",
+             f"Date {info['date']}, commit {info['commit']}. Each shape is its own run (seed 0); times are the "
              "slowest rank's median in ms as `cuco eval` measures them; bound = max(cuBLAS alone, bytes / peer "
-             "bandwidth).", "", f"Command: `{meta['command']}`", "",
+             "bandwidth).", "", f"Command: `{info['command']}`", "",
              "| shape | evaluations (failed) | seed ms | best design point | best ms | bound ms | best / bound | "
              "speedup over seed | best found at evaluation |", "|---|---|---|---|---|---|---|---|---|"]
     for shape, r in results.items():
@@ -75,8 +65,7 @@ def write(args, results: dict) -> None:
         lines.append(f"| {shape} | {r['evaluations']} ({r['failed']}) | {r['seed_ms']:.3f} | {b['label']} | "
                      f"{b['median_ms']:.3f} | {b['bound_ms']:.3f} | {r['best_over_bound']:.2f}x | "
                      f"{r['speedup_over_seed']:.2f}x | {r['best_found_at']} |")
-    base.with_suffix(".md").write_text("\n".join(lines) + "\n")
-    print("\n".join(lines), flush=True)
+    record.save(args.out, "evolve_gemm_allgather-w2", info, {"results": results}, lines, with_time=True)
 
 
 def main() -> int:
@@ -88,6 +77,10 @@ def main() -> int:
     args = ap.parse_args()
     env = {**os.environ, "PYTHONPATH": str(ROOT) + os.pathsep + os.environ.get("PYTHONPATH", "")}
     subprocess.run([sys.executable, "-m", "cuco", "doctor"], cwd=ROOT, env=env, check=True)  # device facts
+    sys.path.insert(0, str(ROOT))
+    from cuco.machine import load_machine
+
+    info = record.meta(load_machine(), plan=args.plan)  # one date for the run: its file is rewritten per shape
     prebuild()
     results = {}
     for item in args.plan:
@@ -101,7 +94,7 @@ def main() -> int:
         results[shape] = summarize(run_dir / "cuco.db")
         if (run_dir / "summary.json").is_file():  # the run's own summary, as `cuco evolve` wrote it
             results[shape]["run_summary"] = json.loads((run_dir / "summary.json").read_text())
-        write(args, results)  # after every shape: a cut-off benchmark keeps what it finished
+        write(args, info, results)  # after every shape: a cut-off benchmark keeps what it finished
     return 0
 
 

@@ -14,10 +14,11 @@ import json
 import os
 import subprocess
 import sys
-from datetime import datetime, timezone
 from pathlib import Path
 
-ROOT = Path(__file__).resolve().parents[1]
+import record
+
+ROOT = record.ROOT
 RESULTS = ROOT / "benchmarks" / "results"
 
 
@@ -27,13 +28,6 @@ def cuco(*args: str) -> subprocess.CompletedProcess:
     sys.stdout.write(proc.stdout)
     sys.stderr.write(proc.stderr)
     return proc
-
-
-def commit() -> str:
-    proc = subprocess.run(["git", "rev-parse", "--short", "HEAD"], cwd=ROOT, capture_output=True, text=True)
-    if proc.returncode == 0:
-        return proc.stdout.strip()
-    return os.environ.get("CUCO_COMMIT", "unknown")
 
 
 def main() -> int:
@@ -63,25 +57,21 @@ def main() -> int:
         if name in records:
             continue
         out = tmp / f"{name}.json"
-        cuco("eval", "gemm_allgather", name, "--out", str(out), *common)
-        records[name] = json.loads(out.read_text())
+        out.unlink(missing_ok=True)
+        proc = cuco("eval", "gemm_allgather", name, "--out", str(out), *common)
+        if out.is_file():
+            records[name] = json.loads(out.read_text())
+        else:  # cannot run here: cuco said why in its last line; a row of the table, not the end of it
+            said = (proc.stdout + proc.stderr).strip().splitlines()
+            records[name] = {"ok": False, "failed_level": "-", "error": said[-1] if said else "no record"}
 
-    device = f"{args.world}x {machine['gpus'][0]['name']}" if machine.get("gpus") else "unknown"
-    stamp = datetime.now(timezone.utc)
-    meta = {"date": stamp.isoformat(timespec="seconds"), "device": device, "links": machine.get("links"),
-            "commit": commit(), "peer_bw_gbps": machine.get("peer_bw_gbps"),
-            "gemm_bf16_tflops": machine.get("gemm_bf16_tflops"), "world": args.world,
-            "command": "python benchmarks/gemm_allgather.py " + " ".join(sys.argv[1:])}
-    args.out.mkdir(parents=True, exist_ok=True)
-    base = args.out / f"gemm_allgather-w{args.world}-{machine['gpus'][0]['name'].replace(' ', '_')}-{stamp:%Y%m%d}"
-    base.with_suffix(".json").write_text(json.dumps({"meta": meta, "records": records}, indent=1))
-    table = markdown(spec, meta, records)
-    base.with_suffix(".md").write_text(table)
-    print(table)
+    info = record.meta(machine, args.world, peer_bw_gbps=machine.get("peer_bw_gbps"),
+                       gemm_bf16_tflops=machine.get("gemm_bf16_tflops"), world=args.world)
+    record.save(args.out, f"gemm_allgather-w{args.world}", info, {"records": records}, markdown(spec, info, records))
     return 0 if all(r["ok"] for r in records.values()) else 1
 
 
-def markdown(spec, meta: dict, records: dict) -> str:
+def markdown(spec, meta: dict, records: dict) -> list[str]:
     lines = [f"# GEMM + AllGather on {meta['device']} ({meta['links']})", "",
              f"Date {meta['date']}, commit {meta['commit']}, world {meta['world']}; peer link "
              f"{meta['peer_bw_gbps']:.0f} GB/s per direction, bf16 GEMM {meta['gemm_bf16_tflops']:.0f} TFLOP/s "
@@ -118,7 +108,7 @@ def markdown(spec, meta: dict, records: dict) -> str:
                 lines.append(f"| {shape.name} ({shape.label()}) | {r.get('compute_alone', 0):.3f} | "
                              f"{r.get('comm_alone', 0):.3f} | {b['comm_ms']:.3f} |")
                 break
-    return "\n".join(lines) + "\n"
+    return lines
 
 
 if __name__ == "__main__":

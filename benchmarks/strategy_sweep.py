@@ -13,20 +13,20 @@ from __future__ import annotations
 import argparse
 import fnmatch
 import json
-import os
 import sys
 import tempfile
 import time
-from datetime import datetime, timezone
 from pathlib import Path
 
-ROOT = Path(__file__).resolve().parents[1]
+import record
+
+ROOT = record.ROOT
 sys.path.insert(0, str(ROOT))
 
-from cuco.evolve.strategy import accepted_points, materialize, prebuild  # noqa: E402
-from cuco.machine import load_machine  # noqa: E402
-from cuco.runner.cascade import EvalOptions, evaluate  # noqa: E402
-from cuco.workload import load_workload, resolve_workload  # noqa: E402
+from cuco.evolve.strategy import accepted_points, materialize, prebuild
+from cuco.machine import load_machine
+from cuco.runner.cascade import EvalOptions, evaluate
+from cuco.workload import load_workload, resolve_workload
 
 
 def main() -> None:
@@ -65,18 +65,11 @@ def main() -> None:
 
 
 def write(args, rows: list[dict]) -> None:
-    m = load_machine()
-    device = f"{len(m.get('gpus', []))}x {m['gpus'][0]['name']}" if m.get("gpus") else "unknown"
-    stamp = datetime.now(timezone.utc)
-    meta = {"date": stamp.isoformat(timespec="seconds"), "device": device, "links": m.get("links"),
-            "commit": os.environ.get("CUCO_COMMIT", "unknown"), "shape": args.shape,
-            "command": "python benchmarks/strategy_sweep.py " + " ".join(sys.argv[1:])}
-    base = args.out / f"strategy_sweep-{args.shape}-{device.split('x ')[-1].replace(' ', '_')}-{stamp:%Y%m%d-%H%M}"
-    base.with_suffix(".json").write_text(json.dumps({"meta": meta, "rows": rows}, indent=1))
+    info = record.meta(load_machine(), shape=args.shape)
     seed = rows[0]["median_ms"]
-    lines = [f"# GEMM+AllGather strategy points at {args.shape} on {device} ({meta['links']})", "",
-             f"Date {meta['date']}, commit {meta['commit']}. Slowest rank's median (p10-p90) in ms, verified; "
-             "bound = max(cuBLAS alone, bytes / peer bandwidth).", "", f"Command: `{meta['command']}`", "",
+    lines = [f"# GEMM+AllGather strategy points at {args.shape} on {info['device']} ({info['links']})", "",
+             f"Date {info['date']}, commit {info['commit']}. Slowest rank's median (p10-p90) in ms, verified; "
+             "bound = max(cuBLAS alone, bytes / peer bandwidth).", "", f"Command: `{info['command']}`", "",
              "| point | ms | p10-p90 | bound | time / bound | speedup over seed |", "|---|---|---|---|---|---|"]
     for r in sorted(rows, key=lambda r: (not r["ok"], r["median_ms"] or 1e9)):
         if not r["ok"]:
@@ -85,8 +78,7 @@ def write(args, rows: list[dict]) -> None:
         lines.append(f"| {r['label']} | {r['median_ms']:.3f} | {r['p10_ms']:.3f}-{r['p90_ms']:.3f} | "
                      f"{r['bound_ms']:.3f} | {r['median_ms'] / r['bound_ms']:.2f}x | "
                      f"{seed / r['median_ms'] if seed else float('nan'):.2f}x |")
-    base.with_suffix(".md").write_text("\n".join(lines) + "\n")
-    print("\n".join(lines), flush=True)
+    record.save(args.out, f"strategy_sweep-{args.shape}", info, {"rows": rows}, lines, with_time=True)
 
 
 if __name__ == "__main__":
