@@ -23,13 +23,15 @@ WORKLOADS = {"gemm_allgather": GEMM_AG, "allreduce_sum": ROOT / "tests" / "workl
              "reducescatter_sum": ROOT / "tests" / "workloads" / "reducescatter_sum",
              "allgather_bf16": ROOT / "tests" / "workloads" / "allgather_bf16",
              "alltoall_bf16": ROOT / "tests" / "workloads" / "alltoall_bf16",
-             "sendrecv_ring": ROOT / "tests" / "workloads" / "sendrecv_ring"}
+             "sendrecv_ring": ROOT / "tests" / "workloads" / "sendrecv_ring",
+             "allreduce_scratch": ROOT / "tests" / "workloads" / "allreduce_scratch"}
 EXPECTED = {"gemm_allgather": "cuco::allGather(ctx, aFull->window, 0, a->ptr",
             "allreduce_sum": "cuco::allReduce<__nv_bfloat16>(ctx, x->window, 0, y->window, 0, n",
             "reducescatter_sum": "cuco::reduceScatter<__nv_bfloat16>(ctx, x->window, 0, y->ptr, n",
             "allgather_bf16": "cuco::allGather(ctx, y->window, 0, x->ptr",
             "alltoall_bf16": "cuco::allToAll(ctx, y->window, 0, x->ptr, (n) * sizeof(__nv_bfloat16)",
-            "sendrecv_ring": "cucoSends1.add(x->ptr, (n) * sizeof(__nv_bfloat16), next, y->window, 0)"}
+            "sendrecv_ring": "cucoSends1.add(x->ptr, (n) * sizeof(__nv_bfloat16), next, y->window, 0)",
+            "allreduce_scratch": "cuco::allReduce<__nv_bfloat16>(ctx, cucoWin_s_scratch, 0, cucoWin_s_scratch, 0, n"}
 
 
 @pytest.mark.parametrize("name", sorted(WORKLOADS))
@@ -67,7 +69,7 @@ def test_non_symmetric_buffer_is_refused(tmp_path):
 
 def test_send_recv_on_buffers_outside_the_workload_is_refused():
     spec = load_workload(GEMM_AG)
-    with pytest.raises(RewriteError, match="line 12: ncclRecv's receive buffer `recv` is not a workload buffer"):
+    with pytest.raises(RewriteError, match="line 12: ncclRecv's receive buffer `recv` is neither a workload buffer"):
         rewrite(ROOT / "tests" / "fastpath" / "host_sendrecv.cu", spec)
 
 
@@ -95,7 +97,7 @@ def test_send_recv_groups_the_rules_cannot_pair(edit, message, tmp_path):
 
 def test_uneven_all_to_all_through_host_counts_is_left_to_the_llm_loop():
     wl = ROOT / "tests" / "workloads" / "alltoallv_bf16"
-    with pytest.raises(RewriteError, match="ncclAllGather's receive buffer `s->allCounts` is not a workload buffer"):
+    with pytest.raises(RewriteError, match=r"line 35: ncclSend and its ncclRecv \(line 36\) differ in count or type"):
         rewrite(wl / "seed.cu", load_workload(wl))
 
 
@@ -114,6 +116,17 @@ def test_uneven_all_to_all_candidates_are_correct_on_gpus(name, tmp_path):
     rec = evaluate(spec, spec.candidates[name], EvalOptions(device="cuda", max_level="L3", gpus=[0, 1],
                                                             work_dir=tmp_path / "w"))
     assert rec["ok"], rec["error"]
+
+
+def test_program_owned_buffer_moves_to_nccl_memory_and_a_window():
+    wl = WORKLOADS["allreduce_scratch"]
+    rw = rewrite(wl / "seed.cu", load_workload(wl))
+    assert "static ncclWindow_t cucoWin_s_scratch;" in rw.code
+    assert ("CUCO_CUDA(ctx, cuco::symmetricAlloc(ctx, (void**)&s->scratch, cuco_buffer(ctx, \"x\")->bytes, "
+            "&cucoWin_s_scratch));") in rw.code
+    assert "CUCO_CUDA(ctx, cuco::symmetricFree(ctx, s->scratch, cucoWin_s_scratch));" in rw.code
+    assert "cudaMalloc" not in rw.code and "cudaFree" not in rw.code
+    assert "line 11: cudaMalloc of s->scratch -> ncclMemAlloc + symmetric window" in rw.replaced
 
 
 def test_group_becomes_one_batch_with_receives_left_as_comments():

@@ -1,8 +1,8 @@
 """Analysis of a host-driven CUDA program with tree-sitter's CUDA grammar (no regular expressions over code).
 
 It finds the NCCL calls (collectives, send/recv, group start/end) with their buffers, counts, types, ops,
-communicators and streams; allocations (cudaMalloc vs ncclMemAlloc); kernel launches and cuBLAS calls with
-their streams; synchronisation (stream and device syncs, events); and the producer/consumer edges between
+communicators and streams; allocations (cudaMalloc vs ncclMemAlloc); kernel launches, cuBLAS calls and
+memory copies with their streams; synchronisation (stream and device syncs, events); and the producer/consumer edges between
 them, through the buffers they write and read, in program order within each function.
 """
 
@@ -27,6 +27,12 @@ NCCL_SIGNATURES: dict[str, tuple[str, ...]] = {
 }
 ALLOCATORS = {"cudaMalloc": "cudaMalloc", "cudaMallocAsync": "cudaMalloc", "ncclMemAlloc": "ncclMemAlloc",
               "cudaMallocManaged": "cudaMallocManaged"}
+FREES = ("cudaFree", "cudaFreeAsync", "ncclMemFree")
+# Memory copies and fills: (written position, read position or None, stream position or None).
+COPIES: dict[str, tuple[int, int | None, int | None]] = {
+    "cudaMemcpy": (0, 1, None), "cudaMemcpyAsync": (0, 1, 4), "cudaMemcpyPeerAsync": (0, 2, 5),
+    "cudaMemset": (0, None, None), "cudaMemsetAsync": (0, None, 3),
+}
 # Synchronisation calls and the position of their stream argument (None: no stream).
 SYNCS: dict[str, int | None] = {"cudaStreamSynchronize": 0, "cudaDeviceSynchronize": None, "cudaEventRecord": 1,
                                 "cudaStreamWaitEvent": 0, "cudaEventSynchronize": None}
@@ -38,6 +44,8 @@ BLAS: dict[str, tuple[tuple[int, ...], tuple[int, ...]]] = {
     "cublasLtMatmul": ((3, 5), (8,)),
     "cuco_gemm_bf16": ((1, 2), (3,)),
 }
+# The candidate contract's context (cuco.h): a pointer parameter, but not a buffer.
+CONTEXT_TYPE = "cuco_ctx_t"
 # Attribute-like macros the grammar does not know; blanked (same length) before parsing.
 ATTRIBUTE_MACROS = ("CUCO_EXPORT",)
 
@@ -49,7 +57,7 @@ class AnalysisError(ValueError):
 @dataclass
 class Op:
     index: int
-    kind: str  # collective | p2p | group | alloc | kernel | blas | sync
+    kind: str  # collective | p2p | group | alloc | free | kernel | blas | copy | sync
     name: str
     line: int
     function: str
@@ -57,7 +65,7 @@ class Op:
     reads: list[str] = field(default_factory=list)
     writes: list[str] = field(default_factory=list)
     stream: str | None = None
-    span: tuple[int, int] = (0, 0)  # bytes of the statement's call: the check macro around it, if any
+    span: tuple[int, int] = (0, 0)  # bytes of the call; for NCCL calls with the check macro around it, if any
     wrapper: str | None = None  # that check macro (CUCO_NCCL, NCCLCHECK, ...)
 
 
@@ -109,6 +117,17 @@ def _function_name(fn) -> str:
     return _text(name) if name is not None else "?"
 
 
+def _statement(call) -> tuple[tuple[int, int], str | None]:
+    """The bytes a rewrite replaces for a call: the call, or the check macro around it (CUCO_NCCL(ctx, ...),
+    NCCLCHECK(...)), and that macro's name."""
+    parent = call.parent
+    if parent is not None and parent.type == "argument_list" and parent.parent is not None:
+        wrap_fn = parent.parent.child_by_field_name("function")
+        if wrap_fn is not None and _text(wrap_fn).isupper():
+            return (parent.parent.start_byte, parent.parent.end_byte), _text(wrap_fn)
+    return (call.start_byte, call.end_byte), None
+
+
 class _Resolver:
     """Maps expressions to buffer names: variables bound to cuco_buffer(ctx, "x") or allocated by a call."""
 
@@ -139,6 +158,8 @@ class _Resolver:
 
     def buffer_of(self, expr) -> str | None:
         for n in _walk(expr):
+            if n.type == "field_expression" and _text(n).replace(" ", "") in self.allocated:  # s->buf
+                return _text(n).replace(" ", "")
             if n.type == "call_expression":
                 fn = n.child_by_field_name("function")
                 if fn is not None and _text(fn) == "cuco_buffer":
@@ -182,7 +203,7 @@ def analyze(path: Path, source: bytes | None = None) -> Analysis:
     for fn in functions:
         fname = _function_name(fn)
         res.pointer_params = {_text(i) for p in _walk(fn.child_by_field_name("declarator"))
-                              if p.type == "parameter_declaration"
+                              if p.type == "parameter_declaration" and CONTEXT_TYPE not in _text(p)
                               for d in [p.child_by_field_name("declarator")] if d is not None and d.type ==
                               "pointer_declarator" for i in _walk(d) if i.type == "identifier"}
         for node in _walk(fn):
@@ -216,21 +237,22 @@ def analyze(path: Path, source: bytes | None = None) -> Analysis:
                 kind = "group" if not sig else "p2p" if name in ("ncclSend", "ncclRecv") else "collective"
                 reads = [b for k in ("send",) if k in named for b in [res.buffer_of(args[sig.index(k)])] if b]
                 writes = [b for k in ("recv",) if k in named for b in [res.buffer_of(args[sig.index(k)])] if b]
-                outer, wrapper = node, None
-                parent = node.parent
-                if parent is not None and parent.type == "argument_list" and parent.parent is not None:
-                    wrap_fn = parent.parent.child_by_field_name("function")
-                    if wrap_fn is not None and _text(wrap_fn).isupper():  # CUCO_NCCL(ctx, ...), NCCLCHECK(...)
-                        outer, wrapper = parent.parent, _text(wrap_fn)
                 ops.append(Op(len(ops), kind, name, line, fname, named, reads, writes, named.get("stream"),
-                              (outer.start_byte, outer.end_byte), wrapper))
+                              *_statement(node)))
             elif name in ALLOCATORS and args:
-                target = next((n for n in _walk(args[0]) if n.type == "identifier"), None)
+                # The pointer allocated: `&p`, `(void**)&s->p`: the outermost variable or field under the casts.
+                target = next((n for n in _walk(args[0]) if n.type in ("field_expression", "identifier")), None)
                 if target is not None:
-                    buf = res.buffer_of(args[0]) or _text(target)
-                    res.allocated[_text(target)] = ALLOCATORS[name]
+                    key = _text(target).replace(" ", "")
+                    buf = res.buffer_of(args[0]) or key
+                    res.allocated[key] = ALLOCATORS[name]
                     ops.append(Op(len(ops), "alloc", name, line, fname,
-                                  {"buffer": buf, "bytes": _text(args[1]) if len(args) > 1 else "?"}))
+                                  {"buffer": buf, "bytes": _text(args[1]) if len(args) > 1 else "?"},
+                                  span=(node.start_byte, node.end_byte)))
+            elif name in FREES and args:
+                buf = res.buffer_of(args[0]) or _text(args[0]).replace(" ", "")
+                ops.append(Op(len(ops), "free", name, line, fname, {"buffer": buf},
+                              span=(node.start_byte, node.end_byte)))
             elif name == "cublasSetStream" and len(args) == 2:
                 blas_streams[_text(args[0])] = _text(args[1])
             elif name in BLAS:
@@ -240,6 +262,12 @@ def analyze(path: Path, source: bytes | None = None) -> Analysis:
                 handle = _text(args[0]) if args else ""
                 ops.append(Op(len(ops), "blas", name, line, fname, {"handle": handle}, reads, writes,
                               blas_streams.get(handle)))
+            elif name in COPIES:
+                wpos, rpos, spos = COPIES[name]
+                writes = [b for b in [res.buffer_of(args[wpos])] if b] if wpos < len(args) else []
+                reads = [b for b in [res.buffer_of(args[rpos])] if b] if rpos is not None and rpos < len(args) else []
+                ops.append(Op(len(ops), "copy", name, line, fname, {"bytes": _text(args[2]) if len(args) > 2 else "?"},
+                              reads, writes, _text(args[spos]) if spos is not None and spos < len(args) else None))
             elif name in SYNCS:
                 pos = SYNCS[name]
                 ops.append(Op(len(ops), "sync", name, line, fname, {"args": ", ".join(_text(a) for a in args)},

@@ -1,10 +1,12 @@
 """Rule-based rewrite: host NCCL collectives become calls of cuco's device-side collectives, no LLM.
 
-The rules apply to programs written against cuco's candidate contract (cuco.h): a collective whose
-buffers are the workload's symmetric buffers (`X->ptr` with X = cuco_buffer(ctx, "name")) becomes the
-matching kernel of cuco_collectives.cuh at the conservative design point, the device communicator is
-requested, and nothing else changes. A group of ncclSend/ncclRecv becomes one batch of device sends. What
-the rules do not cover is said in one line; that is the LLM loop's work (`cuco transform --llm`).
+The rules apply to programs written against cuco's candidate contract (cuco.h): a collective becomes the
+matching kernel of cuco_collectives.cuh at the conservative design point, and the device communicator is
+requested. Its buffers must be reachable by peers: a workload buffer declared symmetric (X->ptr with
+X = cuco_buffer(ctx, "name")), or a buffer the program allocates itself with cudaMalloc, which moves to
+ncclMemAlloc plus a symmetric window (and its cudaFree to the matching release). A group of
+ncclSend/ncclRecv becomes one batch of device sends. What the rules do not cover is said in one line; that
+is the LLM loop's work (`cuco transform --llm`).
 """
 
 from __future__ import annotations
@@ -13,7 +15,7 @@ import re
 from dataclasses import dataclass
 from pathlib import Path
 
-from cuco.fastpath.analyze import NCCL_SIGNATURES, AnalysisError, Op, analyze
+from cuco.fastpath.analyze import NCCL_SIGNATURES, Analysis, AnalysisError, Op, analyze
 from cuco.workload.spec import WorkloadSpec
 
 # NCCL data types the device reductions handle, and their CUDA element types.
@@ -42,19 +44,52 @@ class Rewrite:
     replaced: list[str]  # one line per collective: what became what
 
 
-def _window(expr: str, aliases: dict[str, str], spec: WorkloadSpec, role: str, op: Op) -> str:
-    m = re.fullmatch(r"\s*(\w+)\s*->\s*ptr\s*", expr)
-    if not m or m.group(1) not in aliases:
-        raise RewriteError(f"line {op.line}: {op.name}'s {role} buffer `{expr}` is not a workload buffer "
-                           "(X->ptr with X = cuco_buffer(ctx, \"name\")): the rules cannot place it in a window")
-    name = aliases[m.group(1)]
-    if name not in spec.buffers or not spec.buffers[name].symmetric:
-        raise RewriteError(f"line {op.line}: {op.name}'s {role} buffer {name!r} must be symmetric in "
-                           f"{spec.source} (symmetric = true) for peers to reach it")
-    return f"{m.group(1)}->window"
+class _Windows:
+    """Where each buffer a device collective reaches lives as a window: a symmetric workload buffer
+    (X->window), or a buffer the program allocates itself with cudaMalloc, which moves to ncclMemAlloc plus a
+    symmetric window registration (cuco::symmetricAlloc) kept in a new static variable."""
+
+    def __init__(self, aliases: dict[str, str], spec: WorkloadSpec, analysis: Analysis) -> None:
+        self.aliases, self.spec = aliases, spec
+        self.allocs = {o.args["buffer"]: o for o in analysis.ops if o.kind == "alloc"}
+        self.frees = [o for o in analysis.ops if o.kind == "free"]
+        self.moved: dict[str, str] = {}  # program buffer -> the variable holding its window
+
+    def __call__(self, expr: str, role: str, op: Op) -> str:
+        m = re.fullmatch(r"\s*(\w+)\s*->\s*ptr\s*", expr)
+        if m and m.group(1) in self.aliases:
+            name = self.aliases[m.group(1)]
+            if name not in self.spec.buffers or not self.spec.buffers[name].symmetric:
+                raise RewriteError(f"line {op.line}: {op.name}'s {role} buffer {name!r} must be symmetric in "
+                                   f"{self.spec.source} (symmetric = true) for peers to reach it")
+            return f"{m.group(1)}->window"
+        key = re.sub(r"\s+", "", expr)
+        alloc = self.allocs.get(key)
+        if alloc is None:
+            raise RewriteError(f"line {op.line}: {op.name}'s {role} buffer `{expr}` is neither a workload buffer "
+                               "(X->ptr with X = cuco_buffer(ctx, \"name\")) nor one the program allocates with "
+                               "cudaMalloc: the rules cannot place it in a window")
+        if alloc.name != "cudaMalloc":
+            raise RewriteError(f"line {op.line}: {op.name}'s {role} buffer `{expr}` comes from {alloc.name} (line "
+                               f"{alloc.line}); the rules move only cudaMalloc buffers into windows")
+        return self.moved.setdefault(key, "cucoWin_" + re.sub(r"\W+", "_", key).strip("_"))
+
+    def edits(self) -> list[tuple[tuple[int, int], str]]:
+        """cudaMalloc -> cuco::symmetricAlloc and cudaFree -> cuco::symmetricFree of every moved buffer."""
+        out = []
+        for key, win in self.moved.items():
+            alloc = self.allocs[key]
+            # Both return a cudaError_t, as the calls they replace do: any check macro around them stays.
+            out.append((alloc.span, f"cuco::symmetricAlloc(ctx, (void**)&{key}, {alloc.args['bytes']}, &{win})"))
+            out += [(f.span, f"cuco::symmetricFree(ctx, {key}, {win})") for f in self.frees if f.args["buffer"] == key]
+        return out
+
+    def declarations(self) -> str:
+        return "".join(f"static ncclWindow_t {win};  // cuco transform: {key} moved to ncclMemAlloc + a window\n"
+                       for key, win in self.moved.items())
 
 
-def _replacement(op: Op, aliases: dict[str, str], spec: WorkloadSpec) -> str:
+def _replacement(op: Op, window: _Windows) -> str:
     a = op.args
     elem = (ELEMENT if "op" in NCCL_SIGNATURES[op.name] else COPY_ELEMENT).get(a.get("dtype", ""))
     if elem is None:
@@ -62,23 +97,23 @@ def _replacement(op: Op, aliases: dict[str, str], spec: WorkloadSpec) -> str:
     if "op" in a and a["op"] != "ncclSum":
         raise RewriteError(f"line {op.line}: {op.name} with {a['op']} is not covered by the rules (ncclSum only)")
     if op.name == "ncclAllGather":
-        win = _window(a["recv"], aliases, spec, "receive", op)
+        win = window(a["recv"], "receive", op)
         return f"cuco::allGather(ctx, {win}, 0, {a['send']}, ({a['count']}) * sizeof({elem}), {a['stream']})"
     if op.name == "ncclReduceScatter":
-        win = _window(a["send"], aliases, spec, "send", op)
+        win = window(a["send"], "send", op)
         return f"cuco::reduceScatter<{elem}>(ctx, {win}, 0, {a['recv']}, {a['count']}, {a['stream']})"
     if op.name == "ncclAllReduce":
-        send = _window(a["send"], aliases, spec, "send", op)
-        recv = _window(a["recv"], aliases, spec, "receive", op)
+        send = window(a["send"], "send", op)
+        recv = window(a["recv"], "receive", op)
         return f"cuco::allReduce<{elem}>(ctx, {send}, 0, {recv}, 0, {a['count']}, {a['stream']})"
     if op.name == "ncclAlltoAll":
-        win = _window(a["recv"], aliases, spec, "receive", op)
+        win = window(a["recv"], "receive", op)
         return f"cuco::allToAll(ctx, {win}, 0, {a['send']}, ({a['count']}) * sizeof({elem}), {a['stream']})"
     raise RewriteError(f"line {op.line}: {op.name} is not covered by the rules yet (all-gather, reduce-scatter, "
                        "all-reduce, all-to-all and grouped send/recv are)")
 
 
-def _group(ops: list[Op], number: int, aliases: dict[str, str], spec: WorkloadSpec) -> list[tuple[Op, str, bool]]:
+def _group(ops: list[Op], number: int, window: _Windows) -> list[tuple[Op, str, bool]]:
     """ncclGroupStart, sends and receives, ncclGroupEnd -> one cuco::sendBatch. The i-th send is paired with
     the i-th receive: every rank runs this same group, so that receive is where the send lands on its peer."""
     start, members, end = ops[0], ops[1:-1], ops[-1]
@@ -102,7 +137,7 @@ def _group(ops: list[Op], number: int, aliases: dict[str, str], spec: WorkloadSp
             raise RewriteError(f"line {snd.line}: ncclSend on {snd.args.get('dtype')} is not covered by the rules")
         if (snd.args.get("count"), snd.args.get("dtype")) != (rcv.args.get("count"), rcv.args.get("dtype")):
             raise RewriteError(f"line {snd.line}: ncclSend and its ncclRecv (line {rcv.line}) differ in count or type")
-        win = _window(rcv.args["recv"], aliases, spec, "receive", rcv)
+        win = window(rcv.args["recv"], "receive", rcv)
         out.append((snd, f"{batch}.add({snd.args['send']}, ({snd.args['count']}) * sizeof({elem}), "
                          f"{snd.args['peer']}, {win}, 0)", True))
         out.append((rcv, f"(void)0 /* ncclRecv: filled by the peer's {batch} */", False))
@@ -118,6 +153,7 @@ def rewrite(path: Path, spec: WorkloadSpec) -> Rewrite:
         raise RewriteError(f"{path}: already states device-communicator requirements; merging them with the "
                            "collectives' is not covered by the rules")
     aliases = dict(re.findall(r"(\w+)\s*=\s*cuco_buffer\(\s*\w+\s*,\s*\"(\w+)\"\s*\)", text))
+    window = _Windows(aliases, spec, analysis)
     # (call, replacement, whether it returns a cudaError_t to check), in program order, so that the first
     # thing the rules cannot do is the one reported.
     calls: list[tuple[Op, str, bool]] = []
@@ -131,7 +167,7 @@ def rewrite(path: Path, spec: WorkloadSpec) -> Rewrite:
         elif op.name == "ncclGroupEnd":
             if group is None:
                 raise RewriteError(f"line {op.line}: ncclGroupEnd without ncclGroupStart")
-            calls += _group(group + [op], len(replaced) + 1, aliases, spec)
+            calls += _group(group + [op], len(replaced) + 1, window)
             replaced.append(f"lines {group[0].line}-{op.line}: group of {(len(group) - 1) // 2} ncclSend/ncclRecv "
                             "-> cuco::sendBatch")
             group = None
@@ -141,19 +177,22 @@ def rewrite(path: Path, spec: WorkloadSpec) -> Rewrite:
             raise RewriteError(f"line {op.line}: {op.name} outside ncclGroupStart/ncclGroupEnd is not covered by the "
                                "rules (a group pairs each send with its receive)")
         else:
-            call = _replacement(op, aliases, spec)
+            call = _replacement(op, window)
             calls.append((op, call, True))
             replaced.append(f"line {op.line}: {op.name} -> {call.split('(')[0]}")
     if group is not None:
         raise RewriteError(f"line {group[0].line}: ncclGroupStart without ncclGroupEnd")
+    edits = [(op.span, f"CUCO_CUDA(ctx, {call})" if op.wrapper and checked else call) for op, call, checked in calls]
+    edits += window.edits()
+    replaced += [f"line {window.allocs[k].line}: cudaMalloc of {k} -> ncclMemAlloc + symmetric window"
+                 for k in window.moved]
     out = src
-    for op, call, checked in reversed(calls):  # from the end, so earlier byte offsets stay valid
-        new = f"CUCO_CUDA(ctx, {call})" if op.wrapper and checked else call
-        out = out[:op.span[0]] + new.encode() + out[op.span[1]:]
+    for (lo, hi), new in sorted(edits, reverse=True):  # from the end, so earlier byte offsets stay valid
+        out = out[:lo] + new.encode() + out[hi:]
     code = out.decode()
     if '#include "cuco.h"' not in code:
         raise RewriteError(f"{path}: not a cuco candidate (no #include \"cuco.h\")")
-    code = code.replace('#include "cuco.h"', f'#include "cuco.h"\n{INCLUDE}', 1)
+    code = code.replace('#include "cuco.h"', f'#include "cuco.h"\n{INCLUDE}\n{window.declarations()}'.rstrip("\n"), 1)
     code = code.rstrip("\n") + "\n" + REQUIREMENTS
     return Rewrite(code, replaced)
 

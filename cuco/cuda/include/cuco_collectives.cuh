@@ -16,6 +16,7 @@
 
 #include <cuda_bf16.h>
 #include <cuda_fp16.h>
+#include <stdio.h>
 
 #include "cuco.h"
 
@@ -254,6 +255,25 @@ __global__ void __launch_bounds__(CUCO_COLL_THREADS)
   }
   reduceRange<T>(in, dc.lsaSize, out, dc.lsaSize, lo, hi);
   bar.sync();
+}
+
+// cudaMalloc's replacement for a buffer of the program's own that peers must reach: NCCL's allocator and a
+// symmetric window over it (collective: every rank allocates the same size at the same point, as in
+// cuco_setup). NCCL's error is printed; the caller's CUDA check sees a CUDA error code.
+inline cudaError_t symmetricAlloc(const cuco_ctx_t* ctx, void** ptr, size_t bytes, ncclWindow_t* win) {
+  ncclResult_t r = ncclMemAlloc(ptr, bytes);
+  if (r == ncclSuccess) r = ncclCommWindowRegister(ctx->comm, *ptr, bytes, win, NCCL_WIN_COLL_SYMMETRIC);
+  if (r == ncclSuccess) return cudaSuccess;
+  fprintf(stderr, "cuco::symmetricAlloc of %zu bytes: %s\n", bytes, ncclGetErrorString(r));
+  return cudaErrorMemoryAllocation;
+}
+
+inline cudaError_t symmetricFree(const cuco_ctx_t* ctx, void* ptr, ncclWindow_t win) {
+  ncclResult_t r = ncclCommWindowDeregister(ctx->comm, win);
+  if (r == ncclSuccess) r = ncclMemFree(ptr);
+  if (r == ncclSuccess) return cudaSuccess;
+  fprintf(stderr, "cuco::symmetricFree: %s\n", ncclGetErrorString(r));
+  return cudaErrorInvalidValue;
 }
 
 inline cudaError_t allGather(const cuco_ctx_t* ctx, ncclWindow_t recvWin, size_t recvOffset, const void* send,
