@@ -39,33 +39,55 @@ namespace cuco {
 
 inline void coll_requirements(ncclDevCommRequirements* reqs) { reqs->lsaBarrierCount = CUCO_COLL_CTAS; }
 
-__device__ inline float toFloat(float v) { return v; }
-__device__ inline float toFloat(__nv_bfloat16 v) { return __bfloat162float(v); }
-__device__ inline float toFloat(__half v) { return __half2float(v); }
-template <typename T> __device__ inline T fromFloat(float v);
-template <> __device__ inline float fromFloat<float>(float v) { return v; }
-template <> __device__ inline __nv_bfloat16 fromFloat<__nv_bfloat16>(float v) { return __float2bfloat16(v); }
-template <> __device__ inline __half fromFloat<__half>(float v) { return __float2half(v); }
+// Element helpers and the copy and reduction loops are __host__ too: tests/test_collectives_host.py runs
+// them on the CPU, one emulated thread after another, to check every alignment and tail path.
+__host__ __device__ inline float toFloat(float v) { return v; }
+__host__ __device__ inline float toFloat(__nv_bfloat16 v) { return __bfloat162float(v); }
+__host__ __device__ inline float toFloat(__half v) { return __half2float(v); }
+template <typename T> __host__ __device__ inline T fromFloat(float v);
+template <> __host__ __device__ inline float fromFloat<float>(float v) { return v; }
+template <> __host__ __device__ inline __nv_bfloat16 fromFloat<__nv_bfloat16>(float v) { return __float2bfloat16(v); }
+template <> __host__ __device__ inline __half fromFloat<__half>(float v) { return __float2half(v); }
 
-// Bytes [0, n) from src to dst by all threads of the grid: 16-byte accesses where both are aligned, with
-// CUCO_COLL_UNROLL loads in flight per thread before their stores.
-__device__ inline void copyBytes(char* dst, const char* src, size_t n) {
-  const size_t tid = (size_t)blockIdx.x * blockDim.x + threadIdx.x, nThreads = (size_t)gridDim.x * blockDim.x;
-  const bool aligned = (((uintptr_t)dst | (uintptr_t)src) & 15) == 0;
-  const size_t nVec = aligned ? n / 16 : 0;
-  const uint4* s4 = (const uint4*)src;
-  uint4* d4 = (uint4*)dst;
+// This thread's index in the grid, and the grid's size.
+__device__ inline size_t gridThread() { return (size_t)blockIdx.x * blockDim.x + threadIdx.x; }
+__device__ inline size_t gridThreads() { return (size_t)gridDim.x * blockDim.x; }
+
+// Bytes [0, n) from src to dst in accesses of V, by thread `tid` of `nThreads`, where dst and src are equally
+// aligned modulo sizeof(V): bytes up to dst's first V boundary, then V words with CUCO_COLL_UNROLL loads in
+// flight before their stores, then the tail.
+template <typename V>
+__host__ __device__ inline void copyAs(char* dst, const char* src, size_t n, size_t tid, size_t nThreads) {
+  size_t head = (sizeof(V) - (uintptr_t)dst % sizeof(V)) % sizeof(V);
+  if (head > n) head = n;
+  for (size_t i = tid; i < head; i += nThreads) dst[i] = src[i];
+  const size_t nVec = (n - head) / sizeof(V);
+  const V* s = (const V*)(src + head);
+  V* d = (V*)(dst + head);
   for (size_t base = tid; base < nVec; base += nThreads * CUCO_COLL_UNROLL) {
-    uint4 v[CUCO_COLL_UNROLL];
+    V v[CUCO_COLL_UNROLL];
 #pragma unroll
     for (int u = 0; u < CUCO_COLL_UNROLL; u++)
-      if (base + u * nThreads < nVec) v[u] = s4[base + u * nThreads];
+      if (base + u * nThreads < nVec) v[u] = s[base + u * nThreads];
 #pragma unroll
     for (int u = 0; u < CUCO_COLL_UNROLL; u++)
-      if (base + u * nThreads < nVec) d4[base + u * nThreads] = v[u];
+      if (base + u * nThreads < nVec) d[base + u * nThreads] = v[u];
   }
-  for (size_t i = nVec * 16 + tid; i < n; i += nThreads) dst[i] = src[i];
+  for (size_t i = head + nVec * sizeof(V) + tid; i < n; i += nThreads) dst[i] = src[i];
 }
+
+// Bytes [0, n) from src to dst: the widest access (16 bytes down to 1) that dst and src can share.
+__host__ __device__ inline void copyBytes(char* dst, const char* src, size_t n, size_t tid, size_t nThreads) {
+  const uintptr_t rel = (uintptr_t)dst - (uintptr_t)src;
+  if (rel % 16 == 0) copyAs<uint4>(dst, src, n, tid, nThreads);
+  else if (rel % 8 == 0) copyAs<uint2>(dst, src, n, tid, nThreads);
+  else if (rel % 4 == 0) copyAs<uint32_t>(dst, src, n, tid, nThreads);
+  else if (rel % 2 == 0) copyAs<uint16_t>(dst, src, n, tid, nThreads);
+  else copyAs<char>(dst, src, n, tid, nThreads);
+}
+
+// The same by every thread of the grid.
+__device__ inline void copyBytes(char* dst, const char* src, size_t n) { copyBytes(dst, src, n, gridThread(), gridThreads()); }
 
 struct Barrier {
   ncclLsaBarrierSession<ncclCoopCta> session;
@@ -133,8 +155,7 @@ __global__ void __launch_bounds__(CUCO_COLL_THREADS)
   if (zeroTail && (size_t)received < recvCapacity) {
     char* tail = (char*)ncclGetLsaPointer(recvWin, recvOffset, dc.lsaRank) + received * elemBytes;
     const size_t n = (recvCapacity - received) * elemBytes;
-    const size_t tid = (size_t)blockIdx.x * blockDim.x + threadIdx.x, nThreads = (size_t)gridDim.x * blockDim.x;
-    for (size_t b = tid; b < n; b += nThreads) tail[b] = 0;
+    for (size_t b = gridThread(); b < n; b += gridThreads()) tail[b] = 0;
   }
   bar.sync();  // every block has landed, and no rank reads counts any more
 }
@@ -170,14 +191,14 @@ __global__ void __launch_bounds__(CUCO_COLL_THREADS) sendKernel(ncclDevComm dc, 
 }
 
 template <typename T>
-__device__ inline void addPack(float* acc, const uint4& u) {
+__host__ __device__ inline void addPack(float* acc, const uint4& u) {
   const T* v = reinterpret_cast<const T*>(&u);
 #pragma unroll
   for (int e = 0; e < (int)(16 / sizeof(T)); e++) acc[e] += toFloat(v[e]);
 }
 
 template <typename T>
-__device__ inline uint4 packOf(const float* acc) {
+__host__ __device__ inline uint4 packOf(const float* acc) {
   uint4 u;
   T* v = reinterpret_cast<T*>(&u);
 #pragma unroll
@@ -185,13 +206,13 @@ __device__ inline uint4 packOf(const float* acc) {
   return u;
 }
 
-// Elements [lo, hi): the sum over ranks p = 0..nIn-1 (in that order, in fp32) of in[p][i], stored to every
-// out[o][i]. 16-byte packs when every pointer is 16-byte aligned at lo, element by element otherwise and for
+// Elements [lo, hi), by thread `tid` of `nThreads`: the sum over ranks p = 0..nIn-1 (in that order, in fp32)
+// of in[p][i], stored to every out[o][i]. 16-byte packs when every pointer is 16-byte aligned at lo, element by element otherwise and for
 // the tail; both paths add in the same order, so the result does not depend on alignment.
 template <typename T>
-__device__ inline void reduceRange(const T* const* in, int nIn, T* const* out, int nOut, size_t lo, size_t hi) {
+__host__ __device__ inline void reduceRange(const T* const* in, int nIn, T* const* out, int nOut, size_t lo, size_t hi,
+                                            size_t tid, size_t nThreads) {
   constexpr int kN = 16 / sizeof(T);
-  const size_t tid = (size_t)blockIdx.x * blockDim.x + threadIdx.x, nThreads = (size_t)gridDim.x * blockDim.x;
   uintptr_t addrs = 0;
   for (int p = 0; p < nIn; p++) addrs |= (uintptr_t)(in[p] + lo);
   for (int o = 0; o < nOut; o++) addrs |= (uintptr_t)(out[o] + lo);
@@ -231,7 +252,7 @@ __global__ void __launch_bounds__(CUCO_COLL_THREADS)
   bar.sync();
   const T* in[CUCO_COLL_MAX_RANKS];
   for (int p = 0; p < dc.lsaSize; p++) in[p] = (const T*)ncclGetLsaPointer(sendWin, sendOffset, p) + (size_t)dc.lsaRank * count;
-  reduceRange<T>(in, dc.lsaSize, &recv, 1, 0, count);
+  reduceRange<T>(in, dc.lsaSize, &recv, 1, 0, count, gridThread(), gridThreads());
   bar.sync();  // peers may reuse their send buffers only once every rank has read them
 }
 
@@ -253,7 +274,7 @@ __global__ void __launch_bounds__(CUCO_COLL_THREADS)
     in[p] = (const T*)ncclGetLsaPointer(sendWin, sendOffset, p);
     out[p] = (T*)ncclGetLsaPointer(recvWin, recvOffset, p);
   }
-  reduceRange<T>(in, dc.lsaSize, out, dc.lsaSize, lo, hi);
+  reduceRange<T>(in, dc.lsaSize, out, dc.lsaSize, lo, hi, gridThread(), gridThreads());
   bar.sync();
 }
 

@@ -1,0 +1,70 @@
+"""cuco_collectives.cuh's copy and reduction loops, compiled by nvcc and run on the CPU thread by thread: every
+alignment of source and destination, tails, unroll edges and thread counts, against numpy and torch."""
+
+from __future__ import annotations
+
+import ctypes
+
+import numpy as np
+import pytest
+import torch
+
+from conftest import ROOT
+from cuco.runner.build import build
+
+pytestmark = pytest.mark.nvcc
+
+
+@pytest.fixture(scope="module")
+def lib():
+    res = build(ROOT / "tests" / "cuda" / "collectives_host.cu")
+    assert res.ok, res.log
+    return ctypes.CDLL(str(res.library))
+
+
+def _addr(a: np.ndarray, offset: int = 0) -> ctypes.c_void_p:
+    return ctypes.c_void_p(a.ctypes.data + offset)
+
+
+@pytest.mark.parametrize("n", [0, 1, 15, 16, 17, 64, 65, 1000, 4099])
+@pytest.mark.parametrize("threads", [1, 3, 64])
+def test_copy_every_alignment(lib, n, threads):
+    rng = np.random.default_rng(n * 7 + threads)
+    for src_off in range(16):
+        for dst_off in (0, 1, 2, 4, 8, 9, 15):
+            src = rng.integers(0, 256, n + 64, dtype=np.uint8)
+            dst = np.full(n + 64, 0xAB, dtype=np.uint8)
+            assert lib.cuco_test_copy(_addr(dst, dst_off), _addr(src, src_off), ctypes.c_size_t(n),
+                                      ctypes.c_size_t(threads)) == 0
+            assert np.array_equal(dst[dst_off:dst_off + n], src[src_off:src_off + n]), (src_off, dst_off)
+            assert (dst[:dst_off] == 0xAB).all() and (dst[dst_off + n:] == 0xAB).all()  # nothing outside
+
+
+def _reduce(lib, dtype, arrays, outs, lo, hi, threads, elem_offset=0):
+    ins = (ctypes.c_void_p * len(arrays))(*[_addr(a, elem_offset * a.itemsize) for a in arrays])
+    out = (ctypes.c_void_p * len(outs))(*[_addr(o, elem_offset * o.itemsize) for o in outs])
+    fn = lib.cuco_test_reduce_bf16 if dtype == "bf16" else lib.cuco_test_reduce_f32
+    assert fn(ins, len(arrays), out, len(outs), ctypes.c_size_t(lo), ctypes.c_size_t(hi), ctypes.c_size_t(threads)) == 0
+
+
+@pytest.mark.parametrize("dtype", ["bf16", "f32"])
+@pytest.mark.parametrize("ranks", [2, 3, 8])
+@pytest.mark.parametrize("lo, hi", [(0, 0), (0, 7), (0, 1000), (8, 1000), (3, 517)])
+@pytest.mark.parametrize("elem_offset", [0, 1])  # 1: pointers off 16-byte alignment, the element path
+def test_reduce_sums_in_rank_order(lib, dtype, ranks, lo, hi, elem_offset):
+    threads = 5
+    torch_dtype = torch.bfloat16 if dtype == "bf16" else torch.float32
+    gen = torch.Generator().manual_seed(ranks * 1000 + hi)
+    xs = [torch.randn(hi + 8, generator=gen).to(torch_dtype) for _ in range(ranks)]
+    arrays = [x.view(torch.int16).numpy().copy() if dtype == "bf16" else x.numpy().copy() for x in xs]
+    outs = [np.full_like(arrays[0], -1) for _ in range(2)]
+    _reduce(lib, dtype, arrays, outs, lo, hi, threads, elem_offset)
+    acc = torch.zeros(hi + 8, dtype=torch.float32)
+    for x in xs:  # fp32, rank 0 first: what the kernels promise
+        acc += x.float()
+    want = acc.to(torch_dtype)
+    want = want.view(torch.int16).numpy() if dtype == "bf16" else want.numpy()
+    for o in outs:
+        s = slice(elem_offset + lo, elem_offset + hi)
+        assert np.array_equal(o[s], want[s])  # inputs are offset as much as the outputs
+        assert (o[:elem_offset + lo] == -1).all() and (o[elem_offset + hi:] == -1).all()
