@@ -212,7 +212,7 @@ def evolve(workload: str = typer.Argument(..., help="Built-in workload name or a
            run_dir: Optional[Path] = typer.Option(None, "--run-dir", help="Where the database and the best program go "
                                                   "(default: cuco-runs/WORKLOAD-SHAPE); an existing one is resumed."),
            seed: Optional[int] = typer.Option(None, "--seed", help="Seed of every proposal (search.seed)."),
-           config: Optional[Path] = typer.Option(None, "--config", help="A run.toml with [search] and [eval] tables."),
+           config: Optional[Path] = typer.Option(None, "--config", help="A run.toml with \\[search] and \\[eval] tables."),
            shape: Optional[str] = typer.Option(None, "--shape", help="Shape to optimise (search.shape)."),
            device: Optional[str] = typer.Option(None, "--device", help="auto, cuda or cpu (eval.device)."),
            world: Optional[int] = WorldOpt,
@@ -293,8 +293,8 @@ def transform(workload: str = typer.Argument(..., help="Built-in workload name o
                                                  "(default: cuco-runs/WORKLOAD-transform/transformed.cu)."),
               device: str = DeviceOpt,
               llm: bool = typer.Option(False, "--llm", help="Where the rules cannot rewrite, run the LLM loop "
-                                       "(stage A, stage B, a judge) configured by --config's [llm]."),
-              config: Optional[Path] = typer.Option(None, "--config", help="A run.toml whose [llm] table to use."),
+                                       "(stage A, stage B, a judge) configured by --config's \\[llm]."),
+              config: Optional[Path] = typer.Option(None, "--config", help="A run.toml whose \\[llm] table to use."),
               tries: int = typer.Option(3, "--tries", help="LLM tries per stage.")) -> None:
     """Fast path: analyse a host-driven NCCL program and rewrite it to initiate communication from the GPU."""
     from cuco.fastpath.analyze import AnalysisError, analyze
