@@ -23,19 +23,26 @@ ROOT = record.ROOT
 
 
 def summarize(db_path: Path) -> dict:
+    """A finished (or cut-off) run from its store. With no correct candidate, best is a row saying so (NaN times),
+    so that the tables are still written."""
+    nan = float("nan")
+    if not db_path.is_file():
+        return {"evaluations": 0, "failed": 0, "seed_ms": nan, "best": {"label": "no run", "median_ms": nan,
+                "bound_ms": nan}, "best_found_at": None, "speedup_over_seed": nan, "best_over_bound": nan,
+                "eval_seconds_mean": nan, "candidates": []}
     con = sqlite3.connect(db_path)
     con.row_factory = sqlite3.Row
     rows = [dict(r) for r in con.execute("SELECT id, label, proposer, ok, failed_level, score, median_ms, bound_ms, "
                                          "finished_at, eval_seconds FROM candidates WHERE status = 'done' "
                                          "ORDER BY finished_at, id")]
-    seed = next(r for r in rows if r["proposer"] == "seed")
+    seed_ms = next((r["median_ms"] for r in rows if r["proposer"] == "seed" and r["median_ms"]), nan)
     ok = [r for r in rows if r["ok"] and r["score"] is not None]
-    best = max(ok, key=lambda r: r["score"])
-    return {"evaluations": len(rows), "failed": len(rows) - len(ok), "seed_ms": seed["median_ms"],
-            "best": best, "best_found_at": rows.index(best) + 1,
-            "speedup_over_seed": seed["median_ms"] / best["median_ms"] if seed["median_ms"] else None,
-            "best_over_bound": best["median_ms"] / best["bound_ms"] if best["bound_ms"] else None,
-            "eval_seconds_mean": sum(r["eval_seconds"] or 0 for r in rows) / len(rows), "candidates": rows}
+    best = max(ok, key=lambda r: r["score"]) if ok else {"label": "none correct", "median_ms": nan, "bound_ms": nan}
+    return {"evaluations": len(rows), "failed": len(rows) - len(ok), "seed_ms": seed_ms,
+            "best": best, "best_found_at": rows.index(best) + 1 if ok else None,
+            "speedup_over_seed": seed_ms / best["median_ms"] if ok else nan,
+            "best_over_bound": best["median_ms"] / best["bound_ms"] if ok and best["bound_ms"] else nan,
+            "eval_seconds_mean": sum(r["eval_seconds"] or 0 for r in rows) / max(1, len(rows)), "candidates": rows}
 
 
 def prebuild() -> None:
