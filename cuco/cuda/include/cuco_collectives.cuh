@@ -127,7 +127,8 @@ __global__ void __launch_bounds__(CUCO_COLL_THREADS)
 // host round trip to learn them. counts (a window of nRanks int64 per rank): counts[p] = elements this rank
 // sends to rank p, its blocks packed in rank order in send. Every rank receives the blocks sent to it packed
 // in rank order at recvOffset of its recv window; with zeroTail, the rest of recv up to recvCapacity
-// elements is zeroed. Block offsets are prefix sums of counts read from every rank's window.
+// elements is zeroed. Block offsets are prefix sums of counts read from every rank's window. Every rank's recv
+// must hold recvCapacity elements.
 __global__ void __launch_bounds__(CUCO_COLL_THREADS)
     allToAllvKernel(ncclDevComm dc, ncclWindow_t countsWin, size_t countsOffset, const char* send,
                     ncclWindow_t recvWin, size_t recvOffset, size_t elemBytes, size_t recvCapacity, int zeroTail) {
@@ -144,6 +145,9 @@ __global__ void __launch_bounds__(CUCO_COLL_THREADS)
       recvAt[p] = 0;  // where this rank's block lands on p: after the blocks of ranks before this one
       for (int s = 0; s < dc.lsaRank; s++) recvAt[p] += ((const int64_t*)ncclGetLsaPointer(countsWin, countsOffset, s))[p];
       received += ((const int64_t*)ncclGetLsaPointer(countsWin, countsOffset, p))[dc.lsaRank];
+      // Counts that would write outside a peer's recv (every rank's holds recvCapacity elements) stop the kernel
+      // with an error rather than corrupt the peer's memory.
+      if (mine[p] < 0 || recvAt[p] + mine[p] > (int64_t)recvCapacity) __trap();
     }
   }
   __syncthreads();
@@ -207,8 +211,9 @@ __host__ __device__ inline uint4 packOf(const float* acc) {
 }
 
 // Elements [lo, hi), by thread `tid` of `nThreads`: the sum over ranks p = 0..nIn-1 (in that order, in fp32)
-// of in[p][i], stored to every out[o][i]. 16-byte packs when every pointer is 16-byte aligned at lo, element by element otherwise and for
-// the tail; both paths add in the same order, so the result does not depend on alignment.
+// of in[p][i], stored to every out[o][i]. 16-byte packs when every pointer is 16-byte aligned at lo, element by
+// element otherwise and for the tail; both paths add in the same order, so the result does not depend on
+// alignment.
 template <typename T>
 __host__ __device__ inline void reduceRange(const T* const* in, int nIn, T* const* out, int nOut, size_t lo, size_t hi,
                                             size_t tid, size_t nThreads) {
