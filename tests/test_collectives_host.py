@@ -26,6 +26,11 @@ def _addr(a: np.ndarray, offset: int = 0) -> ctypes.c_void_p:
     return ctypes.c_void_p(a.ctypes.data + offset)
 
 
+def _copy(lib, dsts: list[tuple[np.ndarray, int]], src: np.ndarray, src_off: int, n: int, threads: int) -> None:
+    ptrs = (ctypes.c_void_p * len(dsts))(*[_addr(d, off) for d, off in dsts])
+    assert lib.cuco_test_copy(ptrs, len(dsts), _addr(src, src_off), ctypes.c_size_t(n), ctypes.c_size_t(threads)) == 0
+
+
 @pytest.mark.parametrize("n", [0, 1, 15, 16, 17, 64, 65, 1000, 4099])
 @pytest.mark.parametrize("threads", [1, 3, 64])
 def test_copy_every_alignment(lib, n, threads):
@@ -34,10 +39,24 @@ def test_copy_every_alignment(lib, n, threads):
         for dst_off in (0, 1, 2, 4, 8, 9, 15):
             src = rng.integers(0, 256, n + 64, dtype=np.uint8)
             dst = np.full(n + 64, 0xAB, dtype=np.uint8)
-            assert lib.cuco_test_copy(_addr(dst, dst_off), _addr(src, src_off), ctypes.c_size_t(n),
-                                      ctypes.c_size_t(threads)) == 0
+            _copy(lib, [(dst, dst_off)], src, src_off, n, threads)
             assert np.array_equal(dst[dst_off:dst_off + n], src[src_off:src_off + n]), (src_off, dst_off)
             assert (dst[:dst_off] == 0xAB).all() and (dst[dst_off + n:] == 0xAB).all()  # nothing outside
+
+
+@pytest.mark.parametrize("offsets", [(0, 0, 0), (16, 32, 0), (8, 24, 8), (1, 17, 3), (2, 4, 6)],
+                         ids=["aligned", "aligned-16", "aligned-8", "mixed-odd", "mixed-even"])
+@pytest.mark.parametrize("n", [0, 5, 16, 1000, 4099])
+def test_copy_to_several_destinations_at_once(lib, offsets, n):
+    """The all-gather's copy: one source, every rank's slot; the widest access all destinations share."""
+    rng = np.random.default_rng(n)
+    src = rng.integers(0, 256, n + 64, dtype=np.uint8)
+    *dst_offs, src_off = offsets
+    dsts = [np.full(n + 64, 0xCD, dtype=np.uint8) for _ in dst_offs]
+    _copy(lib, list(zip(dsts, dst_offs)), src, src_off, n, 7)
+    for d, off in zip(dsts, dst_offs):
+        assert np.array_equal(d[off:off + n], src[src_off:src_off + n])
+        assert (d[:off] == 0xCD).all() and (d[off + n:] == 0xCD).all()
 
 
 def _reduce(lib, dtype, arrays, outs, lo, hi, threads, elem_offset=0):

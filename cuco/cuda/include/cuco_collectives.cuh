@@ -53,41 +53,51 @@ template <> __host__ __device__ inline __half fromFloat<__half>(float v) { retur
 __device__ inline size_t gridThread() { return (size_t)blockIdx.x * blockDim.x + threadIdx.x; }
 __device__ inline size_t gridThreads() { return (size_t)gridDim.x * blockDim.x; }
 
-// Bytes [0, n) from src to dst in accesses of V, by thread `tid` of `nThreads`, where dst and src are equally
-// aligned modulo sizeof(V): bytes up to dst's first V boundary, then V words with CUCO_COLL_UNROLL loads in
-// flight before their stores, then the tail.
+// Bytes [0, n) from src to each of dst[0 .. nDst) in accesses of V, by thread `tid` of `nThreads`: one load,
+// nDst stores, so that an all-gather reads its source once while the local and the remote copies proceed
+// together. Every dst is aligned like dst[0] modulo sizeof(V), and src can follow: bytes up to dst[0]'s first
+// V boundary, then V words with CUCO_COLL_UNROLL loads in flight before their stores, then the tail.
 template <typename V>
-__host__ __device__ inline void copyAs(char* dst, const char* src, size_t n, size_t tid, size_t nThreads) {
-  size_t head = (sizeof(V) - (uintptr_t)dst % sizeof(V)) % sizeof(V);
+__host__ __device__ inline void copyAs(char* const* dst, int nDst, const char* src, size_t n, size_t tid,
+                                       size_t nThreads) {
+  size_t head = (sizeof(V) - (uintptr_t)dst[0] % sizeof(V)) % sizeof(V);
   if (head > n) head = n;
-  for (size_t i = tid; i < head; i += nThreads) dst[i] = src[i];
+  for (size_t i = tid; i < head; i += nThreads)
+    for (int d = 0; d < nDst; d++) dst[d][i] = src[i];
   const size_t nVec = (n - head) / sizeof(V);
   const V* s = (const V*)(src + head);
-  V* d = (V*)(dst + head);
   for (size_t base = tid; base < nVec; base += nThreads * CUCO_COLL_UNROLL) {
     V v[CUCO_COLL_UNROLL];
 #pragma unroll
     for (int u = 0; u < CUCO_COLL_UNROLL; u++)
       if (base + u * nThreads < nVec) v[u] = s[base + u * nThreads];
+    for (int d = 0; d < nDst; d++) {
+      V* out = (V*)(dst[d] + head);
 #pragma unroll
-    for (int u = 0; u < CUCO_COLL_UNROLL; u++)
-      if (base + u * nThreads < nVec) d[base + u * nThreads] = v[u];
+      for (int u = 0; u < CUCO_COLL_UNROLL; u++)
+        if (base + u * nThreads < nVec) out[base + u * nThreads] = v[u];
+    }
   }
-  for (size_t i = head + nVec * sizeof(V) + tid; i < n; i += nThreads) dst[i] = src[i];
+  for (size_t i = head + nVec * sizeof(V) + tid; i < n; i += nThreads)
+    for (int d = 0; d < nDst; d++) dst[d][i] = src[i];
 }
 
-// Bytes [0, n) from src to dst: the widest access (16 bytes down to 1) that dst and src can share.
-__host__ __device__ inline void copyBytes(char* dst, const char* src, size_t n, size_t tid, size_t nThreads) {
-  const uintptr_t rel = (uintptr_t)dst - (uintptr_t)src;
-  if (rel % 16 == 0) copyAs<uint4>(dst, src, n, tid, nThreads);
-  else if (rel % 8 == 0) copyAs<uint2>(dst, src, n, tid, nThreads);
-  else if (rel % 4 == 0) copyAs<uint32_t>(dst, src, n, tid, nThreads);
-  else if (rel % 2 == 0) copyAs<uint16_t>(dst, src, n, tid, nThreads);
-  else copyAs<char>(dst, src, n, tid, nThreads);
+// Bytes [0, n) from src to every dst[d]: the widest access (16 bytes down to 1) that all of them can share.
+__host__ __device__ inline void copyBytes(char* const* dst, int nDst, const char* src, size_t n, size_t tid,
+                                          size_t nThreads) {
+  uintptr_t rel = 0;  // low bits set where some destination and the source disagree
+  for (int d = 0; d < nDst; d++) rel |= (uintptr_t)dst[d] - (uintptr_t)src;
+  if (rel % 16 == 0) copyAs<uint4>(dst, nDst, src, n, tid, nThreads);
+  else if (rel % 8 == 0) copyAs<uint2>(dst, nDst, src, n, tid, nThreads);
+  else if (rel % 4 == 0) copyAs<uint32_t>(dst, nDst, src, n, tid, nThreads);
+  else if (rel % 2 == 0) copyAs<uint16_t>(dst, nDst, src, n, tid, nThreads);
+  else copyAs<char>(dst, nDst, src, n, tid, nThreads);
 }
 
-// The same by every thread of the grid.
-__device__ inline void copyBytes(char* dst, const char* src, size_t n) { copyBytes(dst, src, n, gridThread(), gridThreads()); }
+// One destination, by every thread of the grid.
+__device__ inline void copyBytes(char* dst, const char* src, size_t n) {
+  copyBytes(&dst, 1, src, n, gridThread(), gridThreads());
+}
 
 struct Barrier {
   ncclLsaBarrierSession<ncclCoopCta> session;
@@ -102,10 +112,9 @@ __global__ void __launch_bounds__(CUCO_COLL_THREADS)
     allGatherKernel(ncclDevComm dc, ncclWindow_t recvWin, size_t recvOffset, const char* send, size_t bytes) {
   Barrier bar(dc);
   bar.sync();
-  for (int i = 1; i <= dc.lsaSize; i++) {  // peers first, this rank's own slot last
-    const int peer = (dc.lsaRank + i) % dc.lsaSize;
-    copyBytes((char*)ncclGetLsaPointer(recvWin, recvOffset + (size_t)dc.lsaRank * bytes, peer), send, bytes);
-  }
+  char* dst[CUCO_COLL_MAX_RANKS];
+  for (int p = 0; p < dc.lsaSize; p++) dst[p] = (char*)ncclGetLsaPointer(recvWin, recvOffset + (size_t)dc.lsaRank * bytes, p);
+  copyBytes(dst, dc.lsaSize, send, bytes, gridThread(), gridThreads());  // every slot, this rank's own too, at once
   bar.sync();
 }
 
@@ -304,6 +313,7 @@ inline cudaError_t symmetricFree(const cuco_ctx_t* ctx, void* ptr, ncclWindow_t 
 
 inline cudaError_t allGather(const cuco_ctx_t* ctx, ncclWindow_t recvWin, size_t recvOffset, const void* send,
                              size_t bytes, cudaStream_t stream) {
+  if (ctx->nRanks > CUCO_COLL_MAX_RANKS) return cudaErrorInvalidValue;  // dst[] holds one pointer per rank
   allGatherKernel<<<CUCO_COLL_CTAS, CUCO_COLL_THREADS, 0, stream>>>(ctx->devComm, recvWin, recvOffset,
                                                                    (const char*)send, bytes);
   return cudaGetLastError();
