@@ -51,6 +51,19 @@ def test_reduce_scatter_after_cublas():
     assert (gemm.index, rs.index, "partial") in a.edges
 
 
+def test_program_owned_buffer_through_a_struct_with_copies_and_free():
+    a = analyze(ROOT / "tests" / "workloads" / "allreduce_scratch" / "seed.cu")
+    assert a.buffers["s->scratch"] == "cudaMalloc" and "ctx" not in a.buffers  # the context is not a buffer
+    (ar,) = _by_name(a, "ncclAllReduce")
+    assert ar.reads == ["s->scratch"] and ar.writes == ["s->scratch"]
+    copy_in, copy_out = _by_name(a, "cudaMemcpyAsync")
+    assert copy_in.kind == "copy" and copy_in.reads == ["x"] and copy_in.writes == ["s->scratch"]
+    assert copy_out.reads == ["s->scratch"] and copy_out.writes == ["y"] and copy_out.stream == "ctx->stream"
+    assert {(copy_in.index, ar.index, "s->scratch"), (ar.index, copy_out.index, "s->scratch")} <= set(a.edges)
+    (free,) = _by_name(a, "cudaFree")
+    assert free.kind == "free" and free.args["buffer"] == "s->scratch" and free.function == "cuco_teardown"
+
+
 def test_grouped_send_recv():
     a = analyze(HERE / "host_sendrecv.cu")
     assert [o.name for o in a.nccl] == ["ncclGroupStart", "ncclSend", "ncclRecv", "ncclGroupEnd"]
