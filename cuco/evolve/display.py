@@ -80,10 +80,13 @@ class EvolveDisplay:
 def summary_table(evo: Evolution, top: int = 8) -> Table:
     db = evo.db
     t = Table(title=f"{evo.spec.name} at {evo.shape}: best of {db.count('done')} evaluations", title_justify="left")
-    for col in ("rank", "id", "design point", "median ms", "bound ms", "efficiency", "found at evaluation"):
+    for col in ("rank", "id", "design point", "median ms", "bound ms", "efficiency", "vs seed", "found at evaluation"):
         t.add_column(col)
-    order = {c.id: i + 1 for i, c in enumerate(db.iter_done())}
+    done = list(db.iter_done())
+    order = {c.id: i + 1 for i, c in enumerate(done)}
+    seed_ms = next((c.median_ms for c in done if c.proposer == "seed" and c.median_ms), None)
     for i, c in enumerate(db.scored()[:top], 1):
+        vs_seed = f"{seed_ms / c.median_ms:.2f}x" if seed_ms and c.median_ms else "-"
         t.add_row(str(i), str(c.id), c.label or "-", fmt_ms(c.median_ms), fmt_ms(c.bound_ms), f"{c.score:.2f}",
-                  str(order.get(c.id, "-")))
+                  vs_seed, str(order.get(c.id, "-")))
     return t
