@@ -26,9 +26,16 @@ def _addr(a: np.ndarray, offset: int = 0) -> ctypes.c_void_p:
     return ctypes.c_void_p(a.ctypes.data + offset)
 
 
-def _copy(lib, dsts: list[tuple[np.ndarray, int]], src: np.ndarray, src_off: int, n: int, threads: int) -> None:
-    ptrs = (ctypes.c_void_p * len(dsts))(*[_addr(d, off) for d, off in dsts])
-    assert lib.cuco_test_copy(ptrs, len(dsts), _addr(src, src_off), ctypes.c_size_t(n), ctypes.c_size_t(threads)) == 0
+def _copy(lib, pairs: list[tuple[np.ndarray, int, np.ndarray, int]], n: int, threads: int) -> None:
+    """pairs: (destination, its byte offset, source, its byte offset)."""
+    dst = (ctypes.c_void_p * len(pairs))(*[_addr(d, off) for d, off, _, _ in pairs])
+    src = (ctypes.c_void_p * len(pairs))(*[_addr(s, off) for _, _, s, off in pairs])
+    assert lib.cuco_test_copy(dst, src, len(pairs), ctypes.c_size_t(n), ctypes.c_size_t(threads)) == 0
+
+
+def _check(dst: np.ndarray, off: int, src: np.ndarray, src_off: int, n: int, fill: int) -> None:
+    assert np.array_equal(dst[off:off + n], src[src_off:src_off + n])
+    assert (dst[:off] == fill).all() and (dst[off + n:] == fill).all()  # nothing written outside
 
 
 @pytest.mark.parametrize("n", [0, 1, 15, 16, 17, 64, 65, 1000, 4099])
@@ -39,24 +46,37 @@ def test_copy_every_alignment(lib, n, threads):
         for dst_off in (0, 1, 2, 4, 8, 9, 15):
             src = rng.integers(0, 256, n + 64, dtype=np.uint8)
             dst = np.full(n + 64, 0xAB, dtype=np.uint8)
-            _copy(lib, [(dst, dst_off)], src, src_off, n, threads)
-            assert np.array_equal(dst[dst_off:dst_off + n], src[src_off:src_off + n]), (src_off, dst_off)
-            assert (dst[:dst_off] == 0xAB).all() and (dst[dst_off + n:] == 0xAB).all()  # nothing outside
+            _copy(lib, [(dst, dst_off, src, src_off)], n, threads)
+            _check(dst, dst_off, src, src_off, n, 0xAB)
 
 
-@pytest.mark.parametrize("offsets", [(0, 0, 0), (16, 32, 0), (8, 24, 8), (1, 17, 3), (2, 4, 6)],
-                         ids=["aligned", "aligned-16", "aligned-8", "mixed-odd", "mixed-even"])
+OFFSETS = [(0, 0, 0, 0), (16, 32, 0, 48), (8, 24, 8, 8), (1, 17, 3, 5), (2, 4, 6, 0)]
+OFFSET_IDS = ["aligned", "aligned-16", "aligned-8", "mixed-odd", "mixed-even"]
+
+
+@pytest.mark.parametrize("offsets", OFFSETS, ids=OFFSET_IDS)
 @pytest.mark.parametrize("n", [0, 5, 16, 1000, 4099])
-def test_copy_to_several_destinations_at_once(lib, offsets, n):
-    """The all-gather's copy: one source, every rank's slot; the widest access all destinations share."""
+def test_copy_one_source_to_several_destinations(lib, offsets, n):
+    """The all-gather's copy: one source, every rank's slot."""
     rng = np.random.default_rng(n)
     src = rng.integers(0, 256, n + 64, dtype=np.uint8)
-    *dst_offs, src_off = offsets
-    dsts = [np.full(n + 64, 0xCD, dtype=np.uint8) for _ in dst_offs]
-    _copy(lib, list(zip(dsts, dst_offs)), src, src_off, n, 7)
-    for d, off in zip(dsts, dst_offs):
-        assert np.array_equal(d[off:off + n], src[src_off:src_off + n])
-        assert (d[:off] == 0xCD).all() and (d[off + n:] == 0xCD).all()
+    dsts = [(np.full(n + 64, 0xCD, dtype=np.uint8), off) for off in offsets[:3]]
+    _copy(lib, [(d, off, src, offsets[3]) for d, off in dsts], n, 7)
+    for d, off in dsts:
+        _check(d, off, src, offsets[3], n, 0xCD)
+
+
+@pytest.mark.parametrize("offsets", OFFSETS, ids=OFFSET_IDS)
+@pytest.mark.parametrize("n", [0, 5, 16, 1000, 4099])
+def test_copy_pairs_together(lib, offsets, n):
+    """The all-to-all's copy: block p of one send buffer to rank p, every pair in the same pass."""
+    rng = np.random.default_rng(n + 1)
+    send = rng.integers(0, 256, 3 * (n + 64), dtype=np.uint8)
+    dsts = [np.full(n + 64, 0xEF, dtype=np.uint8) for _ in range(3)]
+    pairs = [(d, offsets[i], send, i * (n + 64) + offsets[3]) for i, d in enumerate(dsts)]
+    _copy(lib, pairs, n, 5)
+    for d, off, s, s_off in pairs:
+        _check(d, off, s, s_off, n, 0xEF)
 
 
 def _reduce(lib, dtype, arrays, outs, lo, hi, threads, elem_offset=0):

@@ -3,8 +3,8 @@
 #include "cuco.h"
 #include "cuco_collectives.cuh"
 
-CUCO_EXPORT int cuco_test_copy(char* const* dst, int nDst, const char* src, size_t n, size_t nThreads) {
-  for (size_t t = 0; t < nThreads; t++) cuco::copyBytes(dst, nDst, src, n, t, nThreads);
+CUCO_EXPORT int cuco_test_copy(char* const* dst, const char* const* src, int nPairs, size_t n, size_t nThreads) {
+  for (size_t t = 0; t < nThreads; t++) cuco::copyBytes(dst, src, nPairs, n, t, nThreads);
   return 0;
 }
 

@@ -53,25 +53,28 @@ template <> __host__ __device__ inline __half fromFloat<__half>(float v) { retur
 __device__ inline size_t gridThread() { return (size_t)blockIdx.x * blockDim.x + threadIdx.x; }
 __device__ inline size_t gridThreads() { return (size_t)gridDim.x * blockDim.x; }
 
-// Bytes [0, n) from src to each of dst[0 .. nDst) in accesses of V, by thread `tid` of `nThreads`: one load,
-// nDst stores, so that an all-gather reads its source once while the local and the remote copies proceed
-// together. Every dst is aligned like dst[0] modulo sizeof(V), and src can follow: bytes up to dst[0]'s first
-// V boundary, then V words with CUCO_COLL_UNROLL loads in flight before their stores, then the tail.
+// n bytes from src[d] to dst[d] for every pair d < nPairs, in accesses of V, by thread `tid` of `nThreads`.
+// The pairs advance together, so the local copy of an all-gather or all-to-all runs beside the remote ones
+// instead of after them; pairs that share a source (an all-gather) load it once. Every dst[d] and src[d] is
+// aligned like dst[0] modulo sizeof(V): bytes up to dst[0]'s first V boundary, then V words with
+// CUCO_COLL_UNROLL loads in flight before their stores, then the tail.
 template <typename V>
-__host__ __device__ inline void copyAs(char* const* dst, int nDst, const char* src, size_t n, size_t tid,
+__host__ __device__ inline void copyAs(char* const* dst, const char* const* src, int nPairs, size_t n, size_t tid,
                                        size_t nThreads) {
   size_t head = (sizeof(V) - (uintptr_t)dst[0] % sizeof(V)) % sizeof(V);
   if (head > n) head = n;
   for (size_t i = tid; i < head; i += nThreads)
-    for (int d = 0; d < nDst; d++) dst[d][i] = src[i];
+    for (int d = 0; d < nPairs; d++) dst[d][i] = src[d][i];
   const size_t nVec = (n - head) / sizeof(V);
-  const V* s = (const V*)(src + head);
   for (size_t base = tid; base < nVec; base += nThreads * CUCO_COLL_UNROLL) {
     V v[CUCO_COLL_UNROLL];
+    for (int d = 0; d < nPairs; d++) {
+      if (d == 0 || src[d] != src[d - 1]) {
+        const V* in = (const V*)(src[d] + head);
 #pragma unroll
-    for (int u = 0; u < CUCO_COLL_UNROLL; u++)
-      if (base + u * nThreads < nVec) v[u] = s[base + u * nThreads];
-    for (int d = 0; d < nDst; d++) {
+        for (int u = 0; u < CUCO_COLL_UNROLL; u++)
+          if (base + u * nThreads < nVec) v[u] = in[base + u * nThreads];
+      }
       V* out = (V*)(dst[d] + head);
 #pragma unroll
       for (int u = 0; u < CUCO_COLL_UNROLL; u++)
@@ -79,24 +82,24 @@ __host__ __device__ inline void copyAs(char* const* dst, int nDst, const char* s
     }
   }
   for (size_t i = head + nVec * sizeof(V) + tid; i < n; i += nThreads)
-    for (int d = 0; d < nDst; d++) dst[d][i] = src[i];
+    for (int d = 0; d < nPairs; d++) dst[d][i] = src[d][i];
 }
 
-// Bytes [0, n) from src to every dst[d]: the widest access (16 bytes down to 1) that all of them can share.
-__host__ __device__ inline void copyBytes(char* const* dst, int nDst, const char* src, size_t n, size_t tid,
+// The same with the widest access (16 bytes down to 1) that every pointer can share.
+__host__ __device__ inline void copyBytes(char* const* dst, const char* const* src, int nPairs, size_t n, size_t tid,
                                           size_t nThreads) {
-  uintptr_t rel = 0;  // low bits set where some destination and the source disagree
-  for (int d = 0; d < nDst; d++) rel |= (uintptr_t)dst[d] - (uintptr_t)src;
-  if (rel % 16 == 0) copyAs<uint4>(dst, nDst, src, n, tid, nThreads);
-  else if (rel % 8 == 0) copyAs<uint2>(dst, nDst, src, n, tid, nThreads);
-  else if (rel % 4 == 0) copyAs<uint32_t>(dst, nDst, src, n, tid, nThreads);
-  else if (rel % 2 == 0) copyAs<uint16_t>(dst, nDst, src, n, tid, nThreads);
-  else copyAs<char>(dst, nDst, src, n, tid, nThreads);
+  uintptr_t rel = 0;  // low bits set where two of the pointers disagree
+  for (int d = 0; d < nPairs; d++) rel |= ((uintptr_t)dst[d] - (uintptr_t)src[d]) | ((uintptr_t)dst[d] - (uintptr_t)dst[0]);
+  if (rel % 16 == 0) copyAs<uint4>(dst, src, nPairs, n, tid, nThreads);
+  else if (rel % 8 == 0) copyAs<uint2>(dst, src, nPairs, n, tid, nThreads);
+  else if (rel % 4 == 0) copyAs<uint32_t>(dst, src, nPairs, n, tid, nThreads);
+  else if (rel % 2 == 0) copyAs<uint16_t>(dst, src, nPairs, n, tid, nThreads);
+  else copyAs<char>(dst, src, nPairs, n, tid, nThreads);
 }
 
-// One destination, by every thread of the grid.
+// One pair, by every thread of the grid.
 __device__ inline void copyBytes(char* dst, const char* src, size_t n) {
-  copyBytes(&dst, 1, src, n, gridThread(), gridThreads());
+  copyBytes(&dst, &src, 1, n, gridThread(), gridThreads());
 }
 
 struct Barrier {
@@ -113,8 +116,12 @@ __global__ void __launch_bounds__(CUCO_COLL_THREADS)
   Barrier bar(dc);
   bar.sync();
   char* dst[CUCO_COLL_MAX_RANKS];
-  for (int p = 0; p < dc.lsaSize; p++) dst[p] = (char*)ncclGetLsaPointer(recvWin, recvOffset + (size_t)dc.lsaRank * bytes, p);
-  copyBytes(dst, dc.lsaSize, send, bytes, gridThread(), gridThreads());  // every slot, this rank's own too, at once
+  const char* src[CUCO_COLL_MAX_RANKS];
+  for (int p = 0; p < dc.lsaSize; p++) {
+    dst[p] = (char*)ncclGetLsaPointer(recvWin, recvOffset + (size_t)dc.lsaRank * bytes, p);
+    src[p] = send;  // one source: loaded once per step, stored to every slot, this rank's own too
+  }
+  copyBytes(dst, src, dc.lsaSize, bytes, gridThread(), gridThreads());
   bar.sync();
 }
 
@@ -124,11 +131,13 @@ __global__ void __launch_bounds__(CUCO_COLL_THREADS)
     allToAllKernel(ncclDevComm dc, ncclWindow_t recvWin, size_t recvOffset, const char* send, size_t blockBytes) {
   Barrier bar(dc);
   bar.sync();
-  for (int i = 1; i <= dc.lsaSize; i++) {  // peers first, this rank's own block last
-    const int peer = (dc.lsaRank + i) % dc.lsaSize;
-    copyBytes((char*)ncclGetLsaPointer(recvWin, recvOffset + (size_t)dc.lsaRank * blockBytes, peer),
-              send + (size_t)peer * blockBytes, blockBytes);
+  char* dst[CUCO_COLL_MAX_RANKS];
+  const char* src[CUCO_COLL_MAX_RANKS];
+  for (int p = 0; p < dc.lsaSize; p++) {  // every block at once, this rank's own too
+    dst[p] = (char*)ncclGetLsaPointer(recvWin, recvOffset + (size_t)dc.lsaRank * blockBytes, p);
+    src[p] = send + (size_t)p * blockBytes;
   }
+  copyBytes(dst, src, dc.lsaSize, blockBytes, gridThread(), gridThreads());
   bar.sync();
 }
 
@@ -339,6 +348,7 @@ inline cudaError_t allReduce(const cuco_ctx_t* ctx, ncclWindow_t sendWin, size_t
 
 inline cudaError_t allToAll(const cuco_ctx_t* ctx, ncclWindow_t recvWin, size_t recvOffset, const void* send,
                             size_t blockBytes, cudaStream_t stream) {
+  if (ctx->nRanks > CUCO_COLL_MAX_RANKS) return cudaErrorInvalidValue;  // dst[] / src[] hold one pointer per rank
   allToAllKernel<<<CUCO_COLL_CTAS, CUCO_COLL_THREADS, 0, stream>>>(ctx->devComm, recvWin, recvOffset,
                                                                   (const char*)send, blockBytes);
   return cudaGetLastError();
