@@ -51,6 +51,18 @@ def test_annotated_rewrite_builds(tmp_path):
     assert build(path).ok and "cuco_dev_requirements" in "".join(frozen_parts(path.read_text()))
 
 
+def test_window_allocation_and_release_stay_frozen(tmp_path):
+    wl = ROOT / "tests" / "workloads" / "allreduce_scratch"
+    out = annotate(rewrite(wl / "seed.cu", load_workload(wl)).code)
+    frozen = "".join(frozen_parts(out))
+    assert "cuco::symmetricAlloc(ctx, (void**)&s->scratch" in frozen and "cuco::symmetricFree(ctx, s->scratch" in frozen
+    blocks = "".join(out[b.start:b.end] for b in evolve_blocks(out))
+    assert "ctx->state = s;" in blocks and "cuco::allReduce" in blocks and "symmetric" not in blocks
+    path = tmp_path / "c.cu"
+    path.write_text(out)
+    assert check_source(path).ok
+
+
 def test_already_annotated_is_unchanged():
     seed = (GEMM_AG / "seed.cu").read_text()
     assert annotate(seed) == seed

@@ -1,17 +1,20 @@
 """Evolve-block annotation: what the slow path may change, and what stays frozen.
 
 Kernels, device helpers and the state struct become evolve blocks whole; the entry points keep their
-signatures (the harness calls them) and get their bodies marked. Includes, the requirements hook and
-anything the harness relies on stay outside. A program that already has evolve blocks is left as it is.
+signatures (the harness calls them) and get their bodies marked. Includes, the requirements hook, the
+statements that allocate and release the symmetric windows the device collectives use, and anything else
+the harness relies on stay outside. A program that already has evolve blocks is left as it is.
 """
 
 from __future__ import annotations
 
-from cuco.fastpath.analyze import _blank_macros, _function_name, _parser
+from cuco.fastpath.analyze import _blank_macros, _function_name, _parser, _text
 from cuco.runner.static_checks import EVOLVE_END, EVOLVE_START
 
 ENTRY_POINTS = ("cuco_setup", "cuco_run", "cuco_teardown")
 FROZEN = ("cuco_dev_requirements",)
+# Statements inside entry points that stay frozen: a window every rank must register and release alike.
+FROZEN_CALLS = ("cuco::symmetricAlloc", "cuco::symmetricFree")
 
 
 def annotate(code: str) -> str:
@@ -36,6 +39,10 @@ def annotate(code: str) -> str:
                 # when the whole function is written on one line.
                 inserts += [(body.start_byte + 1, f"\n  // {EVOLVE_START}\n"),
                             (body.end_byte - 1, f"\n  // {EVOLVE_END}\n")]
+                for stmt in body.named_children:  # frozen statements split the body's block around them
+                    if any(call in _text(stmt) for call in FROZEN_CALLS):
+                        inserts += [(_line_start(src, stmt.start_byte), f"  // {EVOLVE_END}\n"),
+                                    (_line_end(src, stmt.end_byte), f"\n  // {EVOLVE_START}")]
                 continue
         if node.type in ("function_definition", "template_declaration", "struct_specifier") or (
                 node.type == "declaration" and any(c.type == "struct_specifier" for c in node.children)):
