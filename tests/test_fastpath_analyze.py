@@ -52,7 +52,7 @@ def test_reduce_scatter_after_cublas():
 
 
 def test_program_owned_buffer_through_a_struct_with_copies_and_free():
-    a = analyze(ROOT / "tests" / "workloads" / "allreduce_scratch" / "seed.cu")
+    a = analyze(HERE / "host_allreduce_scratch.cu")
     assert a.buffers["s->scratch"] == "cudaMalloc" and "ctx" not in a.buffers  # the context is not a buffer
     (ar,) = _by_name(a, "ncclAllReduce")
     assert ar.reads == ["s->scratch"] and ar.writes == ["s->scratch"]

@@ -52,8 +52,7 @@ def test_annotated_rewrite_builds(tmp_path):
 
 
 def test_window_allocation_and_release_stay_frozen(tmp_path):
-    wl = ROOT / "tests" / "workloads" / "allreduce_scratch"
-    out = annotate(rewrite(wl / "seed.cu", load_workload(wl)).code)
+    out = annotate(rewrite(ROOT / "tests" / "fastpath" / "host_allreduce_scratch.cu", load_workload(AR)).code)
     frozen = "".join(frozen_parts(out))
     assert "cuco::symmetricAlloc(ctx, (void**)&s->scratch" in frozen and "cuco::symmetricFree(ctx, s->scratch" in frozen
     blocks = "".join(out[b.start:b.end] for b in evolve_blocks(out))

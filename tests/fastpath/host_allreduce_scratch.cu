@@ -1,4 +1,5 @@
-// Host-driven all-reduce in a communication buffer the program owns: copy in, ncclAllReduce in place, copy out.
+// A host-driven all-reduce in a communication buffer the program owns (cudaMalloc): copy in, ncclAllReduce in
+// place, copy out. Written against allreduce_sum's buffers; the rules move the buffer to ncclMemAlloc + a window.
 #include "cuco.h"
 
 struct State {
