@@ -1,5 +1,5 @@
-// A host-driven all-reduce in a communication buffer the program owns (cudaMalloc): copy in, ncclAllReduce in
-// place, copy out. Written against allreduce_sum's buffers; the rules move the buffer to ncclMemAlloc + a window.
+// A host-driven all-reduce in a communication buffer the program allocates itself: copy in, ncclAllReduce in
+// place, copy out, on allreduce_sum's buffers. The rules move that buffer to ncclMemAlloc plus a window.
 #include "cuco.h"
 
 struct State {
