@@ -22,6 +22,17 @@ def lib():
     return ctypes.CDLL(str(res.library))
 
 
+def _aligned(a: np.ndarray) -> np.ndarray:
+    """A copy of `a` starting on a 64-byte boundary, so that the offsets the tests add decide every alignment
+    (offset 0 takes the 16-byte path, whatever the allocator did)."""
+    buf = np.empty(a.nbytes + 64, dtype=np.uint8)
+    start = -buf.ctypes.data % 64
+    out = buf[start:start + a.nbytes].view(a.dtype)
+    out[:] = a
+    assert out.ctypes.data % 64 == 0
+    return out
+
+
 def _addr(a: np.ndarray, offset: int = 0) -> ctypes.c_void_p:
     return ctypes.c_void_p(a.ctypes.data + offset)
 
@@ -44,8 +55,8 @@ def test_copy_every_alignment(lib, n, threads):
     rng = np.random.default_rng(n * 7 + threads)
     for src_off in range(16):
         for dst_off in (0, 1, 2, 4, 8, 9, 15):
-            src = rng.integers(0, 256, n + 64, dtype=np.uint8)
-            dst = np.full(n + 64, 0xAB, dtype=np.uint8)
+            src = _aligned(rng.integers(0, 256, n + 64, dtype=np.uint8))
+            dst = _aligned(np.full(n + 64, 0xAB, dtype=np.uint8))
             _copy(lib, [(dst, dst_off, src, src_off)], n, threads)
             _check(dst, dst_off, src, src_off, n, 0xAB)
 
@@ -59,8 +70,8 @@ OFFSET_IDS = ["aligned", "aligned-16", "aligned-8", "mixed-odd", "mixed-even"]
 def test_copy_one_source_to_several_destinations(lib, offsets, n):
     """The all-gather's copy: one source, every rank's slot."""
     rng = np.random.default_rng(n)
-    src = rng.integers(0, 256, n + 64, dtype=np.uint8)
-    dsts = [(np.full(n + 64, 0xCD, dtype=np.uint8), off) for off in offsets[:3]]
+    src = _aligned(rng.integers(0, 256, n + 64, dtype=np.uint8))
+    dsts = [(_aligned(np.full(n + 64, 0xCD, dtype=np.uint8)), off) for off in offsets[:3]]
     _copy(lib, [(d, off, src, offsets[3]) for d, off in dsts], n, 7)
     for d, off in dsts:
         _check(d, off, src, offsets[3], n, 0xCD)
@@ -71,8 +82,8 @@ def test_copy_one_source_to_several_destinations(lib, offsets, n):
 def test_copy_pairs_together(lib, offsets, n):
     """The all-to-all's copy: block p of one send buffer to rank p, every pair in the same pass."""
     rng = np.random.default_rng(n + 1)
-    send = rng.integers(0, 256, 3 * (n + 64), dtype=np.uint8)
-    dsts = [np.full(n + 64, 0xEF, dtype=np.uint8) for _ in range(3)]
+    send = _aligned(rng.integers(0, 256, 3 * (n + 64), dtype=np.uint8))
+    dsts = [_aligned(np.full(n + 64, 0xEF, dtype=np.uint8)) for _ in range(3)]
     pairs = [(d, offsets[i], send, i * (n + 64) + offsets[3]) for i, d in enumerate(dsts)]
     _copy(lib, pairs, n, 5)
     for d, off, s, s_off in pairs:
@@ -95,8 +106,8 @@ def test_reduce_sums_in_rank_order(lib, dtype, ranks, lo, hi, elem_offset):
     torch_dtype = torch.bfloat16 if dtype == "bf16" else torch.float32
     gen = torch.Generator().manual_seed(ranks * 1000 + hi)
     xs = [torch.randn(hi + 8, generator=gen).to(torch_dtype) for _ in range(ranks)]
-    arrays = [x.view(torch.int16).numpy().copy() if dtype == "bf16" else x.numpy().copy() for x in xs]
-    outs = [np.full_like(arrays[0], -1) for _ in range(2)]
+    arrays = [_aligned(x.view(torch.int16).numpy() if dtype == "bf16" else x.numpy()) for x in xs]
+    outs = [_aligned(np.full_like(arrays[0], -1)) for _ in range(2)]
     _reduce(lib, dtype, arrays, outs, lo, hi, threads, elem_offset)
     acc = torch.zeros(hi + 8, dtype=torch.float32)
     for x in xs:  # fp32, rank 0 first: what the kernels promise

@@ -110,32 +110,20 @@ struct Barrier {
   __device__ void sync() { session.sync(ncclCoopCta(), cuda::memory_order_acq_rel); }
 };
 
-// All-gather: this rank's `bytes` of send land at recvOffset + rank * bytes of every rank's recv window.
+// All-gather and all-to-all in one kernel: to every rank p, `blockBytes` from send + p * srcStride land at
+// recvOffset + rank * blockBytes of p's recv window. srcStride 0: an all-gather (one source, loaded once per
+// step and stored to every slot); srcStride blockBytes: an all-to-all (block p to rank p). Every block moves in
+// the same pass, this rank's own too.
 __global__ void __launch_bounds__(CUCO_COLL_THREADS)
-    allGatherKernel(ncclDevComm dc, ncclWindow_t recvWin, size_t recvOffset, const char* send, size_t bytes) {
+    scatterBlocksKernel(ncclDevComm dc, ncclWindow_t recvWin, size_t recvOffset, const char* send, size_t blockBytes,
+                        size_t srcStride) {
   Barrier bar(dc);
   bar.sync();
   char* dst[CUCO_COLL_MAX_RANKS];
   const char* src[CUCO_COLL_MAX_RANKS];
   for (int p = 0; p < dc.lsaSize; p++) {
-    dst[p] = (char*)ncclGetLsaPointer(recvWin, recvOffset + (size_t)dc.lsaRank * bytes, p);
-    src[p] = send;  // one source: loaded once per step, stored to every slot, this rank's own too
-  }
-  copyBytes(dst, src, dc.lsaSize, bytes, gridThread(), gridThreads());
-  bar.sync();
-}
-
-
-// All-to-all: block p (`blockBytes`) of this rank's send lands in block `rank` of rank p's recv window.
-__global__ void __launch_bounds__(CUCO_COLL_THREADS)
-    allToAllKernel(ncclDevComm dc, ncclWindow_t recvWin, size_t recvOffset, const char* send, size_t blockBytes) {
-  Barrier bar(dc);
-  bar.sync();
-  char* dst[CUCO_COLL_MAX_RANKS];
-  const char* src[CUCO_COLL_MAX_RANKS];
-  for (int p = 0; p < dc.lsaSize; p++) {  // every block at once, this rank's own too
     dst[p] = (char*)ncclGetLsaPointer(recvWin, recvOffset + (size_t)dc.lsaRank * blockBytes, p);
-    src[p] = send + (size_t)p * blockBytes;
+    src[p] = send + (size_t)p * srcStride;
   }
   copyBytes(dst, src, dc.lsaSize, blockBytes, gridThread(), gridThreads());
   bar.sync();
@@ -320,12 +308,24 @@ inline cudaError_t symmetricFree(const cuco_ctx_t* ctx, void* ptr, ncclWindow_t 
   return cudaErrorInvalidValue;
 }
 
+inline cudaError_t scatterBlocks(const cuco_ctx_t* ctx, ncclWindow_t recvWin, size_t recvOffset, const void* send,
+                                 size_t blockBytes, size_t srcStride, cudaStream_t stream) {
+  if (ctx->nRanks > CUCO_COLL_MAX_RANKS) return cudaErrorInvalidValue;  // dst[] / src[] hold one pointer per rank
+  scatterBlocksKernel<<<CUCO_COLL_CTAS, CUCO_COLL_THREADS, 0, stream>>>(ctx->devComm, recvWin, recvOffset,
+                                                                       (const char*)send, blockBytes, srcStride);
+  return cudaGetLastError();
+}
+
+// All-gather: this rank's `bytes` of send land at recvOffset + rank * bytes of every rank's recv window.
 inline cudaError_t allGather(const cuco_ctx_t* ctx, ncclWindow_t recvWin, size_t recvOffset, const void* send,
                              size_t bytes, cudaStream_t stream) {
-  if (ctx->nRanks > CUCO_COLL_MAX_RANKS) return cudaErrorInvalidValue;  // dst[] holds one pointer per rank
-  allGatherKernel<<<CUCO_COLL_CTAS, CUCO_COLL_THREADS, 0, stream>>>(ctx->devComm, recvWin, recvOffset,
-                                                                   (const char*)send, bytes);
-  return cudaGetLastError();
+  return scatterBlocks(ctx, recvWin, recvOffset, send, bytes, 0, stream);
+}
+
+// All-to-all: block p (`blockBytes`) of this rank's send lands in block `rank` of rank p's recv window.
+inline cudaError_t allToAll(const cuco_ctx_t* ctx, ncclWindow_t recvWin, size_t recvOffset, const void* send,
+                            size_t blockBytes, cudaStream_t stream) {
+  return scatterBlocks(ctx, recvWin, recvOffset, send, blockBytes, blockBytes, stream);
 }
 
 template <typename T>
@@ -343,14 +343,6 @@ inline cudaError_t allReduce(const cuco_ctx_t* ctx, ncclWindow_t sendWin, size_t
   if (ctx->nRanks > CUCO_COLL_MAX_RANKS) return cudaErrorInvalidValue;  // in[] / out[] hold one pointer per rank
   allReduceKernel<T><<<CUCO_COLL_CTAS, CUCO_COLL_THREADS, 0, stream>>>(ctx->devComm, sendWin, sendOffset, recvWin,
                                                                       recvOffset, count);
-  return cudaGetLastError();
-}
-
-inline cudaError_t allToAll(const cuco_ctx_t* ctx, ncclWindow_t recvWin, size_t recvOffset, const void* send,
-                            size_t blockBytes, cudaStream_t stream) {
-  if (ctx->nRanks > CUCO_COLL_MAX_RANKS) return cudaErrorInvalidValue;  // dst[] / src[] hold one pointer per rank
-  allToAllKernel<<<CUCO_COLL_CTAS, CUCO_COLL_THREADS, 0, stream>>>(ctx->devComm, recvWin, recvOffset,
-                                                                  (const char*)send, blockBytes);
   return cudaGetLastError();
 }
 
