@@ -13,8 +13,6 @@ from __future__ import annotations
 
 import argparse
 import json
-import os
-import subprocess
 import sys
 import tempfile
 import time
@@ -27,31 +25,25 @@ WORKLOADS = [ROOT / "tests" / "workloads" / w for w in ("allgather_bf16", "reduc
                                                         "alltoall_bf16", "sendrecv_ring", "alltoallv_bf16")]
 
 
-def cuco(*args: str) -> int:
-    env = {**os.environ, "PYTHONPATH": str(ROOT) + os.pathsep + os.environ.get("PYTHONPATH", "")}
-    proc = subprocess.run([sys.executable, "-m", "cuco", *args], cwd=ROOT, env=env, text=True, capture_output=True)
-    sys.stdout.write(proc.stdout[-2000:] + proc.stderr[-2000:])
-    return proc.returncode
-
-
 def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--out", type=Path, default=ROOT / "benchmarks" / "results")
     ap.add_argument("--variant", nargs="*", default=[], metavar="MACRO=VALUE[,MACRO=VALUE]",
-                    help="also time the rewrite with these library macros defined (CUCO_COLL_CTAS=128,CUCO_COLL_UNROLL=8)")
+                    help="also time the rewrite with these library macros defined "
+                         "(CUCO_COLL_CTAS=128,CUCO_COLL_UNROLL=8)")
     args = ap.parse_args()
     sys.path.insert(0, str(ROOT))
     from cuco.machine import load_machine
     from cuco.workload import load_workload
 
-    cuco("doctor")
+    record.cuco("doctor")
     tmp = Path(tempfile.mkdtemp())
     rows, records, transforms = [], {}, {}
     for wl in WORKLOADS:
         transformed = tmp / f"{wl.name}.cu"
         # Rewrite, build and verify on this machine's GPUs, as a user would run it.
         t0 = time.monotonic()
-        rc = cuco("transform", str(wl), "--out", str(transformed))
+        rc = record.cuco("transform", str(wl), "--out", str(transformed)).returncode
         transforms[wl.name] = {"ok": rc == 0, "seconds": round(time.monotonic() - t0, 1)}
         variants = [("NCCL (seed)", wl / "seed.cu"), ("cuco device", transformed)]
         # Device programs the workload ships (written against the library where the rules do not reach).
@@ -65,7 +57,8 @@ def main() -> int:
                 variants.append((f"cuco device, {defs}", variant))
         for i, (label, cand) in enumerate(variants):
             out = tmp / f"{wl.name}-{i}.json"
-            if not cand.is_file() or cuco("eval", str(wl), str(cand), "--out", str(out)) != 0 or not out.is_file():
+            if not cand.is_file() or record.cuco("eval", str(wl), str(cand), "--out", str(out)).returncode \
+                    or not out.is_file():
                 rows.append((wl.name, "-", label, None, None, False))
                 continue
             rec = json.loads(out.read_text())
@@ -81,7 +74,8 @@ def main() -> int:
     lines = [f"# cuco device collectives vs NCCL on {info['device']}", "", f"Date {info['date']}, commit "
              f"{info['commit']}; peer link {bw:.0f} GB/s per direction. Bus bandwidth = bytes each rank receives / "
              "time.", "", f"Command: `{info['command']}`", "",
-             "| workload | shape | implementation | verified | median ms | GB/s | of the link |", "|---|---|---|---|---|---|---|"]
+             "| workload | shape | implementation | verified | median ms | GB/s | of the link |",
+             "|---|---|---|---|---|---|---|"]
     for w, shape, label, ms, gbps, ok in rows:
         if ms is None:
             lines.append(f"| {w} | - | {label} | failed | - | - | - |")

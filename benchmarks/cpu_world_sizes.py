@@ -12,7 +12,6 @@ from __future__ import annotations
 import argparse
 import os
 import platform
-import subprocess
 import sys
 import tempfile
 from pathlib import Path
@@ -29,15 +28,12 @@ def main() -> int:
     ap.add_argument("--generations", type=int, default=6)
     ap.add_argument("--out", type=Path, default=ROOT / "benchmarks" / "results")
     args = ap.parse_args()
-    env = {**os.environ, "PYTHONPATH": str(ROOT) + os.pathsep + os.environ.get("PYTHONPATH", "")}
     runs = Path(tempfile.mkdtemp())
     results = {}
     for w in args.worlds:
         run_dir = runs / f"w{w}"
-        proc = subprocess.run([sys.executable, "-m", "cuco", "evolve", "cpu_allgather_matmul", "--world", str(w),
-                               "--generations", str(args.generations), "--run-dir", str(run_dir), "--seed", "0"],
-                              cwd=ROOT, env=env, text=True, capture_output=True)
-        print(proc.stdout[-1500:], proc.stderr[-1500:], flush=True)
+        record.cuco("evolve", "cpu_allgather_matmul", "--world", str(w), "--generations", str(args.generations),
+                    "--run-dir", str(run_dir), "--seed", "0", tail=1500)
         results[w] = summarize(run_dir / "cuco.db")
     info = record.meta(None, host=f"{platform.processor() or platform.machine()}, {os.cpu_count()} cores")
     lines = [f"# cuco evolve cpu_allgather_matmul at world sizes {', '.join(map(str, args.worlds))} (gloo, CPU)", "",

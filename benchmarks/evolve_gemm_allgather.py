@@ -11,9 +11,7 @@ from __future__ import annotations
 
 import argparse
 import json
-import os
 import sqlite3
-import subprocess
 import sys
 from pathlib import Path
 
@@ -82,8 +80,8 @@ def main() -> int:
     ap.add_argument("--runs", type=Path, default=Path("/tmp/cuco-evolve-runs"))
     ap.add_argument("--out", type=Path, default=ROOT / "benchmarks" / "results")
     args = ap.parse_args()
-    env = {**os.environ, "PYTHONPATH": str(ROOT) + os.pathsep + os.environ.get("PYTHONPATH", "")}
-    subprocess.run([sys.executable, "-m", "cuco", "doctor"], cwd=ROOT, env=env, check=True)  # device facts
+    if record.cuco("doctor").returncode:  # the device facts every bound needs
+        return 1
     sys.path.insert(0, str(ROOT))
     from cuco.machine import load_machine
 
@@ -93,11 +91,9 @@ def main() -> int:
     for item in args.plan:
         shape, n = item.split(":")
         run_dir = args.runs / shape
-        cmd = [sys.executable, "-m", "cuco", "evolve", "gemm_allgather", "--shape", shape, "--generations", n,
-               "--run-dir", str(run_dir), "--seed", "0"]
-        proc = subprocess.run(cmd, cwd=ROOT, env=env, text=True, capture_output=True)
+        proc = record.cuco("evolve", "gemm_allgather", "--shape", shape, "--generations", n, "--run-dir",
+                           str(run_dir), "--seed", "0")
         (args.out / f"evolve-{shape}.log").write_text(proc.stdout + proc.stderr) if args.out.is_dir() else None
-        print(proc.stdout[-3000:], proc.stderr[-2000:])
         results[shape] = summarize(run_dir / "cuco.db")
         if (run_dir / "summary.json").is_file():  # the run's own summary, as `cuco evolve` wrote it
             results[shape]["run_summary"] = json.loads((run_dir / "summary.json").read_text())

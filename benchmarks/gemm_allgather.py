@@ -11,8 +11,6 @@ from __future__ import annotations
 
 import argparse
 import json
-import os
-import subprocess
 import sys
 from pathlib import Path
 
@@ -20,14 +18,6 @@ import record
 
 ROOT = record.ROOT
 RESULTS = ROOT / "benchmarks" / "results"
-
-
-def cuco(*args: str) -> subprocess.CompletedProcess:
-    env = {**os.environ, "PYTHONPATH": str(ROOT) + os.pathsep + os.environ.get("PYTHONPATH", "")}
-    proc = subprocess.run([sys.executable, "-m", "cuco", *args], cwd=ROOT, env=env, text=True, capture_output=True)
-    sys.stdout.write(proc.stdout)
-    sys.stderr.write(proc.stderr)
-    return proc
 
 
 def main() -> int:
@@ -47,9 +37,9 @@ def main() -> int:
     common = ["--world", str(args.world), "--device", "cuda"] + [x for s in args.shape for x in ("--shape", s)]
     if args.iters:
         common += ["--iters", str(args.iters)]
-    cuco("doctor")
+    record.cuco("doctor")
     machine = load_machine()
-    cuco("baseline", "gemm_allgather", *common)
+    record.cuco("baseline", "gemm_allgather", *common)
     records = json.loads((cuco_home() / "baselines" / f"gemm_allgather-w{args.world}-cuda.json").read_text())
     tmp = cuco_home() / "bench"
     tmp.mkdir(exist_ok=True)
@@ -58,7 +48,7 @@ def main() -> int:
             continue
         out = tmp / f"{name}.json"
         out.unlink(missing_ok=True)
-        proc = cuco("eval", "gemm_allgather", name, "--out", str(out), *common)
+        proc = record.cuco("eval", "gemm_allgather", name, "--out", str(out), *common)
         if out.is_file():
             records[name] = json.loads(out.read_text())
         else:  # cannot run here: cuco said why in its last line; a row of the table, not the end of it

@@ -14,8 +14,6 @@ Writes benchmarks/results/multi_gpu-<device>-<date>.json and .md.
 from __future__ import annotations
 
 import argparse
-import os
-import subprocess
 import sys
 import tempfile
 import time
@@ -27,12 +25,11 @@ from evolve_gemm_allgather import summarize
 ROOT = record.ROOT
 
 
-def run(cmd: list[str], env: dict[str, str]) -> tuple[int, str, float]:
+def run(*cmd: str) -> tuple[int, str, float]:
+    """record.run, timed: exit status, output, seconds."""
     t0 = time.monotonic()
-    proc = subprocess.run(cmd, cwd=ROOT, env=env, text=True, capture_output=True)
-    out = proc.stdout + proc.stderr
-    print(out[-3000:], flush=True)
-    return proc.returncode, out, time.monotonic() - t0
+    proc = record.run(*cmd)
+    return proc.returncode, proc.stdout + proc.stderr, time.monotonic() - t0
 
 
 def main() -> int:
@@ -44,13 +41,11 @@ def main() -> int:
     import torch
 
     gpus = torch.cuda.device_count()
-    env = {**os.environ, "PYTHONPATH": str(ROOT) + os.pathsep + os.environ.get("PYTHONPATH", "")}
     steps: dict[str, dict] = {}
     for world in (w for w in (4, 8) if w <= gpus):
-        rc, _, secs = run([sys.executable, "benchmarks/gemm_allgather.py", "--world", str(world), "--out",
-                           str(args.out)], env)
+        rc, _, secs = run(sys.executable, "benchmarks/gemm_allgather.py", "--world", str(world), "--out", str(args.out))
         steps[f"gemm_allgather world {world}"] = {"ok": rc == 0, "seconds": round(secs)}
-    rc, out, secs = run([sys.executable, "-m", "pytest", "-q", "-m", "gpu", "tests/test_world_sizes.py"], env)
+    rc, out, secs = run(sys.executable, "-m", "pytest", "-q", "-m", "gpu", "tests/test_world_sizes.py")
     said = [line for line in out.splitlines() if " passed" in line or " failed" in line]
     steps["pytest -m gpu tests/test_world_sizes.py"] = {"ok": rc == 0, "seconds": round(secs),
                                                         "summary": said[-1] if said else out[-200:]}
@@ -59,9 +54,9 @@ def main() -> int:
         runs = Path(tempfile.mkdtemp())
         for n in (1, 2):
             run_dir = runs / f"slots{n}"
-            rc, _, secs = run([sys.executable, "-m", "cuco", "evolve", "gemm_allgather", "--world", "2", "--shape",
-                               args.shape, "--generations", str(args.evals), "--run-dir", str(run_dir), "--seed", "0",
-                               "--set", f"search.slots={n}"], env)
+            rc, _, secs = run(sys.executable, "-m", "cuco", "evolve", "gemm_allgather", "--world", "2", "--shape",
+                              args.shape, "--generations", str(args.evals), "--run-dir", str(run_dir), "--seed", "0",
+                              "--set", f"search.slots={n}")
             s = summarize(run_dir / "cuco.db")
             slots[n] = {"ok": rc == 0, "seconds": round(secs, 1), "evaluations": s["evaluations"],
                         "failed": s["failed"], "per_minute": round(60 * s["evaluations"] / secs, 1),
@@ -72,7 +67,8 @@ def main() -> int:
     lines = [f"# cuco beyond two GPUs on {info['device']} ({info['links']})", "", f"Date {info['date']}, commit "
              f"{info['commit']}.", "", f"Command: `{info['command']}`", "", "| step | result | seconds |",
              "|---|---|---|"]
-    lines += [f"| {k} | {'ok' if v['ok'] else 'FAILED'} {v.get('summary', '')} | {v['seconds']} |" for k, v in steps.items()]
+    lines += [f"| {k} | {'ok' if v['ok'] else 'FAILED'} {v.get('summary', '')} | {v['seconds']} |"
+              for k, v in steps.items()]
     if slots:
         lines += ["", f"Evaluation slots, `cuco evolve gemm_allgather --world 2 --shape {args.shape}`:", "",
                   "| slots | evaluations (failed) | wall s | evaluations per minute | best | best ms |",

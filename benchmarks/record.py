@@ -1,4 +1,5 @@
-"""What every recorded benchmark carries beside its numbers: the date, the device, the commit, the command.
+"""What every recorded benchmark shares: how it runs cuco, and what it carries beside its numbers (the date,
+the device, the commit, the command).
 
 Results are evidence only with those; each script writes <name>.json (meta plus its data) and <name>.md (a
 short table) through `save`, so that they all say it the same way.
@@ -15,6 +16,19 @@ from pathlib import Path
 from typing import Any
 
 ROOT = Path(__file__).resolve().parents[1]
+
+
+def run(*cmd: str, tail: int = 3000) -> subprocess.CompletedProcess:
+    """A command from the repository root with this checkout's cuco importable, as a user would run it; the end
+    of its output is echoed, all of it is returned."""
+    env = {**os.environ, "PYTHONPATH": str(ROOT) + os.pathsep + os.environ.get("PYTHONPATH", "")}
+    proc = subprocess.run(list(cmd), cwd=ROOT, env=env, text=True, capture_output=True)
+    print(proc.stdout[-tail:], proc.stderr[-tail:], sep="", flush=True)
+    return proc
+
+
+def cuco(*args: str, tail: int = 3000) -> subprocess.CompletedProcess:
+    return run(sys.executable, "-m", "cuco", *args, tail=tail)
 
 
 def commit() -> str:
