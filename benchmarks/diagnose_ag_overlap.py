@@ -3,8 +3,8 @@
 One process, two GPUs, torch only (copy engine through cudaMemcpyPeerAsync). For rank 0 of world 2 it times:
 the full GEMM [8192,8192]x[8192,4096]; the two half-row GEMMs back to back and on two streams; the 64 MB
 shard copy pulled from GPU 1 and pushed by GPU 1, each with the other direction running too; and a half
-GEMM overlapped with each copy. If half GEMM + overlap is far above the half GEMM alone, the copy slows the GEMM; if the two
-halves are far above the full GEMM, splitting costs.
+GEMM overlapped with each copy. If half GEMM + overlap is far above the half GEMM alone, the copy slows the
+GEMM; if the two halves are far above the full GEMM, splitting costs.
 
     python benchmarks/diagnose_ag_overlap.py [--m 8192 --k 8192 --n 8192]
 """
