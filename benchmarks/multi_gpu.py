@@ -8,7 +8,9 @@
 
 Writes benchmarks/results/multi_gpu-<device>-<date>.json and .md.
 
-    python benchmarks/multi_gpu.py [--evals 12] [--shape 4k]
+    python benchmarks/multi_gpu.py [--evals 12] [--shape 4k] [--steps tables tests slots]
+
+Each step fits one device call of ten minutes on its own; --steps runs a subset and records what it ran.
 """
 
 from __future__ import annotations
@@ -23,6 +25,7 @@ import record
 from evolve_gemm_allgather import summarize
 
 ROOT = record.ROOT
+STEPS = ("tables", "tests", "slots")
 
 
 def run(*cmd: str) -> tuple[int, str, float]:
@@ -37,20 +40,22 @@ def main() -> int:
     ap.add_argument("--evals", type=int, default=12, help="evaluations per slot configuration (step 3)")
     ap.add_argument("--shape", default="4k", help="GEMM+AllGather shape of the slot comparison")
     ap.add_argument("--out", type=Path, default=ROOT / "benchmarks" / "results")
+    ap.add_argument("--steps", nargs="+", choices=STEPS, default=list(STEPS), help="which steps to run")
     args = ap.parse_args()
     import torch
 
     gpus = torch.cuda.device_count()
     steps: dict[str, dict] = {}
-    for world in (w for w in (4, 8) if w <= gpus):
+    for world in (w for w in (4, 8) if w <= gpus and "tables" in args.steps):
         rc, _, secs = run(sys.executable, "benchmarks/gemm_allgather.py", "--world", str(world), "--out", str(args.out))
         steps[f"gemm_allgather world {world}"] = {"ok": rc == 0, "seconds": round(secs)}
-    rc, out, secs = run(sys.executable, "-m", "pytest", "-q", "-m", "gpu", "tests/test_world_sizes.py")
-    said = [line for line in out.splitlines() if " passed" in line or " failed" in line]
-    steps["pytest -m gpu tests/test_world_sizes.py"] = {"ok": rc == 0, "seconds": round(secs),
-                                                        "summary": said[-1] if said else out[-200:]}
+    if "tests" in args.steps:
+        rc, out, secs = run(sys.executable, "-m", "pytest", "-q", "-m", "gpu", "tests/test_world_sizes.py")
+        said = [line for line in out.splitlines() if " passed" in line or " failed" in line]
+        steps["pytest -m gpu tests/test_world_sizes.py"] = {"ok": rc == 0, "seconds": round(secs),
+                                                            "summary": said[-1] if said else out[-200:]}
     slots = {}
-    if gpus >= 4:
+    if gpus >= 4 and "slots" in args.steps:
         runs = Path(tempfile.mkdtemp())
         for n in (1, 2):
             run_dir = runs / f"slots{n}"
@@ -75,7 +80,7 @@ def main() -> int:
                   "|---|---|---|---|---|---|"]
         lines += [f"| {n} | {v['evaluations']} ({v['failed']}) | {v['seconds']} | {v['per_minute']} | {v['best']} | "
                   f"{v['best_ms']:.3f} |" for n, v in slots.items()]
-    record.save(args.out, "multi_gpu", info, {"slots": slots}, lines)
+    record.save(args.out, "multi_gpu", info, {"slots": slots}, lines, with_time=True)
     return 0 if all(v["ok"] for v in steps.values()) and all(v["ok"] for v in slots.values()) else 1
 
 
