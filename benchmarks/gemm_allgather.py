@@ -56,7 +56,7 @@ def main() -> int:
             records[name] = {"ok": False, "failed_level": "-", "error": said[-1] if said else "no record"}
 
     info = record.meta(machine, args.world, peer_bw_gbps=machine.get("peer_bw_gbps"),
-                       gemm_bf16_tflops=machine.get("gemm_bf16_tflops"), world=args.world)
+                       gemm_bf16_tflops=machine.get("gemm_bf16_tflops"))
     record.save(args.out, f"gemm_allgather-w{args.world}", info, {"records": records}, markdown(spec, info, records))
     return 0 if all(r["ok"] for r in records.values()) else 1
 

@@ -45,7 +45,8 @@ def meta(machine: dict[str, Any] | None = None, world: int | None = None, **extr
     device = f"{world or len(gpus)}x {gpus[0]['name']}" if gpus else "unknown"
     return {"date": datetime.now(timezone.utc).isoformat(timespec="seconds"), "device": device,
             "gpu": gpus[0]["name"] if gpus else None, "links": (machine or {}).get("links"), "commit": commit(),
-            "command": " ".join(["python", f"benchmarks/{Path(sys.argv[0]).name}", *sys.argv[1:]]), **extra}
+            "command": " ".join(["python", f"benchmarks/{Path(sys.argv[0]).name}", *sys.argv[1:]]),
+            **({"world": world} if world else {}), **extra}
 
 
 def save(out: Path, name: str, info: dict[str, Any], data: dict[str, Any], lines: list[str],
