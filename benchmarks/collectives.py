@@ -6,7 +6,7 @@ the table gives time and bus bandwidth (bytes each rank must receive over time) 
 `cuco doctor` measured.
 Writes benchmarks/results/collectives-<device>-<date>-<time>.json and .md.
 
-    python benchmarks/collectives.py [--out DIR] [--variant CUCO_COLL_CTAS=128 ...]
+    python benchmarks/collectives.py [--out DIR] [--variant CUCO_COLL_CTAS=128 ...] [--workloads reducescatter_sum ...]
 """
 
 from __future__ import annotations
@@ -31,6 +31,8 @@ def main() -> int:
     ap.add_argument("--variant", nargs="*", default=[], metavar="MACRO=VALUE[,MACRO=VALUE]",
                     help="also time the rewrite with these library macros defined "
                          "(CUCO_COLL_CTAS=128,CUCO_COLL_UNROLL=8)")
+    ap.add_argument("--workloads", nargs="+", choices=[w.name for w in WORKLOADS], default=[w.name for w in WORKLOADS],
+                    help="which test workloads to time (default: all)")
     args = ap.parse_args()
     sys.path.insert(0, str(ROOT))
     from cuco.machine import load_machine
@@ -39,7 +41,7 @@ def main() -> int:
     record.cuco("doctor")
     tmp = Path(tempfile.mkdtemp())
     rows, records, transforms = [], {}, {}
-    for wl in WORKLOADS:
+    for wl in (w for w in WORKLOADS if w.name in args.workloads):
         transformed = tmp / f"{wl.name}.cu"
         # Rewrite, build and verify on this machine's GPUs, as a user would run it.
         t0 = time.monotonic()
