@@ -2,11 +2,14 @@
 
 from __future__ import annotations
 
+import shutil
 from pathlib import Path
 
 import pytest
 
+from conftest import ROOT
 from cuco.errors import CucoError
+from cuco.runner.cascade import EvalOptions, evaluate
 from cuco.workload.expr import ExprError, eval_expr
 from cuco.workload.spec import load_workload
 
@@ -103,6 +106,25 @@ def test_base_template_is_valid(tmp_path):
     assert spec.tolerance.rtol == 0.02
     assert set(spec.candidates) == {"base", "other"}
     assert spec.baselines == ["base"]
+    assert spec.nccl_env == {}
+
+
+def test_nccl_env_reaches_every_rank_and_the_record(tmp_path):
+    """A workload's [nccl_env] is in the environment of each rank's process, and the record says so."""
+    root = tmp_path / "wl"
+    shutil.copytree(ROOT / "workloads" / "cpu_allgather_matmul", root)
+    toml = root / "workload.toml"
+    toml.write_text(toml.read_text().replace("[timing]", '[nccl_env]\nNCCL_PROTO = "Simple"\n\n[timing]', 1))
+    # The reference (trusted code, unlike candidates) runs inside each rank: it refuses to make inputs without it.
+    ref = root / "reference.py"
+    ref.write_text(ref.read_text() + "\n\n_make_inputs = make_inputs\n\n\ndef make_inputs(*args):\n"
+                   "    import os\n\n    assert os.environ.get('NCCL_PROTO') == 'Simple', 'no [nccl_env] here'\n"
+                   "    return _make_inputs(*args)\n")
+    spec = load_workload(root)
+    assert spec.nccl_env == {"NCCL_PROTO": "Simple"}
+    rec = evaluate(spec, spec.seed_path, EvalOptions(device="cpu", max_level="L2"))
+    assert rec["ok"], rec["error"]
+    assert rec["nccl_env"] == {"NCCL_PROTO": "Simple"}
 
 
 # (test id, old fragment, new fragment, substrings the one-line error must contain: key and reason)
@@ -161,6 +183,12 @@ BAD_TOML = [
     # timing
     ("trials-one", "trials = 2\n", "trials = 1\n", ["timing.trials", "at least 2"]),
     ("trials-zero", "trials = 2\n", "trials = 0\n", ["timing.trials", "at least 2"]),
+    # [nccl_env]
+    ("nccl-env-not-nccl", "[timing]\n", "[nccl_env]\nLD_PRELOAD = \"x.so\"\n\n[timing]\n",
+     ["nccl_env.LD_PRELOAD", "only NCCL_"]),
+    ("nccl-env-pinned", "[timing]\n", "[nccl_env]\nNCCL_NVLS_ENABLE = 1\n\n[timing]\n",
+     ["nccl_env.NCCL_NVLS_ENABLE", "set by the runner"]),
+    ("nccl-env-table-value", "[timing]\n", "[nccl_env]\nNCCL_ALGO = [1]\n\n[timing]\n", ["nccl_env.NCCL_ALGO"]),
     # world size
     ("world-size-zero", "world_size = 2\n", "world_size = 0\n", ["world_size", "at least 1"]),
 ]

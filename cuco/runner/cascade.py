@@ -107,8 +107,10 @@ def evaluate(spec: WorkloadSpec, candidate: Path, opts: EvalOptions, baselines: 
     job = Job(workload_root=str(spec.root), world=spec.world_size, candidate=str(candidate.resolve()), kind=kind,
               device=opts.device, stages=stages, out_dir=str(work), master_port=free_port(),
               seed=secrets.randbelow(2**31), library=library, harness=harness, gate_file=gate_file,
-              gpus=list(opts.gpus), warmup=opts.warmup, iters=opts.iters)
+              gpus=list(opts.gpus), warmup=opts.warmup, iters=opts.iters, env=dict(spec.nccl_env))
     record["seed"] = job.seed
+    if spec.nccl_env:
+        record["nccl_env"] = dict(spec.nccl_env)
     record["work_dir"] = str(work)
     try:
         res = launch(job, opts.timeout_s or spec.timing.timeout_s, work / "job.json")

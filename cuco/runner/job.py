@@ -30,6 +30,7 @@ class Job:
     gpus: list[int] = field(default_factory=list)
     warmup: int | None = None  # overrides of the workload's timing settings
     iters: int | None = None
+    env: dict[str, str] = field(default_factory=dict)  # the workload's [nccl_env]
 
     def write(self, path: Path) -> None:
         path.write_text(json.dumps(asdict(self), indent=1))

@@ -85,7 +85,7 @@ def launch(job: Job, timeout_s: float, job_path: Path) -> LaunchResult:
     out = Path(job.out_dir)
     out.mkdir(parents=True, exist_ok=True)
     job.write(job_path)
-    env = {**os.environ, **SAFE_ENV, "PYTHONUNBUFFERED": "1", "CUCO_WORLD_SIZE": str(job.world),
+    env = {**os.environ, **job.env, **SAFE_ENV, "PYTHONUNBUFFERED": "1", "CUCO_WORLD_SIZE": str(job.world),
            "CUCO_LAUNCHER_PID": str(os.getpid())}
     if job.device == "cuda" and job.gpus:
         env["CUDA_VISIBLE_DEVICES"] = ",".join(str(g) for g in job.gpus)

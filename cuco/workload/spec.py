@@ -111,6 +111,7 @@ class WorkloadSpec:
     strategies: dict[str, StrategySpec] = field(default_factory=dict)
     notes: str = ""
     source: Path = field(default=Path())
+    nccl_env: dict[str, str] = field(default_factory=dict)
 
     @property
     def reference_path(self) -> Path:
@@ -184,6 +185,26 @@ def _load_strategies(ssec: _Section, root: Path) -> dict[str, StrategySpec]:
         out[sname] = StrategySpec(sname, root / rel, accepts)
     ssec.done()
     return out
+
+
+# The runner sets these for every program (the machines' rule: NVLink multicast stays off); no workload may.
+PINNED_ENV = ("NCCL_NVLS_ENABLE",)
+
+
+def _load_nccl_env(sec: _Section) -> dict[str, str]:
+    """[nccl_env]: NCCL settings every candidate of the workload runs under, each with the reason beside it.
+
+    For a seed whose NCCL calls would break a contract that the harness's own choices impose, such as
+    send/recv at rank-dependent offsets inside NCCL_WIN_COLL_SYMMETRIC windows."""
+    env = {}
+    for key in sec.data:
+        value = sec.get(key, (str, int, bool))
+        if not key.startswith("NCCL_"):
+            raise sec.fail(key, "only NCCL_* variables may be set here")
+        if key in PINNED_ENV:
+            raise sec.fail(key, "set by the runner for every program; a workload may not change it")
+        env[key] = str(int(value) if isinstance(value, bool) else value)
+    return env
 
 
 def load_workload(root: Path, world_size: int | None = None) -> WorkloadSpec:
@@ -268,6 +289,7 @@ def load_workload(root: Path, world_size: int | None = None) -> WorkloadSpec:
         if b not in candidates:
             raise top.fail("baselines", f"{b!r} is not a key of [candidates]")
     strategies = _load_strategies(top.table("strategies"), root)
+    nccl_env = _load_nccl_env(top.table("nccl_env"))
     top.done()
 
     if not (root / "reference.py").is_file():
@@ -290,6 +312,7 @@ def load_workload(root: Path, world_size: int | None = None) -> WorkloadSpec:
         strategies=strategies,
         notes=notes_path.read_text() if notes_path.is_file() else "",
         source=path,
+        nccl_env=nccl_env,
     )
     if spec.world_size < 1:
         raise CucoError(str(path), f"world_size: must be at least 1, got {spec.world_size}")
