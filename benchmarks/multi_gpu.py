@@ -70,10 +70,11 @@ def main() -> int:
 
     info = record.meta(load_machine(), gpus=gpus, steps=steps)
     lines = [f"# cuco beyond two GPUs on {info['device']} ({info['links']})", "", f"Date {info['date']}, commit "
-             f"{info['commit']}.", "", f"Command: `{info['command']}`", "", "| step | result | seconds |",
-             "|---|---|---|"]
-    lines += [f"| {k} | {'ok' if v['ok'] else 'FAILED'} {v.get('summary', '')} | {v['seconds']} |"
-              for k, v in steps.items()]
+             f"{info['commit']}.", "", f"Command: `{info['command']}`"]
+    if steps:
+        lines += ["", "| step | result | seconds |", "|---|---|---|"]
+        lines += [f"| {k} | {'ok' if v['ok'] else 'FAILED'} {v.get('summary', '')} | {v['seconds']} |"
+                  for k, v in steps.items()]
     if slots:
         lines += ["", f"Evaluation slots, `cuco evolve gemm_allgather --world 2 --shape {args.shape}`:", "",
                   "| slots | evaluations (failed) | wall s | evaluations per minute | best | best ms |",
