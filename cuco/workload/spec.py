@@ -194,8 +194,8 @@ PINNED_ENV = ("NCCL_NVLS_ENABLE",)
 def _load_nccl_env(sec: _Section) -> dict[str, str]:
     """[nccl_env]: NCCL settings every candidate of the workload runs under, each with the reason beside it.
 
-    For a seed whose NCCL calls would break a contract that the harness's own choices impose, such as
-    send/recv at rank-dependent offsets inside NCCL_WIN_COLL_SYMMETRIC windows."""
+    For seeds that NCCL mishandles on the runner's buffers: NCCL 2.28.9's send/recv into the runner's
+    NCCL_WIN_COLL_SYMMETRIC windows received nothing from the peer until NCCL_LOCAL_REGISTER=0."""
     env = {}
     for key in sec.data:
         value = sec.get(key, (str, int, bool))
