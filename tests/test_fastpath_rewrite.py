@@ -126,6 +126,18 @@ def test_uneven_all_to_all_candidates_are_correct_on_gpus(name, tmp_path):
     assert rec["ok"], rec["error"]
 
 
+@pytest.mark.gpu(2)
+@pytest.mark.nvcc
+@pytest.mark.parametrize("name", sorted(n for n in WORKLOADS if n != "gemm_allgather"))
+def test_host_driven_seeds_are_correct_on_gpus(name, tmp_path):
+    """The NCCL programs the rewrites are compared with must be right themselves (send/recv into the runner's
+    windows were not, under NCCL's defaults: see [nccl_env] in those workloads)."""
+    spec = load_workload(WORKLOADS[name])
+    rec = evaluate(spec, spec.seed_path, EvalOptions(device="cuda", max_level="L3", gpus=[0, 1],
+                                                     work_dir=tmp_path / "w"))
+    assert rec["ok"], rec["error"]
+
+
 def test_program_owned_buffer_moves_to_nccl_memory_and_a_window():
     spec, src = _program("allreduce_scratch")
     rw = rewrite(src, spec)
