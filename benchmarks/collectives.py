@@ -29,8 +29,8 @@ def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--out", type=Path, default=ROOT / "benchmarks" / "results")
     ap.add_argument("--variant", nargs="*", default=[], metavar="MACRO=VALUE[,MACRO=VALUE]",
-                    help="also time the rewrite with these library macros defined "
-                         "(CUCO_COLL_CTAS=128,CUCO_COLL_UNROLL=8)")
+                    help="also time the rewrite and the shipped device programs with these macros defined "
+                         "(CUCO_COLL_CTAS=128,CUCO_COLL_UNROLL=8; RS_CHUNKS=8 for reducescatter_sum's push.cu)")
     ap.add_argument("--workloads", nargs="+", choices=[w.name for w in WORKLOADS], default=[w.name for w in WORKLOADS],
                     help="which test workloads to time (default: all)")
     args = ap.parse_args()
@@ -50,13 +50,15 @@ def main() -> int:
         variants = [("NCCL (seed)", wl / "seed.cu"), ("cuco device", transformed)]
         # Device programs the workload ships (written against the library where the rules do not reach).
         spec = load_workload(wl)
-        variants += [(f"cuco device ({name}.cu)", path) for name, path in spec.candidates.items() if name != "seed"]
+        shipped = [(f"cuco device ({name}.cu)", path) for name, path in spec.candidates.items() if name != "seed"]
+        variants += shipped
         for i, defs in enumerate(args.variant):
-            if transformed.is_file():
-                variant = tmp / f"{wl.name}-variant{i}.cu"
-                macros = "".join(f"#define {d.replace('=', ' ', 1)}\n" for d in defs.split(","))
-                variant.write_text(macros + transformed.read_text())
-                variants.append((f"cuco device, {defs}", variant))
+            macros = "".join(f"#define {d.replace('=', ' ', 1)}\n" for d in defs.split(","))
+            for j, (label, path) in enumerate([("cuco device", transformed)] + shipped):
+                if path.is_file():
+                    variant = tmp / f"{wl.name}-variant{i}-{j}.cu"
+                    variant.write_text(macros + path.read_text())
+                    variants.append((f"{label}, {defs}", variant))
         for i, (label, cand) in enumerate(variants):
             out = tmp / f"{wl.name}-{i}.json"
             if not cand.is_file() or record.cuco("eval", str(wl), str(cand), "--out", str(out)).returncode \

@@ -29,6 +29,12 @@ CUCO_EXPORT int cuco_test_reduce_f32(void* const* in, int nIn, void* const* out,
   return reduce<float>(in, nIn, out, nOut, lo, hi, nThreads);
 }
 
+// Every part of [0, count) as packSlice cuts it, into lo[i], hi[i].
+CUCO_EXPORT int cuco_test_pack_slice(size_t count, size_t kN, size_t parts, size_t* lo, size_t* hi) {
+  for (size_t i = 0; i < parts; i++) cuco::packSlice(count, kN, i, parts, &lo[i], &hi[i]);
+  return 0;
+}
+
 // The candidate contract, so that the runner's build accepts the file.
 CUCO_EXPORT int cuco_setup(cuco_ctx_t* ctx) { return 0; }
 CUCO_EXPORT int cuco_run(cuco_ctx_t* ctx) { return 0; }

@@ -2,11 +2,13 @@
  * cuco_collectives.cuh: cuco's device-side collectives over NCCL 2.28 LSA windows.
  *
  * The conservative design point of the fast path: one kernel per collective (placement deferred),
- * CUCO_COLL_CTAS CTAs each owning one LSA barrier (sync global, issuer cta), the whole buffer at once.
+ * CUCO_COLL_CTAS CTAs each owning one LSA barrier (sync global, issuer cta), the whole buffer at once;
+ * reduceScatterPush is the same collective at another point (sync chunk: a barrier per chunk per CTA).
  * Every kernel starts with a barrier (no rank writes into, or reads from, a peer buffer that peer may
  * still be using) and ends with one (every store has landed before anything after the kernel runs).
  * Reductions add in fixed rank order in fp32, so results are bitwise deterministic. Data moves by stores
- * into peers' windows (all-gather, all-to-all(v), send), or loads from them (reduce-scatter, all-reduce).
+ * into peers' windows (all-gather, all-to-all(v), send, reduceScatterPush), or loads from them (reduce-scatter,
+ * all-reduce).
  *
  * Requires: the device communicator has CUCO_COLL_CTAS LSA barriers (cuco_coll_requirements); the
  * windows are symmetric buffers of the workload; all ranks in one LSA team.
@@ -216,6 +218,14 @@ __host__ __device__ inline uint4 packOf(const float* acc) {
   return u;
 }
 
+// Part i of `parts` of [0, count) elements, cut on boundaries of packs of kN elements so that every part
+// starts aligned like element 0; the last part takes the tail.
+__host__ __device__ inline void packSlice(size_t count, size_t kN, size_t i, size_t parts, size_t* lo, size_t* hi) {
+  const size_t packs = count / kN;
+  *lo = packs * i / parts * kN;
+  *hi = i == parts - 1 ? count : packs * (i + 1) / parts * kN;
+}
+
 // Elements [lo, hi), by thread `tid` of `nThreads`: the sum over ranks p = 0..nIn-1 (in that order, in fp32)
 // of in[p][i], stored to every out[o][i]. 16-byte packs when every pointer is 16-byte aligned at lo, element by
 // element otherwise and for the tail; both paths add in the same order, so the result does not depend on
@@ -267,18 +277,59 @@ __global__ void __launch_bounds__(CUCO_COLL_THREADS)
   bar.sync();  // peers may reuse their send buffers only once every rank has read them
 }
 
+// Reduce-scatter by stores (sync chunk, CTA issuers): NVLink carries stores more efficiently than the loads
+// of reduceScatterKernel (which reached 80-84% of the link at 64 MB on 2x H200). Rank r stores the block that
+// rank p needs (send + p * count) into slot r of p's stage window. Each CTA owns one range of the block and
+// moves it in nChunks chunks; after each chunk's barrier (with the same CTA on every rank) it adds the chunk
+// that every rank stored to it while the stores of its next chunk drain. stageWin holds nRanks * count
+// elements on every rank (slot r stays unused: a rank reads its own block from send). Same addition order as
+// reduceScatterKernel, so the same bits.
+template <typename T>
+__global__ void __launch_bounds__(CUCO_COLL_THREADS)
+    reduceScatterPushKernel(ncclDevComm dc, const T* send, ncclWindow_t stageWin, size_t stageOffset, T* recv,
+                            size_t count, int nChunks) {
+  Barrier bar(dc);
+  bar.sync();  // every rank has finished adding from its stage in the previous call
+  const int me = dc.lsaRank, n = dc.lsaSize;
+  constexpr size_t kN = 16 / sizeof(T);
+  size_t lo, hi;  // this CTA's range of the block; chunk k of it is [c0, c1) below
+  packSlice(count, kN, blockIdx.x, gridDim.x, &lo, &hi);
+  const T* stage = (const T*)ncclGetLsaPointer(stageWin, stageOffset, me);
+  const T* in[CUCO_COLL_MAX_RANKS];
+  for (int q = 0; q < n; q++) in[q] = q == me ? send + (size_t)me * count : stage + (size_t)q * count;
+  size_t prev0 = 0, prev1 = 0;
+  for (int k = 0; k <= nChunks; k++) {
+    size_t c0 = 0, c1 = 0;
+    if (k < nChunks) {
+      packSlice(hi - lo, kN, k, nChunks, &c0, &c1);
+      c0 += lo;
+      c1 += lo;
+      char* dst[CUCO_COLL_MAX_RANKS];
+      const char* src[CUCO_COLL_MAX_RANKS];
+      int m = 0;
+      for (int p = 0; p < n; p++) {
+        if (p == me) continue;
+        dst[m] = (char*)ncclGetLsaPointer(stageWin, stageOffset + ((size_t)me * count + c0) * sizeof(T), p);
+        src[m++] = (const char*)(send + (size_t)p * count + c0);
+      }
+      if (m > 0) copyBytes(dst, src, m, (c1 - c0) * sizeof(T), threadIdx.x, blockDim.x);
+    }
+    if (k > 0) reduceRange<T>(in, n, &recv, 1, prev0, prev1, threadIdx.x, blockDim.x);
+    if (k < nChunks) bar.sync();  // acq_rel: chunk k from every rank has landed in this rank's stage
+    prev0 = c0;
+    prev1 = c1;
+  }
+}
+
 // All-reduce (sum): rank r reduces its slice of every rank's send and stores the sum into every rank's recv.
-// Slices are cut on 16-byte pack boundaries so that each stays aligned.
 template <typename T>
 __global__ void __launch_bounds__(CUCO_COLL_THREADS)
     allReduceKernel(ncclDevComm dc, ncclWindow_t sendWin, size_t sendOffset, ncclWindow_t recvWin, size_t recvOffset,
                     size_t count) {
   Barrier bar(dc);
   bar.sync();
-  constexpr size_t kN = 16 / sizeof(T);
-  const size_t packs = count / kN;
-  const size_t lo = packs * dc.lsaRank / dc.lsaSize * kN;
-  const size_t hi = dc.lsaRank == dc.lsaSize - 1 ? count : packs * (dc.lsaRank + 1) / dc.lsaSize * kN;
+  size_t lo, hi;
+  packSlice(count, 16 / sizeof(T), dc.lsaRank, dc.lsaSize, &lo, &hi);
   const T* in[CUCO_COLL_MAX_RANKS];
   T* out[CUCO_COLL_MAX_RANKS];
   for (int p = 0; p < dc.lsaSize; p++) {
@@ -334,6 +385,16 @@ inline cudaError_t reduceScatter(const cuco_ctx_t* ctx, ncclWindow_t sendWin, si
   if (ctx->nRanks > CUCO_COLL_MAX_RANKS) return cudaErrorInvalidValue;  // in[] / out[] hold one pointer per rank
   reduceScatterKernel<T><<<CUCO_COLL_CTAS, CUCO_COLL_THREADS, 0, stream>>>(ctx->devComm, sendWin, sendOffset,
                                                                           (T*)recv, count);
+  return cudaGetLastError();
+}
+
+// stageWin: nRanks * count elements of T at stageOffset on every rank (symmetricAlloc in cuco_setup).
+template <typename T>
+inline cudaError_t reduceScatterPush(const cuco_ctx_t* ctx, const void* send, ncclWindow_t stageWin, size_t stageOffset,
+                                     void* recv, size_t count, int nChunks, cudaStream_t stream) {
+  if (ctx->nRanks > CUCO_COLL_MAX_RANKS || nChunks < 1) return cudaErrorInvalidValue;
+  reduceScatterPushKernel<T><<<CUCO_COLL_CTAS, CUCO_COLL_THREADS, 0, stream>>>(
+      ctx->devComm, (const T*)send, stageWin, stageOffset, (T*)recv, count, nChunks);
   return cudaGetLastError();
 }
 
