@@ -47,14 +47,15 @@ def main() -> int:
         t0 = time.monotonic()
         rc = record.cuco("transform", str(wl), "--out", str(transformed)).returncode
         transforms[wl.name] = {"ok": rc == 0, "seconds": round(time.monotonic() - t0, 1)}
-        variants = [("NCCL (seed)", wl / "seed.cu"), ("cuco device", transformed)]
-        # Device programs the workload ships (written against the library where the rules do not reach).
+        # The rewrite, and the device programs the workload ships (written against the library where the rules
+        # do not reach): each also under every --variant.
         spec = load_workload(wl)
-        shipped = [(f"cuco device ({name}.cu)", path) for name, path in spec.candidates.items() if name != "seed"]
-        variants += shipped
+        device = [("cuco device", transformed)] + [(f"cuco device ({name}.cu)", path)
+                                                   for name, path in spec.candidates.items() if name != "seed"]
+        variants = [("NCCL (seed)", wl / "seed.cu"), *device]
         for i, defs in enumerate(args.variant):
             macros = "".join(f"#define {d.replace('=', ' ', 1)}\n" for d in defs.split(","))
-            for j, (label, path) in enumerate([("cuco device", transformed)] + shipped):
+            for j, (label, path) in enumerate(device):
                 if path.is_file():
                     variant = tmp / f"{wl.name}-variant{i}-{j}.cu"
                     variant.write_text(macros + path.read_text())

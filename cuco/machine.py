@@ -11,6 +11,10 @@ from typing import Any
 
 from cuco.paths import machine_file
 
+# NVLink multicast stays off in every program cuco starts: on shared hosts it can take GPUs out of service.
+# The runner sets these last, so nothing (a workload's [nccl_env] included) can change them.
+SAFE_ENV = {"NCCL_NVLS_ENABLE": "0", "TORCH_SYMM_MEM_DISABLE_MULTICAST": "1", "NVSHMEM_DISABLE_NVLS": "1"}
+
 
 def load_machine() -> dict[str, Any]:
     path = machine_file()

@@ -18,10 +18,8 @@ import time
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from cuco.machine import SAFE_ENV
 from cuco.runner.job import Job
-
-# NVLink multicast stays off in every program cuco starts: on shared hosts it can take GPUs out of service.
-SAFE_ENV = {"NCCL_NVLS_ENABLE": "0", "TORCH_SYMM_MEM_DISABLE_MULTICAST": "1", "NVSHMEM_DISABLE_NVLS": "1"}
 CRASH_GRACE_S = 5.0  # after one rank dies, the others get this long to report their own state
 POLL_S = 0.05
 

@@ -11,6 +11,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from cuco.errors import CucoError
+from cuco.machine import SAFE_ENV
 from cuco.tomlconfig import Section as _Section
 from cuco.tomlconfig import load_dataclass as _load_dataclass
 from cuco.workload.expr import ExprError, eval_expr, names_in
@@ -187,10 +188,6 @@ def _load_strategies(ssec: _Section, root: Path) -> dict[str, StrategySpec]:
     return out
 
 
-# The runner sets these for every program (the machines' rule: NVLink multicast stays off); no workload may.
-PINNED_ENV = ("NCCL_NVLS_ENABLE",)
-
-
 def _load_nccl_env(sec: _Section) -> dict[str, str]:
     """[nccl_env]: NCCL settings every candidate of the workload runs under, each with the reason beside it.
 
@@ -201,7 +198,7 @@ def _load_nccl_env(sec: _Section) -> dict[str, str]:
         value = sec.get(key, (str, int, bool))
         if not key.startswith("NCCL_"):
             raise sec.fail(key, "only NCCL_* variables may be set here")
-        if key in PINNED_ENV:
+        if key in SAFE_ENV:
             raise sec.fail(key, "set by the runner for every program; a workload may not change it")
         env[key] = str(int(value) if isinstance(value, bool) else value)
     return env

@@ -5,7 +5,8 @@
  * CUCO_COLL_CTAS CTAs each owning one LSA barrier (sync global, issuer cta), the whole buffer at once;
  * reduceScatterPush is the same collective at another point (sync chunk: a barrier per chunk per CTA).
  * Every kernel starts with a barrier (no rank writes into, or reads from, a peer buffer that peer may
- * still be using) and ends with one (every store has landed before anything after the kernel runs).
+ * still be using) and ends with one (every store has landed before anything after the kernel runs), but
+ * reduceScatterPush, whose last barrier already follows its last remote store.
  * Reductions add in fixed rank order in fp32, so results are bitwise deterministic. Data moves by stores
  * into peers' windows (all-gather, all-to-all(v), send, reduceScatterPush), or loads from them (reduce-scatter,
  * all-reduce).
@@ -282,8 +283,8 @@ __global__ void __launch_bounds__(CUCO_COLL_THREADS)
 // rank p needs (send + p * count) into slot r of p's stage window. Each CTA owns one range of the block and
 // moves it in nChunks chunks; after each chunk's barrier (with the same CTA on every rank) it adds the chunk
 // that every rank stored to it while the stores of its next chunk drain. stageWin holds nRanks * count
-// elements on every rank (slot r stays unused: a rank reads its own block from send). Same addition order as
-// reduceScatterKernel, so the same bits.
+// elements on every rank (slot r stays unused: a rank reads its own block from send). Same addition order
+// as reduceScatterKernel (rank order, fp32).
 template <typename T>
 __global__ void __launch_bounds__(CUCO_COLL_THREADS)
     reduceScatterPushKernel(ncclDevComm dc, const T* send, ncclWindow_t stageWin, size_t stageOffset, T* recv,
@@ -292,18 +293,20 @@ __global__ void __launch_bounds__(CUCO_COLL_THREADS)
   bar.sync();  // every rank has finished adding from its stage in the previous call
   const int me = dc.lsaRank, n = dc.lsaSize;
   constexpr size_t kN = 16 / sizeof(T);
-  size_t lo, hi;  // this CTA's range of the block; chunk k of it is [c0, c1) below
+  size_t lo, hi;  // this CTA's range of the block
   packSlice(count, kN, blockIdx.x, gridDim.x, &lo, &hi);
+  auto chunk = [&](int k, size_t* c0, size_t* c1) {  // chunk k of the range, pack-aligned like it
+    packSlice(hi - lo, kN, k, nChunks, c0, c1);
+    *c0 += lo;
+    *c1 += lo;
+  };
   const T* stage = (const T*)ncclGetLsaPointer(stageWin, stageOffset, me);
   const T* in[CUCO_COLL_MAX_RANKS];
   for (int q = 0; q < n; q++) in[q] = q == me ? send + (size_t)me * count : stage + (size_t)q * count;
-  size_t prev0 = 0, prev1 = 0;
+  size_t c0, c1;
   for (int k = 0; k <= nChunks; k++) {
-    size_t c0 = 0, c1 = 0;
-    if (k < nChunks) {
-      packSlice(hi - lo, kN, k, nChunks, &c0, &c1);
-      c0 += lo;
-      c1 += lo;
+    if (k < nChunks) {  // store chunk k of every peer's block into its stage
+      chunk(k, &c0, &c1);
       char* dst[CUCO_COLL_MAX_RANKS];
       const char* src[CUCO_COLL_MAX_RANKS];
       int m = 0;
@@ -314,11 +317,13 @@ __global__ void __launch_bounds__(CUCO_COLL_THREADS)
       }
       if (m > 0) copyBytes(dst, src, m, (c1 - c0) * sizeof(T), threadIdx.x, blockDim.x);
     }
-    if (k > 0) reduceRange<T>(in, n, &recv, 1, prev0, prev1, threadIdx.x, blockDim.x);
+    if (k > 0) {  // add chunk k-1, which every rank stored here before the last barrier
+      chunk(k - 1, &c0, &c1);
+      reduceRange<T>(in, n, &recv, 1, c0, c1, threadIdx.x, blockDim.x);
+    }
     if (k < nChunks) bar.sync();  // acq_rel: chunk k from every rank has landed in this rank's stage
-    prev0 = c0;
-    prev1 = c1;
   }
+  // No closing barrier: every store to a peer landed before the last one, and what follows is local.
 }
 
 // All-reduce (sum): rank r reduces its slice of every rank's send and stores the sum into every rank's recv.
