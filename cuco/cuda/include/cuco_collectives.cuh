@@ -3,10 +3,11 @@
  *
  * The conservative design point of the fast path: one kernel per collective (placement deferred),
  * CUCO_COLL_CTAS CTAs each owning one LSA barrier (sync global, issuer cta), the whole buffer at once;
- * reduceScatterPush is the same collective at another point (sync chunk: a barrier per chunk per CTA).
- * Every kernel starts with a barrier (no rank writes into, or reads from, a peer buffer that peer may
- * still be using) and ends with one (every store has landed before anything after the kernel runs), but
- * reduceScatterPush, whose last barrier already follows its last remote store.
+ * reduceScatterPush is the same collective at another point (sync chunk: producer CTAs raise a flag per
+ * chunk on the peer, consumer CTAs wait for it). Every kernel starts with a barrier (no rank writes into,
+ * or reads from, a peer buffer that peer may still be using) and ends with one (every store has landed
+ * before anything after the kernel runs), but reduceScatterPush, whose consumers end only once every
+ * peer's stores to them have landed.
  * Reductions add in fixed rank order in fp32, so results are bitwise deterministic. Data moves by stores
  * into peers' windows (all-gather, all-to-all(v), send, reduceScatterPush), or loads from them (reduce-scatter,
  * all-reduce).
@@ -278,52 +279,81 @@ __global__ void __launch_bounds__(CUCO_COLL_THREADS)
   bar.sync();  // peers may reuse their send buffers only once every rank has read them
 }
 
-// Reduce-scatter by stores (sync chunk, CTA issuers): NVLink carries stores more efficiently than the loads
-// of reduceScatterKernel (which reached 80-84% of the link at 64 MB on 2x H200). Rank r stores the block that
-// rank p needs (send + p * count) into slot r of p's stage window. Each CTA owns one range of the block and
-// moves it in nChunks chunks; after each chunk's barrier (with the same CTA on every rank) it adds the chunk
-// that every rank stored to it while the stores of its next chunk drain. stageWin holds nRanks * count
-// elements on every rank (slot r stays unused: a rank reads its own block from send). Same addition order
-// as reduceScatterKernel (rank order, fp32).
+// Reduce-scatter by stores (sync chunk, producer and consumer CTAs): NVLink carries stores more efficiently
+// than the loads of reduceScatterKernel (80-81% of the link at 64 MB on 2x H200, where the all-gather's stores
+// reach 86-88%). A stage of the program's own (ReduceScatterStage) receives, in slot r, the block that rank r
+// stores for this rank. CTA b < CUCO_COLL_CTAS is a producer: it stores chunk after chunk of its range of every
+// peer's block (send + p * count) into slot `rank` of p's stage, then raises its flag there. CTA
+// CUCO_COLL_CTAS + b is a consumer: it waits for flag b of every peer, chunk by chunk, and adds while the
+// producers' next stores are in flight. Flags count up across calls (call * nChunks + chunk + 1), so they are
+// never reset. A barrier per producer at the start keeps a rank from storing into a peer's stage that the
+// peer's consumers may still be reading from the previous call. Producers have the lower block indices, so
+// they are dispatched first; a consumer waits only on peers' producers, and the 2 * CUCO_COLL_CTAS CTAs fit
+// the GPU together (one per SM, launch bounds below). Same addition order as reduceScatterKernel (rank
+// order, fp32).
+struct ReduceScatterStage {
+  void* buf;         // nRanks slots of slotBytes, then nRanks * CUCO_COLL_CTAS flags (uint64_t)
+  ncclWindow_t win;  // symmetric: every rank allocates the same stage
+  size_t count;      // elements in each rank's block
+  size_t slotBytes;  // count elements rounded up to 256 bytes, so every slot starts aligned
+  uint64_t calls;    // reduceScatterPush calls so far: where the flags start this time
+};
+
+__host__ __device__ inline size_t stageFlagsOffset(int nRanks, size_t slotBytes) { return (size_t)nRanks * slotBytes; }
+
 template <typename T>
 __global__ void __launch_bounds__(CUCO_COLL_THREADS)
-    reduceScatterPushKernel(ncclDevComm dc, const T* send, ncclWindow_t stageWin, size_t stageOffset, T* recv,
-                            size_t count, int nChunks) {
-  Barrier bar(dc);
-  bar.sync();  // every rank has finished adding from its stage in the previous call
+    reduceScatterPushKernel(ncclDevComm dc, const T* send, ReduceScatterStage stage, T* recv, int nChunks) {
   const int me = dc.lsaRank, n = dc.lsaSize;
+  const bool producer = blockIdx.x < CUCO_COLL_CTAS;
+  const int b = blockIdx.x % CUCO_COLL_CTAS;
+  const size_t count = stage.count, flags = stageFlagsOffset(n, stage.slotBytes);
+  const uint64_t first = stage.calls * (uint64_t)nChunks + 1;  // flag value once chunk 0 of this call landed
   constexpr size_t kN = 16 / sizeof(T);
   size_t lo, hi;  // this CTA's range of the block
-  packSlice(count, kN, blockIdx.x, gridDim.x, &lo, &hi);
-  auto chunk = [&](int k, size_t* c0, size_t* c1) {  // chunk k of the range, pack-aligned like it
-    packSlice(hi - lo, kN, k, nChunks, c0, c1);
-    *c0 += lo;
-    *c1 += lo;
-  };
-  const T* stage = (const T*)ncclGetLsaPointer(stageWin, stageOffset, me);
-  const T* in[CUCO_COLL_MAX_RANKS];
-  for (int q = 0; q < n; q++) in[q] = q == me ? send + (size_t)me * count : stage + (size_t)q * count;
-  size_t c0, c1;
-  for (int k = 0; k <= nChunks; k++) {
-    if (k < nChunks) {  // store chunk k of every peer's block into its stage
-      chunk(k, &c0, &c1);
+  packSlice(count, kN, b, CUCO_COLL_CTAS, &lo, &hi);
+  if (producer) {
+    ncclLsaBarrierSession<ncclCoopCta> bar(ncclCoopCta(), dc, ncclTeamLsa(dc), dc.lsaBarrier, b);
+    bar.sync(ncclCoopCta(), cuda::memory_order_acq_rel);  // every peer is done reading its stage
+  }
+  for (int k = 0; k < nChunks; k++) {
+    size_t c0, c1;  // chunk k of the range, pack-aligned like it
+    packSlice(hi - lo, kN, k, nChunks, &c0, &c1);
+    c0 += lo, c1 += lo;
+    if (producer) {
       char* dst[CUCO_COLL_MAX_RANKS];
       const char* src[CUCO_COLL_MAX_RANKS];
       int m = 0;
       for (int p = 0; p < n; p++) {
         if (p == me) continue;
-        dst[m] = (char*)ncclGetLsaPointer(stageWin, stageOffset + ((size_t)me * count + c0) * sizeof(T), p);
+        dst[m] = (char*)ncclGetLsaPointer(stage.win, me * stage.slotBytes + c0 * sizeof(T), p);
         src[m++] = (const char*)(send + (size_t)p * count + c0);
       }
-      if (m > 0) copyBytes(dst, src, m, (c1 - c0) * sizeof(T), threadIdx.x, blockDim.x);
-    }
-    if (k > 0) {  // add chunk k-1, which every rank stored here before the last barrier
-      chunk(k - 1, &c0, &c1);
+      copyBytes(dst, src, m, (c1 - c0) * sizeof(T), threadIdx.x, blockDim.x);
+      __syncthreads();  // every thread's stores of chunk k precede the flag (release, below)
+      if (threadIdx.x == 0)
+        for (int p = 0; p < n; p++) {
+          if (p == me) continue;
+          uint64_t* flag = (uint64_t*)ncclGetLsaPointer(stage.win, flags + ((size_t)me * CUCO_COLL_CTAS + b) * 8, p);
+          cuda::atomic_ref<uint64_t, cuda::thread_scope_system>(*flag).store(first + k, cuda::memory_order_release);
+        }
+    } else {
+      const char* mine = (const char*)ncclGetLsaPointer(stage.win, 0, me);
+      if (threadIdx.x == 0)
+        for (int q = 0; q < n; q++) {
+          if (q == me) continue;
+          // acquire: chunk k from rank q has landed in slot q before any thread of this CTA reads it
+          cuda::atomic_ref<uint64_t, cuda::thread_scope_system> flag(
+              *(uint64_t*)(mine + flags + ((size_t)q * CUCO_COLL_CTAS + b) * 8));
+          while (flag.load(cuda::memory_order_acquire) < first + k) {
+          }
+        }
+      __syncthreads();
+      const T* in[CUCO_COLL_MAX_RANKS];
+      for (int q = 0; q < n; q++) in[q] = q == me ? send + (size_t)me * count : (const T*)(mine + q * stage.slotBytes);
       reduceRange<T>(in, n, &recv, 1, c0, c1, threadIdx.x, blockDim.x);
     }
-    if (k < nChunks) bar.sync();  // acq_rel: chunk k from every rank has landed in this rank's stage
   }
-  // No closing barrier: every store to a peer landed before the last one, and what follows is local.
 }
 
 // All-reduce (sum): rank r reduces its slice of every rank's send and stores the sum into every rank's recv.
@@ -393,14 +423,37 @@ inline cudaError_t reduceScatter(const cuco_ctx_t* ctx, ncclWindow_t sendWin, si
   return cudaGetLastError();
 }
 
-// stageWin: nRanks * count elements of T at stageOffset on every rank (symmetricAlloc in cuco_setup).
+// The stage of reduceScatterPush for blocks of `count` elements of elemBytes: collective, like symmetricAlloc
+// (cuco_setup on every rank). The flags are zeroed before it returns; the first call's barrier orders that
+// before any peer's store, whichever stream the calls use.
+inline cudaError_t reduceScatterStageAlloc(const cuco_ctx_t* ctx, size_t count, size_t elemBytes,
+                                           ReduceScatterStage* stage) {
+  if (ctx->nRanks > CUCO_COLL_MAX_RANKS) return cudaErrorInvalidValue;
+  stage->count = count, stage->calls = 0;
+  stage->slotBytes = (count * elemBytes + 255) / 256 * 256;
+  const size_t flags = stageFlagsOffset(ctx->nRanks, stage->slotBytes);
+  const size_t flagBytes = (size_t)ctx->nRanks * CUCO_COLL_CTAS * sizeof(uint64_t);
+  cudaError_t err = symmetricAlloc(ctx, &stage->buf, flags + flagBytes, &stage->win);
+  if (err == cudaSuccess) err = cudaMemsetAsync((char*)stage->buf + flags, 0, flagBytes, ctx->stream);
+  if (err == cudaSuccess) err = cudaStreamSynchronize(ctx->stream);
+  return err;
+}
+
+inline cudaError_t reduceScatterStageFree(const cuco_ctx_t* ctx, ReduceScatterStage* stage) {
+  return symmetricFree(ctx, stage->buf, stage->win);
+}
+
+// recv (stage->count elements) = the sum over ranks of their send blocks for this rank. nChunks: chunks per
+// CTA range, each one flag; more of them hide more of the additions behind the stores.
 template <typename T>
-inline cudaError_t reduceScatterPush(const cuco_ctx_t* ctx, const void* send, ncclWindow_t stageWin, size_t stageOffset,
-                                     void* recv, size_t count, int nChunks, cudaStream_t stream) {
+inline cudaError_t reduceScatterPush(const cuco_ctx_t* ctx, const void* send, ReduceScatterStage* stage, void* recv,
+                                     int nChunks, cudaStream_t stream) {
   if (ctx->nRanks > CUCO_COLL_MAX_RANKS || nChunks < 1) return cudaErrorInvalidValue;
-  reduceScatterPushKernel<T><<<CUCO_COLL_CTAS, CUCO_COLL_THREADS, 0, stream>>>(
-      ctx->devComm, (const T*)send, stageWin, stageOffset, (T*)recv, count, nChunks);
-  return cudaGetLastError();
+  reduceScatterPushKernel<T><<<2 * CUCO_COLL_CTAS, CUCO_COLL_THREADS, 0, stream>>>(ctx->devComm, (const T*)send,
+                                                                                  *stage, (T*)recv, nChunks);
+  const cudaError_t err = cudaGetLastError();
+  if (err == cudaSuccess) stage->calls++;  // the flags this launch raises
+  return err;
 }
 
 template <typename T>
