@@ -5,10 +5,9 @@
 #include "cuco.h"
 #include "cuco_collectives.cuh"
 
-// Chunks per CTA range: each costs one flag per peer; more of them hide more of the additions behind the
-// stores (4, 8 and 16 compared in benchmarks/results/collectives-*).
+// Chunks per CTA range (0: the library picks by size; benchmarks/results/collectives-* compare fixed counts).
 #ifndef RS_CHUNKS
-#define RS_CHUNKS 8
+#define RS_CHUNKS 0
 #endif
 
 CUCO_EXPORT void cuco_dev_requirements(const cuco_ctx_t* ctx, ncclDevCommRequirements* reqs) {
