@@ -1,5 +1,7 @@
 """The fast path's LLM loop against the fake provider: stage A, stage B, a try that does not compile (real
-nvcc), a try that deadlocks, the judge's diagnosis fed to the next try, and everything kept on disk."""
+nvcc), a try that deadlocks, the judge's diagnosis fed to the next try, and everything kept on disk. On the CPU
+the deadlocking try's record is planted; on two GPUs the same script runs through the real runner, which must
+kill the hung ranks."""
 
 from __future__ import annotations
 
@@ -41,20 +43,34 @@ def evaluator(path):
     return evaluate(SPEC, path, EvalOptions(device="cpu"))
 
 
-def test_stages_retries_and_judge(tmp_path, monkeypatch):
+# Rank 1 never launches the all-gather, so rank 0 waits at its LSA barrier for ever.
+STAGE_B_DEADLOCKS = STAGE_B.replace("CUCO_CUDA(ctx, cuco::allGather(", "if (ctx->rank == 0) CUCO_CUDA(ctx, cuco::allGather(")
+HANG_LIMIT_S = 30.0
+
+
+def gpu_evaluator(path):
+    return evaluate(SPEC, path, EvalOptions(device="cuda", gpus=[0, 1], max_level="L2", small_shapes=["s_odd"],
+                                            timeout_s=HANG_LIMIT_S, work_dir=path.with_suffix(".work")))
+
+
+@pytest.mark.parametrize("where", ["cpu", pytest.param("gpu", marks=pytest.mark.gpu(2))])
+def test_stages_retries_and_judge(where, tmp_path, monkeypatch):
     monkeypatch.setenv("ANTHROPIC_API_KEY", "sk-test")
+    hangs, evaluate_try = (STAGE_B_HANGS, evaluator) if where == "cpu" else (STAGE_B_DEADLOCKS, gpu_evaluator)
+    assert hangs != STAGE_B
     script = [reply(STAGE_A_BROKEN), Step("`cuco::coll_requirementz` does not exist: call coll_requirements."),
-              reply(STAGE_A), reply(STAGE_B_HANGS),
+              reply(STAGE_A), reply(hangs),
               Step("Rank 1 never reaches the LSA barrier: every rank must launch the all-gather kernel."),
               reply(STAGE_B)]
     with FakeLLM(script, repeat_last=False) as fake:
         client = make_client(LLMConfig(base_url=fake.url, model="fake-model", max_retries=0))
-        code, logs = asyncio.run(llm_transform(SPEC, SEED, client, evaluator, tmp_path))
+        code, logs = asyncio.run(llm_transform(SPEC, SEED, client, evaluate_try, tmp_path))
     assert no_host_collective_left(code) and code == STAGE_B
     a, b = logs
     assert [t.get("ok", False) for t in a.tries] == [False, True]
     assert "L1" in a.tries[0]["error"] and "coll_requirementz" in a.tries[0]["judge"]
     assert [t.get("ok", False) for t in b.tries] == [False, True] and "timeout" in b.tries[0]["error"]
+    assert "killed every rank" in b.tries[0]["error"]
     prompts = [r["body"]["messages"][0]["content"] for r in fake.requests]
     assert "coll_requirementz` does not exist" in prompts[2]  # the judge's diagnosis reached the next try
     assert "never reaches the LSA barrier" in prompts[5]

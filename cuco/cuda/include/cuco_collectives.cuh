@@ -329,9 +329,7 @@ __global__ void __launch_bounds__(CUCO_COLL_THREADS)
         dst[m] = (char*)ncclGetLsaPointer(stage.win, me * stage.slotBytes + c0 * sizeof(T), p);
         src[m++] = (const char*)(send + (size_t)p * count + c0);
       }
-      // Warp 0 raises the flags and copies nothing: its release waits for the chunk's stores to be acknowledged
-      // (about 2.5 us over NVLink on H200), which the other warps spend on the next chunk instead of waiting.
-      if (threadIdx.x >= 32) copyBytes(dst, src, m, (c1 - c0) * sizeof(T), threadIdx.x - 32, blockDim.x - 32);
+      copyBytes(dst, src, m, (c1 - c0) * sizeof(T), threadIdx.x, blockDim.x);
       __syncthreads();  // every thread's stores of chunk k precede the flag (release, below)
       if (threadIdx.x == 0)
         for (int p = 0; p < n; p++) {
@@ -452,8 +450,9 @@ inline cudaError_t reduceScatterStageFree(const cuco_ctx_t* ctx, ReduceScatterSt
 template <typename T>
 inline cudaError_t reduceScatterPush(const cuco_ctx_t* ctx, const void* send, ReduceScatterStage* stage, void* recv,
                                      int nChunks, cudaStream_t stream) {
-  // 32 KB per CTA takes about 6 us at the link rate a CTA gets (1/64 of 350 GB/s), over twice the flag's
-  // round trip; 16 chunks tied the loads reduce-scatter at 64 MB with warp 0 still copying (collectives-*-1923).
+  // Each chunk costs its producer about 2.5 us on 2x H200 (1 MB: 0.016 ms in one chunk, 0.032 ms in 8), the
+  // release waiting for the chunk's stores to be acknowledged; 32 KB per CTA takes longer than that at the link
+  // rate a CTA gets (1/64 of 350 GB/s). 16 chunks were the best count at 64 MB (collectives-*-1923, -1928).
   constexpr size_t kMinChunkBytes = 32 << 10;
   constexpr int kMaxChunks = 16;
   if (nChunks == 0) {
