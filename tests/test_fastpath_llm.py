@@ -44,7 +44,8 @@ def evaluator(path):
 
 
 # Rank 1 never launches the all-gather, so rank 0 waits at its LSA barrier for ever.
-STAGE_B_DEADLOCKS = STAGE_B.replace("CUCO_CUDA(ctx, cuco::allGather(", "if (ctx->rank == 0) CUCO_CUDA(ctx, cuco::allGather(")
+STAGE_B_DEADLOCKS = STAGE_B.replace("CUCO_CUDA(ctx, cuco::allGather(",
+                                    "if (ctx->rank == 0) CUCO_CUDA(ctx, cuco::allGather(")
 HANG_LIMIT_S = 30.0
 
 
