@@ -279,17 +279,17 @@ __global__ void __launch_bounds__(CUCO_COLL_THREADS)
   bar.sync();  // peers may reuse their send buffers only once every rank has read them
 }
 
-// Reduce-scatter by stores (sync chunk, producer and consumer CTAs): NVLink carries stores more efficiently
-// than the loads of reduceScatterKernel (80-81% of the link at 64 MB on 2x H200, where the all-gather's stores
-// reach 86-88%). A stage of the program's own (ReduceScatterStage) receives, in slot r, the block that rank r
+// Reduce-scatter by stores (sync chunk, producer and consumer CTAs), the design point beside
+// reduceScatterKernel's loads: on 2x H200 the all-gather's stores reach 85-89% of the link at 64 MB and the
+// loads 80-85%, yet this kernel only ties the loads there (16 chunks) and is slower below (README). A stage of the program's own (ReduceScatterStage) receives, in slot r, the block that rank r
 // stores for this rank. CTA b < CUCO_COLL_CTAS is a producer: it stores chunk after chunk of its range of every
 // peer's block (send + p * count) into slot `rank` of p's stage, then raises its flag there. CTA
 // CUCO_COLL_CTAS + b is a consumer: it waits for flag b of every peer, chunk by chunk, and adds while the
 // producers' next stores are in flight. Flags count up across calls (call * nChunks + chunk + 1), so they are
 // never reset. A barrier per producer at the start keeps a rank from storing into a peer's stage that the
 // peer's consumers may still be reading from the previous call. Producers have the lower block indices, so
-// they are dispatched first; a consumer waits only on peers' producers, and the 2 * CUCO_COLL_CTAS CTAs fit
-// the GPU together (one per SM, launch bounds below). Same addition order as reduceScatterKernel (rank
+// they are dispatched first; a consumer waits only on peers' producers, and the 2 * 64 CTAs fit a 132-SM
+// H100 or H200 together (one per SM at these launch bounds). Same addition order as reduceScatterKernel (rank
 // order, fp32).
 struct ReduceScatterStage {
   void* buf;         // nRanks slots of slotBytes, then nRanks * CUCO_COLL_CTAS flags (uint64_t)
@@ -423,14 +423,14 @@ inline cudaError_t reduceScatter(const cuco_ctx_t* ctx, ncclWindow_t sendWin, si
   return cudaGetLastError();
 }
 
-// The stage of reduceScatterPush for blocks of `count` elements of elemBytes: collective, like symmetricAlloc
+// The stage of reduceScatterPush<T> for blocks of `count` elements: collective, like symmetricAlloc
 // (cuco_setup on every rank). The flags are zeroed before it returns; the first call's barrier orders that
 // before any peer's store, whichever stream the calls use.
-inline cudaError_t reduceScatterStageAlloc(const cuco_ctx_t* ctx, size_t count, size_t elemBytes,
-                                           ReduceScatterStage* stage) {
+template <typename T>
+inline cudaError_t reduceScatterStageAlloc(const cuco_ctx_t* ctx, size_t count, ReduceScatterStage* stage) {
   if (ctx->nRanks > CUCO_COLL_MAX_RANKS) return cudaErrorInvalidValue;
   stage->count = count, stage->calls = 0;
-  stage->slotBytes = (count * elemBytes + 255) / 256 * 256;
+  stage->slotBytes = (count * sizeof(T) + 255) / 256 * 256;
   const size_t flags = stageFlagsOffset(ctx->nRanks, stage->slotBytes);
   const size_t flagBytes = (size_t)ctx->nRanks * CUCO_COLL_CTAS * sizeof(uint64_t);
   cudaError_t err = symmetricAlloc(ctx, &stage->buf, flags + flagBytes, &stage->win);

@@ -18,7 +18,7 @@ CUCO_EXPORT int cuco_setup(cuco_ctx_t* ctx) {
   cuco::ReduceScatterStage* stage = new cuco::ReduceScatterStage();
   ctx->state = stage;
   const size_t n = (size_t)cuco_param(ctx, "N") / ctx->nRanks;
-  CUCO_CUDA(ctx, cuco::reduceScatterStageAlloc(ctx, n, sizeof(__nv_bfloat16), stage));
+  CUCO_CUDA(ctx, cuco::reduceScatterStageAlloc<__nv_bfloat16>(ctx, n, stage));
   return 0;
 }
 
