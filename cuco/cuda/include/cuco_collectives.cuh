@@ -280,17 +280,17 @@ __global__ void __launch_bounds__(CUCO_COLL_THREADS)
 }
 
 // Reduce-scatter by stores (sync chunk, producer and consumer CTAs), the design point beside
-// reduceScatterKernel's loads: on 2x H200 the all-gather's stores reach 85-89% of the link at 64 MB and the
-// loads 80-85%, yet this kernel only ties the loads there (16 chunks) and is slower below (README). A stage of the program's own (ReduceScatterStage) receives, in slot r, the block that rank r
-// stores for this rank. CTA b < CUCO_COLL_CTAS is a producer: it stores chunk after chunk of its range of every
-// peer's block (send + p * count) into slot `rank` of p's stage, then raises its flag there. CTA
-// CUCO_COLL_CTAS + b is a consumer: it waits for flag b of every peer, chunk by chunk, and adds while the
-// producers' next stores are in flight. Flags count up across calls (call * nChunks + chunk + 1), so they are
-// never reset. A barrier per producer at the start keeps a rank from storing into a peer's stage that the
-// peer's consumers may still be reading from the previous call. Producers have the lower block indices, so
-// they are dispatched first; a consumer waits only on peers' producers, and the 2 * 64 CTAs fit a 132-SM
-// H100 or H200 together (one per SM at these launch bounds). Same addition order as reduceScatterKernel (rank
-// order, fp32).
+// reduceScatterKernel's loads. On 2x H200 the all-gather's stores reach 85-89% of the link at 64 MB and these
+// loads 80-85%, yet this kernel only ties the loads there (16 chunks) and is slower below (README).
+// A stage of the program's own (ReduceScatterStage) receives, in slot r, the block that rank r stores for this
+// rank. CTA b < CUCO_COLL_CTAS is a producer: it stores chunk after chunk of its range of every peer's block
+// (send + p * count) into slot `rank` of p's stage, then raises its flag there. CTA CUCO_COLL_CTAS + b is a
+// consumer: it waits for flag b of every peer, chunk by chunk, and adds while the producers' next stores are
+// in flight. Flags count up across calls (call * nChunks + chunk + 1), so they are never reset. A barrier per
+// producer at the start keeps a rank from storing into a peer's stage that the peer's consumers may still be
+// reading from the previous call. Producers have the lower block indices, so they are dispatched first; a
+// consumer waits only on peers' producers, and the 2 * 64 CTAs fit a 132-SM H100 or H200 together (one per SM
+// at these launch bounds). Same addition order as reduceScatterKernel (rank order, fp32).
 struct ReduceScatterStage {
   void* buf;         // nRanks slots of slotBytes, then nRanks * CUCO_COLL_CTAS flags (uint64_t)
   ncclWindow_t win;  // symmetric: every rank allocates the same stage
@@ -300,6 +300,10 @@ struct ReduceScatterStage {
 };
 
 __host__ __device__ inline size_t stageFlagsOffset(int nRanks, size_t slotBytes) { return (size_t)nRanks * slotBytes; }
+// Where in the stage the flag that rank `src`'s producer CTA b raises lies.
+__device__ inline size_t stageFlag(size_t flagsOffset, int src, int b) {
+  return flagsOffset + ((size_t)src * CUCO_COLL_CTAS + b) * sizeof(uint64_t);
+}
 
 template <typename T>
 __global__ void __launch_bounds__(CUCO_COLL_THREADS)
@@ -334,7 +338,7 @@ __global__ void __launch_bounds__(CUCO_COLL_THREADS)
       if (threadIdx.x == 0)
         for (int p = 0; p < n; p++) {
           if (p == me) continue;
-          uint64_t* flag = (uint64_t*)ncclGetLsaPointer(stage.win, flags + ((size_t)me * CUCO_COLL_CTAS + b) * 8, p);
+          uint64_t* flag = (uint64_t*)ncclGetLsaPointer(stage.win, stageFlag(flags, me, b), p);
           cuda::atomic_ref<uint64_t, cuda::thread_scope_system>(*flag).store(first + k, cuda::memory_order_release);
         }
     } else {
@@ -343,8 +347,7 @@ __global__ void __launch_bounds__(CUCO_COLL_THREADS)
         for (int q = 0; q < n; q++) {
           if (q == me) continue;
           // acquire: chunk k from rank q has landed in slot q before any thread of this CTA reads it
-          cuda::atomic_ref<uint64_t, cuda::thread_scope_system> flag(
-              *(uint64_t*)(mine + flags + ((size_t)q * CUCO_COLL_CTAS + b) * 8));
+          cuda::atomic_ref<uint64_t, cuda::thread_scope_system> flag(*(uint64_t*)(mine + stageFlag(flags, q, b)));
           while (flag.load(cuda::memory_order_acquire) < first + k) {
           }
         }
