@@ -124,7 +124,7 @@ def test_reduce_sums_in_rank_order(lib, dtype, ranks, lo, hi, elem_offset):
 @pytest.mark.parametrize("parts", [1, 2, 3, 4, 64, 65])
 @pytest.mark.parametrize("kn", [4, 8])
 def test_pack_slices_cover_every_element_once_from_aligned_starts(lib, count, parts, kn):
-    """How all-reduce splits ranks' slices and reduceScatterPush splits CTAs' ranges."""
+    """How all-reduce splits ranks' slices and reduceScatterPush splits CTAs' ranges and their chunks."""
     lo, hi = (ctypes.c_size_t * parts)(), (ctypes.c_size_t * parts)()
     assert lib.cuco_test_pack_slice(ctypes.c_size_t(count), ctypes.c_size_t(kn), ctypes.c_size_t(parts), lo, hi) == 0
     assert lo[0] == 0 and hi[parts - 1] == count
@@ -135,21 +135,3 @@ def test_pack_slices_cover_every_element_once_from_aligned_starts(lib, count, pa
     # Balanced to within one pack, but for the tail the last part takes.
     sizes = [hi[i] - lo[i] for i in range(parts - 1)]
     assert not sizes or max(sizes) - min(sizes) <= kn
-
-
-@pytest.mark.parametrize("count", [0, 1, 7, 8, 9, 63, 64, 1000006, 33554432 // 2 // 64])
-@pytest.mark.parametrize("parts", [1, 2, 3, 6, 12])
-@pytest.mark.parametrize("kn", [4, 8])
-def test_halving_slices_cover_every_element_once_each_half_of_what_is_left(lib, count, parts, kn):
-    """How reduceScatterPush cuts a CTA's range into chunks: long first, short last."""
-    lo, hi = (ctypes.c_size_t * parts)(), (ctypes.c_size_t * parts)()
-    assert lib.cuco_test_halving_slice(ctypes.c_size_t(count), ctypes.c_size_t(kn), ctypes.c_size_t(parts), lo,
-                                       hi) == 0
-    assert lo[0] == 0 and hi[parts - 1] == count
-    packs = count // kn
-    for i in range(parts):
-        assert lo[i] <= hi[i] and lo[i] % kn == 0
-        if i:
-            assert lo[i] == hi[i - 1]
-        if i < parts - 1:  # half of the packs left, rounded up
-            assert (hi[i] - lo[i]) // kn == (packs - lo[i] // kn + 1) // 2

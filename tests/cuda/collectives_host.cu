@@ -35,12 +35,6 @@ CUCO_EXPORT int cuco_test_pack_slice(size_t count, size_t kN, size_t parts, size
   return 0;
 }
 
-// The same for halvingSlice.
-CUCO_EXPORT int cuco_test_halving_slice(size_t count, size_t kN, size_t parts, size_t* lo, size_t* hi) {
-  for (size_t i = 0; i < parts; i++) cuco::halvingSlice(count, kN, i, parts, &lo[i], &hi[i]);
-  return 0;
-}
-
 // The candidate contract, so that the runner's build accepts the file.
 CUCO_EXPORT int cuco_setup(cuco_ctx_t* ctx) { return 0; }
 CUCO_EXPORT int cuco_run(cuco_ctx_t* ctx) { return 0; }

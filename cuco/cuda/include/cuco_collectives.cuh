@@ -228,15 +228,6 @@ __host__ __device__ inline void packSlice(size_t count, size_t kN, size_t i, siz
   *hi = i == parts - 1 ? count : packs * (i + 1) / parts * kN;
 }
 
-// Part i of `parts` of [0, count), each half of what is left (the last two equal), on pack boundaries as
-// packSlice: a pipeline's first parts are long and few, its last one, which nothing overlaps, short.
-__host__ __device__ inline void halvingSlice(size_t count, size_t kN, size_t i, size_t parts, size_t* lo,
-                                             size_t* hi) {
-  const size_t packs = count / kN;
-  *lo = (packs - (packs >> i)) * kN;
-  *hi = i == parts - 1 ? count : (packs - (packs >> (i + 1))) * kN;
-}
-
 // Elements [lo, hi), by thread `tid` of `nThreads`: the sum over ranks p = 0..nIn-1 (in that order, in fp32)
 // of in[p][i], stored to every out[o][i]. 16-byte packs when every pointer is 16-byte aligned at lo, element by
 // element otherwise and for the tail; both paths add in the same order, so the result does not depend on
@@ -331,7 +322,7 @@ __global__ void __launch_bounds__(CUCO_COLL_THREADS)
   }
   for (int k = 0; k < nChunks; k++) {
     size_t c0, c1;  // chunk k of the range, pack-aligned like it
-    halvingSlice(hi - lo, kN, k, nChunks, &c0, &c1);
+    packSlice(hi - lo, kN, k, nChunks, &c0, &c1);
     c0 += lo, c1 += lo;
     if (producer) {
       char* dst[CUCO_COLL_MAX_RANKS];
@@ -456,20 +447,22 @@ inline cudaError_t reduceScatterStageFree(const cuco_ctx_t* ctx, ReduceScatterSt
 }
 
 // recv (stage->count elements) = the sum over ranks of their send blocks for this rank. nChunks: chunks per
-// CTA range, each one flag per peer and half the size of the one before; more of them leave fewer additions
-// after the last store, but a chunk shorter than the flag's round trip stalls its producer. 0 picks by size.
+// CTA range, each one flag per peer; more of them hide more of the additions behind the stores, but a chunk
+// shorter than the flag's round trip stalls its producer. 0 picks chunks of at least kMinChunkBytes, at most
+// kMaxChunks of them.
 template <typename T>
 inline cudaError_t reduceScatterPush(const cuco_ctx_t* ctx, const void* send, ReduceScatterStage* stage, void* recv,
                                      int nChunks, cudaStream_t stream) {
-  // Each chunk costs its producer about 2.5 us on 2x H200 (1 MB: 0.016 ms in one chunk, 0.032 ms in 8 equal
-  // ones), the release waiting for the chunk's stores to be acknowledged; the last chunk's additions follow
-  // every store. Chunks halve (halvingSlice) down to a last one of at least kMinLastBytes per CTA, which
-  // takes longer than that round trip at the link rate a CTA gets (1/64 of 350 GB/s).
-  constexpr size_t kMinLastBytes = 16 << 10;
-  constexpr int kMaxChunks = 12;
-  if (nChunks == 0)
-    for (nChunks = 1; nChunks < kMaxChunks && (stage->count * sizeof(T) / CUCO_COLL_CTAS >> nChunks) >= kMinLastBytes;)
-      nChunks++;
+  // Each chunk costs its producer about 2.5 us on 2x H200 (1 MB: 0.016 ms in one chunk, 0.032 ms in 8), the
+  // release waiting for the chunk's stores to be acknowledged; 32 KB per CTA takes longer than that at the link
+  // rate a CTA gets (1/64 of 350 GB/s). 16 chunks were the best count at 64 MB (collectives-*-1923, -1928).
+  constexpr size_t kMinChunkBytes = 32 << 10;
+  constexpr int kMaxChunks = 16;
+  if (nChunks == 0) {
+    const size_t rangeBytes = stage->count * sizeof(T) / CUCO_COLL_CTAS;
+    nChunks = (int)(rangeBytes / kMinChunkBytes < kMaxChunks ? rangeBytes / kMinChunkBytes : kMaxChunks);
+    if (nChunks < 1) nChunks = 1;
+  }
   if (ctx->nRanks > CUCO_COLL_MAX_RANKS || nChunks < 1) return cudaErrorInvalidValue;
   reduceScatterPushKernel<T><<<2 * CUCO_COLL_CTAS, CUCO_COLL_THREADS, 0, stream>>>(ctx->devComm, (const T*)send,
                                                                                   *stage, (T*)recv, nChunks);
