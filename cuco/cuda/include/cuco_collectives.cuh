@@ -12,7 +12,7 @@
  * into peers' windows (all-gather, all-to-all(v), send, reduceScatterPush), or loads from them (reduce-scatter,
  * all-reduce).
  *
- * Requires: the device communicator has CUCO_COLL_CTAS LSA barriers (cuco_coll_requirements); the
+ * Requires: the device communicator has CUCO_COLL_CTAS LSA barriers (cuco::coll_requirements); the
  * windows are symmetric buffers of the workload; all ranks in one LSA team.
  *************************************************************************/
 #ifndef CUCO_COLLECTIVES_CUH_
