@@ -280,7 +280,7 @@ __global__ void __launch_bounds__(CUCO_COLL_THREADS)
 }
 
 // Reduce-scatter by stores (sync chunk, producer and consumer CTAs), the design point beside
-// reduceScatterKernel's loads. On 2x H200 the all-gather's stores reach 85-89% of the link at 64 MB and these
+// reduceScatterKernel's loads. On 2x H200 the all-gather's stores reach 84-89% of the link at 64 MB and these
 // loads 80-85%, yet this kernel only ties the loads there (16 chunks) and is slower below (README).
 // A stage of the program's own (ReduceScatterStage) receives, in slot r, the block that rank r stores for this
 // rank. CTA b < CUCO_COLL_CTAS is a producer: it stores chunk after chunk of its range of every peer's block
@@ -300,6 +300,7 @@ struct ReduceScatterStage {
 };
 
 __host__ __device__ inline size_t stageFlagsOffset(int nRanks, size_t slotBytes) { return (size_t)nRanks * slotBytes; }
+
 // Where in the stage the flag that rank `src`'s producer CTA b raises lies.
 __device__ inline size_t stageFlag(size_t flagsOffset, int src, int b) {
   return flagsOffset + ((size_t)src * CUCO_COLL_CTAS + b) * sizeof(uint64_t);
