@@ -27,12 +27,10 @@ WORKLOADS = [ROOT / "tests" / "workloads" / w for w in ("allgather_bf16", "reduc
                                                         "alltoall_bf16", "sendrecv_ring", "alltoallv_bf16")]
 
 
-def uses_any(program: Path, macros: list[str]) -> bool:
+def uses_any(program: str, library: str, macros: list[str]) -> bool:
     """Whether a variant's macros can change the program: named in it or in the collectives header it includes.
     Timing the same program again under another label would only spend device time."""
-    text = program.read_text()
-    if LIBRARY.name in text:
-        text += LIBRARY.read_text()
+    text = program + library if LIBRARY.name in program else program
     return any(re.search(rf"\b{re.escape(m)}\b", text) for m in macros)
 
 
@@ -49,6 +47,7 @@ def main() -> int:
     from cuco.machine import load_machine
     from cuco.workload import load_workload
 
+    library = LIBRARY.read_text()
     record.cuco("doctor")
     tmp = Path(tempfile.mkdtemp())
     rows, records, transforms = [], {}, {}
@@ -65,11 +64,13 @@ def main() -> int:
                                                    for name, path in spec.candidates.items() if name != "seed"]
         variants = [("NCCL (seed)", wl / "seed.cu"), *device]
         for i, defs in enumerate(args.variant):
-            macros = "".join(f"#define {d.replace('=', ' ', 1)}\n" for d in defs.split(","))
+            pairs = [d.split("=", 1) for d in defs.split(",")]
+            macros = "".join(f"#define {name} {value}\n" for name, value in pairs)
             for j, (label, path) in enumerate(device):
-                if path.is_file() and uses_any(path, [d.split("=", 1)[0] for d in defs.split(",")]):
+                source = path.read_text() if path.is_file() else ""
+                if source and uses_any(source, library, [name for name, _ in pairs]):
                     variant = tmp / f"{wl.name}-variant{i}-{j}.cu"
-                    variant.write_text(macros + path.read_text())
+                    variant.write_text(macros + source)
                     variants.append((f"{label}, {defs}", variant))
         for i, (label, cand) in enumerate(variants):
             out = tmp / f"{wl.name}-{i}.json"
