@@ -64,7 +64,7 @@ def main() -> int:
                                                    for name, path in spec.candidates.items() if name != "seed"]
         variants = [("NCCL (seed)", wl / "seed.cu"), *device]
         for i, defs in enumerate(args.variant):
-            pairs = [d.split("=", 1) for d in defs.split(",")]
+            pairs = [d.partition("=")[::2] for d in defs.split(",")]  # (name, value); a bare name defines it empty
             macros = "".join(f"#define {name} {value}\n" for name, value in pairs)
             for j, (label, path) in enumerate(device):
                 source = path.read_text() if path.is_file() else ""
