@@ -55,6 +55,20 @@ def test_changed_source_is_rebuilt(tmp_path):
     assert first.ok and second.ok and first.library != second.library and not second.cached
 
 
+def test_changed_library_header_changes_the_key(tmp_path, monkeypatch):
+    """A cached library must not outlive an edit of any header under the include folder, .cuh included."""
+    import cuco.runner.build as b
+
+    (tmp_path / "cuco.h").write_text("// h\n")
+    lib = tmp_path / "cuco_collectives.cuh"
+    lib.write_text("// v1\n")
+    monkeypatch.setattr(b, "INCLUDE_DIR", tmp_path)
+    tc = b.find_toolchain()
+    first = b.build_key("src", ["nvcc"], tc)
+    lib.write_text("// v2\n")
+    assert b.build_key("src", ["nvcc"], tc) != first
+
+
 def test_cascade_stops_at_l1_for_cuda_fault_on_cpu(tmp_path):
     spec = load_workload(GEMM_AG)
     src = tmp_path / "no_compile.cu"

@@ -59,7 +59,8 @@ def nvcc_command(src: Path, out: Path, tc: Toolchain, arch: str) -> list[str]:
 def build_key(src_text: str, cmd_template: list[str], tc: Toolchain) -> str:
     h = hashlib.sha256()
     h.update(src_text.encode())
-    for header in sorted(INCLUDE_DIR.glob("*.h*")):
+    for header in sorted(p for p in INCLUDE_DIR.rglob("*") if p.is_file()):  # .h and .cuh alike
+        h.update(header.name.encode())
         h.update(header.read_bytes())
     h.update(json.dumps([cmd_template, tc.nvcc_version, tc.nccl_version]).encode())
     return h.hexdigest()[:24]
