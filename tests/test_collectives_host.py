@@ -98,7 +98,7 @@ def _reduce(lib, dtype, arrays, outs, lo, hi, threads, elem_offset=0):
 
 
 @pytest.mark.parametrize("dtype", ["bf16", "f32"])
-@pytest.mark.parametrize("ranks", [2, 3, 8])
+@pytest.mark.parametrize("ranks", [1, 2, 3, 4, 5, 8])
 @pytest.mark.parametrize("lo, hi", [(0, 0), (0, 7), (0, 1000), (8, 1000), (3, 517)])
 @pytest.mark.parametrize("elem_offset", [0, 1])  # 1: pointers off 16-byte alignment, the element path
 def test_reduce_sums_in_rank_order(lib, dtype, ranks, lo, hi, elem_offset):

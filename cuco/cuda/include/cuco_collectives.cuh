@@ -21,6 +21,7 @@
 #include <cuda_bf16.h>
 #include <cuda_fp16.h>
 #include <stdio.h>
+#include <string.h>
 
 #include "cuco.h"
 
@@ -204,19 +205,24 @@ __global__ void __launch_bounds__(CUCO_COLL_THREADS) sendKernel(ncclDevComm dc, 
   bar.sync();  // every send has landed
 }
 
+// A 16-byte pack as elements and back, through memcpy rather than a pointer cast: the host build of these loops
+// (tests/test_collectives_host.py) is C++, where reading a uint4 through a T* breaks strict aliasing and lets
+// the compiler reorder the accesses. On the device both compile to register moves.
 template <typename T>
 __host__ __device__ inline void addPack(float* acc, const uint4& u) {
-  const T* v = reinterpret_cast<const T*>(&u);
+  T v[16 / sizeof(T)];
+  memcpy(v, &u, sizeof(u));
 #pragma unroll
   for (int e = 0; e < (int)(16 / sizeof(T)); e++) acc[e] += toFloat(v[e]);
 }
 
 template <typename T>
 __host__ __device__ inline uint4 packOf(const float* acc) {
-  uint4 u;
-  T* v = reinterpret_cast<T*>(&u);
+  T v[16 / sizeof(T)];
 #pragma unroll
   for (int e = 0; e < (int)(16 / sizeof(T)); e++) v[e] = fromFloat<T>(acc[e]);
+  uint4 u;
+  memcpy(&u, v, sizeof(u));
   return u;
 }
 
@@ -226,6 +232,38 @@ __host__ __device__ inline void packSlice(size_t count, size_t kN, size_t i, siz
   const size_t packs = count / kN;
   *lo = packs * i / parts * kN;
   *hi = i == parts - 1 ? count : packs * (i + 1) / parts * kN;
+}
+
+// 16-byte packs each thread of a reduction loads before it adds: CUCO_COLL_UNROLL from each of two ranks, the
+// same bytes split among more ranks, so that registers stay within the launch bounds' budget at 8 ranks.
+#define CUCO_COLL_REDUCE_PACKS (2 * CUCO_COLL_UNROLL)
+
+// Packs [0, nPacks) of in[p] + lo, for nIn <= kMaxIn: every rank's loads are issued before the first add, so a
+// rank's loads from its own memory wait beside the peers' instead of after them (the loop over p is unrolled;
+// ranks past nIn are predicated off). The adds still run in rank order.
+template <typename T, int kMaxIn>
+__host__ __device__ inline void reducePacks(const T* const* in, int nIn, T* const* out, int nOut, size_t lo,
+                                            size_t nPacks, size_t tid, size_t nThreads) {
+  constexpr int kN = 16 / sizeof(T);
+  constexpr int kU = kMaxIn >= CUCO_COLL_REDUCE_PACKS ? 1 : CUCO_COLL_REDUCE_PACKS / kMaxIn;
+  for (size_t base = tid; base < nPacks; base += nThreads * kU) {
+    uint4 v[kMaxIn][kU];
+#pragma unroll
+    for (int p = 0; p < kMaxIn; p++)
+#pragma unroll
+      for (int u = 0; u < kU; u++)
+        if (p < nIn && base + u * nThreads < nPacks) v[p][u] = reinterpret_cast<const uint4*>(in[p] + lo)[base + u * nThreads];
+#pragma unroll
+    for (int u = 0; u < kU; u++) {
+      if (base + u * nThreads >= nPacks) break;
+      float acc[kN] = {};
+#pragma unroll
+      for (int p = 0; p < kMaxIn; p++)
+        if (p < nIn) addPack<T>(acc, v[p][u]);
+      const uint4 r = packOf<T>(acc);
+      for (int o = 0; o < nOut; o++) reinterpret_cast<uint4*>(out[o] + lo)[base + u * nThreads] = r;
+    }
+  }
 }
 
 // Elements [lo, hi), by thread `tid` of `nThreads`: the sum over ranks p = 0..nIn-1 (in that order, in fp32)
@@ -240,25 +278,9 @@ __host__ __device__ inline void reduceRange(const T* const* in, int nIn, T* cons
   for (int p = 0; p < nIn; p++) addrs |= (uintptr_t)(in[p] + lo);
   for (int o = 0; o < nOut; o++) addrs |= (uintptr_t)(out[o] + lo);
   const size_t nPacks = (addrs & 15) ? 0 : (hi - lo) / kN;
-  for (size_t base = tid; base < nPacks; base += nThreads * CUCO_COLL_UNROLL) {
-    float acc[CUCO_COLL_UNROLL][kN] = {};
-    for (int p = 0; p < nIn; p++) {
-      const uint4* src = reinterpret_cast<const uint4*>(in[p] + lo);
-      uint4 v[CUCO_COLL_UNROLL];
-#pragma unroll
-      for (int u = 0; u < CUCO_COLL_UNROLL; u++)
-        if (base + u * nThreads < nPacks) v[u] = src[base + u * nThreads];
-#pragma unroll
-      for (int u = 0; u < CUCO_COLL_UNROLL; u++)
-        if (base + u * nThreads < nPacks) addPack<T>(acc[u], v[u]);
-    }
-#pragma unroll
-    for (int u = 0; u < CUCO_COLL_UNROLL; u++) {
-      if (base + u * nThreads >= nPacks) break;
-      const uint4 r = packOf<T>(acc[u]);
-      for (int o = 0; o < nOut; o++) reinterpret_cast<uint4*>(out[o] + lo)[base + u * nThreads] = r;
-    }
-  }
+  if (nIn <= 2) reducePacks<T, 2>(in, nIn, out, nOut, lo, nPacks, tid, nThreads);
+  else if (nIn <= 4) reducePacks<T, 4>(in, nIn, out, nOut, lo, nPacks, tid, nThreads);
+  else reducePacks<T, CUCO_COLL_MAX_RANKS>(in, nIn, out, nOut, lo, nPacks, tid, nThreads);
   for (size_t i = lo + nPacks * kN + tid; i < hi; i += nThreads) {
     float acc = 0.0f;
     for (int p = 0; p < nIn; p++) acc += toFloat(in[p][i]);
