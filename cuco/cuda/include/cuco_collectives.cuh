@@ -241,11 +241,11 @@ __host__ __device__ inline void packSlice(size_t count, size_t kN, size_t i, siz
 // Packs [0, nPacks) of in[p] + lo, for nIn <= kMaxIn: every rank's loads are issued before the first add, so a
 // rank's loads from its own memory wait beside the peers' instead of after them (the loop over p is unrolled;
 // ranks past nIn are predicated off). The adds still run in rank order.
-template <typename T, int kMaxIn, int kPacks>
+template <typename T, int kMaxIn>
 __host__ __device__ inline void reducePacks(const T* const* in, int nIn, T* const* out, int nOut, size_t lo,
                                             size_t nPacks, size_t tid, size_t nThreads) {
   constexpr int kN = 16 / sizeof(T);
-  constexpr int kU = kMaxIn >= kPacks ? 1 : kPacks / kMaxIn;
+  constexpr int kU = kMaxIn >= CUCO_COLL_REDUCE_PACKS ? 1 : CUCO_COLL_REDUCE_PACKS / kMaxIn;
   for (size_t base = tid; base < nPacks; base += nThreads * kU) {
     uint4 v[kMaxIn][kU];
 #pragma unroll
@@ -270,7 +270,7 @@ __host__ __device__ inline void reducePacks(const T* const* in, int nIn, T* cons
 // of in[p][i], stored to every out[o][i]. 16-byte packs when every pointer is 16-byte aligned at lo, element by
 // element otherwise and for the tail; both paths add in the same order, so the result does not depend on
 // alignment.
-template <typename T, int kPacks = CUCO_COLL_REDUCE_PACKS>
+template <typename T>
 __host__ __device__ inline void reduceRange(const T* const* in, int nIn, T* const* out, int nOut, size_t lo, size_t hi,
                                             size_t tid, size_t nThreads) {
   constexpr int kN = 16 / sizeof(T);
@@ -278,9 +278,9 @@ __host__ __device__ inline void reduceRange(const T* const* in, int nIn, T* cons
   for (int p = 0; p < nIn; p++) addrs |= (uintptr_t)(in[p] + lo);
   for (int o = 0; o < nOut; o++) addrs |= (uintptr_t)(out[o] + lo);
   const size_t nPacks = (addrs & 15) ? 0 : (hi - lo) / kN;
-  if (nIn <= 2) reducePacks<T, 2, kPacks>(in, nIn, out, nOut, lo, nPacks, tid, nThreads);
-  else if (nIn <= 4) reducePacks<T, 4, kPacks>(in, nIn, out, nOut, lo, nPacks, tid, nThreads);
-  else reducePacks<T, CUCO_COLL_MAX_RANKS, kPacks>(in, nIn, out, nOut, lo, nPacks, tid, nThreads);
+  if (nIn <= 2) reducePacks<T, 2>(in, nIn, out, nOut, lo, nPacks, tid, nThreads);
+  else if (nIn <= 4) reducePacks<T, 4>(in, nIn, out, nOut, lo, nPacks, tid, nThreads);
+  else reducePacks<T, CUCO_COLL_MAX_RANKS>(in, nIn, out, nOut, lo, nPacks, tid, nThreads);
   for (size_t i = lo + nPacks * kN + tid; i < hi; i += nThreads) {
     float acc = 0.0f;
     for (int p = 0; p < nIn; p++) acc += toFloat(in[p][i]);
@@ -325,7 +325,7 @@ __host__ __device__ inline size_t stageFlagsOffset(int nRanks, size_t slotBytes)
 
 // Where in the stage the flag that rank `src`'s producer CTA b raises lies.
 __device__ inline size_t stageFlag(size_t flagsOffset, int src, int b) {
-  return flagsOffset + ((size_t)src * CUCO_COLL_CTAS * (CUCO_COLL_THREADS / 32) + b) * sizeof(uint64_t);
+  return flagsOffset + ((size_t)src * CUCO_COLL_CTAS + b) * sizeof(uint64_t);
 }
 
 template <typename T>
@@ -377,67 +377,7 @@ __global__ void __launch_bounds__(CUCO_COLL_THREADS)
       __syncthreads();
       const T* in[CUCO_COLL_MAX_RANKS];
       for (int q = 0; q < n; q++) in[q] = q == me ? send + (size_t)me * count : (const T*)(mine + q * stage.slotBytes);
-      reduceRange<T, 4>(in, n, &recv, 1, c0, c1, threadIdx.x, blockDim.x);
-    }
-  }
-}
-
-// The same collective with a flag per warp instead of per CTA (experiment): warp w of producer CTA b stores
-// slice b * kWarps + w chunk by chunk and raises its own flag after each; the matching consumer warp waits for
-// it. No CTA-wide barrier per chunk, so a warp waiting for its release does not hold the others back.
-constexpr int kCollWarps = CUCO_COLL_THREADS / 32;
-
-template <typename T>
-__global__ void __launch_bounds__(CUCO_COLL_THREADS)
-    reduceScatterPushWarpKernel(ncclDevComm dc, const T* send, ReduceScatterStage stage, T* recv, int nChunks) {
-  const int me = dc.lsaRank, n = dc.lsaSize;
-  const bool producer = blockIdx.x < CUCO_COLL_CTAS;
-  const int b = blockIdx.x % CUCO_COLL_CTAS, lane = threadIdx.x % 32;
-  const int slice = b * kCollWarps + threadIdx.x / 32;
-  const size_t count = stage.count, flags = stageFlagsOffset(n, stage.slotBytes);
-  const uint64_t first = stage.calls * (uint64_t)nChunks + 1;
-  constexpr size_t kN = 16 / sizeof(T);
-  size_t lo, hi;  // this warp's slice of the block
-  packSlice(count, kN, slice, CUCO_COLL_CTAS * kCollWarps, &lo, &hi);
-  if (producer) {
-    ncclLsaBarrierSession<ncclCoopCta> bar(ncclCoopCta(), dc, ncclTeamLsa(dc), dc.lsaBarrier, b);
-    bar.sync(ncclCoopCta(), cuda::memory_order_acq_rel);  // every peer is done reading its stage
-  }
-  const char* mine = (const char*)ncclGetLsaPointer(stage.win, 0, me);
-  const T* in[CUCO_COLL_MAX_RANKS];
-  for (int q = 0; q < n; q++) in[q] = q == me ? send + (size_t)me * count : (const T*)(mine + q * stage.slotBytes);
-  for (int k = 0; k < nChunks; k++) {
-    size_t c0, c1;  // chunk k of the slice, pack-aligned like it
-    packSlice(hi - lo, kN, k, nChunks, &c0, &c1);
-    c0 += lo, c1 += lo;
-    if (producer) {
-      char* dst[CUCO_COLL_MAX_RANKS];
-      const char* src[CUCO_COLL_MAX_RANKS];
-      int m = 0;
-      for (int p = 0; p < n; p++) {
-        if (p == me) continue;
-        dst[m] = (char*)ncclGetLsaPointer(stage.win, me * stage.slotBytes + c0 * sizeof(T), p);
-        src[m++] = (const char*)(send + (size_t)p * count + c0);
-      }
-      copyBytes(dst, src, m, (c1 - c0) * sizeof(T), lane, 32);
-      __syncwarp();  // every lane's stores of chunk k precede the flag (release, below)
-      if (lane == 0)
-        for (int p = 0; p < n; p++) {
-          if (p == me) continue;
-          uint64_t* flag = (uint64_t*)ncclGetLsaPointer(stage.win, stageFlag(flags, me, slice), p);
-          cuda::atomic_ref<uint64_t, cuda::thread_scope_system>(*flag).store(first + k, cuda::memory_order_release);
-        }
-    } else {
-      if (lane == 0)
-        for (int q = 0; q < n; q++) {
-          if (q == me) continue;
-          // acquire: chunk k from rank q has landed in slot q before any lane of this warp reads it
-          cuda::atomic_ref<uint64_t, cuda::thread_scope_system> flag(*(uint64_t*)(mine + stageFlag(flags, q, slice)));
-          while (flag.load(cuda::memory_order_acquire) < first + k) {
-          }
-        }
-      __syncwarp();
-      reduceRange<T, 4>(in, n, &recv, 1, c0, c1, lane, 32);
+      reduceRange<T>(in, n, &recv, 1, c0, c1, threadIdx.x, blockDim.x);
     }
   }
 }
@@ -518,7 +458,7 @@ inline cudaError_t reduceScatterStageAlloc(const cuco_ctx_t* ctx, size_t count, 
   stage->count = count, stage->calls = 0;
   stage->slotBytes = (count * sizeof(T) + 255) / 256 * 256;
   const size_t flags = stageFlagsOffset(ctx->nRanks, stage->slotBytes);
-  const size_t flagBytes = (size_t)ctx->nRanks * CUCO_COLL_CTAS * (CUCO_COLL_THREADS / 32) * sizeof(uint64_t);
+  const size_t flagBytes = (size_t)ctx->nRanks * CUCO_COLL_CTAS * sizeof(uint64_t);
   cudaError_t err = symmetricAlloc(ctx, &stage->buf, flags + flagBytes, &stage->win);
   if (err == cudaSuccess) err = cudaMemsetAsync((char*)stage->buf + flags, 0, flagBytes, ctx->stream);
   if (err == cudaSuccess) err = cudaStreamSynchronize(ctx->stream);
@@ -547,13 +487,8 @@ inline cudaError_t reduceScatterPush(const cuco_ctx_t* ctx, const void* send, Re
     if (nChunks < 1) nChunks = 1;
   }
   if (ctx->nRanks > CUCO_COLL_MAX_RANKS || nChunks < 1) return cudaErrorInvalidValue;
-#ifdef CUCO_RS_PUSH_WARPS
-  reduceScatterPushWarpKernel<T><<<2 * CUCO_COLL_CTAS, CUCO_COLL_THREADS, 0, stream>>>(ctx->devComm, (const T*)send,
-                                                                                  *stage, (T*)recv, nChunks);
-#else
   reduceScatterPushKernel<T><<<2 * CUCO_COLL_CTAS, CUCO_COLL_THREADS, 0, stream>>>(ctx->devComm, (const T*)send,
                                                                                   *stage, (T*)recv, nChunks);
-#endif
   const cudaError_t err = cudaGetLastError();
   if (err == cudaSuccess) stage->calls++;  // the flags this launch raises
   return err;
