@@ -241,11 +241,11 @@ __host__ __device__ inline void packSlice(size_t count, size_t kN, size_t i, siz
 // Packs [0, nPacks) of in[p] + lo, for nIn <= kMaxIn: every rank's loads are issued before the first add, so a
 // rank's loads from its own memory wait beside the peers' instead of after them (the loop over p is unrolled;
 // ranks past nIn are predicated off). The adds still run in rank order.
-template <typename T, int kMaxIn>
+template <typename T, int kMaxIn, int kPacks>
 __host__ __device__ inline void reducePacks(const T* const* in, int nIn, T* const* out, int nOut, size_t lo,
                                             size_t nPacks, size_t tid, size_t nThreads) {
   constexpr int kN = 16 / sizeof(T);
-  constexpr int kU = kMaxIn >= CUCO_COLL_REDUCE_PACKS ? 1 : CUCO_COLL_REDUCE_PACKS / kMaxIn;
+  constexpr int kU = kMaxIn >= kPacks ? 1 : kPacks / kMaxIn;
   for (size_t base = tid; base < nPacks; base += nThreads * kU) {
     uint4 v[kMaxIn][kU];
 #pragma unroll
@@ -269,8 +269,8 @@ __host__ __device__ inline void reducePacks(const T* const* in, int nIn, T* cons
 // Elements [lo, hi), by thread `tid` of `nThreads`: the sum over ranks p = 0..nIn-1 (in that order, in fp32)
 // of in[p][i], stored to every out[o][i]. 16-byte packs when every pointer is 16-byte aligned at lo, element by
 // element otherwise and for the tail; both paths add in the same order, so the result does not depend on
-// alignment.
-template <typename T>
+// alignment. kPacks: packs in flight per thread (reducePacks).
+template <typename T, int kPacks = CUCO_COLL_REDUCE_PACKS>
 __host__ __device__ inline void reduceRange(const T* const* in, int nIn, T* const* out, int nOut, size_t lo, size_t hi,
                                             size_t tid, size_t nThreads) {
   constexpr int kN = 16 / sizeof(T);
@@ -278,9 +278,9 @@ __host__ __device__ inline void reduceRange(const T* const* in, int nIn, T* cons
   for (int p = 0; p < nIn; p++) addrs |= (uintptr_t)(in[p] + lo);
   for (int o = 0; o < nOut; o++) addrs |= (uintptr_t)(out[o] + lo);
   const size_t nPacks = (addrs & 15) ? 0 : (hi - lo) / kN;
-  if (nIn <= 2) reducePacks<T, 2>(in, nIn, out, nOut, lo, nPacks, tid, nThreads);
-  else if (nIn <= 4) reducePacks<T, 4>(in, nIn, out, nOut, lo, nPacks, tid, nThreads);
-  else reducePacks<T, CUCO_COLL_MAX_RANKS>(in, nIn, out, nOut, lo, nPacks, tid, nThreads);
+  if (nIn <= 2) reducePacks<T, 2, kPacks>(in, nIn, out, nOut, lo, nPacks, tid, nThreads);
+  else if (nIn <= 4) reducePacks<T, 4, kPacks>(in, nIn, out, nOut, lo, nPacks, tid, nThreads);
+  else reducePacks<T, CUCO_COLL_MAX_RANKS, kPacks>(in, nIn, out, nOut, lo, nPacks, tid, nThreads);
   for (size_t i = lo + nPacks * kN + tid; i < hi; i += nThreads) {
     float acc = 0.0f;
     for (int p = 0; p < nIn; p++) acc += toFloat(in[p][i]);
@@ -377,7 +377,10 @@ __global__ void __launch_bounds__(CUCO_COLL_THREADS)
       __syncthreads();
       const T* in[CUCO_COLL_MAX_RANKS];
       for (int q = 0; q < n; q++) in[q] = q == me ? send + (size_t)me * count : (const T*)(mine + q * stage.slotBytes);
-      reduceRange<T>(in, n, &recv, 1, c0, c1, threadIdx.x, blockDim.x);
+      // Half the loads version's packs in flight: these inputs are local, and in a kernel that also holds the
+      // producer's copy loop the full count spills 184 bytes of registers (20 with half): 0.1181 ms against
+      // 0.1145 at 64 MB (collectives-*-2034, -2043).
+      reduceRange<T, CUCO_COLL_REDUCE_PACKS / 2>(in, n, &recv, 1, c0, c1, threadIdx.x, blockDim.x);
     }
   }
 }
