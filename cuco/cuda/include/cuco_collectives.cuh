@@ -302,8 +302,8 @@ __global__ void __launch_bounds__(CUCO_COLL_THREADS)
 }
 
 // Reduce-scatter by stores (sync chunk, producer and consumer CTAs), the design point beside
-// reduceScatterKernel's loads. On 2x H200 the all-gather's stores reach 84-89% of the link at 64 MB and these
-// loads 80-85%, yet this kernel only ties the loads there (16 chunks) and is slower below (README).
+// reduceScatterKernel's loads. On 2x H200 the all-gather's stores reach 85-89% of the link at 64 MB and these
+// loads 81-82%, yet this kernel stays 1-2% behind the loads there (16 chunks) and further below (README).
 // A stage of the program's own (ReduceScatterStage) receives, in slot r, the block that rank r stores for this
 // rank. CTA b < CUCO_COLL_CTAS is a producer: it stores chunk after chunk of its range of every peer's block
 // (send + p * count) into slot `rank` of p's stage, then raises its flag there. CTA CUCO_COLL_CTAS + b is a
