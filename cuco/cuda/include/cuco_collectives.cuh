@@ -23,6 +23,8 @@
 #include <stdio.h>
 #include <string.h>
 
+#include <algorithm>
+
 #include "cuco.h"
 
 // One LSA barrier per CTA, so this is also the lsaBarrierCount the device communicator needs. 64: on 2x H200
@@ -484,11 +486,8 @@ inline cudaError_t reduceScatterPush(const cuco_ctx_t* ctx, const void* send, Re
   // rate a CTA gets (1/64 of 350 GB/s). 16 chunks were the best count at 64 MB (collectives-*-1923, -1928).
   constexpr size_t kMinChunkBytes = 32 << 10;
   constexpr int kMaxChunks = 16;
-  if (nChunks == 0) {
-    const size_t rangeBytes = stage->count * sizeof(T) / CUCO_COLL_CTAS;
-    nChunks = (int)(rangeBytes / kMinChunkBytes < kMaxChunks ? rangeBytes / kMinChunkBytes : kMaxChunks);
-    if (nChunks < 1) nChunks = 1;
-  }
+  const size_t rangeBytes = stage->count * sizeof(T) / CUCO_COLL_CTAS;
+  if (nChunks == 0) nChunks = (int)std::clamp<size_t>(rangeBytes / kMinChunkBytes, 1, kMaxChunks);
   if (ctx->nRanks > CUCO_COLL_MAX_RANKS || nChunks < 1) return cudaErrorInvalidValue;
   reduceScatterPushKernel<T><<<2 * CUCO_COLL_CTAS, CUCO_COLL_THREADS, 0, stream>>>(ctx->devComm, (const T*)send,
                                                                                   *stage, (T*)recv, nChunks);
