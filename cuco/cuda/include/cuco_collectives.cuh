@@ -251,10 +251,12 @@ __host__ __device__ inline void reducePacks(const T* const* in, int nIn, T* cons
   for (size_t base = tid; base < nPacks; base += nThreads * kU) {
     uint4 v[kMaxIn][kU];
 #pragma unroll
-    for (int p = 0; p < kMaxIn; p++)
+    for (int p = 0; p < kMaxIn; p++) {
+      const uint4* src = reinterpret_cast<const uint4*>(in[p] + lo);
 #pragma unroll
       for (int u = 0; u < kU; u++)
-        if (p < nIn && base + u * nThreads < nPacks) v[p][u] = reinterpret_cast<const uint4*>(in[p] + lo)[base + u * nThreads];
+        if (p < nIn && base + u * nThreads < nPacks) v[p][u] = src[base + u * nThreads];
+    }
 #pragma unroll
     for (int u = 0; u < kU; u++) {
       if (base + u * nThreads >= nPacks) break;
