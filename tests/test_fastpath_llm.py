@@ -41,11 +41,16 @@ CPU_HANG = ROOT / "tests" / "faults" / "deadlock.py"
 CPU_HANG_LIMIT_S = 5.0
 
 
+def run_to_l2(path, program, limit_s, **device):
+    """`program` run for the try at `path` up to L2 on one small shape, killed after `limit_s`."""
+    return evaluate(SPEC, program, EvalOptions(max_level="L2", small_shapes=["s_odd"], timeout_s=limit_s,
+                                               work_dir=path.with_suffix(".work"), **device))
+
+
 def evaluator(path):
     """Real L0 and nvcc build on this machine; the try marked as hanging runs as CPU_HANG on two CPU ranks."""
     if "hangs:" in path.read_text():
-        return evaluate(SPEC, CPU_HANG, EvalOptions(device="cpu", max_level="L2", small_shapes=["s_odd"],
-                                                   timeout_s=CPU_HANG_LIMIT_S, work_dir=path.with_suffix(".work")))
+        return run_to_l2(path, CPU_HANG, CPU_HANG_LIMIT_S, device="cpu")
     return evaluate(SPEC, path, EvalOptions(device="cpu"))
 
 
@@ -56,8 +61,7 @@ HANG_LIMIT_S = 30.0
 
 
 def gpu_evaluator(path):
-    return evaluate(SPEC, path, EvalOptions(device="cuda", gpus=[0, 1], max_level="L2", small_shapes=["s_odd"],
-                                            timeout_s=HANG_LIMIT_S, work_dir=path.with_suffix(".work")))
+    return run_to_l2(path, path, HANG_LIMIT_S, device="cuda", gpus=[0, 1])
 
 
 @pytest.mark.parametrize("where", ["cpu", pytest.param("gpu", marks=pytest.mark.gpu(2))])
