@@ -2,8 +2,10 @@
 
 from __future__ import annotations
 
+import json
 import os
 from pathlib import Path
+from typing import Any
 
 
 def cuco_home() -> Path:
@@ -27,3 +29,12 @@ def records_dir() -> Path:
     d = cuco_home() / "records"
     d.mkdir(parents=True, exist_ok=True)
     return d
+
+
+def atomic_write_json(path: Path, data: Any, indent: int | None = None) -> Path:
+    """Write JSON so that a reader (or a kill at any moment) sees the old file or the new one, never half."""
+    path.parent.mkdir(parents=True, exist_ok=True)
+    tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
+    tmp.write_text(json.dumps(data, indent=indent))
+    os.replace(tmp, path)
+    return path

@@ -3,7 +3,8 @@
  *
  * It owns what Python cannot do through torch: the NCCL communicator handed to CUDA candidates,
  * symmetric buffers (ncclMemAlloc + NCCL_WIN_COLL_SYMMETRIC windows), the cuco_ctx_t that
- * candidates see, and the start gate that releases every rank's timed region at the same instant.
+ * candidates see, the start gate that releases every rank's timed region at the same instant, and the
+ * done flag each rank's stream raises for its judge.
  *
  * Every function returns 0 on success or -1 with a reason readable through cuco_h_last_error().
  * Window registration and communicator creation are collective: every rank calls them in the
@@ -179,6 +180,19 @@ CUCO_EXPORT int cuco_h_gate(void* stream, void* counterDev, unsigned long long t
                             int* timedOutDev) {
   gateKernel<<<1, 1, 0, (cudaStream_t)stream>>>((const volatile unsigned long long*)counterDev, target, timeoutNs,
                                                 timedOutDev);
+  HCUDA(cudaGetLastError());
+  return 0;
+}
+
+// Raised in stream order after the timed region and its snapshot: the judge's clock stops when it sees
+// the value, and it copies the snapshot then, so work still running after this point is not in it.
+__global__ void signalKernel(volatile unsigned long long* flag, unsigned long long value) {
+  __threadfence_system();  // the snapshot's writes are visible before the flag is
+  *flag = value;
+}
+
+CUCO_EXPORT int cuco_h_signal(void* stream, void* flagDev, unsigned long long value) {
+  signalKernel<<<1, 1, 0, (cudaStream_t)stream>>>((volatile unsigned long long*)flagDev, value);
   HCUDA(cudaGetLastError());
   return 0;
 }

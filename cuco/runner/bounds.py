@@ -1,14 +1,22 @@
 """The physical bound beside every number: compute alone, communication alone, and their max.
 
-Compute alone is measured (the workload's best-library version of the compute, timed by the same
-runner; its fastest iteration). Communication alone is the bytes each rank must receive over the measured peer-link
+Compute alone is measured (the workload's best-library version of the compute, timed by judges that
+run no candidate, once per machine, workload and shape, and cached in CUCO_HOME; its fastest iteration). Communication alone is the bytes each rank must receive over the measured peer-link
 bandwidth (`cuco doctor`); on the CPU, where no link rate is known, the measured collective stands in.
 """
 
 from __future__ import annotations
 
+import hashlib
+import json
+import shutil
+import tempfile
+from pathlib import Path
 from typing import Any
 
+from cuco.machine import fingerprint
+from cuco.paths import atomic_write_json, cuco_home
+from cuco.runner.job import Job, Stage
 from cuco.workload.expr import eval_expr
 from cuco.workload.spec import Shape, WorkloadSpec
 
@@ -34,3 +42,59 @@ def compute_bound(spec: WorkloadSpec, shape: Shape, world: int, device: str, com
         "flops": flops,
         "bound_ms": max(parts) if parts else None,
     }
+
+
+# ---- the references' timings: measured in a clean process, once per machine, workload and shape ----------
+
+
+def _machine_key(device: str) -> dict[str, Any]:
+    info = fingerprint()
+    info.pop("time", None)
+    return {**info, "device": device}
+
+
+def references_key(spec: WorkloadSpec, shape: Shape, device: str) -> str:
+    """Everything the references' timings depend on: the machine, the workload's reference and buffers, the shape."""
+    h = hashlib.sha256()
+    h.update(json.dumps([_machine_key(device), spec.name, spec.world_size, shape.params,
+                         [(b.name, b.role, b.dtype, b.shape) for b in spec.buffers.values()],
+                         spec.timing.warmup, spec.timing.iters, spec.timing.l2_flush, dict(spec.nccl_env)],
+                        sort_keys=True, default=str).encode())
+    h.update(spec.reference_path.read_bytes())
+    return h.hexdigest()[:20]
+
+
+def _cache_path(spec: WorkloadSpec, shape: Shape, device: str) -> Path:
+    return cuco_home() / "bounds" / f"{spec.name}-w{spec.world_size}-{device}-{shape.name}-{references_key(spec, shape, device)}.json"
+
+
+def reference_timings(spec: WorkloadSpec, shapes: list[str], device: str, gpus: list[int],
+                      timeout_s: float) -> tuple[dict[str, dict[str, Any]], str]:
+    """Per shape, every rank's times of the workload's compute alone and collective alone, from the cache or
+    measured now by judges with no candidate; and an error message ("" when all were measured)."""
+    paths = {s: _cache_path(spec, spec.shape(s), device) for s in shapes}
+    missing = [s for s, p in paths.items() if not p.is_file()]
+    error = _measure(spec, missing, device, gpus, timeout_s, paths) if missing else ""
+    return {s: json.loads(p.read_text()) for s, p in paths.items() if p.is_file()}, error
+
+
+def _measure(spec: WorkloadSpec, shapes: list[str], device: str, gpus: list[int], timeout_s: float,
+             paths: dict[str, Path]) -> str:
+    from cuco.runner.launch import free_port, launch
+
+    work = Path(tempfile.mkdtemp(prefix="cuco-bounds-"))
+    try:
+        job = Job(workload_root=str(spec.root), world=spec.world_size, candidate="", kind="reference", device=device,
+                  stages=[Stage("bounds", s) for s in shapes], out_dir=str(work), master_port=free_port(),
+                  host_port=free_port(), mode="bounds", gpus=list(gpus), env=dict(spec.nccl_env))
+        res = launch(job, timeout_s, work / "job.json")
+        results = [o.result or {} for o in res.ranks]
+        errors = [r.get("error") for r in results if r.get("error")]
+        if res.timed_out or errors or not all(r.get("done") for r in results):
+            return "measuring the bound's references failed: " + (errors[0] if errors else "timeout" if res.timed_out
+                                                                  else "a judge ended without a result")
+        for st in results[0]["stages"]:
+            atomic_write_json(paths[st["shape"]], {k: v for k, v in st.items() if k.endswith("_per_rank_ms")})
+        return ""
+    finally:
+        shutil.rmtree(work, ignore_errors=True)

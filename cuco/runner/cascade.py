@@ -7,9 +7,7 @@ plain JSON (one per evaluation) so that the search, the report and a person read
 from __future__ import annotations
 
 import hashlib
-import json
-import os
-import secrets
+import shutil
 import tempfile
 from dataclasses import dataclass, field
 from datetime import datetime, timezone
@@ -17,7 +15,8 @@ from pathlib import Path
 from typing import Any
 
 from cuco.machine import fingerprint, load_machine
-from cuco.runner.bounds import compute_bound
+from cuco.paths import atomic_write_json
+from cuco.runner.bounds import compute_bound, reference_timings
 from cuco.runner.build import build, build_harness
 from cuco.runner.job import Job, Stage
 from cuco.runner.launch import describe_exit, free_port, launch, make_gate_file
@@ -99,26 +98,33 @@ def evaluate(spec: WorkloadSpec, candidate: Path, opts: EvalOptions, baselines: 
     stages = [Stage("L2", s) for s in small]
     if LEVELS.index(opts.max_level) >= 3:
         stages += [Stage("L3", s) for s in full]
+    references: dict[str, dict[str, Any]] = {}
     if opts.max_level == "L4":
         stages += [Stage("L4", s) for s in full]
+        references, error = reference_timings(spec, full, opts.device, list(opts.gpus), opts.timeout_s or spec.timing.timeout_s)
+        if error:
+            record["bounds_error"] = error
+    temporary = opts.work_dir is None
     work = Path(opts.work_dir or tempfile.mkdtemp(prefix="cuco-eval-"))
     work.mkdir(parents=True, exist_ok=True)
     gate_file = make_gate_file(work) if opts.device == "cuda" and harness else None
     job = Job(workload_root=str(spec.root), world=spec.world_size, candidate=str(candidate.resolve()), kind=kind,
-              device=opts.device, stages=stages, out_dir=str(work), master_port=free_port(),
-              seed=secrets.randbelow(2**31), library=library, harness=harness, gate_file=gate_file,
-              gpus=list(opts.gpus), warmup=opts.warmup, iters=opts.iters, env=dict(spec.nccl_env))
-    record["seed"] = job.seed
+              device=opts.device, stages=stages, out_dir=str(work), master_port=free_port(), host_port=free_port(),
+              library=library, harness=harness, gate_file=gate_file, gpus=list(opts.gpus), warmup=opts.warmup,
+              iters=opts.iters, env=dict(spec.nccl_env))
     if spec.nccl_env:
         record["nccl_env"] = dict(spec.nccl_env)
-    record["work_dir"] = str(work)
+    if not temporary:
+        record["work_dir"] = str(work)
     try:
         res = launch(job, opts.timeout_s or spec.timing.timeout_s, work / "job.json")
+        record["seconds"] = res.seconds
+        return _interpret(spec, record, res, stages, opts, baselines, references)
     finally:
         if gate_file:
             Path(gate_file).unlink(missing_ok=True)
-    record["seconds"] = res.seconds
-    return _interpret(spec, record, res, stages, opts, baselines)
+        if temporary:
+            shutil.rmtree(work, ignore_errors=True)
 
 
 def _first_error(log: str) -> str:
@@ -128,36 +134,54 @@ def _first_error(log: str) -> str:
     return (log.strip().splitlines() or ["no output"])[0][:300]
 
 
-def _interpret(spec, record, res, stages, opts, baselines) -> dict[str, Any]:
+def _interpret(spec, record, res, stages, opts, baselines, references) -> dict[str, Any]:
     per_rank = [o.result or {} for o in res.ranks]
     done_stages = per_rank[0].get("stages", []) if per_rank else []
+    record["seed"] = per_rank[0].get("seed") if per_rank else None
+    record["sandbox"] = per_rank[0].get("sandbox", "") if per_rank else ""
     # The level of the first stage no rank finished.
     finished = min(len(r.get("stages", [])) for r in per_rank) if per_rank else 0
     current = stages[finished].level if finished < len(stages) else "L4"
-    _collect(spec, record, done_stages, opts, baselines)
+    _collect(spec, record, done_stages, opts, baselines, references)
     if res.timed_out:
         where = "; ".join(f"rank {o.rank}: {o.last_step}" for o in res.ranks)
         return _fail(record, current, f"timeout: killed every rank after {opts.timeout_s or spec.timing.timeout_s:.0f} s "
                                       f"(hung; last steps: {where})", _logs(res))
     if res.crashed:
-        parts = []
-        for r in res.crashed:
-            o = res.ranks[r]
-            err = (o.result or {}).get("error")
-            parts.append(f"rank {r} {describe_exit(o.returncode)} at '{o.last_step}'" + (f": {err}" if err else ""))
-        others = [o.rank for o in res.ranks if o.returncode is None]
-        if others:
-            parts.append(f"ranks {others} killed by the watchdog")
-        # The first rank to go is the cause: if it reported its own error (a non-zero return, an exception),
-        # the candidate failed; killed by a signal or gone without a word, it crashed.
-        reported = (res.ranks[res.crashed[0]].result or {}).get("kind") == "candidate"
-        return _fail(record, current, ("candidate error: " if reported else "crash: ") + "; ".join(parts),
-                     _logs(res))
+        return _fail(record, current, _crash_message(res), _logs(res))
     errors = [r.get("error") for r in per_rank if r.get("error")]
     if errors:
         return _fail(record, current, errors[0], _logs(res))
+    # A rank passes only by its judge reporting every stage finished; an exit status alone means nothing.
+    unfinished = [o.rank for o in res.ranks if not (o.result or {}).get("done")
+                  or len((o.result or {}).get("stages", [])) < len(stages)]
+    if unfinished:
+        return _fail(record, current, f"ranks {unfinished} ended without their judge reporting every stage done",
+                     _logs(res))
     record["level_reached"] = stages[-1].level if stages else record["level_reached"]
-    # L4 verdicts that need every rank's numbers: the bound first, then the last timed output.
+    problems = _l4_problems(spec, record, opts)
+    if problems:
+        return _fail(record, "L4", "; ".join(problems))
+    return _done(record)
+
+
+def _crash_message(res) -> str:
+    """The first judge to report a failure names the cause; a judge that died itself is described by its exit."""
+    parts = []
+    for r in res.crashed:
+        o = res.ranks[r]
+        err = (o.result or {}).get("error")
+        parts.append(f"rank {r} at '{o.last_step}': {err}" if err else
+                     f"rank {r}'s judge {describe_exit(o.returncode)} at '{o.last_step}'")
+    others = [o.rank for o in res.ranks if o.returncode is None]
+    if others:
+        parts.append(f"ranks {others} stopped by the watchdog")
+    reported = (res.ranks[res.crashed[0]].result or {}).get("kind") == "candidate"
+    return ("candidate error: " if reported else "crash: ") + "; ".join(parts)
+
+
+def _l4_problems(spec, record, opts) -> list[str]:
+    """Verdicts that need every rank's numbers: the bound, the timed runs' outputs, the judge's clock."""
     problems = []
     slack = spec.timing.bound_slack if opts.device == "cuda" else spec.timing.cpu_bound_slack
     for name, shape_rec in record["shapes"].items():
@@ -165,17 +189,20 @@ def _interpret(spec, record, res, stages, opts, baselines) -> dict[str, Any]:
         if not t:
             continue
         bound = shape_rec.get("bound", {}).get("bound_ms")
-        if bound and t["median_ms"] < bound * (1 - slack):
+        if not bound:
+            why = record.get("bounds_error") or "the workload's reference defines neither compute_alone nor comm_alone"
+            problems.append(f"shape {name}: no physical bound ({why}); a time without its bound is not reported")
+        elif t["median_ms"] < bound * (1 - slack):
             problems.append(f"impossible: shape {name} median {t['median_ms']:.4f} ms is below the physical bound "
                             f"{bound:.4f} ms by more than {slack:.0%}: work was skipped or the timing is broken")
         if t.get("final_output_errors"):
-            problems.append(f"shape {name}: the last timed iteration's output is wrong: {t['final_output_errors'][0]}")
-    if problems:
-        return _fail(record, "L4", "; ".join(problems))
-    return _done(record)
+            problems.append(f"shape {name}: a timed run's output is wrong: {t['final_output_errors'][0]}")
+        if t.get("clock_errors"):
+            problems.append(f"shape {name}: {t['clock_errors'][0]}")
+    return problems
 
 
-def _collect(spec, record, stages: list[dict[str, Any]], opts, baselines) -> None:
+def _collect(spec, record, stages: list[dict[str, Any]], opts, baselines, references) -> None:
     machine = load_machine()
     for st in stages:
         shape_rec = record["shapes"].setdefault(st["shape"], {"params": spec.shape(st["shape"]).params})
@@ -184,13 +211,16 @@ def _collect(spec, record, stages: list[dict[str, Any]], opts, baselines) -> Non
                 {k: st[k] for k in ("level", "trials", "max_norm_rel_err")})
             continue
         t = summarize(st["per_rank_ms"])
-        t.update(gated=st["gated"], note=st["note"], per_rank_ms=st["per_rank_ms"],
-                 final_output_errors=st["final_output_errors"])
+        judge = summarize(st["judge_per_rank_ms"])
+        t.update(gated=st["gated"], note=st["note"], per_rank_ms=st["per_rank_ms"], verified_runs=st["verified_runs"],
+                 final_output_errors=st["final_output_errors"], clock_errors=st["clock_errors"],
+                 judge_median_ms=judge["median_ms"], clock=st.get("clock"))
         shape_rec["timing"] = t
         extra = {}
         for key in ("compute_alone", "comm_alone"):
-            if f"{key}_per_rank_ms" in st:
-                ref = summarize(st[f"{key}_per_rank_ms"])
+            times = references.get(st["shape"], {}).get(f"{key}_per_rank_ms")
+            if times:
+                ref = summarize(times)
                 extra[key], extra[f"{key}_min"] = ref["median_ms"], ref["min_ms"]
         shape_rec["references_ms"] = extra
         # A bound is what the hardware can do at best: the fastest measured iteration, not the typical one
@@ -222,8 +252,4 @@ def _done(record: dict[str, Any], note: str = "") -> dict[str, Any]:
 
 
 def save_record(record: dict[str, Any], path: Path) -> Path:
-    path.parent.mkdir(parents=True, exist_ok=True)
-    tmp = path.with_suffix(".tmp")
-    tmp.write_text(json.dumps(record, indent=1))
-    os.replace(tmp, path)
-    return path
+    return atomic_write_json(path, record, indent=1)

@@ -35,6 +35,7 @@ class Harness:
         L.cuco_h_host_register.argtypes = [vp, sz, ctypes.POINTER(vp)]
         L.cuco_h_host_unregister.argtypes = [vp]
         L.cuco_h_gate.argtypes = [vp, vp, u64, u64, vp]
+        L.cuco_h_signal.argtypes = [vp, vp, u64]
         L.cuco_h_nccl_version.argtypes = [ctypes.POINTER(i)]
         L.cuco_h_devcomm_create.argtypes = [vp, vp]
         L.cuco_h_devcomm_destroy.argtypes = [vp]
@@ -76,6 +77,9 @@ class Harness:
 
     def gate(self, stream: int, counter_dev: int, target: int, timeout_ns: int, timed_out_dev: int) -> None:
         self._check(self.lib.cuco_h_gate(stream, counter_dev, target, timeout_ns, timed_out_dev), "gate launch")
+
+    def signal(self, stream: int, flag_dev: int, value: int) -> None:
+        self._check(self.lib.cuco_h_signal(stream, flag_dev, value), "done-flag launch")
 
     # --- the cuco_ctx_t handed to CUDA candidates ---
     def ctx_new(self, rank: int, world: int, device: int, comm: int, stream: int) -> int:

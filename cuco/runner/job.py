@@ -1,4 +1,6 @@
-"""The job a launcher hands to each rank's worker: plain JSON, so the worker needs no cuco config code."""
+"""The job a launcher hands to each rank's judge: plain JSON, so the judge needs no cuco config code.
+
+It holds nothing secret: the seeds are drawn by the judges themselves, after they start."""
 
 from __future__ import annotations
 
@@ -22,8 +24,9 @@ class Job:
     device: str  # "cuda" or "cpu"
     stages: list[Stage]
     out_dir: str
-    master_port: int
-    seed: int  # base of every input seed: fresh per evaluation
+    master_port: int  # the judges' process group
+    host_port: int  # the candidate hosts' own process group, apart from the judges'
+    mode: str = "evaluate"  # or "bounds": the workload's reference timings, no candidate
     library: str | None = None  # built candidate .so
     harness: str | None = None  # built harness .so (CUDA machines)
     gate_file: str | None = None  # /dev/shm page shared by the ranks of this node

@@ -1,8 +1,11 @@
-"""Start the ranks of one evaluation locally, each in its own process group, under a watchdog.
+"""Start the judges of one evaluation locally, each in its own process group, under a watchdog.
 
-A candidate that hangs (most often a device barrier nobody satisfies) or that crashes one rank
-leaves the other ranks waiting forever; the watchdog kills every rank's whole process group when the
-time limit passes, or shortly after the first rank dies, and says where each rank was.
+Each rank's judge starts the candidate's process for that rank (judge.py, host.py). A candidate that
+hangs (most often a device barrier nobody satisfies) or that crashes one rank leaves the other ranks
+waiting forever; the watchdog stops every judge when the time limit passes, or shortly after the first
+judge reports a failure, and says where each rank was. Stopping is SIGTERM first: each judge then kills
+its candidate's whole process tree (detached processes included, see sandbox.py); SIGKILL of the
+process groups follows for a judge that does not go.
 """
 
 from __future__ import annotations
@@ -21,6 +24,7 @@ from pathlib import Path
 from cuco.machine import SAFE_ENV
 from cuco.runner.job import Job
 CRASH_GRACE_S = 5.0  # after one rank dies, the others get this long to report their own state
+TERM_GRACE_S = 3.0  # a judge told to stop has this long to kill its candidate's processes
 POLL_S = 0.05
 
 
@@ -79,6 +83,22 @@ def describe_exit(code: int) -> str:
     return f"exit code {code}"
 
 
+def stop(procs: list[subprocess.Popen]) -> None:
+    """SIGTERM every judge still running (each kills its candidate's tree), then SIGKILL what is left."""
+    for p in procs:
+        if p.poll() is None:
+            p.send_signal(signal.SIGTERM)
+    end = time.monotonic() + TERM_GRACE_S
+    while time.monotonic() < end and any(p.poll() is None for p in procs):
+        time.sleep(POLL_S)
+    for p in procs:
+        try:
+            os.killpg(p.pid, signal.SIGKILL)
+        except ProcessLookupError:
+            pass
+        p.wait()
+
+
 def launch(job: Job, timeout_s: float, job_path: Path) -> LaunchResult:
     out = Path(job.out_dir)
     out.mkdir(parents=True, exist_ok=True)
@@ -97,7 +117,7 @@ def launch(job: Job, timeout_s: float, job_path: Path) -> LaunchResult:
     t0 = time.monotonic()
     for r in range(job.world):
         log = open(out / f"rank{r}.log", "wb")
-        procs.append(subprocess.Popen([sys.executable, "-m", "cuco.runner.worker", str(job_path), str(r)],
+        procs.append(subprocess.Popen([sys.executable, "-m", "cuco.runner.judge", str(job_path), str(r)],
                                       stdout=log, stderr=subprocess.STDOUT, env={**env, "RANK": str(r)},
                                       start_new_session=True))
         log.close()
@@ -115,14 +135,7 @@ def launch(job: Job, timeout_s: float, job_path: Path) -> LaunchResult:
             first_death = now
         if now > deadline or (first_death is not None and now - first_death > CRASH_GRACE_S):
             timed_out = now > deadline
-            for p in procs:
-                if p.poll() is None:
-                    try:
-                        os.killpg(p.pid, signal.SIGKILL)
-                    except ProcessLookupError:
-                        pass
-            for p in procs:
-                p.wait()
+            stop(procs)
             break
         time.sleep(POLL_S)
     outcomes = []
@@ -130,7 +143,7 @@ def launch(job: Job, timeout_s: float, job_path: Path) -> LaunchResult:
         res_path = out / f"rank{r}.json"
         result = json.loads(res_path.read_text()) if res_path.is_file() else None
         code = p.returncode
-        killed = code == -signal.SIGKILL and (timed_out or first_death is not None) and not (result and result.get("done"))
+        killed = code in (-signal.SIGKILL, 143) and (timed_out or first_death is not None) and not (result and result.get("done"))
         outcomes.append(RankOutcome(r, None if killed else code, result, _last_line(out / f"rank{r}.progress"),
                                     _tail(out / f"rank{r}.log")))
     # Ranks that failed on their own, in the order they went: the first is usually the cause.

@@ -1,110 +1,90 @@
-"""Timing owned by the framework: every rank released at once, every candidate stream waited for.
+"""Clocks the framework owns.
 
-GPU: each timed iteration is queued behind a gate kernel that spins on a host page shared by the
-ranks of the node; once every rank has queued its work (host barrier), one store opens all gates
-together. The start event follows the gate and every side stream waits on it, so host launch
-overhead and rank skew stay out of the numbers, and the end is the latest of the streams' end
-events. Inputs stay fixed, outputs are poisoned and L2 is flushed before each iteration (not timed).
-CPU: host barrier, then wall clock around run() on each rank.
+A candidate is timed by its rank's judge (judge.py), a process the candidate cannot reach:
+- CPU: the judge's wall clock from the command that starts the run to the host's reply that it is done.
+- GPU: every rank's stream waits behind a gate kernel spinning on a shared host page; once all ranks have
+  queued their run, one store opens every gate. The host records CUDA events around the run (precise),
+  and the judge's own clock runs from opening the gate to seeing the done flag the stream raises after the
+  run and its snapshot (trusted). The events count only if they agree with the judge's clock
+  (`cross_check`): a process that reports a time it did not take is rejected.
+The bound's references (the best library's compute alone and the collective alone) are trusted code run in
+a judge with no candidate at all; they are timed in-process here.
 """
 
 from __future__ import annotations
 
-import mmap
-import os
+import statistics
 import time
-from dataclasses import dataclass
-from typing import Callable
+from dataclasses import asdict, dataclass
+from typing import Any, Callable
 
-import torch
-
-GATE_TIMEOUT_NS = 30_000_000_000  # a gate left closed this long means the host never released it
-PROBE_TIMEOUT_NS = 2_000_000_000  # first gated iteration: detects a cuco_run that blocks the host
-
-
-class Gate:
-    """A uint64 counter in a /dev/shm page, mapped into every rank's GPU address space."""
-
-    def __init__(self, harness, path: str, rank: int, device: torch.device) -> None:
-        self.harness, self.rank = harness, rank
-        fd = os.open(path, os.O_RDWR)
-        self.map = mmap.mmap(fd, mmap.PAGESIZE)
-        os.close(fd)
-        self.host_ptr = _address_of(self.map)
-        self.dev_ptr = harness.host_register(self.host_ptr, mmap.PAGESIZE)
-        self.timed_out = torch.zeros(1, dtype=torch.int32, device=device)
-        self.count = int.from_bytes(self.map[0:8], "little")
-
-    def close(self) -> None:
-        self.harness.host_unregister(self.host_ptr)
-
-    def arm(self, stream: torch.cuda.Stream, timeout_ns: int) -> None:
-        self.count += 1
-        self.harness.gate(stream.cuda_stream, self.dev_ptr, self.count, timeout_ns, self.timed_out.data_ptr())
-
-    def release(self) -> None:
-        if self.rank == 0:
-            self.map[0:8] = self.count.to_bytes(8, "little")
-
-    def check_timed_out(self) -> bool:
-        hit = bool(self.timed_out.item())
-        self.timed_out.zero_()
-        return hit
-
-
-def _address_of(m: mmap.mmap) -> int:
-    import ctypes
-
-    return ctypes.addressof(ctypes.c_char.from_buffer(m))
+# The judge's clock and the GPU's events disagree honestly by the judge's reaction time (polling a host page,
+# a Python loop) and scheduling noise; a reported time must not need more than this to fit the judge's.
+CLOCK_EVENT_EPS_MS = 0.02  # an event time longer than the judge's own by more than this is impossible
+CLOCK_REL_SLACK = 0.2  # of the judge's median
+CLOCK_ABS_SLACK_MS = 0.02
 
 
 @dataclass
-class TimingResult:
-    times_ms: list[float]
-    gated: bool
-    note: str = ""
+class ClockCheck:
+    judge_median_ms: float
+    event_median_ms: float
+    null_median_ms: float  # the judge's clock around a run that does nothing: gate, snapshot, done flag
+    unexplained_ms: float  # judge - null - events: time the candidate's report leaves out
+    allowed_ms: float
+    ok: bool
+    message: str = ""
+
+    def to_json(self) -> dict[str, Any]:
+        return asdict(self)
 
 
-def time_cuda(run: Callable[[], None], before: Callable[[], None], barrier: Callable[[], None],
-              any_rank: Callable[[bool], bool], stream: torch.cuda.Stream, side_streams: list[torch.cuda.Stream], gate: Gate | None,
-              warmup: int, iters: int) -> TimingResult:
-    streams = [stream, *side_streams]
+def cross_check(event_ms: list[float], judge_ms: list[float], null_ms: list[float]) -> ClockCheck:
+    """Do the times the candidate's process reported fit what the judge saw, iteration by iteration?"""
+    jm, em = statistics.median(judge_ms), statistics.median(event_ms)
+    nm = statistics.median(null_ms) if null_ms else 0.0
+    unexplained = jm - nm - em
+    allowed = max(CLOCK_REL_SLACK * jm, CLOCK_ABS_SLACK_MS)
+    longer = [i for i, (e, j) in enumerate(zip(event_ms, judge_ms)) if e > j + CLOCK_EVENT_EPS_MS]
+    msg = ""
+    if longer:
+        i = longer[0]
+        msg = (f"the candidate's process reported {event_ms[i]:.4f} ms for timed iteration {i}, longer than the "
+               f"judge's own clock saw ({judge_ms[i]:.4f} ms): the reported times are not the runs'")
+    elif unexplained > allowed:
+        msg = (f"the candidate's process reported a median of {em:.4f} ms but the judge's clock saw {jm:.4f} ms "
+               f"({nm:.4f} ms of it the runner's own overhead): {unexplained:.4f} ms unaccounted for, more than "
+               f"the {allowed:.4f} ms allowed")
+    return ClockCheck(jm, em, nm, unexplained, allowed, not msg, msg)
+
+
+def time_references_cuda(run: Callable[[], None], before: Callable[[], None], barrier: Callable[[], None],
+                         stream, warmup: int, iters: int) -> list[float]:
+    """CUDA events around trusted reference code, every rank started after a host barrier."""
+    import torch
+
     for _ in range(warmup):
         before()
+        torch.cuda.synchronize()
         barrier()
         run()
-        torch.cuda.synchronize()
-    gated, note, times = gate is not None, "", []
-    for i in range(iters):
+    torch.cuda.synchronize()
+    times = []
+    for _ in range(iters):
         before()
-        if gated:
-            gate.arm(stream, PROBE_TIMEOUT_NS if i == 0 else GATE_TIMEOUT_NS)
-        else:
-            torch.cuda.synchronize()
-            barrier()
-        start = torch.cuda.Event(enable_timing=True)
-        start.record(stream)
-        for s in side_streams:
-            s.wait_event(start)
-        run()
-        ends = []
-        for s in streams:
-            e = torch.cuda.Event(enable_timing=True)
-            e.record(s)
-            ends.append(e)
-        if gated:
-            barrier()
-            gate.release()
         torch.cuda.synchronize()
-        if gated and any_rank(gate.check_timed_out()):
-            gated, note = False, "cuco_run blocks the host: timed without the start gate (launch overhead included)"
-            continue
-        times.append(max(start.elapsed_time(e) for e in ends))
-    return TimingResult(times, gated, note)
+        barrier()
+        start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+        start.record(stream)
+        run()
+        end.record(stream)
+        torch.cuda.synchronize()
+        times.append(start.elapsed_time(end))
+    return times
 
 
-def time_cpu(run: Callable[[], None], before: Callable[[], None], barrier: Callable[[], None],
-             warmup: int, iters: int) -> TimingResult:
+def time_references_cpu(run: Callable[[], None], before: Callable[[], None], barrier: Callable[[], None],
+                        warmup: int, iters: int) -> list[float]:
     for _ in range(warmup):
         before()
         barrier()
@@ -116,4 +96,4 @@ def time_cpu(run: Callable[[], None], before: Callable[[], None], barrier: Calla
         t0 = time.perf_counter()
         run()
         times.append((time.perf_counter() - t0) * 1e3)
-    return TimingResult(times, False, "CPU wall clock per rank after a host barrier")
+    return times

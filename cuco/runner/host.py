@@ -1,0 +1,252 @@
+"""The candidate's process for one rank: `python -m cuco.runner.host FD`, started by that rank's judge.
+
+It confines itself (sandbox.py) before the candidate is loaded, then does only what the judge asks over
+the channel: set up a shape, stage inputs, run, tear down. It holds no seed, no reference, no other
+rank's inputs and no clock that counts: on the CPU the judge times each run itself; on GPUs the judge's
+clock runs from the start gate to the done flag this process's stream raises after the run and its
+snapshot, and the CUDA events recorded here are only believed when they agree with it.
+"""
+
+from __future__ import annotations
+
+import os
+import signal
+import socket
+import sys
+import traceback
+from datetime import timedelta
+from pathlib import Path
+from typing import Any
+
+import torch
+import torch.distributed as dist
+
+from cuco.runner.buffers import TORCH_DTYPES, Exchange, Layout, attach_memfd_buffers, cuda_array
+from cuco.runner.candidate import CandidateError, CudaCandidate, PyContext, PythonCandidate
+from cuco.runner.channel import Channel, Reply
+from cuco.runner.harness import Harness
+from cuco.runner.pages import Page
+from cuco.runner.sandbox import confine, die_with_parent
+from cuco.runner.verify import poison
+
+GATE_TIMEOUT_NS = 30_000_000_000  # a gate left closed this long means the judges never released it
+PROBE_TIMEOUT_NS = 2_000_000_000  # first gated run: detects a cuco_run that blocks the host
+
+
+class Host:
+    def __init__(self, chan: Channel, hello: Reply) -> None:
+        d = hello.data
+        self.chan = chan
+        self.rank, self.world = int(d["rank"]), int(d["world"])
+        self.kind, self.cuda = str(d["candidate_kind"]), d["device"] == "cuda"
+        self.candidate, self.library = Path(d["candidate"]), d.get("library")
+        self.device = torch.device("cuda", int(d["gpu"])) if self.cuda else torch.device("cpu")
+        self.harness = Harness(d["harness"]) if d.get("harness") else None
+        self.gate = Page(hello.fds[0]) if self.cuda else None
+        self.done = Page(hello.fds[1]) if self.cuda else None
+        self.comm = None
+        self.nccl_group = None
+        self.store_port = int(d["store_port"])
+        self.shape: dict[str, Any] = {}
+
+    # ---- start-up --------------------------------------------------------------------------------
+    def init(self) -> None:
+        store = dist.TCPStore("127.0.0.1", self.store_port, self.world, self.rank == 0, timeout=timedelta(seconds=120))
+        dist.init_process_group("gloo", store=store, rank=self.rank, world_size=self.world)
+        if not self.cuda:
+            self.stream, self.side_streams = None, []
+            return
+        torch.cuda.set_device(self.device)
+        self.stream = torch.cuda.Stream(self.device)
+        # Side stream 0 has the device's highest priority: communication issued there is scheduled ahead of
+        # the waves of a GEMM already running on the main stream.
+        self.side_streams = [torch.cuda.Stream(self.device, priority=-100), torch.cuda.Stream(self.device)]
+        self.gate.register(self.harness)
+        self.done.register(self.harness)
+        self.timed_out = torch.zeros(1, dtype=torch.int32, device=self.device)
+        if self.kind == "cuda":
+            if self.rank == 0:
+                store.set("cuco_nccl_id", self.harness.unique_id())
+            self.comm = self.harness.comm_init(self.rank, self.world, self.device.index, store.get("cuco_nccl_id"))
+
+    def barrier(self) -> None:
+        dist.barrier()
+
+    def sync(self) -> None:
+        if self.cuda:
+            torch.cuda.synchronize(self.device)
+
+    # ---- shapes ----------------------------------------------------------------------------------
+    def setup(self, msg: Reply) -> None:
+        layouts = [Layout.from_json(b) for b in msg.data["buffers"]]
+        params = {str(k): int(v) for k, v in msg.data["params"].items()}
+        sym: list[tuple[int, int]] = []
+        if self.cuda:
+            bufs, sym = self.allocate(layouts)
+            exchange = Exchange.open(msg.data["exchange"], layouts, self.device)
+        else:
+            bufs, exchange = attach_memfd_buffers(layouts, msg.fds), None
+        cand, ctx = self.make_candidate(layouts, bufs, sym, params)
+        # The framework's own references: what the candidate does to ctx cannot redirect staging or snapshots.
+        self.shape = {"layouts": layouts, "bufs": dict(bufs), "sym": sym, "cand": cand, "ctx": ctx, "exchange": exchange}
+        self.sync()
+        self.barrier()
+        cand.setup()
+        self.sync()
+
+    def allocate(self, layouts: list[Layout]) -> tuple[dict[str, torch.Tensor], list[tuple[int, int]]]:
+        bufs, sym = {}, []
+        for lay in layouts:
+            if self.kind == "cuda" and lay.symmetric:
+                ptr, win = self.harness.sym_alloc(self.comm, lay.nbytes)  # collective: same order on all ranks
+                sym.append((ptr, win))
+                bufs[lay.name] = lay.view(cuda_array(ptr, lay.nbytes, self.device))
+            else:
+                bufs[lay.name] = torch.empty(lay.shape, dtype=TORCH_DTYPES[lay.dtype], device=self.device)
+        return bufs, sym
+
+    def make_candidate(self, layouts, bufs, sym, params):
+        if self.kind == "cuda":
+            h = self.harness
+            ctx = h.ctx_new(self.rank, self.world, self.device.index, self.comm, self.stream.cuda_stream)
+            for s in self.side_streams:
+                h.ctx_add_stream(ctx, s.cuda_stream)
+            windows = dict(sym)
+            for lay in layouts:
+                t = bufs[lay.name]
+                h.ctx_add_buffer(ctx, lay.name, t.data_ptr(), lay.nbytes, lay.dtype, lay.shape, lay.symmetric,
+                                 windows.get(t.data_ptr()))
+            for k, v in params.items():
+                h.ctx_add_param(ctx, k, v)
+            return CudaCandidate(Path(self.library), h, ctx), ctx
+        group = self.torch_nccl_group() if self.cuda else dist.group.WORLD
+        ctx = PyContext(self.rank, self.world, self.device, group, self.stream, self.side_streams, dict(bufs), params)
+        return PythonCandidate(self.candidate, ctx), None
+
+    def torch_nccl_group(self):
+        if self.nccl_group is None:
+            self.nccl_group = dist.new_group(backend="nccl", device_id=self.device)  # type: ignore[call-arg]
+        return self.nccl_group
+
+    def teardown(self) -> None:
+        sh = self.shape
+        self.barrier()
+        sh["cand"].teardown()
+        self.sync()
+        for ptr, win in sh["sym"]:
+            self.harness.sym_free(self.comm, ptr, win)
+        if sh["ctx"] is not None:
+            self.harness.ctx_free(sh["ctx"])
+        self.shape = {}
+
+    # ---- runs ------------------------------------------------------------------------------------
+    def stage(self) -> None:
+        """GPU: the judge's next inputs into the candidate's buffers, outputs and scratch poisoned (untimed)."""
+        sh = self.shape
+        with torch.cuda.stream(self.stream):
+            for lay in sh["layouts"]:
+                if lay.role == "input":
+                    sh["bufs"][lay.name].copy_(sh["exchange"][f"stage:{lay.name}"])
+                else:
+                    poison(sh["bufs"][lay.name])
+        self.sync()
+
+    def run_cpu(self) -> None:
+        self.shape["cand"].run()
+
+    def run_gpu(self, msg: Reply) -> None:
+        """Gate, start event, the candidate's run, every stream joined, snapshot, done flag: all in stream order."""
+        sh, s = self.shape, self.stream
+        target = msg.data.get("gate")
+        if target is not None:
+            timeout = PROBE_TIMEOUT_NS if msg.data.get("probe") else GATE_TIMEOUT_NS
+            self.harness.gate(s.cuda_stream, self.gate.dev_ptr, int(target), timeout, self.timed_out.data_ptr())
+        start = torch.cuda.Event(enable_timing=True)
+        start.record(s)
+        for side in self.side_streams:
+            side.wait_event(start)
+        if not msg.data.get("null"):
+            sh["cand"].run()
+        ends = []
+        for st in (s, *self.side_streams):
+            e = torch.cuda.Event(enable_timing=True)
+            e.record(st)
+            ends.append(e)
+        for e in ends[1:]:
+            s.wait_event(e)
+        with torch.cuda.stream(s):
+            for lay in sh["layouts"]:
+                if lay.role != "scratch":
+                    key = "out" if lay.role == "output" else "inputs_after"
+                    sh["exchange"][f"{key}:{lay.name}"].copy_(sh["bufs"][lay.name])
+        self.harness.signal(s.cuda_stream, self.done.dev_ptr, int(msg.data["seq"]))
+        self.chan.send("queued")
+        self.sync()
+        gate_timed_out = bool(self.timed_out.item())
+        self.timed_out.zero_()
+        self.chan.send("finished", ms=[max(start.elapsed_time(e) for e in ends)], gate_timed_out=gate_timed_out)
+
+    def serve(self) -> None:
+        while True:
+            msg = self.chan.recv()
+            where = msg.data.get("where", msg.kind)
+            try:
+                if msg.kind == "exit":
+                    return
+                if msg.kind == "setup":
+                    self.setup(msg)
+                    self.chan.send("ok")
+                elif msg.kind == "teardown":
+                    self.teardown()
+                    self.chan.send("ok")
+                elif msg.kind == "stage":
+                    self.stage()
+                    self.chan.send("staged")
+                elif msg.kind == "run" and not self.cuda:
+                    self.run_cpu()
+                    self.chan.send("done")
+                elif msg.kind == "run":
+                    self.run_gpu(msg)
+                else:
+                    raise ValueError(f"unknown command {msg.kind!r}")
+            except CandidateError as exc:
+                self.chan.send("error", message=str(exc), where=where)
+            except Exception as exc:  # not the candidate's own report: the runner's side failed under it
+                self.chan.send("error", message=f"{type(exc).__name__}: {exc}", where=where, framework=True,
+                               traceback=traceback.format_exc(limit=6))
+
+
+def scrub_environment(scratch: Path) -> None:
+    """Caches and temporary files go to the host's scratch folder; keys of the driver's stay out."""
+    for key in list(os.environ):
+        if any(w in key.upper() for w in ("KEY", "TOKEN", "SECRET", "PASSWORD")) or key == "CUCO_HOME":
+            del os.environ[key]
+    for var, sub in (("TMPDIR", ""), ("TRITON_CACHE_DIR", "triton"), ("XDG_CACHE_HOME", "cache"),
+                     ("CUDA_CACHE_PATH", "nv"), ("TORCHINDUCTOR_CACHE_DIR", "inductor")):
+        os.environ[var] = str(scratch / sub)
+    os.environ["PYTHONDONTWRITEBYTECODE"] = "1"
+    sys.dont_write_bytecode = True
+
+
+def main(argv: list[str]) -> int:
+    signal.pthread_sigmask(signal.SIG_UNBLOCK, {signal.SIGTERM})  # the judge blocks it for its own watcher
+    die_with_parent(os.getppid())
+    chan = Channel(socket.socket(fileno=int(argv[0])))
+    hello = chan.expect("hello")
+    scratch = Path(hello.data["scratch"])
+    scrub_environment(scratch)
+    confinement = confine(scratch)
+    host = Host(chan, hello)
+    try:
+        host.init()
+    except Exception as exc:
+        chan.send("error", message=f"{type(exc).__name__}: {exc}", where="start-up")
+        return 3
+    chan.send("ready", sandbox=confinement.describe())
+    host.serve()
+    dist.destroy_process_group()
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main(sys.argv[1:]))

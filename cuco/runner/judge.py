@@ -1,0 +1,541 @@
+"""One rank's judge: `python -m cuco.runner.judge JOB.json RANK`.
+
+The judge owns everything a score is made of, in a process the candidate cannot reach: the seeds (drawn
+by rank 0's judge and shared among the judges, never written anywhere the candidate can read), every
+rank's inputs, the reference, the comparisons and the clock. The candidate runs in a host process of its
+own (host.py) that this judge starts, confined, and drives over a channel; the two share only this
+rank's buffers. Every run gets fresh inputs and poisoned outputs and scratch; of the timed runs, some
+chosen at random (the host cannot tell which) are snapshotted at the end of the timed region and verified.
+Judges agree on every verdict before going on, and a rank passes only by the judge writing `done`.
+In bounds mode there is no host at all: the judges time the workload's reference compute and collective.
+"""
+
+from __future__ import annotations
+
+import importlib.util
+import json
+import os
+import random
+import shutil
+import signal
+import subprocess
+import sys
+import threading
+import time
+import traceback
+from datetime import timedelta
+from pathlib import Path
+from typing import Any
+
+import torch
+import torch.distributed as dist
+
+from cuco.paths import atomic_write_json
+from cuco.runner.buffers import TORCH_DTYPES, Exchange, Layout, memfd_buffers
+from cuco.runner.channel import Channel, ChannelClosed, Reply, RemoteError
+from cuco.runner.job import Job, Stage
+from cuco.runner.pages import Page
+from cuco.runner.sandbox import die_with_parent, guard_judge, kill_descendants
+from cuco.runner.timing import cross_check, time_references_cpu, time_references_cuda
+from cuco.runner.verify import Check, compare, poison, same
+from cuco.workload.spec import WorkloadSpec, load_workload
+
+L2_FLUSH_BYTES = 2 * 60 * 2**20  # twice the largest Hopper L2 (60 MB on H200): evicts everything
+VERIFIED_RUNS = 2  # timed runs whose outputs are verified, chosen at random per shape
+NULL_RUNS = 5  # runs that do nothing, timed by the judge: its own overhead, for the clock cross-check
+HOST_START_S = 120.0  # the host's imports, process group and NCCL communicator
+
+
+class StageFailed(Exception):
+    """A verdict every rank agreed on: the candidate ran and was wrong."""
+
+
+class CandidateFailed(Exception):
+    """The candidate's process failed: its own error (kind "candidate"), a crash, or the runner's side under it."""
+
+    def __init__(self, message: str, kind: str) -> None:
+        super().__init__(message)
+        self.kind = kind
+
+
+def load_reference(spec: WorkloadSpec):
+    mod_spec = importlib.util.spec_from_file_location(f"cuco_reference_{spec.name}", spec.reference_path)
+    assert mod_spec and mod_spec.loader
+    mod = importlib.util.module_from_spec(mod_spec)
+    mod_spec.loader.exec_module(mod)
+    for fn in ("make_inputs", "reference"):
+        if not callable(getattr(mod, fn, None)):
+            raise CandidateFailed(f"{spec.reference_path}: defines no {fn}()", "harness")
+    return mod
+
+
+class Judge:
+    def __init__(self, job: Job, rank: int) -> None:
+        self.job, self.rank, self.world = job, rank, job.world
+        self.out = Path(job.out_dir)
+        self.progress = open(self.out / f"rank{rank}.progress", "a", buffering=1)
+        self.spec = load_workload(Path(job.workload_root), job.world)
+        self.ref = load_reference(self.spec)
+        self.cuda = job.device == "cuda"
+        self.device = torch.device("cuda", job.gpus[rank] if job.gpus else rank) if self.cuda else torch.device("cpu")
+        self.proc: subprocess.Popen | None = None
+        self.chan: Channel | None = None
+        self.seq = 0  # runs asked of the host; the done flag carries it
+        self.gate_count = 0
+        self.gated = self.cuda
+        self.sandbox = ""
+        self.scratch = self.out / f"host{rank}"
+        self.exchange: Exchange | None = None
+        self.bufs: dict[str, torch.Tensor] | None = None
+
+    # ---- plumbing -------------------------------------------------------------------------------
+    def mark(self, what: str) -> None:
+        self.progress.write(what + "\n")
+
+    def barrier(self) -> None:
+        dist.barrier(group=self.gloo)
+
+    def any_rank(self, flag: bool) -> bool:
+        t = torch.tensor([int(flag)])
+        dist.all_reduce(t, op=dist.ReduceOp.MAX, group=self.gloo)
+        return bool(t.item())
+
+    def gather(self, obj: Any) -> list[Any]:
+        out: list[Any] = [None] * self.world
+        dist.all_gather_object(out, obj, group=self.gloo)
+        return out
+
+    def sync(self) -> None:
+        if self.cuda:
+            torch.cuda.synchronize(self.device)
+
+    def init(self) -> None:
+        self.mark("init: process group")
+        store = dist.TCPStore("127.0.0.1", self.job.master_port, self.world, self.rank == 0,
+                              timeout=timedelta(seconds=120))
+        dist.init_process_group("gloo", store=store, rank=self.rank, world_size=self.world)
+        self.gloo = dist.group.WORLD
+        box = [random.SystemRandom().randrange(2**31) if self.rank == 0 else None]
+        dist.broadcast_object_list(box, src=0, group=self.gloo)
+        self.seed = int(box[0])
+        if self.cuda:
+            torch.cuda.set_device(self.device)
+            torch.backends.cuda.matmul.allow_tf32 = False  # references in true fp32
+            self.flush_buf = torch.empty(L2_FLUSH_BYTES, dtype=torch.uint8, device=self.device)
+
+    # ---- the candidate's host -------------------------------------------------------------------
+    def start_host(self) -> None:
+        self.mark("init: the candidate's process")
+        self.scratch.mkdir(parents=True, exist_ok=True)
+        self.chan, child = Channel.pair()
+        fds = [child.fileno()]
+        hello: dict[str, Any] = dict(rank=self.rank, world=self.world, candidate_kind=self.job.kind, device=self.job.device,
+                                     candidate=self.job.candidate, library=self.job.library, harness=self.job.harness,
+                                     gpu=self.device.index if self.cuda else None, store_port=self.job.host_port,
+                                     scratch=str(self.scratch))
+        page_fds: list[int] = []
+        if self.cuda:
+            gate_fd = os.open(self.job.gate_file, os.O_RDWR)
+            self.gate = Page(gate_fd)
+            self.done, done_fd = Page.anonymous("cuco-done")
+            page_fds = [gate_fd, done_fd]
+        self.proc = subprocess.Popen([sys.executable, "-m", "cuco.runner.host", str(child.fileno())], pass_fds=fds,
+                                     cwd=self.scratch, env=os.environ.copy())
+        child.close()
+        self.chan.send("hello", fds=page_fds, **hello)
+        for fd in page_fds:
+            os.close(fd)
+        self.sandbox = str(self.call("ready", timeout_s=HOST_START_S, where="start-up").data.get("sandbox", ""))[:300]
+
+    def _host_gone(self, where: str) -> CandidateFailed:
+        try:
+            code = self.proc.wait(timeout=5)
+        except subprocess.TimeoutExpired:
+            return CandidateFailed(f"the candidate's process stopped answering during {where}", "crash")
+        if code < 0:
+            name = signal.Signals(-code).name if -code in signal.Signals._value2member_map_ else f"signal {-code}"
+            return CandidateFailed(f"the candidate's process was killed by {name} during {where}", "crash")
+        return CandidateFailed(f"the candidate's process exited with status {code} during {where}: a candidate may "
+                               f"not end its process, and passes only by finishing every run", "candidate")
+
+    def call(self, expect: str, where: str, timeout_s: float | None = None) -> Reply:
+        """The host's next reply, which must be `expect`; any other outcome is the candidate's failure."""
+        try:
+            return self.chan.expect(expect, timeout_s)
+        except ChannelClosed:
+            raise self._host_gone(where) from None
+        except RemoteError as exc:
+            raise CandidateFailed(str(exc), "harness" if "framework" in str(exc.where) else "candidate") from None
+        except (ValueError, TimeoutError) as exc:
+            raise CandidateFailed(f"{where}: {exc}", "candidate") from None
+
+    def send(self, kind: str, fds: list[int] | None = None, **fields: Any) -> None:
+        try:
+            self.chan.send(kind, fds=fds, where=fields.pop("where", kind), **fields)
+        except ChannelClosed:
+            raise self._host_gone(kind) from None
+
+    def stop_host(self) -> None:
+        if self.proc is None:
+            return
+        if self.proc.poll() is None:
+            try:
+                self.chan.send("exit")
+                self.proc.wait(timeout=10)
+            except (ChannelClosed, subprocess.TimeoutExpired):
+                pass
+        kill_descendants()  # the host if it lingers, and anything it started, detached or not
+        self.proc = None
+        shutil.rmtree(self.scratch, ignore_errors=True)
+
+    # ---- inputs ---------------------------------------------------------------------------------
+    def inputs_for(self, params: dict[str, int], seed: int, ranks: range | list[int]) -> dict[int, dict[str, torch.Tensor]]:
+        """Inputs of the given ranks, from per-rank seeds, so each judge computes its reference alone."""
+        out = {}
+        for r in ranks:
+            gen = torch.Generator(device=self.device).manual_seed(seed * 1_000_003 + r)
+            out[r] = self.ref.make_inputs(params, self.world, r, gen, self.device)
+        return out
+
+    def all_inputs(self, params: dict[str, int], seed: int) -> list[dict[str, torch.Tensor]]:
+        by_rank = self.inputs_for(params, seed, range(self.world))
+        return [by_rank[r] for r in range(self.world)]
+
+    def outputs(self) -> list[str]:
+        return [b.name for b in self.spec.buffers.values() if b.role == "output"]
+
+    def inputs(self) -> list[str]:
+        return [b.name for b in self.spec.buffers.values() if b.role == "input"]
+
+    def load(self, mine: dict[str, torch.Tensor]) -> None:
+        """This rank's inputs into the candidate's buffers, everything else poisoned (untimed)."""
+        for name in self.inputs():
+            if name not in mine:
+                raise CandidateFailed(f"reference.make_inputs returned no {name!r}", "harness")
+        if not self.cuda:
+            for lay in self.layouts:
+                if lay.role == "input":
+                    self.bufs[lay.name].copy_(mine[lay.name])
+                else:
+                    poison(self.bufs[lay.name])
+            return
+        for name in self.inputs():
+            self.exchange[f"stage:{name}"].copy_(mine[name])
+        self.sync()
+        self.send("stage")
+        self.call("staged", "staging inputs")
+
+    # ---- shapes ---------------------------------------------------------------------------------
+    def open_shape(self, shape_name: str) -> dict[str, int]:
+        shape = self.spec.shape(shape_name)
+        params, env = dict(shape.params), shape.env(self.world)
+        self.layouts = [Layout(b.name, b.role, b.dtype, b.dims(env), b.symmetric) for b in self.spec.buffers.values()]
+        self.mark(f"{shape_name}: setup")
+        msg: dict[str, Any] = dict(buffers=[lay.to_json() for lay in self.layouts], params=params)
+        fds: list[int] = []
+        if self.cuda:
+            self.exchange = Exchange.create(self.layouts, self.device)
+            msg["exchange"] = self.exchange.handle()
+        else:
+            self.bufs, fds = memfd_buffers(self.layouts)
+        self.send("setup", fds=fds, where=f"{shape_name}: setup", **msg)
+        for fd in fds:
+            os.close(fd)
+        self.call("ok", f"{shape_name}: setup")
+        return params
+
+    def close_shape(self, shape_name: str) -> None:
+        self.mark(f"{shape_name}: teardown")
+        self.send("teardown", where=f"{shape_name}: teardown")
+        self.call("ok", f"{shape_name}: teardown")
+        self.exchange = self.bufs = None
+
+    # ---- runs -----------------------------------------------------------------------------------
+    def snapshot(self, role: str) -> dict[str, torch.Tensor]:
+        names = self.outputs() if role == "output" else self.inputs()
+        if self.cuda:
+            key = "out" if role == "output" else "inputs_after"
+            return {n: self.exchange[f"{key}:{n}"].clone() for n in names}
+        return {n: self.bufs[n].clone() for n in names}
+
+    def run_untimed(self, where: str) -> tuple[dict[str, torch.Tensor], dict[str, torch.Tensor]]:
+        """One run for a correctness check: the outputs and the inputs as the run left them."""
+        self.barrier()
+        if self.cuda:
+            self.seq += 1
+            self.send("run", seq=self.seq, gate=None, where=where)
+            self.call("queued", where)
+            self.call("finished", where)
+        else:
+            self.send("run", where=where)
+            self.call("done", where)
+        return self.snapshot("output"), self.snapshot("input")
+
+    def run_timed(self, where: str, keep: bool, null: bool = False, probe: bool = False):
+        """(judge's ms, the host's event ms or None, gate timed out, output snapshot if kept)."""
+        self.barrier()
+        if not self.cuda:
+            t0 = time.perf_counter()
+            self.send("run", where=where)
+            self.call("done", where)
+            ms = (time.perf_counter() - t0) * 1e3
+            return ms, None, False, self.snapshot("output") if keep else None
+        self.seq += 1
+        gated = self.gated
+        if gated:
+            self.gate_count += 1
+        t_sent = time.perf_counter()
+        self.send("run", seq=self.seq, gate=self.gate_count if gated else None, null=null, probe=probe, where=where)
+        self.call("queued", where)
+        t0 = t_sent
+        if gated:
+            self.barrier()
+            t0 = time.perf_counter()
+            if self.rank == 0:
+                self.gate.write(self.gate_count)
+        self.wait_done(self.seq, where)
+        ms = (time.perf_counter() - t0) * 1e3
+        snap = self.snapshot("output") if keep else None  # at once: a done flag raised early finds no outputs
+        fin = self.call("finished", where)
+        try:
+            event_ms = fin.floats("ms")[0]
+        except (ValueError, IndexError) as exc:
+            raise CandidateFailed(f"{where}: {exc}", "candidate") from None
+        return ms, event_ms, bool(fin.data.get("gate_timed_out")), snap
+
+    def wait_done(self, seq: int, where: str) -> None:
+        spins = 0
+        while self.done.read() < seq:
+            spins += 1
+            if spins % 20000 == 0 and self.proc.poll() is not None:
+                raise self._host_gone(where)
+
+    def flush_l2(self) -> None:
+        if self.cuda and self.spec.timing.l2_flush:
+            self.flush_buf.zero_()
+            self.sync()
+
+    # ---- stages ---------------------------------------------------------------------------------
+    def agree(self, checks: list[Check], what: str) -> None:
+        mine = [c.message for c in checks if not c.ok]
+        failures = [f"rank {r}: {m}" for r, ms in enumerate(self.gather(mine)) for m in ms]
+        if failures:
+            raise StageFailed(f"{what}: " + "; ".join(failures[:6]))
+
+    def check_outputs(self, outs: dict[str, torch.Tensor], expected: dict[str, torch.Tensor]) -> list[Check]:
+        tol = self.spec.tolerance
+        return [compare(n, outs[n], expected[n], tol.rtol, tol.atol, tol.norm_rtol) for n in self.outputs()]
+
+    def correctness(self, stage: Stage, params: dict[str, int], seed: int) -> dict[str, Any]:
+        tol = self.spec.tolerance
+        errors: list[float] = []
+        for trial in range(self.spec.timing.trials):
+            where = f"{stage.level} {stage.shape} trial {trial}"
+            self.mark(f"{where}: run")
+            inputs = self.all_inputs(params, seed + trial)
+            mine = inputs[self.rank]
+            self.load(mine)
+            outs, after = self.run_untimed(f"{where}: run")
+            checks = self.check_outputs(outs, self.ref.reference(params, self.world, self.rank, inputs))
+            self.agree(checks, f"{where} (seed {seed + trial})")
+            errors += [c.norm_rel_err or 0.0 for c in checks]
+            self.mark(f"{where}: determinism run")
+            self.load(mine)
+            again, after2 = self.run_untimed(f"{where}: determinism run")
+            if tol.determinism == "bitwise":
+                checks = [same(n, again[n], outs[n], "two runs on the same inputs differ") for n in self.outputs()]
+            else:
+                checks = [compare(n, again[n], outs[n], tol.rtol, tol.atol, tol.norm_rtol) for n in self.outputs()]
+            for a in (after, after2):
+                checks += [same(k, a[k], mine[k].to(a[k].dtype).reshape(a[k].shape), "input changed by the run")
+                           for k in self.inputs()]
+            self.agree(checks, where)
+        return {"level": stage.level, "shape": stage.shape, "ok": True, "trials": self.spec.timing.trials,
+                "max_norm_rel_err": max(errors) if errors else 0.0}
+
+    def timing(self, stage: Stage, params: dict[str, int], seed: int) -> dict[str, Any]:
+        t = self.spec.timing
+        warmup = max(1, self.job.warmup if self.job.warmup is not None else t.warmup)
+        iters = self.job.iters if self.job.iters is not None else t.iters
+        chosen = set(random.Random(seed).sample(range(iters), min(VERIFIED_RUNS, iters)))  # the seed is secret
+        judge_ms: list[float] = []
+        event_ms: list[float] = []
+        null_ms: list[float] = []
+        kept: dict[int, tuple[int, dict[str, torch.Tensor]]] = {}
+        note = ""
+        for i in range(warmup + iters):
+            where = f"L4 {stage.shape}: " + (f"warm-up {i}" if i < warmup else f"timed run {i - warmup}")
+            self.mark(where)
+            self.load(self.inputs_for(params, seed + i, [self.rank])[self.rank])
+            self.flush_l2()
+            keep = i - warmup in chosen
+            ms, ev, gate_timed_out, snap = self.run_timed(where, keep, probe=(i == 0 and self.gated))
+            if i == 0 and self.cuda and self.any_rank(gate_timed_out):
+                self.gated, note = False, "cuco_run blocks the host: timed without the start gate (launch overhead included)"
+            if i == 0 and self.cuda:
+                null_ms = self.null_runs(stage)
+            if i < warmup:
+                continue
+            judge_ms.append(ms)
+            if ev is not None:
+                event_ms.append(ev)
+            if keep:
+                kept[i - warmup] = (seed + i, snap)
+        out: dict[str, Any] = {"level": "L4", "shape": stage.shape, "ok": True, "gated": self.gated, "note": note,
+                               "verified_runs": sorted(kept), "judge_ms": judge_ms}
+        if self.cuda:
+            check = cross_check(event_ms, judge_ms, null_ms)
+            out.update(per_rank_times=event_ms, clock=check.to_json())
+        else:
+            out.update(per_rank_times=judge_ms, clock=None)
+        out["final_output_errors"] = self.verify_kept(stage, params, kept)
+        clocks = self.gather(out["clock"])
+        out["clock_errors"] = [f"rank {r}: {c['message']}" for r, c in enumerate(clocks) if c and not c["ok"]]
+        out["per_rank_ms"] = self.gather(out.pop("per_rank_times"))
+        out["judge_per_rank_ms"] = self.gather(out.pop("judge_ms"))
+        return out
+
+    def null_runs(self, stage: Stage) -> list[float]:
+        """The judge's clock around runs that do nothing: what the gate, snapshot and done flag cost by themselves."""
+        times = []
+        for n in range(NULL_RUNS):
+            where = f"L4 {stage.shape}: runner overhead {n}"
+            self.mark(where)
+            self.flush_l2()
+            times.append(self.run_timed(where, keep=False, null=True)[0])
+        return times
+
+    def verify_kept(self, stage: Stage, params: dict[str, int], kept) -> list[str]:
+        """The snapshotted timed runs against the reference of their own inputs; failures of every rank."""
+        mine = []
+        for j, (seed, snap) in sorted(kept.items()):
+            self.mark(f"L4 {stage.shape}: verifying timed run {j}")
+            expected = self.ref.reference(params, self.world, self.rank, self.all_inputs(params, seed))
+            mine += [f"timed run {j}: {c.message}" for c in self.check_outputs(snap, expected) if not c.ok]
+        return [f"rank {r}: {m}" for r, ms in enumerate(self.gather(mine)) for m in ms]
+
+    def run_stages(self) -> list[dict[str, Any]]:
+        results: list[dict[str, Any]] = []
+        by_shape: dict[str, list[Stage]] = {}
+        for st in self.job.stages:
+            by_shape.setdefault(st.shape, []).append(st)
+        self.start_host()
+        for n, (shape_name, stages) in enumerate(by_shape.items()):
+            params = self.open_shape(shape_name)
+            seed = self.seed + 7919 * (1 + n)
+            for st in stages:
+                if st.level in ("L2", "L3"):
+                    results.append(self.correctness(st, params, seed))
+                else:
+                    results.append(self.timing(st, params, seed + 101))
+                self.write_result(results, done=False)
+            self.close_shape(shape_name)
+        self.stop_host()
+        return results
+
+    # ---- bounds mode: the workload's own references, no candidate ---------------------------------
+    def bounds(self) -> list[dict[str, Any]]:
+        results = []
+        for st in self.job.stages:
+            shape = self.spec.shape(st.shape)
+            params, env = dict(shape.params), shape.env(self.world)
+            bufs = {b.name: torch.empty(b.dims(env), dtype=TORCH_DTYPES[b.dtype], device=self.device)
+                    for b in self.spec.buffers.values()}
+            inputs = self.all_inputs(params, self.seed)
+            for name in self.inputs():
+                bufs[name].copy_(inputs[self.rank][name])
+            res = {"level": "bounds", "shape": st.shape, "ok": True}
+            res.update(self.reference_timings(params, inputs, bufs))
+            results.append(res)
+            self.write_result(results, done=False)
+        return results
+
+    def reference_timings(self, params, inputs, bufs) -> dict[str, Any]:
+        """The bound's measured half: the workload's compute alone (best library), and its collective alone."""
+        t = self.spec.timing
+        out: dict[str, Any] = {}
+        stream = torch.cuda.current_stream(self.device) if self.cuda else None
+
+        def before() -> None:
+            for b in self.spec.buffers.values():
+                if b.role != "input":
+                    poison(bufs[b.name])
+            if self.cuda and t.l2_flush:
+                self.flush_buf.zero_()
+
+        for key in ("compute_alone", "comm_alone"):
+            factory = getattr(self.ref, key, None)
+            if factory is None:
+                continue
+            group = (dist.new_group(backend="nccl", device_id=self.device) if self.cuda else self.gloo) \
+                if key == "comm_alone" else None  # type: ignore[call-arg]
+            self.mark(f"bounds: timing {key}")
+            fn = factory(params, self.world, self.rank, inputs, bufs, group)
+            iters = max(10, min(t.iters, 30))
+            times = time_references_cuda(fn, before, self.barrier, stream, t.warmup, iters) if self.cuda \
+                else time_references_cpu(fn, before, self.barrier, t.warmup, iters)
+            out[f"{key}_per_rank_ms"] = self.gather(times)
+        return out
+
+    # ---- result ---------------------------------------------------------------------------------
+    def write_result(self, stages: list[dict[str, Any]], done: bool, **extra: Any) -> None:
+        """The rank's result file. The seed goes in only once the candidate's process is gone: the run folder
+        is readable to it."""
+        data = {"rank": self.rank, "stages": stages, "error": None, "done": done, "sandbox": self.sandbox, **extra}
+        if done:
+            assert self.proc is None, "the seed is written only after the host has been stopped"
+            data["seed"] = getattr(self, "seed", None)
+        atomic_write_json(self.out / f"rank{self.rank}.json", data)
+
+
+def _cleanup_on_term() -> None:
+    """SIGTERM from the launcher's watchdog: kill the candidate's whole tree, then go. A thread waits for the
+    signal, so the cleanup runs even while the main thread is blocked inside a collective."""
+    signal.pthread_sigmask(signal.SIG_BLOCK, {signal.SIGTERM})
+
+    def wait() -> None:
+        signal.sigwait({signal.SIGTERM})
+        kill_descendants()
+        os._exit(143)
+
+    threading.Thread(target=wait, daemon=True, name="cuco-judge-term").start()
+
+
+def main(argv: list[str]) -> int:
+    die_with_parent(int(os.environ.get("CUCO_LAUNCHER_PID", "0")))
+    job, rank = Job.read(Path(argv[0])), int(argv[1])
+    guard_judge()
+    _cleanup_on_term()
+    judge: Judge | None = None
+    stages: list[dict[str, Any]] = []
+    try:
+        judge = Judge(job, rank)
+        judge.init()
+        stages = judge.bounds() if job.mode == "bounds" else judge.run_stages()
+        judge.write_result(stages, done=True)
+        dist.destroy_process_group()
+        return 0
+    except StageFailed as exc:
+        judge.stop_host()
+        judge.write_result(_partial(judge), done=True, error=str(exc), kind="verification")
+        return 0
+    except Exception as exc:  # the judge reports every failure as data; the candidate's come as CandidateFailed
+        kind = exc.kind if isinstance(exc, CandidateFailed) else "harness"
+        data = {"error": str(exc) if isinstance(exc, CandidateFailed) else f"{type(exc).__name__}: {exc}",
+                "kind": kind, "traceback": traceback.format_exc(limit=8)}
+        if judge is not None:
+            judge.stop_host()
+            judge.write_result(_partial(judge), done=True, **data)
+        else:
+            atomic_write_json(Path(job.out_dir) / f"rank{rank}.json", {"rank": rank, "stages": [], "done": True, **data})
+        sys.stderr.write(data["traceback"])
+        return 3
+
+
+def _partial(judge: Judge) -> list[dict[str, Any]]:
+    path = judge.out / f"rank{judge.rank}.json"
+    return json.loads(path.read_text())["stages"] if path.is_file() else []
+
+
+if __name__ == "__main__":
+    sys.exit(main(sys.argv[1:]))
