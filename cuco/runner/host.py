@@ -23,7 +23,7 @@ import torch.distributed as dist
 
 from cuco.runner.buffers import TORCH_DTYPES, Exchange, Layout, attach_memfd_buffers, cuda_array
 from cuco.runner.candidate import CandidateError, CudaCandidate, PyContext, PythonCandidate
-from cuco.runner.channel import Channel, Reply
+from cuco.runner.channel import Channel, ChannelClosed, Reply
 from cuco.runner.harness import Harness
 from cuco.runner.pages import Page
 from cuco.runner.sandbox import confine, die_with_parent
@@ -187,12 +187,14 @@ class Host:
         self.chan.send("finished", ms=[max(start.elapsed_time(e) for e in ends)], gate_timed_out=gate_timed_out)
 
     def serve(self) -> None:
+        """Until the judge goes; it kills this process once it has every reply it needs."""
         while True:
-            msg = self.chan.recv()
+            try:
+                msg = self.chan.recv()
+            except ChannelClosed:
+                return
             where = msg.data.get("where", msg.kind)
             try:
-                if msg.kind == "exit":
-                    return
                 if msg.kind == "setup":
                     self.setup(msg)
                     self.chan.send("ok")
@@ -244,7 +246,6 @@ def main(argv: list[str]) -> int:
         return 3
     chan.send("ready", sandbox=confinement.describe())
     host.serve()
-    dist.destroy_process_group()
     return 0
 
 

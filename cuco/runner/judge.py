@@ -1,4 +1,4 @@
-"""One rank's judge: `python -m cuco.runner.judge JOB.json RANK`.
+"""One rank's judge, started by rank.py.
 
 The judge owns everything a score is made of, in a process the candidate cannot reach: the seeds (drawn
 by rank 0's judge and shared among the judges, never written anywhere the candidate can read), every
@@ -20,7 +20,6 @@ import shutil
 import signal
 import subprocess
 import sys
-import threading
 import time
 import traceback
 from datetime import timedelta
@@ -32,10 +31,10 @@ import torch.distributed as dist
 
 from cuco.paths import atomic_write_json
 from cuco.runner.buffers import TORCH_DTYPES, Exchange, Layout, memfd_buffers
-from cuco.runner.channel import Channel, ChannelClosed, Reply, RemoteError
+from cuco.runner.channel import ChannelClosed, Reply, RemoteError
 from cuco.runner.job import Job, Stage
-from cuco.runner.pages import Page
-from cuco.runner.sandbox import die_with_parent, guard_judge, kill_descendants
+from cuco.runner.rank import HostProcess
+from cuco.runner.sandbox import kill_descendants
 from cuco.runner.timing import cross_check, time_references_cpu, time_references_cuda
 from cuco.runner.verify import Check, compare, poison, same
 from cuco.workload.spec import WorkloadSpec, load_workload
@@ -70,27 +69,29 @@ def load_reference(spec: WorkloadSpec):
 
 
 class Judge:
-    def __init__(self, job: Job, rank: int) -> None:
+    def __init__(self, job: Job, rank: int, host: HostProcess | None) -> None:
         self.job, self.rank, self.world = job, rank, job.world
+        self.host = host
+        self.t0 = time.monotonic()
         self.out = Path(job.out_dir)
         self.progress = open(self.out / f"rank{rank}.progress", "a", buffering=1)
         self.spec = load_workload(Path(job.workload_root), job.world)
         self.ref = load_reference(self.spec)
         self.cuda = job.device == "cuda"
         self.device = torch.device("cuda", job.gpus[rank] if job.gpus else rank) if self.cuda else torch.device("cpu")
-        self.proc: subprocess.Popen | None = None
-        self.chan: Channel | None = None
+        self.proc = host.proc if host else None
+        self.chan = host.chan if host else None
         self.seq = 0  # runs asked of the host; the done flag carries it
         self.gate_count = 0
         self.gated = self.cuda
         self.sandbox = ""
-        self.scratch = self.out / f"host{rank}"
         self.exchange: Exchange | None = None
         self.bufs: dict[str, torch.Tensor] | None = None
 
     # ---- plumbing -------------------------------------------------------------------------------
     def mark(self, what: str) -> None:
-        self.progress.write(what + "\n")
+        """A step, with the seconds since the rank started: the launcher names the last one if the rank hangs."""
+        self.progress.write(f"{time.monotonic() - self.t0:.3f}\t{what}\n")
 
     def barrier(self) -> None:
         dist.barrier(group=self.gloo)
@@ -124,27 +125,9 @@ class Judge:
             self.flush_buf = torch.empty(L2_FLUSH_BYTES, dtype=torch.uint8, device=self.device)
 
     # ---- the candidate's host -------------------------------------------------------------------
-    def start_host(self) -> None:
+    def host_ready(self) -> None:
         self.mark("init: the candidate's process")
-        self.scratch.mkdir(parents=True, exist_ok=True)
-        self.chan, child = Channel.pair()
-        fds = [child.fileno()]
-        hello: dict[str, Any] = dict(rank=self.rank, world=self.world, candidate_kind=self.job.kind, device=self.job.device,
-                                     candidate=self.job.candidate, library=self.job.library, harness=self.job.harness,
-                                     gpu=self.device.index if self.cuda else None, store_port=self.job.host_port,
-                                     scratch=str(self.scratch))
-        page_fds: list[int] = []
-        if self.cuda:
-            gate_fd = os.open(self.job.gate_file, os.O_RDWR)
-            self.gate = Page(gate_fd)
-            self.done, done_fd = Page.anonymous("cuco-done")
-            page_fds = [gate_fd, done_fd]
-        self.proc = subprocess.Popen([sys.executable, "-m", "cuco.runner.host", str(child.fileno())], pass_fds=fds,
-                                     cwd=self.scratch, env=os.environ.copy())
-        child.close()
-        self.chan.send("hello", fds=page_fds, **hello)
-        for fd in page_fds:
-            os.close(fd)
+        self.gate, self.done = self.host.gate, self.host.done
         self.sandbox = str(self.call("ready", timeout_s=HOST_START_S, where="start-up").data.get("sandbox", ""))[:300]
 
     def _host_gone(self, where: str) -> CandidateFailed:
@@ -176,17 +159,13 @@ class Judge:
             raise self._host_gone(kind) from None
 
     def stop_host(self) -> None:
+        """The host has nothing to keep once its last reply is in: it is killed with everything it started,
+        detached or not, rather than waited for through its own exit."""
         if self.proc is None:
             return
-        if self.proc.poll() is None:
-            try:
-                self.chan.send("exit")
-                self.proc.wait(timeout=10)
-            except (ChannelClosed, subprocess.TimeoutExpired):
-                pass
-        kill_descendants()  # the host if it lingers, and anything it started, detached or not
+        kill_descendants()
         self.proc = None
-        shutil.rmtree(self.scratch, ignore_errors=True)
+        shutil.rmtree(self.host.scratch, ignore_errors=True)
 
     # ---- inputs ---------------------------------------------------------------------------------
     def inputs_for(self, params: dict[str, int], seed: int, ranks: range | list[int]) -> dict[int, dict[str, torch.Tensor]]:
@@ -419,7 +398,7 @@ class Judge:
         by_shape: dict[str, list[Stage]] = {}
         for st in self.job.stages:
             by_shape.setdefault(st.shape, []).append(st)
-        self.start_host()
+        self.host_ready()
         for n, (shape_name, stages) in enumerate(by_shape.items()):
             params = self.open_shape(shape_name)
             seed = self.seed + 7919 * (1 + n)
@@ -488,28 +467,10 @@ class Judge:
         atomic_write_json(self.out / f"rank{self.rank}.json", data)
 
 
-def _cleanup_on_term() -> None:
-    """SIGTERM from the launcher's watchdog: kill the candidate's whole tree, then go. A thread waits for the
-    signal, so the cleanup runs even while the main thread is blocked inside a collective."""
-    signal.pthread_sigmask(signal.SIG_BLOCK, {signal.SIGTERM})
-
-    def wait() -> None:
-        signal.sigwait({signal.SIGTERM})
-        kill_descendants()
-        os._exit(143)
-
-    threading.Thread(target=wait, daemon=True, name="cuco-judge-term").start()
-
-
-def main(argv: list[str]) -> int:
-    die_with_parent(int(os.environ.get("CUCO_LAUNCHER_PID", "0")))
-    job, rank = Job.read(Path(argv[0])), int(argv[1])
-    guard_judge()
-    _cleanup_on_term()
+def run_judge(job: Job, rank: int, host: HostProcess | None) -> int:
     judge: Judge | None = None
-    stages: list[dict[str, Any]] = []
     try:
-        judge = Judge(job, rank)
+        judge = Judge(job, rank, host)
         judge.init()
         stages = judge.bounds() if job.mode == "bounds" else judge.run_stages()
         judge.write_result(stages, done=True)
@@ -527,6 +488,7 @@ def main(argv: list[str]) -> int:
             judge.stop_host()
             judge.write_result(_partial(judge), done=True, **data)
         else:
+            kill_descendants()
             atomic_write_json(Path(job.out_dir) / f"rank{rank}.json", {"rank": rank, "stages": [], "done": True, **data})
         sys.stderr.write(data["traceback"])
         return 3
@@ -536,6 +498,3 @@ def _partial(judge: Judge) -> list[dict[str, Any]]:
     path = judge.out / f"rank{judge.rank}.json"
     return json.loads(path.read_text())["stages"] if path.is_file() else []
 
-
-if __name__ == "__main__":
-    sys.exit(main(sys.argv[1:]))

@@ -1,6 +1,6 @@
 """Start the judges of one evaluation locally, each in its own process group, under a watchdog.
 
-Each rank's judge starts the candidate's process for that rank (judge.py, host.py). A candidate that
+Each rank's judge starts the candidate's process for that rank (rank.py, judge.py, host.py). A candidate that
 hangs (most often a device barrier nobody satisfies) or that crashes one rank leaves the other ranks
 waiting forever; the watchdog stops every judge when the time limit passes, or shortly after the first
 judge reports a failure, and says where each rank was. Stopping is SIGTERM first: each judge then kills
@@ -70,8 +70,9 @@ def _tail(path: Path, n: int = 3000) -> str:
 
 
 def _last_line(path: Path) -> str:
+    """The last step a rank's judge marked (lines are "seconds<TAB>step")."""
     lines = path.read_text(errors="replace").strip().splitlines() if path.is_file() else []
-    return lines[-1] if lines else "not started"
+    return lines[-1].split("\t")[-1] if lines else "not started"
 
 
 def describe_exit(code: int) -> str:
@@ -117,7 +118,7 @@ def launch(job: Job, timeout_s: float, job_path: Path) -> LaunchResult:
     t0 = time.monotonic()
     for r in range(job.world):
         log = open(out / f"rank{r}.log", "wb")
-        procs.append(subprocess.Popen([sys.executable, "-m", "cuco.runner.judge", str(job_path), str(r)],
+        procs.append(subprocess.Popen([sys.executable, "-m", "cuco.runner.rank", str(job_path), str(r)],
                                       stdout=log, stderr=subprocess.STDOUT, env={**env, "RANK": str(r)},
                                       start_new_session=True))
         log.close()

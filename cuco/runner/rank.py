@@ -1,0 +1,86 @@
+"""One rank of an evaluation: `python -m cuco.runner.rank JOB.json RANK`.
+
+The process becomes that rank's judge (judge.py). Before it imports torch it starts the candidate's host
+(host.py) and hands it everything it needs, so that the two start up side by side: the host's imports,
+CUDA context and communicator overlap the judge's own. Only the standard library is imported here.
+"""
+
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+import sys
+import threading
+from dataclasses import dataclass
+from pathlib import Path
+
+from cuco.runner.channel import Channel
+from cuco.runner.job import Job
+from cuco.runner.pages import Page
+from cuco.runner.sandbox import die_with_parent, guard_judge, kill_descendants
+
+
+@dataclass
+class HostProcess:
+    """The candidate's process for this rank, as its judge holds it."""
+
+    proc: subprocess.Popen
+    chan: Channel
+    scratch: Path
+    gate: Page | None  # the node's start gate (GPU)
+    done: Page | None  # this rank's done flag (GPU)
+
+    @classmethod
+    def start(cls, job: Job, rank: int) -> "HostProcess":
+        scratch = Path(job.out_dir) / f"host{rank}"
+        scratch.mkdir(parents=True, exist_ok=True)
+        chan, child = Channel.pair()
+        proc = subprocess.Popen([sys.executable, "-m", "cuco.runner.host", str(child.fileno())],
+                                pass_fds=[child.fileno()], cwd=scratch, env=os.environ.copy())
+        child.close()
+        gate = done = None
+        page_fds: list[int] = []
+        if job.device == "cuda":
+            gate_fd = os.open(job.gate_file, os.O_RDWR)
+            gate, (done, done_fd) = Page(gate_fd), Page.anonymous("cuco-done")
+            page_fds = [gate_fd, done_fd]
+        chan.send("hello", fds=page_fds, rank=rank, world=job.world, candidate_kind=job.kind, device=job.device,
+                  candidate=job.candidate, library=job.library, harness=job.harness,
+                  gpu=(job.gpus[rank] if job.gpus else rank) if job.device == "cuda" else None,
+                  store_port=job.host_port, scratch=str(scratch))
+        for fd in page_fds:
+            os.close(fd)
+        return cls(proc, chan, scratch, gate, done)
+
+
+def _cleanup_on_term() -> None:
+    """SIGTERM from the launcher's watchdog: kill the candidate's whole tree, then go. A thread waits for the
+    signal, so the cleanup runs even while the main thread is blocked inside a collective."""
+    signal.pthread_sigmask(signal.SIG_BLOCK, {signal.SIGTERM})
+
+    def wait() -> None:
+        signal.sigwait({signal.SIGTERM})
+        kill_descendants()
+        os._exit(143)
+
+    threading.Thread(target=wait, daemon=True, name="cuco-judge-term").start()
+
+
+def main(argv: list[str]) -> int:
+    die_with_parent(int(os.environ.get("CUCO_LAUNCHER_PID", "0")))
+    job, rank = Job.read(Path(argv[0])), int(argv[1])
+    guard_judge()
+    _cleanup_on_term()
+    host = HostProcess.start(job, rank) if job.mode == "evaluate" else None
+    from cuco.runner.judge import run_judge  # torch and the workload's reference load while the host starts
+
+    code = run_judge(job, rank, host)
+    # The result is on disk and the candidate's processes are gone: skip the interpreter's and CUDA's teardown.
+    sys.stdout.flush()
+    sys.stderr.flush()
+    os._exit(code)
+
+
+if __name__ == "__main__":
+    sys.exit(main(sys.argv[1:]))
