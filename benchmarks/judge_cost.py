@@ -76,7 +76,10 @@ def main() -> int:
         for name in args.candidates:
             for k, tree in trees.items():
                 runs[k][name].append(evaluate(tree, homes[k], args, name, "L4"))
-    lines = [f"# What the judge costs: {args.workload}, world {args.world}", "",
+    import torch as _torch
+
+    lines = [f"# What the judge costs: {args.workload}, world {args.world}, {_torch.cuda.get_device_name(0)}", "",
+             f"Date {record.meta()['date']}, commit {record.commit()}; other: {args.other}.", "",
              "ms, slowest rank, median of each evaluation; seconds of wall time per evaluation (builds excluded)", "",
              "| candidate | shape | other: median | this tree: median | this tree: judge's clock | bound | other: s | "
              "this tree: s | verdicts |", "|---|---|---|---|---|---|---|---|---|"]

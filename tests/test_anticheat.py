@@ -1,0 +1,175 @@
+"""Planted cheats (tests/anticheat/), run for real on two CPU ranks: each is caught at a named level with a
+one-line reason, or, where the judge's isolation leaves it nothing to gain, it scores honestly. Most run twice:
+as written (the static checks catch them at L0) and with the static checks switched off, so that the runtime
+isolation is shown to hold on its own."""
+
+from __future__ import annotations
+
+import json
+import os
+import sqlite3
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from conftest import GEMM_AG, ROOT
+from cuco.runner import cascade
+from cuco.runner.cascade import EvalOptions, evaluate
+from cuco.runner.static_checks import StaticReport
+from cuco.workload import load_workload
+
+CHEATS = ROOT / "tests" / "anticheat"
+CPU_WL = ROOT / "workloads" / "cpu_allgather_matmul"
+
+# cheat: (level with the static checks on, words; level with them off, words)
+CAUGHT = {
+    "cache_outputs": (("L2", ["out of tolerance"]), ("L2", ["out of tolerance"])),
+    "cache_after_checks": (("L4", ["a timed run's output is wrong"]), ("L4", ["a timed run's output is wrong"])),
+    "stack_frames": (("L0", ["forbidden"]), ("L2", ["out of tolerance"])),
+    "regenerate_inputs": (("L0", ["forbidden"]), ("L2", ["out of tolerance"])),
+    "patch_verifier": (("L0", ["forbidden"]), ("L2", ["NaN/Inf"])),
+    "shrink_buffers": (("L4", ["a timed run's output is wrong", "NaN/Inf"]),
+                       ("L4", ["a timed run's output is wrong", "NaN/Inf"])),
+    "exit_zero": (("L2", ["exited with status 0", "a candidate may not end its process"]),
+                  ("L2", ["exited with status 0"])),
+    "detached_process": (("L0", ["forbidden"]), None),  # with the checks off it passes: see its own test
+}
+
+
+def _opts(tmp_path, **kw) -> EvalOptions:
+    base = dict(device="cpu", shapes=["s256"], small_shapes=["s_odd"], warmup=1, iters=6, work_dir=tmp_path / "w",
+                timeout_s=60)
+    base.update(kw)
+    return EvalOptions(**base)
+
+
+@pytest.fixture
+def no_static_checks(monkeypatch):
+    """The runtime alone: L0 passes everything (the cheats' forbidden imports included)."""
+    monkeypatch.setattr(cascade, "check_source", lambda path: StaticReport(True, []))
+
+
+def _assert_caught(rec: dict, level: str, words: list[str]) -> None:
+    assert not rec["ok"], "a cheat passed"
+    assert rec["failed_level"] == level, rec["error"]
+    assert "\n" not in rec["error"].strip()
+    assert any(w in rec["error"] for w in words), rec["error"]
+
+
+@pytest.mark.parametrize("name", sorted(CAUGHT))
+def test_cheat_is_caught(name, tmp_path):
+    (level, words), _ = CAUGHT[name]
+    _assert_caught(evaluate(load_workload(GEMM_AG), CHEATS / f"{name}.py", _opts(tmp_path)), level, words)
+
+
+@pytest.mark.parametrize("name", sorted(n for n, (_, off) in CAUGHT.items() if off and CAUGHT[n][0][0] == "L0"))
+def test_cheat_is_caught_without_static_checks(name, tmp_path, no_static_checks):
+    level, words = CAUGHT[name][1]
+    _assert_caught(evaluate(load_workload(GEMM_AG), CHEATS / f"{name}.py", _opts(tmp_path)), level, words)
+
+
+def test_scratch_and_outputs_are_poisoned_before_every_run(tmp_path):
+    """A candidate that gathers only when the scratch is NaN is right only if every run, timed ones included,
+    starts from poisoned scratch."""
+    rec = evaluate(load_workload(GEMM_AG), CHEATS / "scratch_must_be_poisoned.py", _opts(tmp_path))
+    assert rec["ok"], rec["error"]
+    assert len(rec["shapes"]["s256"]["timing"]["verified_runs"]) == 2
+
+
+def test_a_patched_timer_changes_nothing(tmp_path, no_static_checks):
+    """The clocks of the candidate's process are not the judge's: stopping them leaves the measured time as it is."""
+    spec = load_workload(GEMM_AG)
+    honest = evaluate(spec, spec.candidates["torch_host"], _opts(tmp_path / "h"))
+    patched = evaluate(spec, CHEATS / "patch_timer.py", _opts(tmp_path / "p"))
+    assert honest["ok"] and patched["ok"], (honest["error"], patched["error"])
+    h, p = (r["shapes"]["s256"]["timing"]["median_ms"] for r in (honest, patched))
+    assert p > 0.3 * h, (p, h)  # a clock that stood still would give 0
+
+
+def test_nothing_the_candidate_starts_outlives_the_evaluation(tmp_path, no_static_checks):
+    for old in Path("/dev/shm").glob("cuco-detached-*"):
+        old.unlink()
+    rec = evaluate(load_workload(GEMM_AG), CHEATS / "detached_process.py", _opts(tmp_path))
+    assert rec["ok"], rec["error"]
+    left = list(Path("/dev/shm").glob("cuco-detached-*"))
+    assert left, "the planted process did not start"
+    for path in left:
+        pid = int(path.read_text())
+        path.unlink()
+        with pytest.raises(ProcessLookupError):
+            os.kill(pid, 0)
+
+
+def test_store_baselines_and_results_are_not_writable_from_the_candidate(tmp_path, no_static_checks):
+    from cuco.paths import cuco_home
+
+    work = tmp_path / "w"
+    baselines = cuco_home() / "baselines" / "gemm_allgather-w2-cpu.json"
+    store = tmp_path / "run" / "cuco.db"
+    for p in (baselines, store):
+        p.parent.mkdir(parents=True, exist_ok=True)
+        p.write_text("original")
+    targets = [str(baselines), str(store), str(work / "rank0.json"), str(tmp_path / "new_file")]
+    src = tmp_path / "write_store.py"
+    src.write_text((CHEATS / "write_store.py.in").read_text().replace("@TARGETS@", json.dumps(targets)))
+    rec = evaluate(load_workload(GEMM_AG), src, _opts(tmp_path))
+    assert rec["ok"], rec["error"]
+    assert "Landlock" in rec["sandbox"], rec["sandbox"]
+    assert baselines.read_text() == "original" and store.read_text() == "original"
+    assert "forged" not in (work / "rank0.json").read_text()
+    assert not (tmp_path / "new_file").exists()
+
+
+def test_the_seed_never_reaches_a_file_the_candidate_can_read_while_it_runs(tmp_path):
+    """Job file and progress carry no seed; the result files get it only after the candidate's processes are gone."""
+    rec = evaluate(load_workload(GEMM_AG), ROOT / "workloads" / "gemm_allgather" / "candidates" / "torch_host.py",
+                   _opts(tmp_path, max_level="L2"))
+    assert rec["ok"] and isinstance(rec["seed"], int)
+    job = (tmp_path / "w" / "job.json").read_text()
+    assert "seed" not in json.loads(job) and str(rec["seed"]) not in job
+    assert str(rec["seed"]) not in (tmp_path / "w" / "rank0.progress").read_text()
+    assert not list((tmp_path / "w").glob("host*")), "the candidate's scratch folder outlived it"
+
+
+def test_a_temporary_work_folder_is_removed(tmp_path, monkeypatch):
+    monkeypatch.setenv("TMPDIR", str(tmp_path))
+    import tempfile
+
+    monkeypatch.setattr(tempfile, "tempdir", None)
+    rec = evaluate(load_workload(GEMM_AG), ROOT / "workloads" / "gemm_allgather" / "candidates" / "torch_host.py",
+                   EvalOptions(device="cpu", small_shapes=["s_odd"], max_level="L2"))
+    assert rec["ok"], rec["error"]
+    assert not list(tmp_path.glob("cuco-eval-*"))
+
+
+def test_a_time_without_its_bound_is_a_failure(tmp_path):
+    wl = tmp_path / "wl"
+    subprocess.run(["cp", "-r", str(CPU_WL), str(wl)], check=True)
+    ref = (wl / "reference.py").read_text()
+    (wl / "reference.py").write_text(ref.replace("def compute_alone(", "def _compute_alone(")
+                                     .replace("def comm_alone(", "def _comm_alone("))
+    spec = load_workload(wl)
+    rec = evaluate(spec, spec.seed_path, EvalOptions(device="cpu", warmup=1, iters=3, work_dir=tmp_path / "w"))
+    assert not rec["ok"] and rec["failed_level"] == "L4"
+    assert "no physical bound" in rec["error"]
+
+
+def test_a_forging_seed_is_never_ranked_best(tmp_path):
+    """A search started from a cheat: the cheat fails, honest strategy points are found and ranked."""
+    run_dir = tmp_path / "run"
+    args = [sys.executable, "-m", "cuco", "evolve", str(CPU_WL), "--generations", "3", "--run-dir", str(run_dir),
+            "--seed", "2", "--set", f"search.start={CHEATS / 'cache_after_checks.py'}", "--set", "eval.iters=5",
+            "--set", "eval.warmup=1"]
+    proc = subprocess.run(args, cwd=ROOT, capture_output=True, text=True,
+                          env={**os.environ, "CUCO_HOME": str(tmp_path / "home"), "COLUMNS": "200"})
+    assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
+    con = sqlite3.connect(run_dir / "cuco.db")
+    rows = con.execute("SELECT proposal_index, ok, code FROM candidates ORDER BY proposal_index").fetchall()
+    best = con.execute("SELECT code FROM candidates WHERE ok = 1 ORDER BY score DESC LIMIT 1").fetchone()
+    con.close()
+    cheat = (CHEATS / "cache_after_checks.py").read_text()
+    assert [ok for _, ok, code in rows if code == cheat] == [0]
+    assert best is not None and best[0] != cheat
+    assert (run_dir / "best").is_dir() and "CORRECTNESS_RUNS" not in next((run_dir / "best").glob("candidate.*")).read_text()
