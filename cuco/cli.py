@@ -431,7 +431,9 @@ def _evaluator(device: str, cfg, shape: str):
 def main() -> None:
     """Entry point: user errors become one line and exit code 2, never a traceback."""
     try:
-        app(prog_name="cuco", standalone_mode=False)
+        code = app(prog_name="cuco", standalone_mode=False)  # click returns a typer.Exit's code here, not raises
+        if isinstance(code, int) and code:
+            sys.exit(code)
     except CucoError as exc:
         Console(stderr=True).print(f"[red]error:[/] {escape(str(exc))}", highlight=False, soft_wrap=True)
         sys.exit(2)

@@ -117,3 +117,13 @@ def test_non_utf8_workload_toml(tmp_path):
     assert "Traceback" not in proc.stderr, proc.stderr
     assert proc.returncode == 2, proc.stderr
     assert len(proc.stderr.splitlines()) == 1 and proc.stderr.startswith("error:"), proc.stderr
+
+
+def test_eval_exit_status_says_whether_the_candidate_passed(tmp_path):
+    """Scripts and CI rely on it: 1 for a candidate that fails (here at L2), 0 for one that passes."""
+    base = ["eval", "gemm_allgather", "--device", "cpu", "--level", "L2", "--small-shape", "s_odd"]
+    failed = run_cuco(base[:2] + [str(REPO / "tests" / "faults" / "wrong_rank1.py")] + base[2:], tmp_path / "h")
+    assert failed.returncode == 1, failed.stdout + failed.stderr
+    assert "out of tolerance" in failed.stdout
+    passed = run_cuco(base[:2] + ["torch_host"] + base[2:], tmp_path / "h")
+    assert passed.returncode == 0, passed.stdout + passed.stderr
