@@ -56,17 +56,39 @@ def test_changed_source_is_rebuilt(tmp_path):
 
 
 def test_changed_library_header_changes_the_key(tmp_path, monkeypatch):
-    """A cached library must not outlive an edit of any header under the include folder, .cuh included."""
+    """A cached library must not outlive an edit of a header it includes under the include folder, .cuh included:
+    the key is taken over the preprocessed unit, which holds every included file's text."""
     import cuco.runner.build as b
 
     (tmp_path / "cuco.h").write_text("// h\n")
     lib = tmp_path / "cuco_collectives.cuh"
-    lib.write_text("// v1\n")
+    lib.write_text("// v1\nint v = 1;\n")
     monkeypatch.setattr(b, "INCLUDE_DIR", tmp_path)
     tc = b.find_toolchain()
-    first = b.build_key("src", ["nvcc"], tc)
-    lib.write_text("// v2\n")
-    assert b.build_key("src", ["nvcc"], tc) != first
+    src = tmp_path / "k.cu"
+    src.write_text('#include "cuco.h"\n#include "cuco_collectives.cuh"\n')
+    first = b.build_key(b.preprocess(src, tc).text, ["nvcc"], tc)
+    lib.write_text("// v2\nint v = 2;\n")
+    assert b.build_key(b.preprocess(src, tc).text, ["nvcc"], tc) != first
+
+
+def test_preprocessing_failure_is_a_build_failure(tmp_path):
+    src = tmp_path / "pp.cu"
+    src.write_text('#include "cuco.h"\n#error "no such configuration"\n')
+    res = build(src)
+    assert not res.ok and not res.cached and "pp.cu:2" in res.log and "no such configuration" in res.log
+
+
+def test_libraries_link_the_cuda_runtime_shared():
+    """The library's dynamic symbols are then its own imports (see cuda_checks.check_library_symbols)."""
+    import subprocess
+
+    res = build(load_workload(GEMM_AG).candidates["seed"])
+    assert res.ok and res.library is not None
+    needed = subprocess.run(["readelf", "-d", str(res.library)], capture_output=True, text=True).stdout
+    assert "libcudart.so" in needed
+    undefined = subprocess.run(["nm", "-D", "--undefined-only", str(res.library)], capture_output=True, text=True)
+    assert " dlopen" not in undefined.stdout and " getenv" not in undefined.stdout
 
 
 def test_cascade_stops_at_l1_for_cuda_fault_on_cpu(tmp_path):

@@ -1,10 +1,13 @@
-"""L0: forbidden calls, required entry points and evolve-block integrity, on both languages."""
+"""L0: forbidden calls, required entry points and evolve-block integrity, on both languages; Python on its syntax
+tree (each forbidden kind of construct, and honest code that must pass)."""
 
 from __future__ import annotations
 
+from pathlib import Path
+
 import pytest
 
-from conftest import GEMM_AG
+from conftest import GEMM_AG, ROOT
 from cuco.runner.static_checks import check_source
 
 GOOD_CU = """#include "cuco.h"
@@ -43,7 +46,8 @@ def test_comments_and_strings_do_not_trigger(tmp_path):
     ("const char* v = getenv(\"X\");", "getenv"),
 ])
 def test_forbidden_cuda_calls(tmp_path, snippet, word):
-    text = GOOD_CU.replace("return 0; }\nCUCO_EXPORT int cuco_teardown", snippet + " return 0; }\nCUCO_EXPORT int cuco_teardown")
+    tail = " return 0; }\nCUCO_EXPORT int cuco_teardown"
+    text = GOOD_CU.replace(tail.lstrip(), snippet + tail)
     rep = check_source(_write(tmp_path, "bad.cu", text))
     assert not rep.ok
     assert any(word in p for p in rep.problems), rep.problems
@@ -55,15 +59,165 @@ def test_missing_entry_point(tmp_path):
 
 
 @pytest.mark.parametrize("body,word", [
-    ("import time\ndef run(ctx):\n    time.sleep(1)\n", "time.sleep"),
-    ("import sys\ndef run(ctx):\n    sys.exit(0)\n", "sys.exit"),
-    ("import reference\ndef run(ctx):\n    pass\n", "reference"),
-    ("import os\ndef run(ctx):\n    os.environ['X']\n", "os.environ"),
+    ("import time\ndef run(ctx):\n    time.sleep(1)\n", "import 'time'"),
+    ("import sys\ndef run(ctx):\n    sys.exit(0)\n", "import 'sys'"),
+    ("import reference\ndef run(ctx):\n    pass\n", "import 'reference'"),
+    ("import os\ndef run(ctx):\n    os.environ['X']\n", "import 'os'"),
     ("def setup(ctx):\n    pass\n", "run()"),
 ])
 def test_forbidden_python(tmp_path, body, word):
     rep = check_source(_write(tmp_path, "bad.py", body))
     assert not rep.ok and any(word in p for p in rep.problems), rep.problems
+
+
+@pytest.mark.parametrize("snippet,line,what", [
+    # imports, at any depth, aliased or from-imported
+    ("import time", 1, "import 'time'"),
+    ("from time import perf_counter as pc", 1, "import 'time'"),
+    ("import ctypes.util", 1, "import 'ctypes'"),
+    ("from subprocess import run as go", 1, "import 'subprocess'"),
+    ("import torch.multiprocessing as mp", 1, "import 'multiprocessing'"),
+    ("from torch.utils import cpp_extension", 1, "import 'cpp_extension'"),
+    ("from cuco.runner import judge", 1, "import 'cuco'"),
+    ("from reference import run as ref", 1, "import 'reference'"),
+    ("from . import reference", 1, "relative import"),
+    ("import __main__", 1, "import '__main__'"),
+    ("def f():\n    import signal\n    signal.alarm(0)", 2, "import 'signal'"),
+    # builtins, called or aliased
+    ("def f():\n    exit(0)", 2, "name 'exit'"),
+    ("def f():\n    quit()", 2, "name 'quit'"),
+    ("def f():\n    return eval('1')", 2, "name 'eval'"),
+    ("g = exec", 1, "name 'exec'"),
+    ("m = __import__('os')", 1, "name '__import__'"),
+    ("def f():\n    return open('/etc/passwd').read()", 2, "name 'open'"),
+    ("def f():\n    breakpoint()", 2, "name 'breakpoint'"),
+    ("def f():\n    return globals()['x']", 2, "name 'globals'"),
+    ("def f():\n    return vars(f)", 2, "name 'vars'"),
+    ("b = __builtins__", 1, "name '__builtins__'"),
+    # attributes
+    ("def f(e0, e1):\n    return e0.elapsed_time(e1)", 2, "attribute '.elapsed_time'"),
+    ("def f(t):\n    return t.perf_counter_ns()", 2, "attribute '.perf_counter_ns'"),
+    ("def f():\n    return f.__globals__", 2, "attribute '.__globals__'"),
+    ("def f():\n    return ().__class__.__subclasses__()", 2, "attribute '.__subclasses__'"),
+    ("import torch\nx = torch.serialization.os", 2, "attribute '.os'"),
+    ("def f(fr):\n    return fr.f_back.f_globals", 2, "attribute '.f_back'"),
+    ("def f(m):\n    m.environ['X'] = '1'", 2, "attribute '.environ'"),
+    ("def f(m):\n    m.system('ls')", 2, "attribute '.system'"),
+    ("def f(m):\n    m._exit(0)", 2, "attribute '._exit'"),
+    ("import torch\ntorch.ops.load_library('x.so')", 2, "attribute '.load_library'"),
+    ("def f(m):\n    return getattr(m, 'perf_counter')()", 2, "attribute 'perf_counter' (through getattr)"),
+    ("def f(m, k):\n    return getattr(m, k)", 2, "getattr() with a computed name"),
+    # strings
+    ("P = '../reference.py'", 1, "string mentioning 'reference.py'"),
+    ("P = b'/proc/self/maps'", 1, "string mentioning '/proc/'"),
+    ("K = '__glo' 'bals__'", 1, "string mentioning '__globals__'"),
+])
+def test_forbidden_python_constructs(tmp_path, snippet, line, what):
+    rep = check_source(_write(tmp_path, "c.py", snippet + "\n\n\ndef run(ctx):\n    pass\n"))
+    assert not rep.ok
+    assert rep.problems[0].startswith(f"c.py:{line}: forbidden {what}: "), rep.problems
+    assert len(rep.problems[0].splitlines()) == 1
+
+
+HONEST_PY = '''"""An honest candidate: a docstring that says exit(0), time.perf_counter and os.environ is only text."""
+from __future__ import annotations
+
+import functools
+import math
+from dataclasses import dataclass
+
+import numpy
+import torch
+import torch.distributed as dist
+import triton
+import triton.language as tl
+
+
+@dataclass
+class Plan:
+    chunks: int = 2
+
+
+class Pipeline:
+    def exit(self):  # a method named exit is the candidate's own
+        return None
+
+
+def exit(code):  # so is a top-level function: the bare name below calls this one
+    return code
+
+
+@functools.lru_cache(None)
+def split(n: int, parts: int) -> int:
+    return math.ceil(n / parts)
+
+
+def run(ctx):
+    # time.perf_counter() and sys.exit() in a comment do not count
+    s1, s2 = torch.cuda.Stream(), torch.cuda.Stream()
+    e = torch.cuda.Event()
+    e.record(s1)
+    s2.wait_event(e)
+    s2.synchronize()
+    Pipeline().exit()
+    exit(0)
+    ctx.state["msg"] = "see reference_impl for the maths"
+    return getattr(ctx, "rank", 0), numpy.zeros(1), dist, triton, tl, Plan()
+'''
+
+
+def test_honest_python_passes(tmp_path):
+    rep = check_source(_write(tmp_path, "ok.py", HONEST_PY))
+    assert rep.ok, rep.problems
+
+
+def test_bare_exit_without_own_definition_is_refused(tmp_path):
+    text = HONEST_PY.replace("def exit(code):", "def exit_code(code):")
+    rep = check_source(_write(tmp_path, "bad.py", text))
+    assert not rep.ok and "forbidden name 'exit'" in rep.problems[0], rep.problems
+
+
+def test_syntax_error_is_left_to_l1(tmp_path):
+    assert check_source(_write(tmp_path, "s.py", "import time\ndef run(ctx)\n    pass\n")).ok
+    assert check_source(ROOT / "tests" / "faults" / "no_compile.py").ok
+    rep = check_source(_write(tmp_path, "s.py", "def setup(ctx)\n    pass\n"))
+    assert not rep.ok and "defines no run()" in rep.problems[0]
+    rep = check_source(_write(tmp_path, "s.py", "# EVOLVE-BLOCK-START\ndef run(ctx)\n"))
+    assert not rep.ok and "never closed" in rep.problems[0]
+
+
+def test_run_must_be_a_top_level_function(tmp_path):
+    rep = check_source(_write(tmp_path, "n.py", "class C:\n    def run(self, ctx):\n        pass\n"))
+    assert not rep.ok and rep.problems == ["n.py: defines no run()"]
+
+
+def _python_candidates() -> list[Path]:
+    """Every shipped Python candidate (seeds, candidates, strategies); reference.py files are not candidates."""
+    files = [p for p in ROOT.glob("workloads/*/**/*.py") if p.name != "reference.py"]
+    files += [p for p in (ROOT / "tests" / "workloads").glob("*/**/*.py") if p.name != "reference.py"]
+    return sorted(files)
+
+
+@pytest.mark.parametrize("path", _python_candidates(), ids=lambda p: str(p.relative_to(ROOT)))
+def test_shipped_python_candidates_pass(path):
+    rep = check_source(path)
+    assert rep.ok, rep.problems
+
+
+def test_materialised_python_strategy_passes(tmp_path):
+    from cuco.evolve.strategy import accepted_points, materialize
+    from cuco.workload import load_workload
+
+    spec = load_workload(ROOT / "workloads" / "cpu_allgather_matmul")
+    for strategy in spec.strategies.values():
+        for i, point in enumerate(accepted_points(strategy)[:4]):
+            rep = check_source(_write(tmp_path, f"p{i}.py", materialize(strategy, point)))
+            assert rep.ok, rep.problems
+
+
+def test_planted_timer_fault_fails_l0():
+    rep = check_source(ROOT / "tests" / "faults" / "forbidden_timer.py")
+    assert not rep.ok and "forbidden import 'time'" in rep.problems[0]
 
 
 @pytest.mark.parametrize("text,ok", [
