@@ -17,7 +17,8 @@ from typing import Any
 from cuco.machine import fingerprint, load_machine
 from cuco.paths import atomic_write_json
 from cuco.runner.bounds import compute_bound, reference_timings
-from cuco.runner.build import build, build_harness
+from cuco.runner.build import build_harness
+from cuco.runner.cuda_checks import check_and_build
 from cuco.runner.job import Job, Stage
 from cuco.runner.launch import describe_exit, free_port, launch, make_gate_file
 from cuco.runner.static_checks import check_source
@@ -67,8 +68,11 @@ def evaluate(spec: WorkloadSpec, candidate: Path, opts: EvalOptions, baselines: 
     # L1
     library = harness = None
     if kind == "cuda":
-        built = build(candidate)
+        built, problems = check_and_build(candidate)
         record["build"] = {"cached": built.cached, "seconds": built.seconds}
+        if problems:
+            return _fail(record, "L1", "static checks of what the compiler sees failed: " + problems[0],
+                         "\n".join(problems))
         if not built.ok:
             return _fail(record, "L1", "nvcc build failed: " + _first_error(built.log), built.log)
         if opts.device != "cuda":
@@ -168,7 +172,8 @@ def _interpret(spec, record, res, stages, opts, baselines, references) -> dict[s
 def _crash_message(res) -> str:
     """The first judge to report a failure names the cause; a judge that died itself is described by its exit."""
     parts = []
-    for r in res.crashed:
+    order = _cause_first(res)
+    for r in order:
         o = res.ranks[r]
         err = (o.result or {}).get("error")
         parts.append(f"rank {r} at '{o.last_step}': {err}" if err else
@@ -176,8 +181,15 @@ def _crash_message(res) -> str:
     others = [o.rank for o in res.ranks if o.returncode is None]
     if others:
         parts.append(f"ranks {others} stopped by the watchdog")
-    reported = (res.ranks[res.crashed[0]].result or {}).get("kind") == "candidate"
+    reported = (res.ranks[order[0]].result or {}).get("kind") == "candidate"
     return ("candidate error: " if reported else "crash: ") + "; ".join(parts)
+
+
+def _cause_first(res) -> list[int]:
+    """A rank whose candidate died of a signal is the cause, whoever reported first: its peers' errors (a
+    connection reset by the dead peer) are consequences."""
+    kind = lambda r: (res.ranks[r].result or {}).get("kind")  # noqa: E731
+    return sorted(res.crashed, key=lambda r: kind(r) != "crash")
 
 
 def _l4_problems(spec, record, opts) -> list[str]:

@@ -1,0 +1,83 @@
+"""Planted cheats on GPUs (tests/anticheat/ and the CUDA fault template): each caught at a named level, with the
+static checks on and off. At world 2 where two GPUs are present, else at world 1 (no communication, the same
+judge)."""
+
+from __future__ import annotations
+
+import pytest
+
+from conftest import GEMM_AG, ROOT, gpu_count
+from cuco.runner import build as build_mod
+from cuco.runner import cascade
+from cuco.runner.cascade import EvalOptions, evaluate
+from cuco.runner.static_checks import StaticReport
+from cuco.workload import load_workload
+
+CHEATS = ROOT / "tests" / "anticheat"
+TEMPLATE = ROOT / "tests" / "faults" / "gpu_faults.cu.in"
+
+pytestmark = [pytest.mark.gpu(1), pytest.mark.nvcc]
+
+
+def _world() -> int:
+    return min(2, gpu_count())
+
+
+def _eval(src, tmp_path, shapes=("4k",), **kw):
+    world = _world()
+    opts = EvalOptions(device="cuda", shapes=list(shapes), small_shapes=["s_odd"], warmup=2, iters=10,
+                       gpus=list(range(world)), timeout_s=120, work_dir=tmp_path / "w", **kw)
+    return evaluate(load_workload(GEMM_AG, world), src, opts)
+
+
+@pytest.fixture
+def no_static_checks(monkeypatch):
+    """The runtime alone: L0 passes everything, and L1 builds without its checks."""
+    monkeypatch.setattr(cascade, "check_source", lambda path: StaticReport(True, []))
+    monkeypatch.setattr(cascade, "check_and_build", lambda path: (build_mod.build(path), []))
+
+
+def _fault(name: str, tmp_path):
+    path = tmp_path / f"{name}.cu"
+    path.write_text(f"#define CUCO_FAULT_{name.upper()}\n" + TEMPLATE.read_text())
+    return path
+
+
+def _assert_caught(rec, level, words):
+    assert not rec["ok"], "a cheat passed"
+    assert rec["failed_level"] == level, rec["error"]
+    assert any(w in rec["error"] for w in words), rec["error"]
+
+
+def test_forged_event_times_are_caught_by_the_judges_clock(tmp_path, no_static_checks):
+    rec = _eval(CHEATS / "forged_events.py", tmp_path, shapes=("8k",))
+    _assert_caught(rec, "L4", ["the candidate's process reported"])
+
+
+def test_forged_event_times_are_caught_statically(tmp_path):
+    _assert_caught(_eval(CHEATS / "forged_events.py", tmp_path), "L0", ["forbidden"])
+
+
+def test_python_work_on_a_stream_of_its_own_is_not_in_the_snapshot(tmp_path, no_static_checks):
+    _assert_caught(_eval(CHEATS / "own_stream.py", tmp_path), "L2", ["NaN/Inf"])
+
+
+@pytest.mark.parametrize("name", ["own_stream", "late_thread"])
+def test_cuda_work_outside_the_timed_region_is_caught(name, tmp_path, no_static_checks):
+    _assert_caught(_eval(_fault(name, tmp_path), tmp_path), "L2", ["NaN/Inf"])
+
+
+@pytest.mark.parametrize("name,word", [("own_stream", "cudaStreamCreate"), ("late_thread", "thread")])
+def test_cuda_work_outside_the_timed_region_is_caught_statically(name, word, tmp_path):
+    rec = _eval(_fault(name, tmp_path), tmp_path)
+    _assert_caught(rec, "L1", [word])
+
+
+@pytest.mark.parametrize("name", ["seed", "device_lsa", "torch_host"])
+def test_honest_candidates_pass_with_the_clocks_agreeing(name, tmp_path):
+    spec = load_workload(GEMM_AG, _world())
+    rec = _eval(spec.candidates[name], tmp_path)
+    assert rec["ok"], rec["error"]
+    t = rec["shapes"]["4k"]["timing"]
+    assert t["clock"]["ok"] and t["judge_median_ms"] >= t["median_ms"]
+    assert "Landlock" in rec["sandbox"]
