@@ -4,6 +4,8 @@ judge)."""
 
 from __future__ import annotations
 
+from pathlib import Path
+
 import pytest
 
 from conftest import GEMM_AG, ROOT, gpu_count
@@ -58,13 +60,25 @@ def test_forged_event_times_are_caught_statically(tmp_path):
     _assert_caught(_eval(CHEATS / "forged_events.py", tmp_path), "L0", ["forbidden"])
 
 
+# The first run may still see that work finished (the candidate's first cuBLAS call loads its kernels, which waits
+# for the whole device); a later run does not, and no longer agrees with it.
+OUTSIDE = ["NaN/Inf", "two runs on the same inputs differ"]
+
+
 def test_python_work_on_a_stream_of_its_own_is_not_in_the_snapshot(tmp_path, no_static_checks):
-    _assert_caught(_eval(CHEATS / "own_stream.py", tmp_path), "L2", ["NaN/Inf"])
+    _assert_caught(_eval(CHEATS / "own_stream.py", tmp_path), "L2", OUTSIDE)
+
+
+def test_no_shared_memory_files_are_left_behind(tmp_path):
+    shm = set(Path("/dev/shm").iterdir())
+    spec = load_workload(GEMM_AG, _world())
+    assert _eval(spec.candidates["torch_host"], tmp_path, max_level="L2")["ok"]
+    assert set(Path("/dev/shm").iterdir()) - shm == set()
 
 
 @pytest.mark.parametrize("name", ["own_stream", "late_thread"])
 def test_cuda_work_outside_the_timed_region_is_caught(name, tmp_path, no_static_checks):
-    _assert_caught(_eval(_fault(name, tmp_path), tmp_path), "L2", ["NaN/Inf"])
+    _assert_caught(_eval(_fault(name, tmp_path), tmp_path), "L2", OUTSIDE)
 
 
 @pytest.mark.parametrize("name,word", [("own_stream", "cudaStreamCreate"), ("late_thread", "thread")])

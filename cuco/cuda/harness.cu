@@ -196,3 +196,28 @@ CUCO_EXPORT int cuco_h_signal(void* stream, void* flagDev, unsigned long long va
   HCUDA(cudaGetLastError());
   return 0;
 }
+
+// The snapshot of a run's outputs into the judge's memory: a kernel on the runner's stream, so it is ordered
+// behind that stream alone. (A cudaMemcpyAsync into another process's allocation may be serialised with the
+// whole device, which would let work on a stream of the candidate's own into the snapshot.)
+__global__ void snapshotKernel(uint4* dst, const uint4* src, size_t nVec, unsigned char* dstTail,
+                               const unsigned char* srcTail, size_t nTail) {
+  const size_t stride = (size_t)gridDim.x * blockDim.x;
+  for (size_t i = (size_t)blockIdx.x * blockDim.x + threadIdx.x; i < nVec; i += stride) dst[i] = src[i];
+  if (blockIdx.x == 0 && threadIdx.x < nTail) dstTail[threadIdx.x] = srcTail[threadIdx.x];
+}
+
+#define SNAPSHOT_THREADS 512
+#define SNAPSHOT_MAX_CTAS 1024  // enough 16-byte loads in flight to run at memory speed on Hopper
+
+CUCO_EXPORT int cuco_h_snapshot(void* stream, void* dst, const void* src, size_t bytes) {
+  if ((uintptr_t)dst % 16 || (uintptr_t)src % 16) return fail("snapshot buffers must be 16-byte aligned");
+  const size_t nVec = bytes / 16, nTail = bytes % 16;
+  size_t ctas = (nVec + SNAPSHOT_THREADS - 1) / SNAPSHOT_THREADS;
+  ctas = ctas < 1 ? 1 : ctas > SNAPSHOT_MAX_CTAS ? SNAPSHOT_MAX_CTAS : ctas;
+  snapshotKernel<<<(unsigned)ctas, SNAPSHOT_THREADS, 0, (cudaStream_t)stream>>>(
+      (uint4*)dst, (const uint4*)src, nVec, (unsigned char*)dst + nVec * 16, (const unsigned char*)src + nVec * 16,
+      nTail);
+  HCUDA(cudaGetLastError());
+  return 0;
+}

@@ -36,6 +36,7 @@ class Harness:
         L.cuco_h_host_unregister.argtypes = [vp]
         L.cuco_h_gate.argtypes = [vp, vp, u64, u64, vp]
         L.cuco_h_signal.argtypes = [vp, vp, u64]
+        L.cuco_h_snapshot.argtypes = [vp, vp, vp, sz]
         L.cuco_h_nccl_version.argtypes = [ctypes.POINTER(i)]
         L.cuco_h_devcomm_create.argtypes = [vp, vp]
         L.cuco_h_devcomm_destroy.argtypes = [vp]
@@ -80,6 +81,9 @@ class Harness:
 
     def signal(self, stream: int, flag_dev: int, value: int) -> None:
         self._check(self.lib.cuco_h_signal(stream, flag_dev, value), "done-flag launch")
+
+    def snapshot(self, stream: int, dst: int, src: int, nbytes: int) -> None:
+        self._check(self.lib.cuco_h_snapshot(stream, dst, src, nbytes), "snapshot launch")
 
     # --- the cuco_ctx_t handed to CUDA candidates ---
     def ctx_new(self, rank: int, world: int, device: int, comm: int, stream: int) -> int:

@@ -64,10 +64,21 @@ class Host:
         self.gate.register(self.harness)
         self.done.register(self.harness)
         self.timed_out = torch.zeros(1, dtype=torch.int32, device=self.device)
+        self.load_runner_kernels()
         if self.kind == "cuda":
             if self.rank == 0:
                 store.set("cuco_nccl_id", self.harness.unique_id())
             self.comm = self.harness.comm_init(self.rank, self.world, self.device.index, store.get("cuco_nccl_id"))
+
+    def load_runner_kernels(self) -> None:
+        """Launch the gate, snapshot and done-flag kernels once. CUDA loads a kernel's module on its first launch
+        and waits for the whole device to do so: in a run, that wait would let work on a stream the runner does
+        not know finish before the snapshot."""
+        s, scratch = self.stream.cuda_stream, torch.empty(16, dtype=torch.uint8, device=self.device)
+        self.harness.gate(s, self.gate.dev_ptr, 0, GATE_TIMEOUT_NS, self.timed_out.data_ptr())
+        self.harness.snapshot(s, scratch.data_ptr(), scratch.data_ptr(), 0)
+        self.harness.signal(s, self.done.dev_ptr, 0)
+        self.sync()
 
     def barrier(self) -> None:
         dist.barrier()
@@ -174,11 +185,11 @@ class Host:
             ends.append(e)
         for e in ends[1:]:
             s.wait_event(e)
-        with torch.cuda.stream(s):
-            for lay in sh["layouts"]:
-                if lay.role != "scratch":
-                    key = "out" if lay.role == "output" else "inputs_after"
-                    sh["exchange"][f"{key}:{lay.name}"].copy_(sh["bufs"][lay.name])
+        for lay in sh["layouts"]:
+            if lay.role != "scratch":
+                key = "out" if lay.role == "output" else "inputs_after"
+                dst, src = sh["exchange"][f"{key}:{lay.name}"], sh["bufs"][lay.name]
+                self.harness.snapshot(s.cuda_stream, dst.data_ptr(), src.data_ptr(), lay.nbytes)
         self.harness.signal(s.cuda_stream, self.done.dev_ptr, int(msg.data["seq"]))
         self.chan.send("queued")
         self.sync()

@@ -34,7 +34,7 @@ from cuco.runner.buffers import TORCH_DTYPES, Exchange, Layout, memfd_buffers
 from cuco.runner.channel import ChannelClosed, Reply, RemoteError
 from cuco.runner.job import Job, Stage
 from cuco.runner.rank import HostProcess
-from cuco.runner.sandbox import kill_descendants
+from cuco.runner.sandbox import kill_descendants, remove_shm_files
 from cuco.runner.timing import cross_check, time_references_cpu, time_references_cuda
 from cuco.runner.verify import Check, compare, poison, same
 from cuco.workload.spec import WorkloadSpec, load_workload
@@ -164,6 +164,7 @@ class Judge:
         if self.proc is None:
             return
         kill_descendants()
+        remove_shm_files([self.proc.pid])
         self.proc = None
         shutil.rmtree(self.host.scratch, ignore_errors=True)
 

@@ -18,7 +18,7 @@ from pathlib import Path
 from cuco.runner.channel import Channel
 from cuco.runner.job import Job
 from cuco.runner.pages import Page
-from cuco.runner.sandbox import die_with_parent, guard_judge, kill_descendants
+from cuco.runner.sandbox import die_with_parent, guard_judge, kill_descendants, remove_shm_files
 
 
 @dataclass
@@ -77,6 +77,7 @@ def main(argv: list[str]) -> int:
 
     code = run_judge(job, rank, host)
     # The result is on disk and the candidate's processes are gone: skip the interpreter's and CUDA's teardown.
+    remove_shm_files([os.getpid()])
     sys.stdout.flush()
     sys.stderr.flush()
     os._exit(code)

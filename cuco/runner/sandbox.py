@@ -204,3 +204,15 @@ def kill_descendants() -> int:
             except ChildProcessError:
                 pass
     return killed
+
+
+def remove_shm_files(pids: list[int]) -> None:
+    """CUDA and torch name their /dev/shm files after the process (cuda.shm.<device>.<pid in hex>.<n>,
+    torch_<pid>_<n>_<n>): a process that is killed, or that ends with os._exit as the judge does, leaves them."""
+    shm = Path("/dev/shm")
+    if not shm.is_dir():
+        return
+    for pid in pids:
+        for pattern in (f"cuda.shm.*.{pid:x}.*", f"torch_{pid}_*"):
+            for path in shm.glob(pattern):
+                path.unlink(missing_ok=True)
