@@ -8,6 +8,7 @@ from typing import Any
 
 from cuco.machine import (gpu_inventory, load_machine, measure_gemm_tflops, measure_peer_bandwidth, nvlink_topology,
                           save_machine)
+from cuco.runner.sandbox import landlock_abi
 from cuco.runner.toolchain import find_toolchain
 
 
@@ -49,6 +50,7 @@ def collect(measure: bool) -> dict[str, Any]:
     facts["nccl_device_api"] = tc.nccl_device_api
     facts["cublas_headers"] = str(tc.cublas_include) if tc.cublas_include else None
     facts["mpi"] = _version(["mpirun", "--version"])
+    facts["landlock_abi"] = landlock_abi()
     if measure and len(facts["gpus"]) >= 1:
         facts["gemm_bf16_tflops"] = measure_gemm_tflops()
     if measure and len(facts["gpus"]) >= 2:
@@ -67,7 +69,10 @@ def rows(facts: dict[str, Any]) -> list[tuple[str, str]]:
            ("NCCL headers", f"{facts.get('nccl_headers')}, device API {'yes' if facts.get('nccl_device_api') else 'no'}"
             if facts.get("nccl_headers") else "not found (pip install nvidia-nccl-cu13==2.28.9)"),
            ("cuBLAS headers", facts.get("cublas_headers") or "not found (pip install nvidia-cublas)"),
-           ("MPI", facts.get("mpi") or "not found")]
+           ("MPI", facts.get("mpi") or "not found"),
+           ("sandbox", f"Landlock ABI {facts['landlock_abi']}: candidates cannot write outside their scratch folder"
+            if facts.get("landlock_abi") else "no Landlock (Linux 5.13+): candidates can write wherever you can "
+            "(docs/threat-model.md)")]
     if facts.get("peer_bw_gbps"):
         out.append(("peer link", f"{facts['peer_bw_gbps']:.0f} GB/s per direction, both ranks sending (measured)"))
     if facts.get("gemm_bf16_tflops"):
