@@ -172,4 +172,5 @@ def test_a_forging_seed_is_never_ranked_best(tmp_path):
     cheat = (CHEATS / "cache_after_checks.py").read_text()
     assert [ok for _, ok, code in rows if code == cheat] == [0]
     assert best is not None and best[0] != cheat
-    assert (run_dir / "best").is_dir() and "CORRECTNESS_RUNS" not in next((run_dir / "best").glob("candidate.*")).read_text()
+    best_file = next((run_dir / "best").glob("candidate.*"))
+    assert "CORRECTNESS_RUNS" not in best_file.read_text()

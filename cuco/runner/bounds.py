@@ -1,8 +1,9 @@
 """The physical bound beside every number: compute alone, communication alone, and their max.
 
-Compute alone is measured (the workload's best-library version of the compute, timed by judges that
-run no candidate, once per machine, workload and shape, and cached in CUCO_HOME; its fastest iteration). Communication alone is the bytes each rank must receive over the measured peer-link
-bandwidth (`cuco doctor`); on the CPU, where no link rate is known, the measured collective stands in.
+Compute alone is measured: the workload's best-library version of the compute, timed by judges that run
+no candidate, once per machine, workload and shape, and cached in CUCO_HOME; its fastest iteration.
+Communication alone is the bytes each rank must receive over the measured peer-link bandwidth (`cuco
+doctor`); on the CPU, where no link rate is known, the measured collective stands in.
 """
 
 from __future__ import annotations
@@ -65,7 +66,8 @@ def references_key(spec: WorkloadSpec, shape: Shape, device: str) -> str:
 
 
 def _cache_path(spec: WorkloadSpec, shape: Shape, device: str) -> Path:
-    return cuco_home() / "bounds" / f"{spec.name}-w{spec.world_size}-{device}-{shape.name}-{references_key(spec, shape, device)}.json"
+    key = references_key(spec, shape, device)
+    return cuco_home() / "bounds" / f"{spec.name}-w{spec.world_size}-{device}-{shape.name}-{key}.json"
 
 
 def reference_timings(spec: WorkloadSpec, shapes: list[str], device: str, gpus: list[int],

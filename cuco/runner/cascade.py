@@ -66,35 +66,12 @@ def evaluate(spec: WorkloadSpec, candidate: Path, opts: EvalOptions, baselines: 
     if opts.max_level == "L0":
         return _done(record)
     # L1
-    library = harness = None
-    if kind == "cuda":
-        built, problems = check_and_build(candidate)
-        record["build"] = {"cached": built.cached, "seconds": built.seconds}
-        if problems:
-            return _fail(record, "L1", "static checks of what the compiler sees failed: " + problems[0],
-                         "\n".join(problems))
-        if not built.ok:
-            return _fail(record, "L1", "nvcc build failed: " + _first_error(built.log), built.log)
-        if opts.device != "cuda":
-            record["level_reached"] = "L1"
-            return _done(record, note="CUDA candidate: built; L2-L4 need a GPU")
-        library = str(built.library)
-    else:
-        try:
-            compile(text, str(candidate), "exec")
-        except SyntaxError as exc:
-            return _fail(record, "L1", f"Python syntax error: {candidate.name}:{exc.lineno}: {exc.msg}",
-                         f"{exc.text or ''}")
-    if opts.device == "cuda":
-        hb = build_harness()
-        if not hb.ok:
-            if kind == "cuda":
-                return _fail(record, "L1", "the runner's harness failed to build: " + _first_error(hb.log), hb.log)
-        else:
-            harness = str(hb.library)
+    failed, library, harness = _level1(record, candidate, kind, text, opts)
+    if failed is not None:
+        return failed
     record["level_reached"] = "L1"
-    if opts.max_level == "L1":
-        return _done(record)
+    if opts.max_level == "L1" or (kind == "cuda" and opts.device != "cuda"):
+        return _done(record, note="" if opts.max_level == "L1" else "CUDA candidate: built; L2-L4 need a GPU")
 
     # L2..L4 in one launch: the candidate's setup cost is paid once per shape.
     small = opts.small_shapes if opts.small_shapes is not None else [s.name for s in spec.small_shapes]
@@ -105,7 +82,8 @@ def evaluate(spec: WorkloadSpec, candidate: Path, opts: EvalOptions, baselines: 
     references: dict[str, dict[str, Any]] = {}
     if opts.max_level == "L4":
         stages += [Stage("L4", s) for s in full]
-        references, error = reference_timings(spec, full, opts.device, list(opts.gpus), opts.timeout_s or spec.timing.timeout_s)
+        references, error = reference_timings(spec, full, opts.device, list(opts.gpus),
+                                              opts.timeout_s or spec.timing.timeout_s)
         if error:
             record["bounds_error"] = error
     temporary = opts.work_dir is None
@@ -131,6 +109,35 @@ def evaluate(spec: WorkloadSpec, candidate: Path, opts: EvalOptions, baselines: 
             shutil.rmtree(work, ignore_errors=True)
 
 
+def _level1(record, candidate: Path, kind: str, text: str, opts: EvalOptions):
+    """Build (CUDA: the checks of what the compiler sees, nvcc, the library's symbols) or compile (Python); on GPUs
+    the runner's harness too, which every candidate's host needs. Returns (the failed record or None, the
+    candidate's library, the harness)."""
+    library = harness = None
+    if kind == "cuda":
+        built, problems = check_and_build(candidate)
+        record["build"] = {"cached": built.cached, "seconds": built.seconds}
+        if problems:
+            return _fail(record, "L1", "static checks of what the compiler sees failed: " + problems[0],
+                         "\n".join(problems)), None, None
+        if not built.ok:
+            return _fail(record, "L1", "nvcc build failed: " + _first_error(built.log), built.log), None, None
+        library = str(built.library)
+    else:
+        try:
+            compile(text, str(candidate), "exec")
+        except SyntaxError as exc:
+            return _fail(record, "L1", f"Python syntax error: {candidate.name}:{exc.lineno}: {exc.msg}",
+                         f"{exc.text or ''}"), None, None
+    if opts.device == "cuda":
+        hb = build_harness()
+        if not hb.ok:
+            why = "the runner's harness failed to build: " + _first_error(hb.log)
+            return _fail(record, "L1", why, hb.log), None, None
+        harness = str(hb.library)
+    return None, library, harness
+
+
 def _first_error(log: str) -> str:
     for line in log.splitlines():
         if "error" in line.lower():
@@ -149,8 +156,9 @@ def _interpret(spec, record, res, stages, opts, baselines, references) -> dict[s
     _collect(spec, record, done_stages, opts, baselines, references)
     if res.timed_out:
         where = "; ".join(f"rank {o.rank}: {o.last_step}" for o in res.ranks)
-        return _fail(record, current, f"timeout: killed every rank after {opts.timeout_s or spec.timing.timeout_s:.0f} s "
-                                      f"(hung; last steps: {where})", _logs(res))
+        limit = opts.timeout_s or spec.timing.timeout_s
+        return _fail(record, current, f"timeout: killed every rank after {limit:.0f} s (hung; last steps: {where})",
+                     _logs(res))
     if res.crashed:
         return _fail(record, current, _crash_message(res), _logs(res))
     errors = [r.get("error") for r in per_rank if r.get("error")]

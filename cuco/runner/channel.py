@@ -78,7 +78,8 @@ class Channel:
         deadline = None if timeout_s is None else time.monotonic() + timeout_s
         reply = self.recv(None if deadline is None else deadline - time.monotonic())
         if reply.kind == "error":
-            raise RemoteError(str(reply.data.get("message", "no reason given"))[:4000], str(reply.data.get("where", "")))
+            message = str(reply.data.get("message", "no reason given"))[:4000]
+            raise RemoteError(message, "framework" if reply.data.get("framework") else str(reply.data.get("where", "")))
         if reply.kind != kind:
             raise ValueError(f"expected a {kind!r} message, got {reply.kind!r}")
         return reply

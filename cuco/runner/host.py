@@ -99,7 +99,8 @@ class Host:
             bufs, exchange = attach_memfd_buffers(layouts, msg.fds), None
         cand, ctx = self.make_candidate(layouts, bufs, sym, params)
         # The framework's own references: what the candidate does to ctx cannot redirect staging or snapshots.
-        self.shape = {"layouts": layouts, "bufs": dict(bufs), "sym": sym, "cand": cand, "ctx": ctx, "exchange": exchange}
+        self.shape = {"layouts": layouts, "bufs": dict(bufs), "sym": sym, "cand": cand, "ctx": ctx,
+                      "exchange": exchange}
         self.sync()
         self.barrier()
         cand.setup()

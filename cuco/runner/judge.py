@@ -148,7 +148,7 @@ class Judge:
         except ChannelClosed:
             raise self._host_gone(where) from None
         except RemoteError as exc:
-            raise CandidateFailed(str(exc), "harness" if "framework" in str(exc.where) else "candidate") from None
+            raise CandidateFailed(str(exc), "harness" if exc.where == "framework" else "candidate") from None
         except (ValueError, TimeoutError) as exc:
             raise CandidateFailed(f"{where}: {exc}", "candidate") from None
 
@@ -169,7 +169,8 @@ class Judge:
         shutil.rmtree(self.host.scratch, ignore_errors=True)
 
     # ---- inputs ---------------------------------------------------------------------------------
-    def inputs_for(self, params: dict[str, int], seed: int, ranks: range | list[int]) -> dict[int, dict[str, torch.Tensor]]:
+    def inputs_for(self, params: dict[str, int], seed: int,
+                   ranks: range | list[int]) -> dict[int, dict[str, torch.Tensor]]:
         """Inputs of the given ranks, from per-rank seeds, so each judge computes its reference alone."""
         out = {}
         for r in ranks:
@@ -351,7 +352,8 @@ class Judge:
             keep = i - warmup in chosen
             ms, ev, gate_timed_out, snap = self.run_timed(where, keep, probe=(i == 0 and self.gated))
             if i == 0 and self.cuda and self.any_rank(gate_timed_out):
-                self.gated, note = False, "cuco_run blocks the host: timed without the start gate (launch overhead included)"
+                self.gated = False
+                note = "cuco_run blocks the host: timed without the start gate (launch overhead included)"
             if i == 0 and self.cuda:
                 null_ms = self.null_runs(stage)
             if i < warmup:
@@ -490,7 +492,8 @@ def run_judge(job: Job, rank: int, host: HostProcess | None) -> int:
             judge.write_result(_partial(judge), done=True, **data)
         else:
             kill_descendants()
-            atomic_write_json(Path(job.out_dir) / f"rank{rank}.json", {"rank": rank, "stages": [], "done": True, **data})
+            atomic_write_json(Path(job.out_dir) / f"rank{rank}.json",
+                              {"rank": rank, "stages": [], "done": True, **data})
         sys.stderr.write(data["traceback"])
         return 3
 

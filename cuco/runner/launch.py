@@ -144,7 +144,9 @@ def launch(job: Job, timeout_s: float, job_path: Path) -> LaunchResult:
         res_path = out / f"rank{r}.json"
         result = json.loads(res_path.read_text()) if res_path.is_file() else None
         code = p.returncode
-        killed = code in (-signal.SIGKILL, 143) and (timed_out or first_death is not None) and not (result and result.get("done"))
+        # 143 = 128 + SIGTERM: how a judge that took the watchdog's SIGTERM exits (rank.py)
+        stopped = code in (-signal.SIGKILL, 143) and (timed_out or first_death is not None)
+        killed = stopped and not (result and result.get("done"))
         outcomes.append(RankOutcome(r, None if killed else code, result, _last_line(out / f"rank{r}.progress"),
                                     _tail(out / f"rank{r}.log")))
     # Ranks that failed on their own, in the order they went: the first is usually the cause.

@@ -86,7 +86,8 @@ def _prctl(option: int, arg: int = 0) -> int:
 
 def landlock_abi() -> int:
     """The kernel's Landlock ABI version, 0 where Landlock is missing or disabled."""
-    v = _libc.syscall(SYS_LANDLOCK_CREATE_RULESET, None, ctypes.c_size_t(0), ctypes.c_uint32(LANDLOCK_CREATE_RULESET_VERSION))
+    v = _libc.syscall(SYS_LANDLOCK_CREATE_RULESET, None, ctypes.c_size_t(0),
+                      ctypes.c_uint32(LANDLOCK_CREATE_RULESET_VERSION))
     return max(0, int(v))
 
 
@@ -135,7 +136,8 @@ def _landlock(writable: list[Path], abi: int) -> bool:
 
 
 def _drop_capabilities() -> bool:
-    last = int(Path("/proc/sys/kernel/cap_last_cap").read_text()) if Path("/proc/sys/kernel/cap_last_cap").is_file() else 40
+    cap_last = Path("/proc/sys/kernel/cap_last_cap")
+    last = int(cap_last.read_text()) if cap_last.is_file() else 40  # 40 = CAP_CHECKPOINT_RESTORE, Linux 5.9
     for cap in range(last + 1):
         _prctl(PR_CAPBSET_DROP, cap)  # EPERM without CAP_SETPCAP: then the set was already empty
     _prctl(PR_CAP_AMBIENT, PR_CAP_AMBIENT_CLEAR_ALL)
