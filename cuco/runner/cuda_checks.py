@@ -28,7 +28,7 @@ from pathlib import Path
 
 from cuco.runner.build import (DEFAULT_ARCH, INCLUDE_DIR, MARKER, STAGED_NAME, BuildResult, Preprocessed, build,
                                nvcc_command, preprocess, preprocess_commands)
-from cuco.runner.static_checks import StaticReport
+from cuco.runner.static_checks import StaticReport, table
 from cuco.runner.toolchain import Toolchain, find_toolchain
 
 __all__ = ["Preprocessed", "preprocess", "check_preprocessed", "check_library_symbols", "check_and_build",
@@ -49,10 +49,6 @@ FILES = "a candidate may not touch files or map memory"
 PYTHON = "the Python C API reaches the runner's interpreter"
 
 
-def _table(groups: dict[str, str]) -> dict[str, str]:
-    return {name: why for why, names in groups.items() for name in names.split()}
-
-
 _COMMON = {
     TIMING: "cudaEventElapsedTime cudaEventElapsedTime_v2 cuEventElapsedTime cuEventElapsedTime_v2 clock_gettime "
             "gettimeofday timespec_get",
@@ -69,12 +65,12 @@ _COMMON = {
     FILES: "mmap mmap64 mprotect fopen fopen64 freopen open open64 openat creat unlink unlinkat remove rename renameat",
 }
 # Identifiers on the candidate's own lines after preprocessing (member names after . or -> are not these).
-FORBIDDEN_IDENTIFIERS = _table({**_COMMON, TIMING: _COMMON[TIMING] + " chrono __rdtsc __rdtscp _rdtsc rdtsc",
+FORBIDDEN_IDENTIFIERS = table({**_COMMON, TIMING: _COMMON[TIMING] + " chrono __rdtsc __rdtscp _rdtsc rdtsc",
                                 EXIT: _COMMON[EXIT] + " abort",
                                 SLEEP: _COMMON[SLEEP] + " sleep_for sleep_until this_thread"})
 # Undefined dynamic symbols of the built library, version suffix removed. abort is left out: libstdc++'s inline code
 # may import it, and the identifier check has the candidate's own calls.
-FORBIDDEN_SYMBOLS = _table({**_COMMON, TIMING: _COMMON[TIMING] + " time ftime", DYNAMIC: _COMMON[DYNAMIC]
+FORBIDDEN_SYMBOLS = table({**_COMMON, TIMING: _COMMON[TIMING] + " time ftime", DYNAMIC: _COMMON[DYNAMIC]
                             + " _dl_find_object __libc_dlopen_mode __libc_dlsym _dl_sym"})
 FORBIDDEN_PREFIXES = [("cudaStreamCreate", STREAMS), ("cuStreamCreate", STREAMS), ("cuCtxCreate", DEVICE),
                       ("cuCtxDestroy", DEVICE), ("cuDevicePrimaryCtxReset", DEVICE), ("ncclCommInit", COMM),

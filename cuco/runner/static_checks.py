@@ -37,13 +37,13 @@ RUNNER = "a candidate may not reach the runner"
 REFERENCE = "a candidate may not call the reference"
 
 
-def _table(groups: dict[str, str]) -> dict[str, str]:
+def table(groups: dict[str, str]) -> dict[str, str]:
     """{why: 'name name ...'} -> {name: why}."""
     return {name: why for why, names in groups.items() for name in names.split()}
 
 
 # Any component of an imported module's dotted name (torch.multiprocessing counts as multiprocessing).
-FORBIDDEN_MODULES = _table({
+FORBIDDEN_MODULES = table({
     TIMING: "time timeit",
     PROCESS: "sys signal faulthandler atexit resource gc tracemalloc inspect",
     SPAWN: "subprocess multiprocessing threading _thread concurrent asyncio pty _posixsubprocess",
@@ -54,14 +54,14 @@ FORBIDDEN_MODULES = _table({
 })
 # Bare names of builtins: flagged wherever they are used (an alias `f = eval` is caught too), unless the module
 # defines a top-level function or class of that name.
-FORBIDDEN_BUILTINS = _table({
+FORBIDDEN_BUILTINS = table({
     "a candidate may not end the process": "exit quit",
     "a candidate may not stop in a debugger": "breakpoint",
     NATIVE: "__import__ eval exec compile",
     FILES: "open",
     "a candidate may not reach the module's or the runner's namespaces": "globals vars __builtins__",
 })
-FORBIDDEN_ATTRS = _table({
+FORBIDDEN_ATTRS = table({
     TIMING: "elapsed_time perf_counter perf_counter_ns monotonic monotonic_ns process_time process_time_ns "
             "thread_time time_ns do_bench",
     "frames and function internals reach the runner": "__globals__ __code__ __builtins__ __subclasses__ "
