@@ -174,3 +174,15 @@ def test_a_forging_seed_is_never_ranked_best(tmp_path):
     assert best is not None and best[0] != cheat
     best_file = next((run_dir / "best").glob("candidate.*"))
     assert "CORRECTNESS_RUNS" not in best_file.read_text()
+
+
+def test_the_candidate_inherits_no_keys_and_not_the_judges_port(tmp_path, monkeypatch, no_static_checks):
+    """What the candidate's process can see of its environment: it says so in its own error message."""
+    monkeypatch.setenv("ANTHROPIC_API_KEY", "sk-test-not-for-candidates")
+    src = tmp_path / "env.py"
+    src.write_text("import os\n\ndef run(ctx):\n    raise ValueError('ENV ' + ' '.join(sorted(os.environ)))\n")
+    rec = evaluate(load_workload(GEMM_AG), src, _opts(tmp_path, max_level="L2"))
+    assert not rec["ok"] and "ENV " in rec["error"], rec["error"]
+    for name in ("ANTHROPIC_API_KEY", "CUCO_JUDGE_PORT", "CUCO_HOME"):
+        assert name not in rec["error"]
+    assert "TMPDIR" in rec["error"]

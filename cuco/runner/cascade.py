@@ -91,7 +91,7 @@ def evaluate(spec: WorkloadSpec, candidate: Path, opts: EvalOptions, baselines: 
     work.mkdir(parents=True, exist_ok=True)
     gate_file = make_gate_file(work) if opts.device == "cuda" and harness else None
     job = Job(workload_root=str(spec.root), world=spec.world_size, candidate=str(candidate.resolve()), kind=kind,
-              device=opts.device, stages=stages, out_dir=str(work), master_port=free_port(), host_port=free_port(),
+              device=opts.device, stages=stages, out_dir=str(work), host_port=free_port(),
               library=library, harness=harness, gate_file=gate_file, gpus=list(opts.gpus), warmup=opts.warmup,
               iters=opts.iters, env=dict(spec.nccl_env))
     if spec.nccl_env:

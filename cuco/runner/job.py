@@ -1,12 +1,16 @@
 """The job a launcher hands to each rank's judge: plain JSON, so the judge needs no cuco config code.
 
-It holds nothing secret: the seeds are drawn by the judges themselves, after they start."""
+It holds nothing secret: the seeds are drawn by the judges themselves, after they start, and the port of the
+judges' own process group reaches them in CUCO_JUDGE_PORT, which their candidates' processes do not inherit."""
 
 from __future__ import annotations
 
 import json
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
+
+
+JUDGE_PORT_ENV = "CUCO_JUDGE_PORT"
 
 
 @dataclass
@@ -24,7 +28,6 @@ class Job:
     device: str  # "cuda" or "cpu"
     stages: list[Stage]
     out_dir: str
-    master_port: int  # the judges' process group
     host_port: int  # the candidate hosts' own process group, apart from the judges'
     mode: str = "evaluate"  # or "bounds": the workload's reference timings, no candidate
     library: str | None = None  # built candidate .so

@@ -32,7 +32,7 @@ import torch.distributed as dist
 from cuco.paths import atomic_write_json
 from cuco.runner.buffers import TORCH_DTYPES, Exchange, Layout, memfd_buffers
 from cuco.runner.channel import ChannelClosed, Reply, RemoteError
-from cuco.runner.job import Job, Stage
+from cuco.runner.job import JUDGE_PORT_ENV, Job, Stage
 from cuco.runner.rank import HostProcess
 from cuco.runner.sandbox import kill_descendants, remove_shm_files
 from cuco.runner.timing import cross_check, time_references_cpu, time_references_cuda
@@ -102,9 +102,17 @@ class Judge:
         return bool(t.item())
 
     def gather(self, obj: Any) -> list[Any]:
-        out: list[Any] = [None] * self.world
-        dist.all_gather_object(out, obj, group=self.gloo)
-        return out
+        """Every rank's `obj`, as JSON: nothing a judge receives is unpickled, so a process that pushed its way
+        into the judges' group could at worst make the evaluation fail."""
+        data = torch.frombuffer(bytearray(json.dumps(obj).encode()), dtype=torch.uint8)
+        sizes = [torch.zeros(1, dtype=torch.int64) for _ in range(self.world)]
+        dist.all_gather(sizes, torch.tensor([data.numel()]), group=self.gloo)
+        longest = int(max(sizes).item())
+        mine = torch.zeros(longest, dtype=torch.uint8)
+        mine[: data.numel()] = data
+        parts = [torch.empty(longest, dtype=torch.uint8) for _ in range(self.world)]
+        dist.all_gather(parts, mine, group=self.gloo)
+        return [json.loads(bytes(p[: int(n.item())].tolist())) for p, n in zip(parts, sizes)]
 
     def sync(self) -> None:
         if self.cuda:
@@ -112,13 +120,13 @@ class Judge:
 
     def init(self) -> None:
         self.mark("init: process group")
-        store = dist.TCPStore("127.0.0.1", self.job.master_port, self.world, self.rank == 0,
+        store = dist.TCPStore("127.0.0.1", int(os.environ[JUDGE_PORT_ENV]), self.world, self.rank == 0,
                               timeout=timedelta(seconds=120))
         dist.init_process_group("gloo", store=store, rank=self.rank, world_size=self.world)
         self.gloo = dist.group.WORLD
-        box = [random.SystemRandom().randrange(2**31) if self.rank == 0 else None]
-        dist.broadcast_object_list(box, src=0, group=self.gloo)
-        self.seed = int(box[0])
+        box = torch.tensor([random.SystemRandom().randrange(2**31) if self.rank == 0 else 0])
+        dist.broadcast(box, src=0, group=self.gloo)
+        self.seed = int(box.item())
         if self.cuda:
             torch.cuda.set_device(self.device)
             torch.backends.cuda.matmul.allow_tf32 = False  # references in true fp32

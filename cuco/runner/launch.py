@@ -22,7 +22,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from cuco.machine import SAFE_ENV
-from cuco.runner.job import Job
+from cuco.runner.job import JUDGE_PORT_ENV, Job
 CRASH_GRACE_S = 5.0  # after one rank dies, the others get this long to report their own state
 TERM_GRACE_S = 3.0  # a judge told to stop has this long to kill its candidate's processes
 POLL_S = 0.05
@@ -105,7 +105,8 @@ def launch(job: Job, timeout_s: float, job_path: Path) -> LaunchResult:
     out.mkdir(parents=True, exist_ok=True)
     job.write(job_path)
     env = {**os.environ, **job.env, **SAFE_ENV, "PYTHONUNBUFFERED": "1", "CUCO_WORLD_SIZE": str(job.world),
-           "CUCO_LAUNCHER_PID": str(os.getpid())}
+           "CUCO_LAUNCHER_PID": str(os.getpid()),
+           JUDGE_PORT_ENV: str(free_port())}
     if job.device == "cuda" and job.gpus:
         env["CUDA_VISIBLE_DEVICES"] = ",".join(str(g) for g in job.gpus)
         job.gpus = list(range(len(job.gpus)))

@@ -16,7 +16,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from cuco.runner.channel import Channel
-from cuco.runner.job import Job
+from cuco.runner.job import JUDGE_PORT_ENV, Job
 from cuco.runner.pages import Page
 from cuco.runner.sandbox import die_with_parent, guard_judge, kill_descendants, remove_shm_files
 
@@ -36,8 +36,9 @@ class HostProcess:
         scratch = Path(job.out_dir) / f"host{rank}"
         scratch.mkdir(parents=True, exist_ok=True)
         chan, child = Channel.pair()
+        env = {k: v for k, v in os.environ.items() if k != JUDGE_PORT_ENV}  # the judges' group is theirs alone
         proc = subprocess.Popen([sys.executable, "-m", "cuco.runner.host", str(child.fileno())],
-                                pass_fds=[child.fileno()], cwd=scratch, env=os.environ.copy())
+                                pass_fds=[child.fileno()], cwd=scratch, env=env)
         child.close()
         gate = done = None
         page_fds: list[int] = []
