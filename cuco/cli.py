@@ -14,6 +14,7 @@ from rich.markup import escape
 from rich.table import Table
 
 from cuco.errors import CucoError
+from cuco.paths import atomic_write_json
 
 app = typer.Typer(add_completion=False, no_args_is_help=True, pretty_exceptions_enable=False,
                   help="Compute-communication co-design for multi-GPU programs: verified, measured, searched.")
@@ -198,9 +199,7 @@ def baseline(workload: str = typer.Argument(..., help="Built-in workload name or
         save_record(records[name], _record_path(None, spec, f"baseline-{name}"))
         if not records[name]["ok"]:
             print_record(records[name], console)
-    out = _baselines_path(spec, dev)
-    out.parent.mkdir(parents=True, exist_ok=True)
-    out.write_text(json.dumps(records, indent=1))
+    out = atomic_write_json(_baselines_path(spec, dev), records, indent=1)
     console.print(baseline_table(spec.name, records))
     console.print(f"[dim]saved to {out}[/]")
 
@@ -275,11 +274,11 @@ def evolve(workload: str = typer.Argument(..., help="Built-in workload name or a
     if best:
         console.print(f"best: #{best.id} {best.label}, {best.median_ms:.4f} ms, efficiency {best.score:.2f}; "
                       f"written to {rd / 'best'}", highlight=False)
-    (rd / "summary.json").write_text(json.dumps({
+    atomic_write_json(rd / "summary.json", {
         "evaluations": evo.db.count("done"), "failures_by_level": evo.db.failures_by_level(), "llm": llm,
         "stop_reason": evo.stop_reason, "best": {"id": best.id, "label": best.label, "median_ms": best.median_ms,
                                                  "bound_ms": best.bound_ms, "efficiency": best.score} if best else None,
-    }, indent=1))
+    }, indent=1)
     evo.db.close()
 
 

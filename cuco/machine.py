@@ -9,7 +9,7 @@ import subprocess
 from datetime import datetime, timezone
 from typing import Any
 
-from cuco.paths import machine_file
+from cuco.paths import atomic_write_json, machine_file
 
 # NVLink multicast stays off in every program cuco starts: on shared hosts it can take GPUs out of service.
 # The runner sets these last, so nothing (a workload's [nccl_env] included) can change them.
@@ -22,7 +22,7 @@ def load_machine() -> dict[str, Any]:
 
 
 def save_machine(facts: dict[str, Any]) -> None:
-    machine_file().write_text(json.dumps(facts, indent=1))
+    atomic_write_json(machine_file(), facts, indent=1)
 
 
 def gpu_inventory() -> list[dict[str, Any]]:

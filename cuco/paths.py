@@ -31,10 +31,14 @@ def records_dir() -> Path:
     return d
 
 
-def atomic_write_json(path: Path, data: Any, indent: int | None = None) -> Path:
-    """Write JSON so that a reader (or a kill at any moment) sees the old file or the new one, never half."""
+def atomic_write_text(path: Path, text: str) -> Path:
+    """Write so that a reader (or a kill at any moment) sees the old file or the new one, never half."""
     path.parent.mkdir(parents=True, exist_ok=True)
     tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
-    tmp.write_text(json.dumps(data, indent=indent))
+    tmp.write_text(text)
     os.replace(tmp, path)
     return path
+
+
+def atomic_write_json(path: Path, data: Any, indent: int | None = None) -> Path:
+    return atomic_write_text(path, json.dumps(data, indent=indent))

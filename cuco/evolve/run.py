@@ -6,7 +6,6 @@ from __future__ import annotations
 
 import asyncio
 import json
-import os
 import random
 import time
 from dataclasses import dataclass, field
@@ -24,6 +23,7 @@ from cuco.evolve.proposers import directive as _directive  # noqa: F401  (regist
 from cuco.evolve.proposers import llm as _llm  # noqa: F401  (registers the proposer)
 from cuco.evolve.selection import hill_climbing, power_law, weighted
 from cuco.evolve.slots import Slot
+from cuco.paths import atomic_write_text
 from cuco.workload.spec import WorkloadSpec
 
 # The seed is host-driven: NCCL collectives from the host, then compute.
@@ -221,9 +221,7 @@ class Evolution:
                            ("candidate.json", json.dumps({"id": best.id, "label": best.label, "score": best.score,
                                                           "median_ms": best.median_ms, "bound_ms": best.bound_ms,
                                                           "directive": json.loads(best.directive or "null")}))):
-            tmp = d / (name + ".tmp")
-            tmp.write_text(text)
-            os.replace(tmp, d / name)
+            atomic_write_text(d / name, text)
 
     # ---- the loop -------------------------------------------------------------------------------
     async def run(self) -> None:
