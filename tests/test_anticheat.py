@@ -17,6 +17,7 @@ import pytest
 from conftest import GEMM_AG, ROOT
 from cuco.runner import cascade
 from cuco.runner.cascade import EvalOptions, evaluate
+from cuco.runner.sandbox import landlock_abi
 from cuco.runner.static_checks import StaticReport
 from cuco.workload import load_workload
 
@@ -102,6 +103,7 @@ def test_nothing_the_candidate_starts_outlives_the_evaluation(tmp_path, no_stati
             os.kill(pid, 0)
 
 
+@pytest.mark.skipif(not landlock_abi(), reason="the kernel has no Landlock: the filesystem is not confined")
 def test_store_baselines_and_results_are_not_writable_from_the_candidate(tmp_path, no_static_checks):
     from cuco.paths import cuco_home
 

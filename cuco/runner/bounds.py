@@ -54,19 +54,19 @@ def _machine_key(device: str) -> dict[str, Any]:
     return {**info, "device": device}
 
 
-def references_key(spec: WorkloadSpec, shape: Shape, device: str) -> str:
-    """Everything the references' timings depend on: the machine, the workload's reference and buffers, the shape."""
+def _workload_key(spec: WorkloadSpec, device: str) -> str:
+    """What every shape's references depend on: the machine, the workload's reference and buffers, its timing."""
     h = hashlib.sha256()
-    h.update(json.dumps([_machine_key(device), spec.name, spec.world_size, shape.params,
+    h.update(json.dumps([_machine_key(device), spec.name, spec.world_size,
                          [(b.name, b.role, b.dtype, b.shape) for b in spec.buffers.values()],
                          spec.timing.warmup, spec.timing.iters, spec.timing.l2_flush, dict(spec.nccl_env)],
                         sort_keys=True, default=str).encode())
     h.update(spec.reference_path.read_bytes())
-    return h.hexdigest()[:20]
+    return h.hexdigest()
 
 
-def _cache_path(spec: WorkloadSpec, shape: Shape, device: str) -> Path:
-    key = references_key(spec, shape, device)
+def _cache_path(spec: WorkloadSpec, workload_key: str, shape: Shape, device: str) -> Path:
+    key = hashlib.sha256((workload_key + json.dumps(shape.params, sort_keys=True)).encode()).hexdigest()[:20]
     return cuco_home() / "bounds" / f"{spec.name}-w{spec.world_size}-{device}-{shape.name}-{key}.json"
 
 
@@ -74,7 +74,8 @@ def reference_timings(spec: WorkloadSpec, shapes: list[str], device: str, gpus: 
                       timeout_s: float) -> tuple[dict[str, dict[str, Any]], str]:
     """Per shape, every rank's times of the workload's compute alone and collective alone, from the cache or
     measured now by judges with no candidate; and an error message ("" when all were measured)."""
-    paths = {s: _cache_path(spec, spec.shape(s), device) for s in shapes}
+    workload_key = _workload_key(spec, device)  # the machine's fingerprint and the reference file, read once
+    paths = {s: _cache_path(spec, workload_key, spec.shape(s), device) for s in shapes}
     missing = [s for s, p in paths.items() if not p.is_file()]
     error = _measure(spec, missing, device, gpus, timeout_s, paths) if missing else ""
     return {s: json.loads(p.read_text()) for s, p in paths.items() if p.is_file()}, error

@@ -17,7 +17,6 @@ import json
 import os
 import random
 import shutil
-import signal
 import subprocess
 import sys
 import time
@@ -33,6 +32,7 @@ from cuco.paths import atomic_write_json
 from cuco.runner.buffers import TORCH_DTYPES, Exchange, Layout, memfd_buffers
 from cuco.runner.channel import ChannelClosed, Reply, RemoteError
 from cuco.runner.job import JUDGE_PORT_ENV, Job, Stage
+from cuco.runner.launch import describe_exit
 from cuco.runner.rank import HostProcess
 from cuco.runner.sandbox import kill_descendants, remove_shm_files
 from cuco.runner.timing import cross_check, time_references_cpu, time_references_cuda
@@ -79,8 +79,7 @@ class Judge:
         self.ref = load_reference(self.spec)
         self.cuda = job.device == "cuda"
         self.device = torch.device("cuda", job.gpus[rank] if job.gpus else rank) if self.cuda else torch.device("cpu")
-        self.proc = host.proc if host else None
-        self.chan = host.chan if host else None
+        self.proc = host.proc if host else None  # None once the host is stopped
         self.seq = 0  # runs asked of the host; the done flag carries it
         self.gate_count = 0
         self.gated = self.cuda
@@ -135,7 +134,6 @@ class Judge:
     # ---- the candidate's host -------------------------------------------------------------------
     def host_ready(self) -> None:
         self.mark("init: the candidate's process")
-        self.gate, self.done = self.host.gate, self.host.done
         self.sandbox = str(self.call("ready", timeout_s=HOST_START_S, where="start-up").data.get("sandbox", ""))[:300]
 
     def _host_gone(self, where: str) -> CandidateFailed:
@@ -144,15 +142,14 @@ class Judge:
         except subprocess.TimeoutExpired:
             return CandidateFailed(f"the candidate's process stopped answering during {where}", "crash")
         if code < 0:
-            name = signal.Signals(-code).name if -code in signal.Signals._value2member_map_ else f"signal {-code}"
-            return CandidateFailed(f"the candidate's process was killed by {name} during {where}", "crash")
+            return CandidateFailed(f"the candidate's process was {describe_exit(code)} during {where}", "crash")
         return CandidateFailed(f"the candidate's process exited with status {code} during {where}: a candidate may "
                                f"not end its process, and passes only by finishing every run", "candidate")
 
     def call(self, expect: str, where: str, timeout_s: float | None = None) -> Reply:
         """The host's next reply, which must be `expect`; any other outcome is the candidate's failure."""
         try:
-            return self.chan.expect(expect, timeout_s)
+            return self.host.chan.expect(expect, timeout_s)
         except ChannelClosed:
             raise self._host_gone(where) from None
         except RemoteError as exc:
@@ -162,7 +159,7 @@ class Judge:
 
     def send(self, kind: str, fds: list[int] | None = None, **fields: Any) -> None:
         try:
-            self.chan.send(kind, fds=fds, where=fields.pop("where", kind), **fields)
+            self.host.chan.send(kind, fds=fds, where=fields.pop("where", kind), **fields)
         except ChannelClosed:
             raise self._host_gone(kind) from None
 
@@ -281,7 +278,7 @@ class Judge:
             self.barrier()
             t0 = time.perf_counter()
             if self.rank == 0:
-                self.gate.write(self.gate_count)
+                self.host.gate.write(self.gate_count)
         self.wait_done(self.seq, where)
         ms = (time.perf_counter() - t0) * 1e3
         snap = self.snapshot("output") if keep else None  # at once: a done flag raised early finds no outputs
@@ -294,7 +291,7 @@ class Judge:
 
     def wait_done(self, seq: int, where: str) -> None:
         spins = 0
-        while self.done.read() < seq:
+        while self.host.done.read() < seq:
             spins += 1
             if spins % 20000 == 0 and self.proc.poll() is not None:
                 raise self._host_gone(where)

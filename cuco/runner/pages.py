@@ -16,7 +16,6 @@ class Page:
         self.map = mmap.mmap(fd, mmap.PAGESIZE)
         self.host_ptr = ctypes.addressof(ctypes.c_char.from_buffer(self.map))
         self.dev_ptr: int | None = None
-        self._harness = None
 
     @classmethod
     def anonymous(cls, name: str) -> tuple["Page", int]:
@@ -34,10 +33,4 @@ class Page:
     def register(self, harness) -> int:
         """Pin the page so kernels can read and write it (cudaHostRegister, mapped); returns the device pointer."""
         self.dev_ptr = harness.host_register(self.host_ptr, mmap.PAGESIZE)
-        self._harness = harness
         return self.dev_ptr
-
-    def close(self) -> None:
-        if self._harness is not None:
-            self._harness.host_unregister(self.host_ptr)
-            self._harness = None
