@@ -23,7 +23,7 @@ import record
 
 ROOT = record.ROOT
 LIBRARY = ROOT / "cuco" / "cuda" / "include" / "cuco_collectives.cuh"
-WORKLOADS = [ROOT / "tests" / "workloads" / w for w in ("allgather_bf16", "reducescatter_sum", "allreduce_sum",
+WORKLOADS = [ROOT / "cuco" / "workloads" / w for w in ("allgather_bf16", "reducescatter_sum", "allreduce_sum",
                                                         "alltoall_bf16", "sendrecv_ring", "alltoallv_bf16")]
 
 

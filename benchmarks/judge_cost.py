@@ -43,9 +43,14 @@ print("RESULT " + json.dumps(out))
 """
 
 
+def _workload_dir(tree: Path, name: str) -> Path:
+    """The workload in either layout: inside the package, or a top-level workloads/ of an older checkout."""
+    return next(p for p in (tree / "cuco" / "workloads" / name, tree / "workloads" / name) if p.is_dir())
+
+
 def evaluate(tree: Path, home: Path, args, name: str, level: str) -> dict:
     env = {**os.environ, "PYTHONPATH": str(tree), "CUCO_HOME": str(home)}
-    proc = subprocess.run([sys.executable, "-c", SNIPPET, str(tree / "workloads" / args.workload), str(args.world),
+    proc = subprocess.run([sys.executable, "-c", SNIPPET, str(_workload_dir(tree, args.workload)), str(args.world),
                            name, ",".join(args.shapes), level], cwd=tree, env=env, text=True, capture_output=True)
     for line in proc.stdout.splitlines():
         if line.startswith("RESULT "):

@@ -8,7 +8,7 @@ from pathlib import Path
 import pytest
 
 ROOT = Path(__file__).resolve().parents[1]
-GEMM_AG = ROOT / "workloads" / "gemm_allgather"
+GEMM_AG = ROOT / "cuco" / "workloads" / "gemm_allgather"
 
 
 @pytest.fixture(autouse=True, scope="session")

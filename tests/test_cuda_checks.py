@@ -137,9 +137,8 @@ def test_planted_candidate_is_refused_after_compiling(tmp_path, name, before, bo
 
 
 def _honest() -> list[Path]:
-    spec = load_workload(GEMM_AG)
-    found = [p for p in spec.candidates.values() if p.suffix == ".cu"]
-    for wl in sorted((ROOT / "tests" / "workloads").glob("*/workload.toml")):
+    found = []
+    for wl in sorted((ROOT / "cuco" / "workloads").glob("*/workload.toml")):
         found += [p for p in load_workload(wl.parent).candidates.values() if p.suffix == ".cu"]
     return found
 

@@ -18,7 +18,7 @@ from cuco.evolve.run import Evolution
 from cuco.evolve.slots import Slot
 from cuco.workload import load_workload
 
-CPU_WL = ROOT / "workloads" / "cpu_allgather_matmul"
+CPU_WL = ROOT / "cuco" / "workloads" / "cpu_allgather_matmul"
 
 
 def fake_evaluator(spec, src, slot, work):

@@ -19,7 +19,7 @@ from cuco.evolve.selection import hill_climbing, power_law, weighted
 from cuco.evolve.strategy import accepted_points, materialize
 from cuco.workload import load_workload
 
-CPU_WL = ROOT / "workloads" / "cpu_allgather_matmul"
+CPU_WL = ROOT / "cuco" / "workloads" / "cpu_allgather_matmul"
 
 
 def _add(db, code, label=None, island=0, parent=None):

@@ -17,7 +17,7 @@ from cuco.runner.build import build
 from cuco.runner.static_checks import check_source
 from cuco.workload import load_workload
 
-AR = ROOT / "tests" / "workloads" / "allreduce_sum"
+AR = ROOT / "cuco" / "workloads" / "allreduce_sum"
 TWO_STREAM = GEMM_AG / "candidates" / "host_two_stream.cu"
 
 

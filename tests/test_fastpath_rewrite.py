@@ -19,11 +19,11 @@ from cuco.runner.build import build
 from cuco.runner.cascade import EvalOptions, evaluate
 from cuco.workload import load_workload
 
-WORKLOADS = {"gemm_allgather": GEMM_AG, "allreduce_sum": ROOT / "tests" / "workloads" / "allreduce_sum",
-             "reducescatter_sum": ROOT / "tests" / "workloads" / "reducescatter_sum",
-             "allgather_bf16": ROOT / "tests" / "workloads" / "allgather_bf16",
-             "alltoall_bf16": ROOT / "tests" / "workloads" / "alltoall_bf16",
-             "sendrecv_ring": ROOT / "tests" / "workloads" / "sendrecv_ring"}
+WORKLOADS = {"gemm_allgather": GEMM_AG, "allreduce_sum": ROOT / "cuco" / "workloads" / "allreduce_sum",
+             "reducescatter_sum": ROOT / "cuco" / "workloads" / "reducescatter_sum",
+             "allgather_bf16": ROOT / "cuco" / "workloads" / "allgather_bf16",
+             "alltoall_bf16": ROOT / "cuco" / "workloads" / "alltoall_bf16",
+             "sendrecv_ring": ROOT / "cuco" / "workloads" / "sendrecv_ring"}
 # Host programs to rewrite: the workload seeds, and a program with a buffer of its own on allreduce_sum's buffers.
 PROGRAMS = {**{name: (wl, wl / "seed.cu") for name, wl in WORKLOADS.items()},
             "allreduce_scratch": (WORKLOADS["allreduce_sum"],
@@ -104,7 +104,7 @@ def test_send_recv_groups_the_rules_cannot_pair(edit, message, tmp_path):
 
 
 def test_uneven_all_to_all_through_host_counts_is_left_to_the_llm_loop():
-    wl = ROOT / "tests" / "workloads" / "alltoallv_bf16"
+    wl = ROOT / "cuco" / "workloads" / "alltoallv_bf16"
     with pytest.raises(RewriteError, match=r"line 35: ncclSend and its ncclRecv \(line 36\) differ in count or type"):
         rewrite(wl / "seed.cu", load_workload(wl))
 
@@ -113,7 +113,7 @@ def test_uneven_all_to_all_through_host_counts_is_left_to_the_llm_loop():
 # themselves (send/recv into the runner's windows were not under NCCL's defaults: see [nccl_env] there), and the
 # device programs written against the library where the rules do not reach (alltoallv_bf16's device.cu,
 # reducescatter_sum's push.cu).
-TEST_WORKLOADS = sorted(p.parent for p in (ROOT / "tests" / "workloads").glob("*/workload.toml"))
+TEST_WORKLOADS = sorted(p.parent for p in (ROOT / "cuco" / "workloads").glob("*/workload.toml"))
 SHIPPED = [(wl, name) for wl in TEST_WORKLOADS for name in sorted(load_workload(wl).candidates)]
 SHIPPED_IDS = [f"{wl.name}/{name}" for wl, name in SHIPPED]
 

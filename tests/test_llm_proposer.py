@@ -19,7 +19,7 @@ from cuco.workload import load_workload
 from fake_llm import FakeLLM, Step
 from llm_replies import FROZEN_EDIT, GOOD_DIFF, MALFORMED_DIFF, NO_DIRECTIVE, REWRITE, WRONG_SEARCH
 
-CPU_WL = ROOT / "workloads" / "cpu_allgather_matmul"
+CPU_WL = ROOT / "cuco" / "workloads" / "cpu_allgather_matmul"
 
 
 def fake_evaluator(spec, src, slot, work):

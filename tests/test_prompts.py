@@ -25,7 +25,7 @@ def recorded_machine() -> dict:
 
 
 def generate() -> dict[str, str]:
-    spec = load_workload(ROOT / "workloads" / "gemm_allgather")
+    spec = load_workload(ROOT / "cuco" / "workloads" / "gemm_allgather")
     return example_prompts(spec, "8k", recorded_machine())
 
 

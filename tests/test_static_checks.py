@@ -193,9 +193,7 @@ def test_run_must_be_a_top_level_function(tmp_path):
 
 def _python_candidates() -> list[Path]:
     """Every shipped Python candidate (seeds, candidates, strategies); reference.py files are not candidates."""
-    files = [p for p in ROOT.glob("workloads/*/**/*.py") if p.name != "reference.py"]
-    files += [p for p in (ROOT / "tests" / "workloads").glob("*/**/*.py") if p.name != "reference.py"]
-    return sorted(files)
+    return sorted(p for p in (ROOT / "cuco" / "workloads").glob("*/**/*.py") if p.name != "reference.py")
 
 
 @pytest.mark.parametrize("path", _python_candidates(), ids=lambda p: str(p.relative_to(ROOT)))
@@ -208,7 +206,7 @@ def test_materialised_python_strategy_passes(tmp_path):
     from cuco.evolve.strategy import accepted_points, materialize
     from cuco.workload import load_workload
 
-    spec = load_workload(ROOT / "workloads" / "cpu_allgather_matmul")
+    spec = load_workload(ROOT / "cuco" / "workloads" / "cpu_allgather_matmul")
     for strategy in spec.strategies.values():
         for i, point in enumerate(accepted_points(strategy)[:4]):
             rep = check_source(_write(tmp_path, f"p{i}.py", materialize(strategy, point)))

@@ -14,7 +14,7 @@ from cuco.workload.expr import ExprError, eval_expr
 from cuco.workload.spec import load_workload
 
 REPO = Path(__file__).resolve().parents[1]
-GEMM_ALLGATHER = REPO / "workloads" / "gemm_allgather"
+GEMM_ALLGATHER = REPO / "cuco" / "workloads" / "gemm_allgather"
 
 # A small valid workload; tests derive broken ones from it with mutate().
 BASE = """\
@@ -112,7 +112,7 @@ def test_base_template_is_valid(tmp_path):
 def test_nccl_env_reaches_every_rank_and_the_record(tmp_path):
     """A workload's [nccl_env] is in the environment of each rank's process, and the record says so."""
     root = tmp_path / "wl"
-    shutil.copytree(ROOT / "workloads" / "cpu_allgather_matmul", root)
+    shutil.copytree(ROOT / "cuco" / "workloads" / "cpu_allgather_matmul", root)
     toml = root / "workload.toml"
     toml.write_text(toml.read_text().replace("[timing]", '[nccl_env]\nNCCL_PROTO = "Simple"\n\n[timing]', 1))
     # The reference (trusted code, unlike candidates) runs inside each rank: it refuses to make inputs without it.

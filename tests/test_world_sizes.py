@@ -10,7 +10,7 @@ from cuco.runner.cascade import EvalOptions, evaluate
 from cuco.workload import load_workload
 from faults.expectations import assert_caught
 
-CPU_EXAMPLE = ROOT / "workloads" / "cpu_allgather_matmul"
+CPU_EXAMPLE = ROOT / "cuco" / "workloads" / "cpu_allgather_matmul"
 
 
 @pytest.mark.parametrize("world", [4, 8])

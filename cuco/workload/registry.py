@@ -9,9 +9,9 @@ from cuco.errors import CucoError
 
 
 def search_path() -> list[Path]:
-    """CUCO_WORKLOADS_PATH (colon-separated) first, then the workloads/ folder shipped beside the package."""
+    """CUCO_WORKLOADS_PATH (colon-separated) first, then the workloads shipped inside the package."""
     extra = [Path(p) for p in os.environ.get("CUCO_WORKLOADS_PATH", "").split(os.pathsep) if p]
-    return extra + [Path(__file__).resolve().parents[2] / "workloads"]
+    return extra + [Path(__file__).resolve().parents[1] / "workloads"]
 
 
 def builtin_names() -> list[str]:
