@@ -14,6 +14,7 @@ from rich.markup import escape
 from rich.table import Table
 
 from cuco.errors import CucoError
+from cuco.extras import require
 from cuco.paths import atomic_write_json
 
 app = typer.Typer(add_completion=False, no_args_is_help=True, pretty_exceptions_enable=False,
@@ -26,15 +27,11 @@ def _device(choice: str, world: int) -> str:
         raise CucoError("--device", f"expected auto, cuda or cpu, got {choice!r}")
     if choice != "auto":
         if choice == "cuda":
-            import torch
-
+            torch = require("torch")
             if torch.cuda.device_count() < world:
                 raise CucoError("--device cuda", f"needs {world} GPUs, this machine has {torch.cuda.device_count()}")
         return choice
-    try:
-        import torch
-    except ImportError as exc:
-        raise CucoError("torch", "not installed: pip install torch (the CPU build is enough for CPU workloads)") from exc
+    torch = require("torch")
     return "cuda" if torch.cuda.device_count() >= world else "cpu"
 
 
@@ -56,8 +53,21 @@ def _candidate(spec, candidate: str) -> Path:
     return p
 
 
-def _options(spec, device: str, shapes: list[str], small: list[str], level: str, gpus: Optional[str],
-             timeout: Optional[float], warmup: Optional[int], iters: Optional[int]):
+def _eval_config(config: Optional[Path], device: Optional[str] = None, timeout: Optional[float] = None,
+                 warmup: Optional[int] = None, iters: Optional[int] = None):
+    """run.toml's [eval], then the command's flags: the settings every command evaluates candidates with."""
+    from cuco.evolve.config import load_config
+
+    cfg = load_config(config).eval
+    for flag, key, value in (("--device", "device", device), ("--timeout", "timeout_s", timeout),
+                             ("--warmup", "warmup", warmup), ("--iters", "iters", iters)):
+        if value is not None:
+            setattr(cfg, key, value)
+            cfg.check(flag)
+    return cfg
+
+
+def _options(spec, device: str, shapes: list[str], small: list[str], level: str, gpus: Optional[str], ecfg):
     from cuco.runner.cascade import LEVELS, EvalOptions
 
     if level not in LEVELS:
@@ -81,7 +91,7 @@ def _options(spec, device: str, shapes: list[str], small: list[str], level: str,
     if device == "cuda":
         _ensure_machine_facts()
     return EvalOptions(device=device, shapes=shapes or None, small_shapes=small or None, max_level=level,
-                       gpus=gpu_list, timeout_s=timeout, warmup=warmup, iters=iters)
+                       gpus=gpu_list, timeout_s=ecfg.timeout_s, warmup=ecfg.warmup, iters=ecfg.iters)
 
 
 def _ensure_machine_facts() -> None:
@@ -118,12 +128,14 @@ def _record_path(out: Optional[Path], spec, name: str) -> Path:
 
 ShapeOpt = typer.Option([], "--shape", "-s", help="Full shape(s) for L3/L4, by name (default: all; CPU: the first small one).")
 SmallOpt = typer.Option([], "--small-shape", help="Small shape(s) for L2, by name (default: all).")
-DeviceOpt = typer.Option("auto", "--device", help="auto, cuda or cpu.")
+DeviceOpt = typer.Option(None, "--device", help="auto, cuda or cpu (default: run.toml's eval.device, else auto).")
+ConfigOpt = typer.Option(None, "--config", help="A run.toml whose \\[eval] table sets how candidates are evaluated.")
 WorldOpt = typer.Option(None, "--world", help="World size (default: the workload's).")
 GpusOpt = typer.Option(None, "--gpus", help="Comma-separated GPU indices, one per rank (default: 0..world-1).")
-TimeoutOpt = typer.Option(None, "--timeout", help="Watchdog limit in seconds for one candidate (default: workload's).")
-WarmupOpt = typer.Option(None, "--warmup", help="Warm-up iterations (default: workload's).")
-ItersOpt = typer.Option(None, "--iters", help="Timed iterations (default: workload's).")
+TimeoutOpt = typer.Option(None, "--timeout", help="Watchdog limit in seconds for one candidate (eval.timeout_s; "
+                          "default: the workload's).")
+WarmupOpt = typer.Option(None, "--warmup", help="Warm-up iterations (eval.warmup; default: the workload's).")
+ItersOpt = typer.Option(None, "--iters", help="Timed iterations (eval.iters; default: the workload's).")
 
 
 @app.command()
@@ -149,20 +161,21 @@ def doctor(measure: bool = typer.Option(True, help="On a GPU machine, measure pe
 @app.command("eval")
 def eval_cmd(workload: str = typer.Argument(..., help="Built-in workload name or a workload directory."),
              candidate: str = typer.Argument(..., help="Candidate file (.cu or .py), or the name of one of the workload's."),
-             device: str = DeviceOpt, shape: list[str] = ShapeOpt, small_shape: list[str] = SmallOpt,
+             device: Optional[str] = DeviceOpt, shape: list[str] = ShapeOpt, small_shape: list[str] = SmallOpt,
              level: str = typer.Option("L4", "--level", help="Highest cascade level to run (L0..L4)."),
              world: Optional[int] = WorldOpt, gpus: Optional[str] = GpusOpt, timeout: Optional[float] = TimeoutOpt,
-             warmup: Optional[int] = WarmupOpt, iters: Optional[int] = ItersOpt,
+             warmup: Optional[int] = WarmupOpt, iters: Optional[int] = ItersOpt, config: Optional[Path] = ConfigOpt,
              out: Optional[Path] = typer.Option(None, "--out", help="Where to write the JSON record."),
              as_json: bool = typer.Option(False, "--json", help="Print the record as JSON.")) -> None:
     """Run the cascade on one candidate: level reached, per-rank times, median and spread, bound, efficiency, speedups."""
     from cuco.report.console import print_record
     from cuco.runner.cascade import evaluate, save_record
 
+    ecfg = _eval_config(config, device, timeout, warmup, iters)
     spec = _spec(workload, world)
     path = _candidate(spec, candidate)
-    dev = _device(device, spec.world_size)
-    opts = _options(spec, dev, shape, small_shape, level, gpus, timeout, warmup, iters)
+    dev = _device(ecfg.device, spec.world_size)
+    opts = _options(spec, dev, shape, small_shape, level, gpus, ecfg)
     with console.status(f"evaluating {path.name} on {dev}"):
         record = evaluate(spec, path, opts, _load_baselines(spec, dev))
     saved = save_record(record, _record_path(out, spec, path.stem))
@@ -176,18 +189,19 @@ def eval_cmd(workload: str = typer.Argument(..., help="Built-in workload name or
 
 @app.command()
 def baseline(workload: str = typer.Argument(..., help="Built-in workload name or a workload directory."),
-             device: str = DeviceOpt, shape: list[str] = ShapeOpt, world: Optional[int] = WorldOpt,
+             device: Optional[str] = DeviceOpt, shape: list[str] = ShapeOpt, world: Optional[int] = WorldOpt,
              gpus: Optional[str] = GpusOpt, timeout: Optional[float] = TimeoutOpt, warmup: Optional[int] = WarmupOpt,
-             iters: Optional[int] = ItersOpt) -> None:
+             iters: Optional[int] = ItersOpt, config: Optional[Path] = ConfigOpt) -> None:
     """Run the workload's baselines and bounds for every shape; later evaluations report speedups over them."""
     from cuco.report.console import baseline_table, print_record
     from cuco.runner.cascade import evaluate, save_record
 
+    ecfg = _eval_config(config, device, timeout, warmup, iters)
     spec = _spec(workload, world)
     if not spec.baselines:
         raise CucoError(str(spec.source), "baselines: the workload lists no baseline candidates")
-    dev = _device(device, spec.world_size)
-    opts = _options(spec, dev, shape, [], "L4", gpus, timeout, warmup, iters)
+    dev = _device(ecfg.device, spec.world_size)
+    opts = _options(spec, dev, shape, [], "L4", gpus, ecfg)
     records = {}
     for name in spec.baselines:
         path = spec.candidates[name]
@@ -229,12 +243,12 @@ def evolve(workload: str = typer.Argument(..., help="Built-in workload name or a
     from cuco.machine import load_machine
 
     cfg = apply_overrides(load_config(config), list(overrides))
-    for key, value in (("generations", generations), ("seed", seed), ("shape", shape)):
+    for flag, section, key, value in (("--generations", cfg.search, "generations", generations),
+                                      ("--seed", cfg.search, "seed", seed), ("--shape", cfg.search, "shape", shape),
+                                      ("--device", cfg.eval, "device", device)):
         if value is not None:
-            setattr(cfg.search, key, value)
-    if device is not None:
-        cfg.eval.device = device
-    cfg.check("options")
+            setattr(section, key, value)
+            cfg.check(flag)
     spec = _spec(workload, world)
     target_shape = cfg.search.shape or spec.shapes[0].name
     spec.shape(target_shape)
@@ -290,10 +304,11 @@ def transform(workload: str = typer.Argument(..., help="Built-in workload name o
               as_json: bool = typer.Option(False, "--json", help="Print the analysis as JSON."),
               out: Optional[Path] = typer.Option(None, "--out", help="Where the device-initiated program goes "
                                                  "(default: cuco-runs/WORKLOAD-transform/transformed.cu)."),
-              device: str = DeviceOpt,
+              device: Optional[str] = DeviceOpt,
               llm: bool = typer.Option(False, "--llm", help="Where the rules cannot rewrite, run the LLM loop "
                                        "(stage A, stage B, a judge) configured by --config's \\[llm]."),
-              config: Optional[Path] = typer.Option(None, "--config", help="A run.toml whose \\[llm] table to use."),
+              config: Optional[Path] = typer.Option(None, "--config", help="A run.toml whose \\[llm] and \\[eval] "
+                                                    "tables to use."),
               tries: int = typer.Option(3, "--tries", help="LLM tries per stage.")) -> None:
     """Fast path: analyse a host-driven NCCL program and rewrite it to initiate communication from the GPU."""
     from cuco.fastpath.analyze import AnalysisError, analyze

@@ -4,13 +4,12 @@ from __future__ import annotations
 
 import json
 import sys
-from dataclasses import asdict, dataclass, field, fields
+from dataclasses import asdict, dataclass, field
 from pathlib import Path
-from typing import Any
 
 from cuco.errors import CucoError
 from cuco.llm.config import LLMConfig
-from cuco.tomlconfig import Section, load_dataclass
+from cuco.tomlconfig import Section, field_types, load_dataclass, parse_text
 
 if sys.version_info >= (3, 11):
     import tomllib
@@ -58,14 +57,25 @@ class SearchConfig:
 
 @dataclass
 class EvalConfig:
+    """How candidates are evaluated; shared by eval, baseline, evolve and transform, so one candidate is timed
+    the same way by each. Unset values are the workload's [timing]."""
+
     device: str = "auto"
     """auto, cuda or cpu."""
-    warmup: int = 3
-    """Warm-up iterations before timing each candidate."""
-    iters: int = 20
-    """Timed iterations per candidate."""
-    timeout_s: float = 180.0
-    """Watchdog limit for one candidate's evaluation."""
+    warmup: int | None = None
+    """Warm-up iterations before timing each candidate (default: the workload's timing.warmup)."""
+    iters: int | None = None
+    """Timed iterations per candidate (default: the workload's timing.iters)."""
+    timeout_s: float | None = None
+    """Watchdog limit for one candidate's evaluation (default: the workload's timing.timeout_s)."""
+
+    def check(self, where: str) -> None:
+        if self.device not in ("auto", "cuda", "cpu"):
+            raise CucoError(where, f"eval.device: expected auto, cuda or cpu, got {self.device!r}")
+        if (self.iters is not None and self.iters < 1) or (self.warmup is not None and self.warmup < 0):
+            raise CucoError(where, "eval.iters must be >= 1 and eval.warmup >= 0")
+        if self.timeout_s is not None and self.timeout_s <= 0:
+            raise CucoError(where, f"eval.timeout_s: must be positive, got {self.timeout_s}")
 
 
 @dataclass
@@ -89,12 +99,12 @@ class RunConfig:
             raise CucoError(where, f"search.novelty: expected auto, local, openai or off, got {s.novelty!r}")
         if not 0.0 <= s.explore_fraction <= 1.0:
             raise CucoError(where, f"search.explore_fraction: must be within [0, 1], got {s.explore_fraction}")
-        if self.eval.device not in ("auto", "cuda", "cpu"):
-            raise CucoError(where, f"eval.device: expected auto, cuda or cpu, got {self.eval.device!r}")
         if self.llm.budget_usd < 0 or self.llm.patch_retries < 0 or self.llm.max_tokens < 1:
             raise CucoError(where, "llm.budget_usd and llm.patch_retries must be >= 0, llm.max_tokens >= 1")
-        if self.eval.iters < 1 or self.eval.warmup < 0:
-            raise CucoError(where, "eval.iters must be >= 1 and eval.warmup >= 0")
+        self.eval.check(where)
+
+
+SECTIONS = ("search", "eval", "llm")
 
 
 def load_config(path: Path | None) -> RunConfig:
@@ -112,7 +122,7 @@ def load_config(path: Path | None) -> RunConfig:
                     eval=load_dataclass(EvalConfig, top.table("eval")),
                     llm=load_dataclass(LLMConfig, top.table("llm")))
     for model, price in cfg.llm.pricing.items():
-        if not (isinstance(price, list) and len(price) == 2 and all(isinstance(x, (int, float)) for x in price)):
+        if len(price) != 2:
             raise CucoError(str(path), f"llm.pricing.{model}: expected [input, output] dollars per million tokens")
     top.done()
     cfg.check(str(path))
@@ -126,15 +136,13 @@ def apply_overrides(cfg: RunConfig, overrides: list[str]) -> RunConfig:
         section, _, name = key.strip().partition(".")
         if not sep or not name:
             raise CucoError("--set", f"expected SECTION.KEY=VALUE, got {item!r}")
-        target = getattr(cfg, section, None)
-        known = {f.name: f for f in fields(target)} if target is not None else {}
+        target = getattr(cfg, section, None) if section in SECTIONS else None
+        known = field_types(type(target)) if target is not None else {}
         if name not in known:
             raise CucoError("--set", f"unknown key {key!r}")
-        typ = type(known[name].default)
         try:
-            value: Any = (raw.lower() in ("1", "true", "yes")) if typ is bool else typ(raw)
-        except ValueError:
-            raise CucoError("--set", f"{key}: expected {typ.__name__}, got {raw!r}") from None
-        setattr(target, name, value)
+            setattr(target, name, parse_text(raw, known[name]))
+        except TypeError as exc:
+            raise CucoError("--set", f"{key}: {exc}") from None
     cfg.check("--set")
     return cfg

@@ -12,6 +12,8 @@ import json
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
+from cuco.fastpath.syntax import blank_macros, function_name, parser, text, walk
+
 # Argument names by position, from nccl.h (2.28).
 NCCL_SIGNATURES: dict[str, tuple[str, ...]] = {
     "ncclAllGather": ("send", "recv", "count", "dtype", "comm", "stream"),
@@ -46,8 +48,6 @@ BLAS: dict[str, tuple[tuple[int, ...], tuple[int, ...]]] = {
 }
 # The candidate contract's context (cuco.h): a pointer parameter, but not a buffer.
 CONTEXT_TYPE = "cuco_ctx_t"
-# Attribute-like macros the grammar does not know; blanked (same length) before parsing.
-ATTRIBUTE_MACROS = ("CUCO_EXPORT",)
 
 
 class AnalysisError(ValueError):
@@ -86,45 +86,14 @@ class Analysis:
                            "buffers": self.buffers, "warnings": self.warnings}, indent=1)
 
 
-def _parser():
-    import tree_sitter as ts
-    import tree_sitter_cuda as tsc
-
-    return ts.Parser(ts.Language(tsc.language()))
-
-
-def _blank_macros(src: bytes) -> bytes:
-    for m in ATTRIBUTE_MACROS:
-        src = src.replace(m.encode(), b" " * len(m))
-    return src
-
-
-def _text(node) -> str:
-    return node.text.decode(errors="replace")
-
-
-def _walk(node):
-    yield node
-    for c in node.children:
-        yield from _walk(c)
-
-
-def _function_name(fn) -> str:
-    decl = fn.child_by_field_name("declarator")
-    while decl is not None and decl.type != "function_declarator":
-        decl = decl.child_by_field_name("declarator")
-    name = decl.child_by_field_name("declarator") if decl is not None else None
-    return _text(name) if name is not None else "?"
-
-
 def _statement(call) -> tuple[tuple[int, int], str | None]:
     """The bytes a rewrite replaces for a call: the call, or the check macro around it (CUCO_NCCL(ctx, ...),
     NCCLCHECK(...)), and that macro's name."""
     parent = call.parent
     if parent is not None and parent.type == "argument_list" and parent.parent is not None:
         wrap_fn = parent.parent.child_by_field_name("function")
-        if wrap_fn is not None and _text(wrap_fn).isupper():
-            return (parent.parent.start_byte, parent.parent.end_byte), _text(wrap_fn)
+        if wrap_fn is not None and text(wrap_fn).isupper():
+            return (parent.parent.start_byte, parent.parent.end_byte), text(wrap_fn)
     return (call.start_byte, call.end_byte), None
 
 
@@ -137,36 +106,36 @@ class _Resolver:
         self.pointer_params: set[str] = set()  # of the function being read: buffers passed in by the caller
 
     def learn_declaration(self, node) -> None:
-        for d in (c for c in _walk(node) if c.type == "init_declarator"):
+        for d in (c for c in walk(node) if c.type == "init_declarator"):
             target = d.child_by_field_name("declarator")
             value = d.child_by_field_name("value")
             if target is None or value is None:
                 continue
-            ident = next((n for n in _walk(target) if n.type == "identifier"), None)
-            for call in (n for n in _walk(value) if n.type == "call_expression"):
+            ident = next((n for n in walk(target) if n.type == "identifier"), None)
+            for call in (n for n in walk(value) if n.type == "call_expression"):
                 fn = call.child_by_field_name("function")
-                if fn is not None and _text(fn) == "cuco_buffer":
-                    lit = next((n for n in _walk(call) if n.type == "string_content"), None)
+                if fn is not None and text(fn) == "cuco_buffer":
+                    lit = next((n for n in walk(call) if n.type == "string_content"), None)
                     if ident is not None and lit is not None:
-                        self.alias[_text(ident)] = _text(lit)
+                        self.alias[text(ident)] = text(lit)
                     break
             else:
                 if ident is not None:  # a pointer derived from a known buffer stays that buffer
                     src = self.buffer_of(value)
                     if src:
-                        self.alias[_text(ident)] = src
+                        self.alias[text(ident)] = src
 
     def buffer_of(self, expr) -> str | None:
-        for n in _walk(expr):
-            if n.type == "field_expression" and _text(n).replace(" ", "") in self.allocated:  # s->buf
-                return _text(n).replace(" ", "")
+        for n in walk(expr):
+            if n.type == "field_expression" and text(n).replace(" ", "") in self.allocated:  # s->buf
+                return text(n).replace(" ", "")
             if n.type == "call_expression":
                 fn = n.child_by_field_name("function")
-                if fn is not None and _text(fn) == "cuco_buffer":
-                    lit = next((m for m in _walk(n) if m.type == "string_content"), None)
-                    return _text(lit) if lit is not None else None
+                if fn is not None and text(fn) == "cuco_buffer":
+                    lit = next((m for m in walk(n) if m.type == "string_content"), None)
+                    return text(lit) if lit is not None else None
             if n.type == "identifier":
-                name = _text(n)
+                name = text(n)
                 if name in self.alias:
                     return self.alias[name]
                 if name in self.allocated or name in self.pointer_params:
@@ -178,14 +147,14 @@ def analyze(path: Path, source: bytes | None = None) -> Analysis:
     raw = source if source is not None else Path(path).read_bytes()
     if b"\0" in raw:
         raise AnalysisError(f"{path}: not a text file")
-    tree = _parser().parse(_blank_macros(raw))
+    tree = parser().parse(blank_macros(raw))
     root = tree.root_node
-    functions = [n for n in _walk(root) if n.type == "function_definition"]
-    errors = [n for n in _walk(root) if n.type == "ERROR" or n.is_missing]
+    functions = [n for n in walk(root) if n.type == "function_definition"]
+    errors = [n for n in walk(root) if n.type == "ERROR" or n.is_missing]
     if not functions:
         where = f"; first syntax error at line {errors[0].start_point.row + 1}" if errors else ""
         raise AnalysisError(f"{path}: cannot parse as CUDA C++: no function definition found{where}")
-    warnings = [f"line {e.start_point.row + 1}: the parser did not understand {_text(e)[:60]!r}" for e in errors[:5]]
+    warnings = [f"line {e.start_point.row + 1}: the parser did not understand {text(e)[:60]!r}" for e in errors[:5]]
     res = _Resolver()
     ops: list[Op] = []
     # Kernels defined here: which pointer parameters are const (read only); the others may be written.
@@ -196,17 +165,17 @@ def analyze(path: Path, source: bytes | None = None) -> Analysis:
             params = params.child_by_field_name("declarator")
         plist = params.child_by_field_name("parameters") if params is not None else None
         if plist is not None:
-            kernel_const[_function_name(fn)] = [p.type == "parameter_declaration" and "const" in
-                                                [_text(c) for c in p.children if c.type == "type_qualifier"]
+            kernel_const[function_name(fn)] = [p.type == "parameter_declaration" and "const" in
+                                                [text(c) for c in p.children if c.type == "type_qualifier"]
                                                 for p in plist.named_children]
     blas_streams: dict[str, str] = {}
     for fn in functions:
-        fname = _function_name(fn)
-        res.pointer_params = {_text(i) for p in _walk(fn.child_by_field_name("declarator"))
-                              if p.type == "parameter_declaration" and CONTEXT_TYPE not in _text(p)
+        fname = function_name(fn)
+        res.pointer_params = {text(i) for p in walk(fn.child_by_field_name("declarator"))
+                              if p.type == "parameter_declaration" and CONTEXT_TYPE not in text(p)
                               for d in [p.child_by_field_name("declarator")] if d is not None and d.type ==
-                              "pointer_declarator" for i in _walk(d) if i.type == "identifier"}
-        for node in _walk(fn):
+                              "pointer_declarator" for i in walk(d) if i.type == "identifier"}
+        for node in walk(fn):
             if node.type == "declaration":
                 res.learn_declaration(node)
             if node.type != "call_expression":
@@ -215,12 +184,12 @@ def analyze(path: Path, source: bytes | None = None) -> Analysis:
             arg_list = node.child_by_field_name("arguments")
             if callee is None or arg_list is None:
                 continue
-            name = _text(callee)
+            name = text(callee)
             args = [a for a in arg_list.named_children if a.type != "comment"]
             line = node.start_point.row + 1
             launch = next((c for c in node.children if c.type == "kernel_call_syntax"), None)
             if launch is not None:
-                cfg = [_text(a) for a in launch.named_children]
+                cfg = [text(a) for a in launch.named_children]
                 consts = kernel_const.get(name, [])
                 reads, writes = [], []
                 for i, a in enumerate(args):
@@ -233,7 +202,7 @@ def analyze(path: Path, source: bytes | None = None) -> Analysis:
                               cfg[3] if len(cfg) > 3 else "default stream"))
             elif name in NCCL_SIGNATURES:
                 sig = NCCL_SIGNATURES[name]
-                named = {k: _text(a) for k, a in zip(sig, args)}
+                named = {k: text(a) for k, a in zip(sig, args)}
                 kind = "group" if not sig else "p2p" if name in ("ncclSend", "ncclRecv") else "collective"
                 reads = [b for k in ("send",) if k in named for b in [res.buffer_of(args[sig.index(k)])] if b]
                 writes = [b for k in ("recv",) if k in named for b in [res.buffer_of(args[sig.index(k)])] if b]
@@ -241,37 +210,37 @@ def analyze(path: Path, source: bytes | None = None) -> Analysis:
                               *_statement(node)))
             elif name in ALLOCATORS and args:
                 # The pointer allocated: `&p`, `(void**)&s->p`: the outermost variable or field under the casts.
-                target = next((n for n in _walk(args[0]) if n.type in ("field_expression", "identifier")), None)
+                target = next((n for n in walk(args[0]) if n.type in ("field_expression", "identifier")), None)
                 if target is not None:
-                    key = _text(target).replace(" ", "")
+                    key = text(target).replace(" ", "")
                     buf = res.buffer_of(args[0]) or key
                     res.allocated[key] = ALLOCATORS[name]
                     ops.append(Op(len(ops), "alloc", name, line, fname,
-                                  {"buffer": buf, "bytes": _text(args[1]) if len(args) > 1 else "?"},
+                                  {"buffer": buf, "bytes": text(args[1]) if len(args) > 1 else "?"},
                                   span=(node.start_byte, node.end_byte)))
             elif name in FREES and args:
-                buf = res.buffer_of(args[0]) or _text(args[0]).replace(" ", "")
+                buf = res.buffer_of(args[0]) or text(args[0]).replace(" ", "")
                 ops.append(Op(len(ops), "free", name, line, fname, {"buffer": buf},
                               span=(node.start_byte, node.end_byte)))
             elif name == "cublasSetStream" and len(args) == 2:
-                blas_streams[_text(args[0])] = _text(args[1])
+                blas_streams[text(args[0])] = text(args[1])
             elif name in BLAS:
                 rpos, wpos = BLAS[name]
                 reads = [b for i in rpos if i < len(args) for b in [res.buffer_of(args[i])] if b]
                 writes = [b for i in wpos if i < len(args) for b in [res.buffer_of(args[i])] if b]
-                handle = _text(args[0]) if args else ""
+                handle = text(args[0]) if args else ""
                 ops.append(Op(len(ops), "blas", name, line, fname, {"handle": handle}, reads, writes,
                               blas_streams.get(handle)))
             elif name in COPIES:
                 wpos, rpos, spos = COPIES[name]
                 writes = [b for b in [res.buffer_of(args[wpos])] if b] if wpos < len(args) else []
                 reads = [b for b in [res.buffer_of(args[rpos])] if b] if rpos is not None and rpos < len(args) else []
-                ops.append(Op(len(ops), "copy", name, line, fname, {"bytes": _text(args[2]) if len(args) > 2 else "?"},
-                              reads, writes, _text(args[spos]) if spos is not None and spos < len(args) else None))
+                ops.append(Op(len(ops), "copy", name, line, fname, {"bytes": text(args[2]) if len(args) > 2 else "?"},
+                              reads, writes, text(args[spos]) if spos is not None and spos < len(args) else None))
             elif name in SYNCS:
                 pos = SYNCS[name]
-                ops.append(Op(len(ops), "sync", name, line, fname, {"args": ", ".join(_text(a) for a in args)},
-                              stream=_text(args[pos]) if pos is not None and pos < len(args) else None))
+                ops.append(Op(len(ops), "sync", name, line, fname, {"args": ", ".join(text(a) for a in args)},
+                              stream=text(args[pos]) if pos is not None and pos < len(args) else None))
     buffers = {**{v: "workload" for v in res.alias.values()}, **res.allocated}
     edges = []
     for fname in dict.fromkeys(o.function for o in ops):

@@ -8,7 +8,7 @@ the harness relies on stay outside. A program that already has evolve blocks is 
 
 from __future__ import annotations
 
-from cuco.fastpath.analyze import _blank_macros, _function_name, _parser, _text
+from cuco.fastpath.syntax import blank_macros, function_name, parser, text
 from cuco.runner.static_checks import EVOLVE_END, EVOLVE_START
 
 ENTRY_POINTS = ("cuco_setup", "cuco_run", "cuco_teardown")
@@ -21,14 +21,14 @@ def annotate(code: str) -> str:
     if EVOLVE_START in code:
         return code
     src = code.encode()
-    root = _parser().parse(_blank_macros(src)).root_node
+    root = parser().parse(blank_macros(src)).root_node
     inserts: list[tuple[int, str]] = []  # (byte offset, text), applied from the end
     for node in root.children:
         target = node
         if node.type in ("template_declaration",):
             target = next((c for c in node.children if c.type == "function_definition"), node)
         if target.type == "function_definition":
-            name = _function_name(target)
+            name = function_name(target)
             if name in FROZEN:
                 continue
             if name in ENTRY_POINTS:
@@ -40,7 +40,7 @@ def annotate(code: str) -> str:
                 inserts += [(body.start_byte + 1, f"\n  // {EVOLVE_START}\n"),
                             (body.end_byte - 1, f"\n  // {EVOLVE_END}\n")]
                 for stmt in body.named_children:  # frozen statements split the body's block around them
-                    if any(call in _text(stmt) for call in FROZEN_CALLS):
+                    if any(call in text(stmt) for call in FROZEN_CALLS):
                         inserts += [(_line_start(src, stmt.start_byte), f"  // {EVOLVE_END}\n"),
                                     (_line_end(src, stmt.end_byte), f"\n  // {EVOLVE_START}")]
                 continue
@@ -48,8 +48,8 @@ def annotate(code: str) -> str:
                 node.type == "declaration" and any(c.type == "struct_specifier" for c in node.children)):
             inserts += [(_line_start(src, node.start_byte), f"// {EVOLVE_START}\n"),
                         (_line_end(src, node.end_byte), f"\n// {EVOLVE_END}")]
-    for offset, text in sorted(inserts, key=lambda t: -t[0]):
-        src = src[:offset] + text.encode() + src[offset:]
+    for offset, insert in sorted(inserts, key=lambda t: -t[0]):
+        src = src[:offset] + insert.encode() + src[offset:]
     return src.decode()
 
 

@@ -11,7 +11,7 @@ class LLMConfig:
     """anthropic, openai, openai_compatible (vLLM, SGLang, Ollama, llama.cpp: set base_url) or command."""
     model: str = "claude-sonnet-4-5"
     """The model name the provider knows."""
-    models: list = field(default_factory=list)
+    models: list[str] = field(default_factory=list)
     """Several models of the provider to choose among by a UCB bandit on improvement per dollar (overrides model)."""
     base_url: str = ""
     """API base URL (openai_compatible; optional for the others)."""
@@ -41,5 +41,5 @@ class LLMConfig:
     """Every this many finished evaluations, the LLM distils what worked and what failed (0: never)."""
     knowledge: bool = True
     """Keep the recommendations in a knowledge file per workload (CUCO_HOME/knowledge) for later runs."""
-    pricing: dict = field(default_factory=dict)
+    pricing: dict[str, list[float]] = field(default_factory=dict)
     """Extra prices: model = [dollars per million input tokens, per million output tokens]."""

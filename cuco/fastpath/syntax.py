@@ -1,0 +1,38 @@
+"""The CUDA C++ syntax tree (tree-sitter's CUDA grammar) and the few node helpers the fast path shares."""
+
+from __future__ import annotations
+
+from cuco.extras import require
+
+# Attribute-like macros the grammar does not know; blanked (same length, so byte offsets hold) before parsing.
+ATTRIBUTE_MACROS = ("CUCO_EXPORT",)
+
+
+def parser():
+    ts = require("tree_sitter")
+    tsc = require("tree_sitter_cuda")
+    return ts.Parser(ts.Language(tsc.language()))
+
+
+def blank_macros(src: bytes) -> bytes:
+    for m in ATTRIBUTE_MACROS:
+        src = src.replace(m.encode(), b" " * len(m))
+    return src
+
+
+def text(node) -> str:
+    return node.text.decode(errors="replace")
+
+
+def walk(node):
+    yield node
+    for c in node.children:
+        yield from walk(c)
+
+
+def function_name(fn) -> str:
+    decl = fn.child_by_field_name("declarator")
+    while decl is not None and decl.type != "function_declarator":
+        decl = decl.child_by_field_name("declarator")
+    name = decl.child_by_field_name("declarator") if decl is not None else None
+    return text(name) if name is not None else "?"

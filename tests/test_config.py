@@ -1,0 +1,89 @@
+"""One configuration: run.toml and --set typed by the same annotations, eval settings shared by every command,
+and every environment variable cuco reads documented in one place."""
+
+from __future__ import annotations
+
+import re
+
+import pytest
+
+from conftest import ROOT
+from cuco.environment import VARIABLES
+from cuco.errors import CucoError
+from cuco.evolve.config import RunConfig, apply_overrides, load_config
+
+
+def test_set_values_are_coerced_from_the_annotations():
+    cfg = apply_overrides(RunConfig(), ["llm.models=a, b", "llm.send_temperature=no", "eval.iters=5",
+                                        "search.power_law_alpha=2", "llm.pricing={m = [1, 2.5]}"])
+    assert cfg.llm.models == ["a", "b"] and cfg.llm.send_temperature is False
+    assert cfg.eval.iters == 5 and cfg.search.power_law_alpha == 2.0 and cfg.llm.pricing == {"m": [1.0, 2.5]}
+    assert apply_overrides(cfg, ["eval.iters=none"]).eval.iters is None  # back to the workload's
+
+
+@pytest.mark.parametrize("item,message", [
+    ("llm.send_temperature=maybe", "llm.send_temperature: expected bool, got str 'maybe'"),
+    ("search.islands=x", "search.islands: expected int, got str 'x'"),
+    ("llm.models=[1]", "llm.models: expected str, got int 1"),
+    ("eval.device=gpu", "eval.device: expected auto, cuda or cpu"),
+    ("search.nope=1", "unknown key 'search.nope'"),
+    ("config.x=1", "unknown key 'config.x'"),
+    ("islands", "expected SECTION.KEY=VALUE"),
+])
+def test_bad_set_values_are_one_line_errors(item, message):
+    with pytest.raises(CucoError, match=re.escape(message)):
+        apply_overrides(RunConfig(), [item])
+
+
+def test_run_toml_is_checked_against_the_same_annotations(tmp_path):
+    path = tmp_path / "run.toml"
+    path.write_text('[llm]\nmodels = ["a", 3]\n')
+    with pytest.raises(CucoError, match=r"run.toml: llm.models: expected str, got int 3"):
+        load_config(path)
+    path.write_text("[eval]\nwarmup = 1\n")
+    assert load_config(path).eval.warmup == 1 and load_config(path).eval.iters is None
+
+
+def test_eval_settings_default_to_the_workload_for_every_command():
+    """evolve and eval build their options from one EvalConfig: unset fields are the workload's [timing]."""
+    from cuco.cli import _eval_config, _evaluator
+
+    ecfg = _eval_config(None)
+    assert (ecfg.warmup, ecfg.iters, ecfg.timeout_s) == (None, None, None)
+    seen = {}
+
+    def capture(spec, src, opts, baselines=None):
+        seen.update(warmup=opts.warmup, iters=opts.iters, timeout_s=opts.timeout_s)
+        return {}
+
+    import cuco.runner.cascade as cascade
+
+    original, cascade.evaluate = cascade.evaluate, capture
+    try:
+        _evaluator("cpu", RunConfig(), "tiny")(None, ROOT, type("Slot", (), {"gpus": ()})(), ROOT)
+    finally:
+        cascade.evaluate = original
+    assert seen == {"warmup": None, "iters": None, "timeout_s": None}
+
+
+def test_every_environment_variable_read_is_documented():
+    read = set()
+    for path in (ROOT / "cuco").rglob("*.py"):
+        read |= set(re.findall(r"""environ(?:\.get)?[\[(]["']([A-Z_]+)["']""", path.read_text()))
+        read |= set(re.findall(r"""_key\(cfg, ["']([A-Z_]+)["']""", path.read_text()))
+    names = {v.name for v in VARIABLES}
+    documented = (ROOT / "docs" / "configuration.md").read_text()
+    assert read - {"PYTHONDONTWRITEBYTECODE"} <= names, read - names
+    assert all(f"`{n}`" in documented for n in names), [n for n in names if f"`{n}`" not in documented]
+
+
+def test_every_run_toml_key_is_documented():
+    from dataclasses import fields
+
+    from cuco.evolve.config import EvalConfig, SearchConfig
+    from cuco.llm.config import LLMConfig
+
+    documented = (ROOT / "docs" / "configuration.md").read_text()
+    for section, cls in (("search", SearchConfig), ("eval", EvalConfig), ("llm", LLMConfig)):
+        part = documented.split(f"### [{section}]")[1].split("###")[0]
+        assert all(f"| `{f.name}` |" in part for f in fields(cls)), section
