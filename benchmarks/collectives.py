@@ -4,7 +4,8 @@ For each test workload (all-gather, reduce-scatter, all-reduce, all-to-all, a se
 seed (NCCL) and its rule-based rewrite (`cuco transform`) are evaluated by the same runner at 1 MB and 64 MB;
 the table gives time and bus bandwidth (bytes each rank must receive over time) against the peer link that
 `cuco doctor` measured.
-Writes benchmarks/results/collectives-<device>-<date>-<time>.json and .md.
+Writes benchmarks/results/collectives.json and .md (the one they replace moves to results/archive/); a run of
+some of the workloads, or with --variant, is an experiment and goes to results/archive/ directly.
 
     python benchmarks/collectives.py [--out DIR] [--variant CUCO_COLL_CTAS=128 ...] [--workloads reducescatter_sum ...]
 """
@@ -101,7 +102,8 @@ def main() -> int:
                      f"{gbps / bw:.1%} |" if bw else f"| {w} | {shape} | {label} | {ok} | {ms:.4f} | {gbps:.0f} | - |")
     lines += ["", "`cuco transform` (rewrite, build, verify on the GPUs; no LLM): " + ", ".join(
         f"{w} {'ok' if t['ok'] else 'not done (see the log)'} in {t['seconds']} s" for w, t in transforms.items())]
-    record.save(args.out, "collectives", info, {"records": records}, lines, with_time=True)
+    complete = set(args.workloads) == {w.name for w in WORKLOADS} and not args.variant
+    record.save(args.out, "collectives", info, {"records": records}, lines, with_time=True, current=complete)
     return 0
 
 

@@ -2,7 +2,7 @@
 
 Shows that the runner and the search work beyond two ranks where no 4- or 8-GPU box is at hand. Times are CPU
 times on an oversubscribed machine (8 ranks on 2 cores are noisy); what matters is that every evaluation is
-verified at every world size. Writes benchmarks/results/cpu_world_sizes-<date>.json and .md.
+verified at every world size. Writes benchmarks/results/cpu_world_sizes.json and .md.
 
     python benchmarks/cpu_world_sizes.py [--worlds 2 4 8] [--generations 6]
 """

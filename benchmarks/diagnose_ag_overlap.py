@@ -1,4 +1,4 @@
-"""Where the 8192^3 GEMM+AllGather overlap loses time (issue 3's open target), measured piece by piece.
+"""Where the 8192^3 GEMM+AllGather overlap loses time, measured piece by piece.
 
 One process, two GPUs, torch only (copy engine through cudaMemcpyPeerAsync). For rank 0 of world 2 it times:
 the full GEMM [8192,8192]x[8192,4096]; the two half-row GEMMs back to back and on two streams; the 64 MB
@@ -7,6 +7,8 @@ GEMM overlapped with each copy. If half GEMM + overlap is far above the half GEM
 GEMM; if the two halves are far above the full GEMM, splitting costs.
 
     python benchmarks/diagnose_ag_overlap.py [--m 8192 --k 8192 --n 8192]
+
+It prints its table; the recorded one, with what it showed, is benchmarks/results/diagnose_ag_overlap.md.
 """
 
 from __future__ import annotations

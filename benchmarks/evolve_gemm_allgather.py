@@ -1,10 +1,10 @@
 """`cuco evolve gemm_allgather` with the directive proposer at every shape, on this GPU machine.
 
-Writes benchmarks/results/evolve_gemm_allgather-w2-<device>-<date>-<time>.json and .md: per shape, the seed's time,
+Writes benchmarks/results/evolve_gemm_allgather-w2.json and .md: per shape, the seed's time,
 the best program's design point, time, bound, efficiency and speedup over the seed, and the evaluation
-at which the best appeared.
+at which the best appeared. Each search's console output goes to results/archive/ beside the dated tables.
 
-    python benchmarks/evolve_gemm_allgather.py [--shape 8k --generations 40] ...
+    python benchmarks/evolve_gemm_allgather.py [--plan 8k:40 4k:12 ...] [--runs DIR] [--out DIR]
 """
 
 from __future__ import annotations
@@ -93,7 +93,9 @@ def main() -> int:
         run_dir = args.runs / shape
         proc = record.cuco("evolve", "gemm_allgather", "--shape", shape, "--generations", n, "--run-dir",
                            str(run_dir), "--seed", "0")
-        (args.out / f"evolve-{shape}.log").write_text(proc.stdout + proc.stderr) if args.out.is_dir() else None
+        log = args.out / "archive" / f"{record.stamp('evolve_gemm_allgather-w2', info, with_time=True)}-{shape}.log"
+        log.parent.mkdir(parents=True, exist_ok=True)
+        log.write_text(proc.stdout + proc.stderr)
         results[shape] = summarize(run_dir / "cuco.db")
         if (run_dir / "summary.json").is_file():  # the run's own summary, as `cuco evolve` wrote it
             results[shape]["run_summary"] = json.loads((run_dir / "summary.json").read_text())

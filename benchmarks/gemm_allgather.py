@@ -1,7 +1,7 @@
 """GEMM + AllGather on this GPU machine: baselines, bounds and every shipped candidate at every shape.
 
 Runs `cuco doctor`, `cuco baseline gemm_allgather`, then `cuco eval` of each shipped candidate that is
-not a baseline, through the real CLI, and writes benchmarks/results/gemm_allgather-<device>-<date>.json
+not a baseline, through the real CLI, and writes benchmarks/results/gemm_allgather-w<world>.json
 and .md (time, bound, efficiency and speedups per candidate and shape, with date, device and commit).
 
     python benchmarks/gemm_allgather.py [--world 2] [--iters 30] [--shape 8k ...]

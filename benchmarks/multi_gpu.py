@@ -1,4 +1,4 @@
-"""Runs beyond two GPUs in one command (issue 6), on a machine with 4 or 8 GPUs.
+"""cuco beyond two GPUs in one command, on a machine with 4 or 8 GPUs.
 
 1. `python benchmarks/gemm_allgather.py --world W` for each W of 4 and 8 the machine holds: `cuco doctor`, the
    baselines and every shipped candidate at every shape (that script records its own table).
@@ -6,7 +6,7 @@
 3. With 4 GPUs or more: `cuco evolve gemm_allgather` at world 2 with one evaluation slot and then with two (two
    disjoint GPU pairs), the same number of evaluations each: wall time and evaluations per minute.
 
-Writes benchmarks/results/multi_gpu-<device>-<date>.json and .md.
+Writes benchmarks/results/multi_gpu.json and .md.
 
     python benchmarks/multi_gpu.py [--evals 12] [--shape 4k] [--steps tables tests slots]
 

@@ -1,14 +1,21 @@
-"""What every recorded benchmark shares: how it runs cuco, and what it carries beside its numbers (the date,
-the device, the commit, the command).
+"""What every recorded benchmark shares: how it runs cuco, what it carries beside its numbers (the date, the
+device, the commit, the command), and where its results go.
 
-Results are evidence only with those; each script writes <name>.json (meta plus its data) and <name>.md (a
-short table) through `save`, so that they all say it the same way.
+Results are evidence only with those; each script writes them through `save`, so that they all say it the same
+way. A benchmark's current result has a stable name, results/<name>.json (meta plus its data) and
+results/<name>.md (a short table); the result it replaces moves to results/archive/ under its dated name,
+<name>-<gpu>-<YYYYMMDD>[-<HHMM>]. A partial run (an experiment on a subset) goes straight to archive/.
+
+Results written elsewhere (a device machine's output folder) are installed the same way:
+
+    python benchmarks/record.py adopt DIR_OR_FILE...
 """
 
 from __future__ import annotations
 
 import json
 import os
+import shutil
 import subprocess
 import sys
 from datetime import datetime, timezone
@@ -49,14 +56,94 @@ def meta(machine: dict[str, Any] | None = None, world: int | None = None, **extr
             **({"world": world} if world else {}), **extra}
 
 
-def save(out: Path, name: str, info: dict[str, Any], data: dict[str, Any], lines: list[str],
-         with_time: bool = False) -> Path:
-    """Write out/<name>-<gpu>-<date>[-<HHMM>].json and .md, and print the table."""
+def stamp(name: str, info: dict[str, Any], with_time: bool = False) -> str:
+    """The dated name of a result: <name>-<gpu>-<YYYYMMDD>[-<HHMM>], from its meta."""
     gpu = (info.get("gpu") or "").replace(" ", "_")
-    date = info["date"][:10].replace("-", "") + (f"-{info['date'][11:16].replace(':', '')}" if with_time else "")
-    base = out / "-".join(p for p in (name, gpu, date) if p)
+    date = info.get("date") or ""
+    day = date[:10].replace("-", "")
+    return "-".join(p for p in (name, gpu, day + (f"-{date[11:16].replace(':', '')}" if with_time else "")) if p)
+
+
+def _free(folder: Path, base: str, info: dict[str, Any]) -> Path:
+    """folder/base, or with the time of day (then a count) added where a file of that name is already kept."""
+    date = info.get("date") or ""
+    hhmm = date[11:16].replace(":", "")
+    candidates = [base] + ([f"{base}-{hhmm}"] if hhmm and not base.endswith(hhmm) else [])
+    candidates += [f"{candidates[-1]}-{i}" for i in range(2, 100)]
+    for c in candidates:
+        if not any((folder / (c + ext)).exists() for ext in (".json", ".md")):
+            return folder / c
+    raise FileExistsError(f"{folder / base}: too many results of that name")
+
+
+def _read_meta(path: Path) -> dict[str, Any]:
+    try:
+        return json.loads(path.read_text()).get("meta") or {}
+    except (OSError, ValueError, AttributeError):
+        return {}
+
+
+def retire(out: Path, name: str, info: dict[str, Any] | None = None, with_time: bool = False) -> Path | None:
+    """Move out/<name>.json and .md to out/archive/ under their dated name, unless they are the same run as
+    `info` (a script that rewrites its file as it goes). Returns where they went, or None."""
+    current = out / f"{name}.json"
+    if not current.is_file():
+        return None
+    old = _read_meta(current)
+    if info is not None and old.get("date") == info.get("date") and old.get("command") == info.get("command"):
+        return None
+    (out / "archive").mkdir(parents=True, exist_ok=True)
+    dest = _free(out / "archive", stamp(name, old, with_time), old)
+    for ext in (".json", ".md"):
+        if (out / f"{name}{ext}").is_file():
+            os.replace(out / f"{name}{ext}", dest.with_suffix(ext))
+    return dest
+
+
+def save(out: Path, name: str, info: dict[str, Any], data: dict[str, Any], lines: list[str],
+         with_time: bool = False, current: bool = True) -> Path:
+    """Write the result as out/<name>.json and .md, retiring the one it replaces to out/archive/, and print the
+    table. current=False (a partial run): out/archive/<name>-<gpu>-<date>[-<HHMM>] instead, the current kept."""
     out.mkdir(parents=True, exist_ok=True)
+    if current:
+        retire(out, name, info, with_time)
+        base = out / name
+    else:
+        (out / "archive").mkdir(exist_ok=True)
+        base = _free(out / "archive", stamp(name, info, with_time), info)
     base.with_suffix(".json").write_text(json.dumps({"meta": info, **data}, indent=1))
     base.with_suffix(".md").write_text("\n".join(lines) + "\n")
     print("\n".join(lines), flush=True)
     return base
+
+
+def adopt(sources: list[Path], results: Path = ROOT / "benchmarks" / "results") -> list[Path]:
+    """Install results written elsewhere: each <name>.json (with its .md) becomes the current one, the one it
+    replaces retired; files under a source folder's archive/ join results/archive/ as they are."""
+    installed = []
+    for src in sources:
+        files = sorted(src.glob("*.json")) if src.is_dir() else [src.with_suffix(".json")]
+        for f in files:
+            if not _read_meta(f):
+                print(f"skipped {f}: no meta", file=sys.stderr)
+                continue
+            retire(results, f.stem, None, with_time=True)
+            for ext in (".json", ".md"):
+                if f.with_suffix(ext).is_file():
+                    shutil.copyfile(f.with_suffix(ext), results / f"{f.stem}{ext}")
+            installed.append(results / f.stem)
+        kept = src / "archive" if src.is_dir() else None
+        if kept and kept.is_dir():
+            (results / "archive").mkdir(exist_ok=True)
+            for f in sorted(kept.iterdir()):
+                if f.is_file() and not (results / "archive" / f.name).exists():
+                    shutil.copyfile(f, results / "archive" / f.name)
+                    installed.append(results / "archive" / f.name)
+    return installed
+
+
+if __name__ == "__main__":
+    if len(sys.argv) < 3 or sys.argv[1] != "adopt":
+        sys.exit("usage: python benchmarks/record.py adopt DIR_OR_FILE...")
+    for p in adopt([Path(a) for a in sys.argv[2:]]):
+        print(f"installed {p.relative_to(ROOT)}")

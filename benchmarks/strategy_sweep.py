@@ -3,7 +3,7 @@
 Where `evolve_gemm_allgather.py` measures what the search finds, this measures the design space itself:
 every accepted point whose label matches one of the patterns, through the full cascade (L0-L4, verified at
 the small and the full shape), on this machine's GPUs. Writes
-benchmarks/results/strategy_sweep-<shape>-<device>-<date>.json and .md.
+benchmarks/results/strategy_sweep-<shape>.json and .md.
 
     python benchmarks/strategy_sweep.py --shape 8k --points 'ce/*' 'lsa/stream_overlap/*/cta/2' [--out DIR]
 """
