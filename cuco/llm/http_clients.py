@@ -9,6 +9,7 @@ from __future__ import annotations
 import os
 import time
 
+from cuco.extras import require
 from cuco.llm.base import LLMError, LLMReply
 from cuco.llm.config import LLMConfig
 
@@ -40,7 +41,7 @@ class AnthropicClient:
     provider = "anthropic"
 
     def __init__(self, cfg: LLMConfig) -> None:
-        import anthropic
+        anthropic = require("anthropic")
 
         self.sdk, self.model, self.send_temperature = anthropic, cfg.model, cfg.send_temperature
         self.client = anthropic.AsyncAnthropic(api_key=_key(cfg, "ANTHROPIC_API_KEY"), base_url=cfg.base_url or None,
@@ -66,7 +67,7 @@ class OpenAIClient:
     provider = "openai"
 
     def __init__(self, cfg: LLMConfig, compatible: bool = False) -> None:
-        import openai
+        openai = require("openai")
 
         if compatible and not cfg.base_url:
             raise LLMError("config", "provider openai_compatible needs [llm] base_url (e.g. http://host:8000/v1)")
