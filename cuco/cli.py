@@ -237,7 +237,7 @@ def evolve(workload: str = typer.Argument(..., help="Built-in workload name or a
     import asyncio
 
     from cuco.evolve.config import apply_overrides, load_config
-    from cuco.evolve.display import EvolveDisplay, summary_table
+    from cuco.report.live import EvolveDisplay, summary_table
     from cuco.evolve.run import Evolution
     from cuco.evolve.slots import make_slots
     from cuco.machine import load_machine
@@ -312,88 +312,68 @@ def transform(workload: str = typer.Argument(..., help="Built-in workload name o
               tries: int = typer.Option(3, "--tries", help="LLM tries per stage.")) -> None:
     """Fast path: analyse a host-driven NCCL program and rewrite it to initiate communication from the GPU."""
     from cuco.fastpath.analyze import AnalysisError, analyze
-    from cuco.fastpath.annotate import annotate
-    from cuco.fastpath.rewrite import RewriteError, no_host_collective_left, rewrite
+    from cuco.fastpath.pipeline import TransformError
+    from cuco.fastpath.pipeline import transform as run_transform
     from cuco.report.console import analysis_table, print_record
-    from cuco.runner.build import build
     from cuco.runner.cascade import evaluate
 
+    ecfg = _eval_config(config, device)
     spec = _spec(workload, None)
-    path = source or spec.seed_path
-    if path is None or not Path(path).is_file():
-        raise CucoError(str(path or spec.source), "no such source file (give --source, or a seed in [candidates])")
-    if Path(path).suffix != ".cu":
-        raise CucoError(str(path), "the fast path analyses CUDA C++ (.cu) programs")
+    path = Path(source or spec.seed_path or spec.source)
+    if not path.is_file() or path.suffix != ".cu":
+        raise CucoError(str(path), "not a CUDA C++ (.cu) program (give --source, or a seed.cu in [candidates])")
     try:
-        result = analyze(Path(path))
+        analysis = analyze(path)
     except AnalysisError as exc:
         raise CucoError("", str(exc)) from None
     if as_json:
-        print(result.to_json())
+        print(analysis.to_json())
     else:
-        console.print(analysis_table(result))
-        for w in result.warnings:
+        console.print(analysis_table(analysis))
+        for w in analysis.warnings:
             console.print(f"[yellow]warning:[/] {escape(w)}")
     if analyze_only:
         return
+    dev = _device(ecfg.device, spec.world_size)
+    opts = _options(spec, dev, [], [], "L3", None, ecfg)
+    check = lambda p: evaluate(spec, p, opts)  # noqa: E731
     target = out or Path("cuco-runs") / f"{spec.name}-transform" / "transformed.cu"
-    target.parent.mkdir(parents=True, exist_ok=True)
-    dev = _device(device, spec.world_size)
     try:
-        rw = rewrite(Path(path), spec)
-        code = rw.code
-        for line in rw.replaced:
-            console.print(f"rewrote {line}", highlight=False)
-    except RewriteError as exc:
-        if not llm:
-            raise CucoError(str(path), f"{exc} (add --llm to hand it to the LLM loop)") from None
-        code = _llm_transform(spec, Path(path), config, target.parent / "llm", dev, tries, str(exc))
-    code = annotate(code)
-    target.write_text(code)
-    console.print(f"{code.count('EVOLVE-BLOCK-START')} evolve blocks; start a search from it with "
-                  f"cuco evolve {workload} --set search.start={target}", highlight=False)
-    if not no_host_collective_left(code):
-        raise CucoError(str(target), "re-analysis still finds a host NCCL call")
-    console.print(f"re-analysis: no host collective left; written to {target}", highlight=False)
-    built = build(target)
-    if not built.ok:
-        raise CucoError(str(target), "the rewritten program does not build: " + built.log.strip().splitlines()[0])
-    if dev != "cuda":
-        console.print(f"built; verifying it needs {spec.world_size} GPUs: cuco eval {workload} {target}",
-                      highlight=False)
+        with console.status("rewriting, building" + (" and verifying" if dev == "cuda" else "")):
+            result = run_transform(spec, analysis, target, _llm_fallback(config, tries, check) if llm else None,
+                                   check if dev == "cuda" else None)
+    except TransformError as exc:
+        raise CucoError(exc.where, exc.message + ("" if llm else " (add --llm to hand it to the LLM loop)")) from None
+    for line in result.rewrites:
+        console.print(f"rewrote {line}", highlight=False)
+    if result.rules_stopped:
+        console.print(f"the rules stop here ({result.rules_stopped}); the LLM loop wrote it", highlight=False)
+    for log in result.llm_stages:
+        console.print(f"stage {log.stage}: correct after {len(log.tries)} tries (prompts, replies, judge notes in "
+                      f"{target.parent / 'llm'})", highlight=False)
+    console.print(f"{result.evolve_blocks} evolve blocks; re-analysis: no host collective left; built; written to "
+                  f"{target}; start a search from it with cuco evolve {workload} --set search.start={target}",
+                  highlight=False)
+    if result.record is None:
+        console.print(f"verifying it needs {spec.world_size} GPUs: cuco eval {workload} {target}", highlight=False)
         return
-    opts = _options(spec, dev, [], [], "L3", None, None, None, None)
-    with console.status("verifying the device-initiated program"):
-        record = evaluate(spec, target, opts)
-    print_record(record, console)
-    raise typer.Exit(0 if record["ok"] else 1)
+    print_record(result.record, console)
+    raise typer.Exit(0 if result.record["ok"] else 1)
 
 
-def _llm_transform(spec, path: Path, config: Optional[Path], work: Path, dev: str, tries: int, why: str) -> str:
-    import asyncio
-
+def _llm_fallback(config: Path | None, tries: int, check):
     from cuco.evolve.config import load_config
-    from cuco.fastpath.llm_loop import TransformFailed, llm_transform
+    from cuco.fastpath.pipeline import LLMFallback
     from cuco.llm import LLMError, make_client
     from cuco.machine import load_machine
-    from cuco.runner.cascade import evaluate
 
     cfg = load_config(config)
     try:
         client = make_client(cfg.llm)
     except LLMError as exc:
         raise CucoError("[llm]", str(exc)) from None
-    console.print(f"the rules stop here ({why}); LLM loop with {client.provider} {client.model}", highlight=False)
-    opts = _options(spec, dev, [], [], "L3", None, None, None, None)
-    try:
-        code, logs = asyncio.run(llm_transform(spec, path.read_text(), client, lambda p: evaluate(spec, p, opts),
-                                               work, tries, load_machine(), cfg.llm.max_tokens))
-    except TransformFailed as exc:
-        raise CucoError(str(work), str(exc)) from None
-    for log in logs:
-        console.print(f"stage {log.stage}: correct after {len(log.tries)} tries (prompts, replies, judge notes "
-                      f"in {work})", highlight=False)
-    return code
+    console.print(f"where the rules stop: the LLM loop with {client.provider} {client.model}", highlight=False)
+    return LLMFallback(client, check, tries, load_machine(), cfg.llm.max_tokens)
 
 
 @app.command()

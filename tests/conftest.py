@@ -8,7 +8,11 @@ from pathlib import Path
 import pytest
 
 ROOT = Path(__file__).resolve().parents[1]
-GEMM_AG = ROOT / "cuco" / "workloads" / "gemm_allgather"
+WORKLOADS = ROOT / "cuco" / "workloads"
+GEMM_AG = WORKLOADS / "gemm_allgather"
+# The benchmarked collectives: a host NCCL seed each, and the device programs the library offers for it.
+COLLECTIVES = sorted(p.parent for p in WORKLOADS.glob("*/workload.toml")
+                     if p.parent.name not in ("gemm_allgather", "cpu_allgather_matmul"))
 
 
 @pytest.fixture(autouse=True, scope="session")

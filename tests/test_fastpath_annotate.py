@@ -8,7 +8,7 @@ import pytest
 
 from conftest import GEMM_AG, ROOT
 from cuco.evolve.config import RunConfig
-from cuco.evolve.patch import evolve_blocks, frozen_parts
+from cuco.program.blocks import evolve_blocks, frozen_parts
 from cuco.evolve.run import Evolution
 from cuco.evolve.slots import Slot
 from cuco.fastpath.annotate import annotate

@@ -13,7 +13,7 @@ import time
 
 import pytest
 
-from conftest import GEMM_AG, ROOT
+from conftest import COLLECTIVES, GEMM_AG, ROOT
 from cuco.fastpath.rewrite import RewriteError, no_host_collective_left, rewrite
 from cuco.runner.build import build
 from cuco.runner.cascade import EvalOptions, evaluate
@@ -109,12 +109,11 @@ def test_uneven_all_to_all_through_host_counts_is_left_to_the_llm_loop():
         rewrite(wl / "seed.cu", load_workload(wl))
 
 
-# Every program the test workloads ship: the NCCL seeds the rewrites are compared with, which must be right
+# Every program the collective workloads ship: the NCCL seeds the rewrites are compared with, which must be right
 # themselves (send/recv into the runner's windows were not under NCCL's defaults: see [nccl_env] there), and the
 # device programs written against the library where the rules do not reach (alltoallv_bf16's device.cu,
 # reducescatter_sum's push.cu).
-TEST_WORKLOADS = sorted(p.parent for p in (ROOT / "cuco" / "workloads").glob("*/workload.toml"))
-SHIPPED = [(wl, name) for wl in TEST_WORKLOADS for name in sorted(load_workload(wl).candidates)]
+SHIPPED = [(wl, name) for wl in COLLECTIVES for name in sorted(load_workload(wl).candidates)]
 SHIPPED_IDS = [f"{wl.name}/{name}" for wl, name in SHIPPED]
 
 

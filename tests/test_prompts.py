@@ -4,29 +4,24 @@ docs/prompts/ are what a GEMM+AllGather run would send first. Regenerate: python
 
 from __future__ import annotations
 
-import json
 from pathlib import Path
 
 import pytest
 
-from cuco.evolve.prompting import KINDS, TEMPLATES, example_prompts, render
+from cuco.evolve.prompting import KINDS, example_prompts
+from cuco.program.prompts import TEMPLATES, render
 from cuco.workload import load_workload
 
 ROOT = Path(__file__).resolve().parents[1]
 DOCS = ROOT / "docs" / "prompts"
-# The machine facts that `cuco doctor` recorded on the 2x H200 (benchmarks/results).
-RESULTS = ROOT / "benchmarks" / "results" / "gemm_allgather-w2-NVIDIA_H200-20261122.json"
-
-
-def recorded_machine() -> dict:
-    meta = json.loads(RESULTS.read_text())["meta"]
-    return {"gpus": [{"name": "NVIDIA H200", "sm_count": 132}] * 2, "links": meta["links"],
-            "peer_bw_gbps": meta["peer_bw_gbps"], "gemm_bf16_tflops": meta["gemm_bf16_tflops"]}
+# The machine facts `cuco doctor` measured on a 2x H200 (NVLink NV18), as the GEMM+AllGather results record them.
+MACHINE = {"gpus": [{"name": "NVIDIA H200", "sm_count": 132}] * 2, "links": "GPU0-GPU1: NV18",
+           "peer_bw_gbps": 367.8407411318933, "gemm_bf16_tflops": 806.2051567545376}
 
 
 def generate() -> dict[str, str]:
     spec = load_workload(ROOT / "cuco" / "workloads" / "gemm_allgather")
-    return example_prompts(spec, "8k", recorded_machine())
+    return example_prompts(spec, "8k", MACHINE)
 
 
 @pytest.mark.parametrize("name", TEMPLATES)

@@ -28,11 +28,7 @@ class Arm:
 
 def arm_stats(db: Database, models: list[str]) -> dict[str, Arm]:
     arms = {m: Arm(m) for m in models}
-    for row in db.conn.execute(
-            "SELECT l.model, l.candidate_id, SUM(l.cost_usd) AS cost, c.status, c.ok, c.score, p.score AS parent "
-            "FROM llm_calls l LEFT JOIN candidates c ON c.id = l.candidate_id "
-            "LEFT JOIN candidates p ON p.id = c.parent_id WHERE l.kind != 'meta' "
-            "GROUP BY l.model, COALESCE(l.candidate_id, -l.id)"):
+    for row in db.proposal_costs():
         arm = arms.get(row["model"])
         if arm is None or (row["candidate_id"] is not None and row["status"] != "done"):
             continue  # another model's, or still being evaluated

@@ -275,6 +275,15 @@ class Database:
         by_status = {r[0]: r[1] for r in self.conn.execute("SELECT status, COUNT(*) FROM llm_calls GROUP BY status")}
         return {"calls": row[0], "input_tokens": row[1], "output_tokens": row[2], "cost_usd": row[3], **by_status}
 
+    def proposal_costs(self) -> list[sqlite3.Row]:
+        """One row per proposal (a candidate's calls, retries included, or one call that made none): the model, its
+        dollars, the candidate's status, ok and score, and its parent's score; meta calls left out."""
+        return self.conn.execute(
+            "SELECT l.model, l.candidate_id, SUM(l.cost_usd) AS cost, c.status, c.ok, c.score, p.score AS parent "
+            "FROM llm_calls l LEFT JOIN candidates c ON c.id = l.candidate_id "
+            "LEFT JOIN candidates p ON p.id = c.parent_id WHERE l.kind != 'meta' "
+            "GROUP BY l.model, COALESCE(l.candidate_id, -l.id)").fetchall()
+
     def llm_calls(self) -> list[dict[str, Any]]:
         return [dict(r) for r in self.conn.execute("SELECT * FROM llm_calls ORDER BY id")]
 

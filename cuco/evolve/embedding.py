@@ -13,8 +13,8 @@ from typing import Protocol
 
 import numpy as np
 
-from cuco.evolve.patch import evolve_blocks
 from cuco.extras import MissingExtra, require
+from cuco.program.blocks import evolve_blocks
 
 WINDOW_CHARS = 800  # about 200 word pieces of code, under MiniLM's 256
 

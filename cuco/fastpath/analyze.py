@@ -76,6 +76,7 @@ class Analysis:
     edges: list[tuple[int, int, str]]  # producer op, consumer op, buffer
     buffers: dict[str, str]  # buffer -> allocator (or "workload" for cuco_buffer lookups)
     warnings: list[str]
+    source: bytes = field(default=b"", repr=False)  # the text analysed: a rewrite edits these bytes, unparsed again
 
     @property
     def nccl(self) -> list[Op]:
@@ -143,105 +144,128 @@ class _Resolver:
         return None
 
 
-def analyze(path: Path, source: bytes | None = None) -> Analysis:
-    raw = source if source is not None else Path(path).read_bytes()
+def _parse(path: Path, raw: bytes) -> tuple[list, list[str]]:
+    """The function definitions of the program and warnings for what the parser did not understand."""
     if b"\0" in raw:
         raise AnalysisError(f"{path}: not a text file")
-    tree = parser().parse(blank_macros(raw))
-    root = tree.root_node
+    root = parser().parse(blank_macros(raw)).root_node
     functions = [n for n in walk(root) if n.type == "function_definition"]
     errors = [n for n in walk(root) if n.type == "ERROR" or n.is_missing]
     if not functions:
         where = f"; first syntax error at line {errors[0].start_point.row + 1}" if errors else ""
         raise AnalysisError(f"{path}: cannot parse as CUDA C++: no function definition found{where}")
-    warnings = [f"line {e.start_point.row + 1}: the parser did not understand {text(e)[:60]!r}" for e in errors[:5]]
-    res = _Resolver()
-    ops: list[Op] = []
-    # Kernels defined here: which pointer parameters are const (read only); the others may be written.
-    kernel_const: dict[str, list[bool]] = {}
+    return functions, [f"line {e.start_point.row + 1}: the parser did not understand {text(e)[:60]!r}"
+                       for e in errors[:5]]
+
+
+def _const_params(functions: list) -> dict[str, list[bool]]:
+    """Kernels defined here: which pointer parameters are const (read only); the others may be written."""
+    out: dict[str, list[bool]] = {}
     for fn in functions:
         params = fn.child_by_field_name("declarator")
         while params is not None and params.type != "function_declarator":
             params = params.child_by_field_name("declarator")
         plist = params.child_by_field_name("parameters") if params is not None else None
         if plist is not None:
-            kernel_const[function_name(fn)] = [p.type == "parameter_declaration" and "const" in
-                                                [text(c) for c in p.children if c.type == "type_qualifier"]
-                                                for p in plist.named_children]
-    blas_streams: dict[str, str] = {}
-    for fn in functions:
+            out[function_name(fn)] = [p.type == "parameter_declaration" and "const" in
+                                      [text(c) for c in p.children if c.type == "type_qualifier"]
+                                      for p in plist.named_children]
+    return out
+
+
+def _pointer_params(fn) -> set[str]:
+    return {text(i) for p in walk(fn.child_by_field_name("declarator"))
+            if p.type == "parameter_declaration" and CONTEXT_TYPE not in text(p)
+            for d in [p.child_by_field_name("declarator")] if d is not None and d.type == "pointer_declarator"
+            for i in walk(d) if i.type == "identifier"}
+
+
+class _Calls:
+    """Turns each call of one program into an Op, in program order, remembering what later calls need."""
+
+    def __init__(self, functions: list) -> None:
+        self.res = _Resolver()
+        self.ops: list[Op] = []
+        self.const = _const_params(functions)
+        self.blas_streams: dict[str, str] = {}
+
+    def add(self, kind: str, name: str, node, fname: str, args: dict[str, str], reads: list[str] | None = None,
+            writes: list[str] | None = None, stream: str | None = None, span=None, wrapper=None) -> None:
+        self.ops.append(Op(len(self.ops), kind, name, node.start_point.row + 1, fname, args, reads or [],
+                           writes or [], stream, span or (0, 0), wrapper))
+
+    def buffers(self, args: list, positions) -> list[str]:
+        return [b for i in positions if i is not None and i < len(args) for b in [self.res.buffer_of(args[i])] if b]
+
+    def function(self, fn) -> None:
         fname = function_name(fn)
-        res.pointer_params = {text(i) for p in walk(fn.child_by_field_name("declarator"))
-                              if p.type == "parameter_declaration" and CONTEXT_TYPE not in text(p)
-                              for d in [p.child_by_field_name("declarator")] if d is not None and d.type ==
-                              "pointer_declarator" for i in walk(d) if i.type == "identifier"}
+        self.res.pointer_params = _pointer_params(fn)
         for node in walk(fn):
             if node.type == "declaration":
-                res.learn_declaration(node)
-            if node.type != "call_expression":
-                continue
-            callee = node.child_by_field_name("function")
-            arg_list = node.child_by_field_name("arguments")
-            if callee is None or arg_list is None:
-                continue
-            name = text(callee)
-            args = [a for a in arg_list.named_children if a.type != "comment"]
-            line = node.start_point.row + 1
-            launch = next((c for c in node.children if c.type == "kernel_call_syntax"), None)
-            if launch is not None:
-                cfg = [text(a) for a in launch.named_children]
-                consts = kernel_const.get(name, [])
-                reads, writes = [], []
-                for i, a in enumerate(args):
-                    b = res.buffer_of(a)
-                    if b:
-                        reads.append(b)
-                        if not (i < len(consts) and consts[i]):  # unknown kernels: assume written too
-                            writes.append(b)
-                ops.append(Op(len(ops), "kernel", name, line, fname, {"config": ", ".join(cfg)}, reads, writes,
-                              cfg[3] if len(cfg) > 3 else "default stream"))
-            elif name in NCCL_SIGNATURES:
-                sig = NCCL_SIGNATURES[name]
-                named = {k: text(a) for k, a in zip(sig, args)}
-                kind = "group" if not sig else "p2p" if name in ("ncclSend", "ncclRecv") else "collective"
-                reads = [b for k in ("send",) if k in named for b in [res.buffer_of(args[sig.index(k)])] if b]
-                writes = [b for k in ("recv",) if k in named for b in [res.buffer_of(args[sig.index(k)])] if b]
-                ops.append(Op(len(ops), kind, name, line, fname, named, reads, writes, named.get("stream"),
-                              *_statement(node)))
-            elif name in ALLOCATORS and args:
-                # The pointer allocated: `&p`, `(void**)&s->p`: the outermost variable or field under the casts.
-                target = next((n for n in walk(args[0]) if n.type in ("field_expression", "identifier")), None)
-                if target is not None:
-                    key = text(target).replace(" ", "")
-                    buf = res.buffer_of(args[0]) or key
-                    res.allocated[key] = ALLOCATORS[name]
-                    ops.append(Op(len(ops), "alloc", name, line, fname,
-                                  {"buffer": buf, "bytes": text(args[1]) if len(args) > 1 else "?"},
-                                  span=(node.start_byte, node.end_byte)))
-            elif name in FREES and args:
-                buf = res.buffer_of(args[0]) or text(args[0]).replace(" ", "")
-                ops.append(Op(len(ops), "free", name, line, fname, {"buffer": buf},
-                              span=(node.start_byte, node.end_byte)))
-            elif name == "cublasSetStream" and len(args) == 2:
-                blas_streams[text(args[0])] = text(args[1])
-            elif name in BLAS:
-                rpos, wpos = BLAS[name]
-                reads = [b for i in rpos if i < len(args) for b in [res.buffer_of(args[i])] if b]
-                writes = [b for i in wpos if i < len(args) for b in [res.buffer_of(args[i])] if b]
-                handle = text(args[0]) if args else ""
-                ops.append(Op(len(ops), "blas", name, line, fname, {"handle": handle}, reads, writes,
-                              blas_streams.get(handle)))
-            elif name in COPIES:
-                wpos, rpos, spos = COPIES[name]
-                writes = [b for b in [res.buffer_of(args[wpos])] if b] if wpos < len(args) else []
-                reads = [b for b in [res.buffer_of(args[rpos])] if b] if rpos is not None and rpos < len(args) else []
-                ops.append(Op(len(ops), "copy", name, line, fname, {"bytes": text(args[2]) if len(args) > 2 else "?"},
-                              reads, writes, text(args[spos]) if spos is not None and spos < len(args) else None))
-            elif name in SYNCS:
-                pos = SYNCS[name]
-                ops.append(Op(len(ops), "sync", name, line, fname, {"args": ", ".join(text(a) for a in args)},
-                              stream=text(args[pos]) if pos is not None and pos < len(args) else None))
-    buffers = {**{v: "workload" for v in res.alias.values()}, **res.allocated}
+                self.res.learn_declaration(node)
+            callee, arg_list = node.child_by_field_name("function"), node.child_by_field_name("arguments")
+            if node.type == "call_expression" and callee is not None and arg_list is not None:
+                self.call(node, text(callee), [a for a in arg_list.named_children if a.type != "comment"], fname)
+
+    def call(self, node, name: str, args: list, fname: str) -> None:
+        launch = next((c for c in node.children if c.type == "kernel_call_syntax"), None)
+        if launch is not None:
+            self.launch(node, name, args, fname, [text(a) for a in launch.named_children])
+        elif name in NCCL_SIGNATURES:
+            sig = NCCL_SIGNATURES[name]
+            named = {k: text(a) for k, a in zip(sig, args)}
+            kind = "group" if not sig else "p2p" if name in ("ncclSend", "ncclRecv") else "collective"
+            self.add(kind, name, node, fname, named, self.buffers(args, [sig.index("send")] if "send" in named else []),
+                     self.buffers(args, [sig.index("recv")] if "recv" in named else []), named.get("stream"),
+                     *_statement(node))
+        elif name in ALLOCATORS and args:
+            # The pointer allocated: `&p`, `(void**)&s->p`: the outermost variable or field under the casts.
+            target = next((n for n in walk(args[0]) if n.type in ("field_expression", "identifier")), None)
+            if target is not None:
+                key = text(target).replace(" ", "")
+                buf = self.res.buffer_of(args[0]) or key
+                self.res.allocated[key] = ALLOCATORS[name]
+                self.add("alloc", name, node, fname, {"buffer": buf, "bytes": text(args[1]) if len(args) > 1 else "?"},
+                         span=(node.start_byte, node.end_byte))
+        elif name in FREES and args:
+            buf = self.res.buffer_of(args[0]) or text(args[0]).replace(" ", "")
+            self.add("free", name, node, fname, {"buffer": buf}, span=(node.start_byte, node.end_byte))
+        elif name == "cublasSetStream" and len(args) == 2:
+            self.blas_streams[text(args[0])] = text(args[1])
+        else:
+            self.library_call(node, name, args, fname)
+
+    def launch(self, node, name: str, args: list, fname: str, cfg: list[str]) -> None:
+        consts = self.const.get(name, [])
+        reads, writes = [], []
+        for i, a in enumerate(args):
+            b = self.res.buffer_of(a)
+            if b:
+                reads.append(b)
+                if not (i < len(consts) and consts[i]):  # unknown kernels: assume written too
+                    writes.append(b)
+        self.add("kernel", name, node, fname, {"config": ", ".join(cfg)}, reads, writes,
+                 cfg[3] if len(cfg) > 3 else "default stream")
+
+    def library_call(self, node, name: str, args: list, fname: str) -> None:
+        if name in BLAS:
+            rpos, wpos = BLAS[name]
+            handle = text(args[0]) if args else ""
+            self.add("blas", name, node, fname, {"handle": handle}, self.buffers(args, rpos), self.buffers(args, wpos),
+                     self.blas_streams.get(handle))
+        elif name in COPIES:
+            wpos, rpos, spos = COPIES[name]
+            self.add("copy", name, node, fname, {"bytes": text(args[2]) if len(args) > 2 else "?"},
+                     self.buffers(args, [rpos]), self.buffers(args, [wpos]),
+                     text(args[spos]) if spos is not None and spos < len(args) else None)
+        elif name in SYNCS:
+            pos = SYNCS[name]
+            self.add("sync", name, node, fname, {"args": ", ".join(text(a) for a in args)},
+                     stream=text(args[pos]) if pos is not None and pos < len(args) else None)
+
+
+def _edges(ops: list[Op]) -> list[tuple[int, int, str]]:
+    """Producer -> consumer through a buffer: the last op that wrote it before an op that reads it, per function."""
     edges = []
     for fname in dict.fromkeys(o.function for o in ops):
         last_writer: dict[str, int] = {}
@@ -251,7 +275,17 @@ def analyze(path: Path, source: bytes | None = None) -> Analysis:
                     edges.append((last_writer[b], o.index, b))
             for b in o.writes:
                 last_writer[b] = o.index
-    analysis = Analysis(str(path), ops, edges, buffers, warnings)
+    return edges
+
+
+def analyze(path: Path, source: bytes | None = None) -> Analysis:
+    raw = source if source is not None else Path(path).read_bytes()
+    functions, warnings = _parse(path, raw)
+    calls = _Calls(functions)
+    for fn in functions:
+        calls.function(fn)
+    buffers = {**{v: "workload" for v in calls.res.alias.values()}, **calls.res.allocated}
+    analysis = Analysis(str(path), calls.ops, _edges(calls.ops), buffers, warnings, raw)
     if not analysis.nccl:
         raise AnalysisError(f"{path}: no NCCL call found: nothing to move onto the GPU (cuco transform starts from "
                             "a program whose communication is host-issued NCCL)")

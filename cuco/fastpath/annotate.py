@@ -9,7 +9,7 @@ the harness relies on stay outside. A program that already has evolve blocks is 
 from __future__ import annotations
 
 from cuco.fastpath.syntax import blank_macros, function_name, parser, text
-from cuco.runner.static_checks import EVOLVE_END, EVOLVE_START
+from cuco.program.blocks import EVOLVE_END, EVOLVE_START
 
 ENTRY_POINTS = ("cuco_setup", "cuco_run", "cuco_teardown")
 FROZEN = ("cuco_dev_requirements",)

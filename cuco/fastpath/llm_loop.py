@@ -13,12 +13,12 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Callable
 
-from cuco.evolve.patch import PatchError, fenced_program
-from cuco.evolve.prompting import render, system_prompt
-from cuco.evolve.proposers.llm import parse_directive
 from cuco.fastpath.analyze import AnalysisError, analyze
 from cuco.fastpath.rewrite import no_host_collective_left
 from cuco.llm import LLMClient, LLMError
+from cuco.program.directives import parse_directive
+from cuco.program.edits import PatchError, fenced_program
+from cuco.program.prompts import render, system_prompt
 from cuco.workload.spec import WorkloadSpec
 
 STAGES = {

@@ -145,9 +145,11 @@ def _group(ops: list[Op], number: int, window: _Windows) -> list[tuple[Op, str, 
     return out
 
 
-def rewrite(path: Path, spec: WorkloadSpec) -> Rewrite:
-    analysis = analyze(path)
-    src = Path(path).read_bytes()
+def rewrite(program: Path | Analysis, spec: WorkloadSpec) -> Rewrite:
+    """The program with its NCCL calls replaced by device-side collectives; PROGRAM is a file or its analysis (the
+    bytes analysed are the bytes edited: the source is parsed once)."""
+    analysis = program if isinstance(program, Analysis) else analyze(Path(program))
+    path, src = analysis.path, analysis.source
     text = src.decode()
     if "cuco_dev_requirements" in text:
         raise RewriteError(f"{path}: already states device-communicator requirements; merging them with the "

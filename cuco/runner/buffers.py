@@ -19,8 +19,9 @@ from typing import Any
 
 import torch
 
-TORCH_DTYPES = {"bf16": torch.bfloat16, "f16": torch.float16, "f32": torch.float32, "f64": torch.float64,
-                "i8": torch.int8, "u8": torch.uint8, "i32": torch.int32, "i64": torch.int64}
+from cuco.dtypes import DTYPES, torch_dtype
+
+TORCH_DTYPES = {name: torch_dtype(name) for name in DTYPES}
 ALIGN = 256  # bytes: every exchange slice starts aligned for vector loads and cudaMemcpy
 
 

@@ -5,8 +5,9 @@ from __future__ import annotations
 import ctypes
 from pathlib import Path
 
+from cuco.dtypes import c_code
+
 NCCL_UNIQUE_ID_BYTES = 128  # from nccl.h
-DTYPE_CODES = {"bf16": 0, "f16": 1, "f32": 2, "f64": 3, "i8": 4, "u8": 5, "i32": 6, "i64": 7}  # cuco_dtype_t
 
 
 class HarnessError(RuntimeError):
@@ -98,7 +99,7 @@ class Harness:
     def ctx_add_buffer(self, ctx: int, name: str, ptr: int, nbytes: int, dtype: str, shape: tuple[int, ...],
                        symmetric: bool, window: int | None) -> None:
         arr = (ctypes.c_int64 * max(1, len(shape)))(*shape)
-        rc = self.lib.cuco_h_ctx_add_buffer(ctx, name.encode(), ptr, nbytes, DTYPE_CODES[dtype], len(shape), arr,
+        rc = self.lib.cuco_h_ctx_add_buffer(ctx, name.encode(), ptr, nbytes, c_code(dtype), len(shape), arr,
                                             int(symmetric), window or None)
         self._check(rc, f"ctx buffer {name}")
 

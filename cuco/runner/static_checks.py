@@ -13,7 +13,7 @@ import re
 from dataclasses import dataclass
 from pathlib import Path
 
-EVOLVE_START, EVOLVE_END = "EVOLVE-BLOCK-START", "EVOLVE-BLOCK-END"
+from cuco.program.blocks import marker_problems
 
 # (pattern, why) -- matched on source with comments and string literals removed.
 FORBIDDEN_CUDA = [
@@ -97,22 +97,6 @@ def _strip_c(text: str) -> str:
     text = re.sub(r"/\*.*?\*/", lambda m: "\n" * m.group(0).count("\n"), text, flags=re.S)
     text = re.sub(r"//[^\n]*", "", text)
     return re.sub(r'"(?:\\.|[^"\\\n])*"', '""', text)
-
-
-def evolve_blocks_ok(text: str) -> list[str]:
-    problems, depth = [], 0
-    for n, line in enumerate(text.splitlines(), 1):
-        if EVOLVE_START in line:
-            if depth:
-                problems.append(f"line {n}: {EVOLVE_START} inside another evolve block")
-            depth += 1
-        elif EVOLVE_END in line:
-            if not depth:
-                problems.append(f"line {n}: {EVOLVE_END} without a start")
-            depth = max(0, depth - 1)
-    if depth:
-        problems.append(f"{EVOLVE_START} never closed")
-    return problems
 
 
 def _module_problem(dotted: str) -> tuple[str, str] | None:
@@ -227,6 +211,6 @@ def _check_cuda(path: Path, text: str) -> list[str]:
 
 def check_source(path: Path) -> StaticReport:
     text = path.read_text(errors="replace")
-    problems = evolve_blocks_ok(text)
+    problems = marker_problems(text)
     problems += _check_cuda(path, text) if path.suffix == ".cu" else _check_python(path, text)
     return StaticReport(not problems, problems)

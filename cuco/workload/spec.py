@@ -10,6 +10,7 @@ import sys
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from cuco.dtypes import DTYPES
 from cuco.errors import CucoError
 from cuco.machine import SAFE_ENV
 from cuco.tomlconfig import Section as _Section
@@ -21,9 +22,7 @@ if sys.version_info >= (3, 11):
 else:  # pragma: no cover
     import tomli as tomllib
 
-DTYPES: dict[str, int] = {"bf16": 2, "f16": 2, "f32": 4, "f64": 8, "i8": 1, "u8": 1, "i32": 4, "i64": 8}
 ROLES = ("input", "output", "scratch")
-FLOAT_DTYPES = ("bf16", "f16", "f32", "f64")
 
 
 @dataclass(frozen=True)
@@ -40,7 +39,7 @@ class BufferSpec:
         return tuple(eval_expr(d, env) for d in self.shape)
 
     def nbytes(self, env: dict[str, int]) -> int:
-        n = DTYPES[self.dtype]
+        n = DTYPES[self.dtype].size
         for d in self.dims(env):
             n *= d
         return n
@@ -204,73 +203,72 @@ def _load_nccl_env(sec: _Section) -> dict[str, str]:
     return env
 
 
-def load_workload(root: Path, world_size: int | None = None) -> WorkloadSpec:
-    """Load and validate a workload directory; world_size overrides the file's default."""
-    root = Path(root)
+def _read_toml(root: Path) -> tuple[Path, dict]:
     path = root / "workload.toml"
     if not root.is_dir():
         raise CucoError(str(root), "workload directory does not exist")
     if not path.is_file():
         raise CucoError(str(path), "missing workload.toml")
     try:
-        data = tomllib.loads(path.read_text(encoding="utf-8"))
+        return path, tomllib.loads(path.read_text(encoding="utf-8"))
     except UnicodeDecodeError as exc:
         raise CucoError(str(path), f"not UTF-8 text (byte {exc.start})") from None
     except tomllib.TOMLDecodeError as exc:
         raise CucoError(str(path), f"not valid TOML: {exc}") from None
-    top = _Section(data, path, "")
-    name = top.get("name", str)
-    description = top.get("description", str, "")
-    world = top.get("world_size", int, 2)
-    params = tuple(top.get("params", list))
-    if not params or not all(isinstance(p, str) and p.isidentifier() and p != "world" for p in params):
-        raise top.fail("params", "expected a non-empty list of identifiers (not 'world')")
-    shapes = _load_shapes(top, "shapes", params, required=True)
-    small = _load_shapes(top, "small_shapes", params, required=False)
 
-    buffers: dict[str, BufferSpec] = {}
+
+def _load_buffer(sec: _Section, name: str, params: tuple[str, ...]) -> BufferSpec:
+    role = sec.get("role", str)
+    if role not in ROLES:
+        raise sec.fail("role", f"unknown role {role!r} (known: {', '.join(ROLES)})")
+    dtype = sec.get("dtype", str)
+    if dtype not in DTYPES:
+        raise sec.fail("dtype", f"unknown dtype {dtype!r} (known: {', '.join(DTYPES)})")
+    dims = sec.get("shape", list)
+    for d in dims:
+        if not isinstance(d, (str, int)) or isinstance(d, bool):
+            raise sec.fail("shape", f"each dimension must be an integer or an expression string, got {d!r}")
+        if isinstance(d, str):
+            try:
+                unknown = names_in(d) - set(params) - {"world"}
+            except ExprError as exc:
+                raise sec.fail("shape", str(exc)) from None
+            if unknown:
+                raise sec.fail("shape", f"unknown parameter {sorted(unknown)[0]!r} in {d!r}")
+    symmetric = sec.get("symmetric", bool, False)
+    sec.done()
+    return BufferSpec(name, role, dtype, tuple(dims), symmetric)
+
+
+def _load_buffers(top: _Section, params: tuple[str, ...]) -> dict[str, BufferSpec]:
     bsec = top.table("buffers", required=True)
-    for bname in bsec.data:
-        sec = bsec.table(bname)
-        role = sec.get("role", str)
-        if role not in ROLES:
-            raise sec.fail("role", f"unknown role {role!r} (known: {', '.join(ROLES)})")
-        dtype = sec.get("dtype", str)
-        if dtype not in DTYPES:
-            raise sec.fail("dtype", f"unknown dtype {dtype!r} (known: {', '.join(DTYPES)})")
-        dims = sec.get("shape", list)
-        for d in dims:
-            if not isinstance(d, (str, int)) or isinstance(d, bool):
-                raise sec.fail("shape", f"each dimension must be an integer or an expression string, got {d!r}")
-            if isinstance(d, str):
-                try:
-                    unknown = names_in(d) - set(params) - {"world"}
-                except ExprError as exc:
-                    raise sec.fail("shape", str(exc)) from None
-                if unknown:
-                    raise sec.fail("shape", f"unknown parameter {sorted(unknown)[0]!r} in {d!r}")
-        symmetric = sec.get("symmetric", bool, False)
-        sec.done()
-        buffers[bname] = BufferSpec(bname, role, dtype, tuple(dims), symmetric)
+    buffers = {name: _load_buffer(bsec.table(name), name, params) for name in bsec.data}
     bsec.done()
     if not any(b.role == "output" for b in buffers.values()):
         raise top.fail("buffers", "at least one buffer must have role = \"output\"")
+    return buffers
 
+
+def _load_measurement(top: _Section, params: tuple[str, ...]) -> tuple[Tolerance, Timing, Bounds]:
+    """[tolerance], [timing] and [bounds]: how outputs are compared, how times are taken, what they are held to."""
     tolerance = _load_dataclass(Tolerance, top.table("tolerance"))
     if tolerance.determinism not in ("bitwise", "tolerance"):
-        raise CucoError(str(path), "tolerance.determinism: expected \"bitwise\" or \"tolerance\"")
+        raise top.fail("tolerance.determinism", "expected \"bitwise\" or \"tolerance\"")
     timing = _load_dataclass(Timing, top.table("timing"))
     if timing.trials < 2:
-        raise CucoError(str(path), "timing.trials: at least 2 trials on fresh inputs are required")
+        raise top.fail("timing.trials", "at least 2 trials on fresh inputs are required")
     bounds = _load_dataclass(Bounds, top.table("bounds"))
     for key in ("flops", "comm_bytes"):
         try:
             unknown = names_in(getattr(bounds, key)) - set(params) - {"world"}
         except ExprError as exc:
-            raise CucoError(str(path), f"bounds.{key}: {exc}") from None
+            raise top.fail(f"bounds.{key}", str(exc)) from None
         if unknown:
-            raise CucoError(str(path), f"bounds.{key}: unknown parameter {sorted(unknown)[0]!r}")
+            raise top.fail(f"bounds.{key}", f"unknown parameter {sorted(unknown)[0]!r}")
+    return tolerance, timing, bounds
 
+
+def _load_candidates(top: _Section, root: Path) -> tuple[dict[str, Path], list[str]]:
     csec = top.table("candidates")
     candidates = {}
     for cname in csec.data:
@@ -285,32 +283,36 @@ def load_workload(root: Path, world_size: int | None = None) -> WorkloadSpec:
     for b in baselines:
         if b not in candidates:
             raise top.fail("baselines", f"{b!r} is not a key of [candidates]")
+    return candidates, list(baselines)
+
+
+def load_workload(root: Path, world_size: int | None = None) -> WorkloadSpec:
+    """Load and validate a workload directory; world_size overrides the file's default."""
+    root = Path(root)
+    path, data = _read_toml(root)
+    top = _Section(data, path, "")
+    name = top.get("name", str)
+    description = top.get("description", str, "")
+    world = top.get("world_size", int, 2)
+    params = tuple(top.get("params", list))
+    if not params or not all(isinstance(p, str) and p.isidentifier() and p != "world" for p in params):
+        raise top.fail("params", "expected a non-empty list of identifiers (not 'world')")
+    shapes = _load_shapes(top, "shapes", params, required=True)
+    small = _load_shapes(top, "small_shapes", params, required=False)
+    buffers = _load_buffers(top, params)
+    tolerance, timing, bounds = _load_measurement(top, params)
+    candidates, baselines = _load_candidates(top, root)
     strategies = _load_strategies(top.table("strategies"), root)
     nccl_env = _load_nccl_env(top.table("nccl_env"))
     top.done()
-
     if not (root / "reference.py").is_file():
         raise CucoError(str(root / "reference.py"), "missing reference.py")
     notes_path = root / "notes.md"
-    spec = WorkloadSpec(
-        name=name,
-        root=root,
-        description=description,
-        world_size=world if world_size is None else world_size,
-        params=params,
-        shapes=shapes,
-        small_shapes=small,
-        buffers=buffers,
-        tolerance=tolerance,
-        timing=timing,
-        bounds=bounds,
-        candidates=candidates,
-        baselines=list(baselines),
-        strategies=strategies,
-        notes=notes_path.read_text() if notes_path.is_file() else "",
-        source=path,
-        nccl_env=nccl_env,
-    )
+    spec = WorkloadSpec(name=name, root=root, description=description,
+                        world_size=world if world_size is None else world_size, params=params, shapes=shapes,
+                        small_shapes=small, buffers=buffers, tolerance=tolerance, timing=timing, bounds=bounds,
+                        candidates=candidates, baselines=baselines, strategies=strategies,
+                        notes=notes_path.read_text() if notes_path.is_file() else "", source=path, nccl_env=nccl_env)
     if spec.world_size < 1:
         raise CucoError(str(path), f"world_size: must be at least 1, got {spec.world_size}")
     spec.check_world(spec.world_size)

@@ -8,51 +8,27 @@ model with the reason, up to llm.patch_retries times. The budget is checked befo
 
 from __future__ import annotations
 
-import json
-import re
 from dataclasses import replace
 from datetime import datetime, timezone
 from pathlib import Path
 from typing import Any
 
-from cuco.designspace import DesignPoint, Directive, violations
 from cuco.evolve.bandit import arm_stats, choose
 from cuco.evolve.database import Database
-from cuco.evolve.patch import PatchError, apply_change
-from cuco.evolve.prompting import meta_prompt, recommendations_from, retry_prompt, system_prompt, user_prompt
+from cuco.evolve.prompting import meta_prompt, recommendations_from, user_prompt
 from cuco.evolve.proposers import Proposal, ProposalContext, ProposalFailed, SearchStopped, register
 from cuco.llm import LLMError, make_client
 from cuco.llm.pricing import cost_usd, price_of
 from cuco.paths import cuco_home
+from cuco.program.directives import parse_directive
+from cuco.program.edits import PatchError, apply_change
+from cuco.program.prompts import retry_prompt, system_prompt
 from cuco.workload.spec import WorkloadSpec
 
-DIRECTIVE_RE = re.compile(r"<directive>(.*?)</directive>", re.S)
 META_SYSTEM = "You review performance experiments and distil them into short, concrete advice."
 KNOWLEDGE_LINES = 10  # recommendations from earlier runs shown in a prompt
 # (diff, rewrite, crossover) weights per phase: wide moves while exploring, small ones while exploiting.
 MIX = {"explore": (0.3, 0.5, 0.2), "exploit": (0.8, 0.1, 0.1)}
-
-
-def parse_directive(reply: str) -> Directive:
-    m = DIRECTIVE_RE.search(reply)
-    if not m:
-        raise PatchError("the reply has no <directive>{...}</directive> JSON before the change")
-    try:
-        data = json.loads(m.group(1))
-    except json.JSONDecodeError as exc:
-        raise PatchError(f"the directive is not valid JSON: {exc.msg} at character {exc.pos}") from None
-    if not isinstance(data, dict):
-        raise PatchError("the directive must be a JSON object with keys point and text")
-    point = data.get("point")
-    if point is not None:
-        try:
-            point = DesignPoint(**point)
-        except (TypeError, ValueError) as exc:
-            raise PatchError(f"the directive's point is invalid: {exc}") from None
-        bad = violations(point)
-        if bad:
-            raise PatchError(f"the directive's point is impossible: {bad[0]}")
-    return Directive(point, str(data.get("text", "")))
 
 
 @register

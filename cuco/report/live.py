@@ -14,7 +14,6 @@ from cuco.evolve.run import Event, Evolution
 from cuco.report.console import fmt_ms
 
 
-
 def _outcome(c: Candidate) -> str:
     if c.status != "done":
         return c.status

@@ -1,53 +1,23 @@
-"""Applying an LLM's change to a program: only inside EVOLVE-BLOCK regions, and saying why when it can't.
+"""Applying a model's change to a program: only inside evolve blocks, and saying why when it can't.
 
 A SEARCH/REPLACE edit must match text that lies entirely inside one evolve block; a full rewrite must
 leave every frozen line (outside the blocks) exactly as it was. The error messages are written for the
-LLM that gets them back: which block failed, and the closest text there is.
+model that gets them back: which block failed, and the closest text there is.
 """
 
 from __future__ import annotations
 
 import difflib
 import re
-from dataclasses import dataclass
 
-from cuco.runner.static_checks import EVOLVE_END, EVOLVE_START
+from cuco.program.blocks import evolve_blocks, frozen_parts
 
 EDIT_RE = re.compile(r"<<<<<<< SEARCH\n(.*?)\n?=======\n(.*?)\n?>>>>>>> REPLACE", re.S)
 FENCE_RE = re.compile(r"```[a-zA-Z+]*\n(.*?)```", re.S)
 
 
 class PatchError(ValueError):
-    pass
-
-
-@dataclass(frozen=True)
-class Block:
-    start: int  # character offset of the first character after the START marker's line
-    end: int  # character offset of the END marker's line
-
-
-def evolve_blocks(code: str) -> list[Block]:
-    blocks, start = [], None
-    pos = 0
-    for line in code.splitlines(keepends=True):
-        if EVOLVE_START in line:
-            start = pos + len(line)
-        elif EVOLVE_END in line and start is not None:
-            blocks.append(Block(start, pos))
-            start = None
-        pos += len(line)
-    return blocks
-
-
-def frozen_parts(code: str) -> list[str]:
-    """The text outside the evolve blocks, in order (markers included)."""
-    parts, prev = [], 0
-    for b in evolve_blocks(code):
-        parts.append(code[prev:b.start])
-        prev = b.end
-    parts.append(code[prev:])
-    return parts
+    """A reply that cannot be applied; the message goes back to the model."""
 
 
 def _closest(haystack: str, needle: str) -> tuple[float, str]:
