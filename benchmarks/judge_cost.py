@@ -7,7 +7,7 @@ evaluation's wall time (builds done beforehand, so they are not in it) and the v
     python benchmarks/judge_cost.py --other /path/to/other/checkout [--world 2] [--shapes 8k 4k]
         [--candidates seed device_lsa host_two_stream torch_host] [--rounds 2]
 
-Writes benchmarks/results/judge_cost-<gpu>-<date>-<HHMM>.json and .md.
+Writes benchmarks/results/judge_cost.json and .md (the previous pair moves to benchmarks/results/archive/).
 """
 
 from __future__ import annotations

@@ -170,6 +170,6 @@ def test_rewritten_program_is_correct_on_gpus(name, tmp_path):
     out = tmp_path / "t.cu"
     t0 = time.monotonic()
     out.write_text(rewrite(src, spec).code)
-    assert time.monotonic() - t0 < 60  # the "under a minute", rewrite alone
+    assert time.monotonic() - t0 < 60  # the fast path's target: under a minute, rewrite alone
     rec = evaluate(spec, out, EvalOptions(device="cuda", max_level="L3", gpus=[0, 1], work_dir=tmp_path / "w"))
     assert rec["ok"], rec["error"]

@@ -1,4 +1,4 @@
-"""The five dimensions of a candidate's communication design (DESIGN.md, "Design space")."""
+"""The five dimensions of a candidate's communication design (docs/design.md, "The design space")."""
 
 from __future__ import annotations
 

@@ -5,7 +5,7 @@
 #include "cuco.h"
 #include "cuco_collectives.cuh"
 
-// Chunks per CTA range (0: the library picks by size; benchmarks/results/collectives-* compare fixed counts).
+// Chunks per CTA range (0: the library picks by size; benchmarks/results/archive/collectives-* compare fixed counts).
 #ifndef RS_CHUNKS
 #define RS_CHUNKS 0
 #endif
