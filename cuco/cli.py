@@ -377,6 +377,26 @@ def _llm_fallback(config: Path | None, tries: int, check):
 
 
 @app.command()
+def init(name: str = typer.Argument(..., help="The new workload's name, and its directory's."),
+         source: Path = typer.Option(..., "--from", help="Your host-driven program (.cu): kernels plus NCCL calls "
+                                     "from the CPU."),
+         parent: Path = typer.Option(Path("."), "--dir", help="Where the workload directory goes.")
+         ) -> None:
+    """Scaffold a workload around your own program: seed.cu, workload.toml from its analysis, reference.py to write."""
+    from cuco.workload.scaffold import create_workload
+
+    made = create_workload(name, source, parent)
+    for w in made.warnings:
+        console.print(f"[yellow]warning:[/] {escape(w)}")
+    sc = made.scaffold
+    console.print(f"created {made.root}: seed.cu, workload.toml ({len(sc.buffers)} buffers over "
+                  f"{', '.join(p.name for p in sc.params)}; {made.todos} lines marked TODO), reference.py (stubs)",
+                  highlight=False, markup=False)
+    console.print(f"next: write reference.py's functions and settle workload.toml's TODOs, then on the GPUs: "
+                  f"cuco eval {made.root} seed", highlight=False, markup=False)
+
+
+@app.command()
 def report(run_dir: Path = typer.Argument(..., help="A run directory of cuco evolve."),
            out: Optional[Path] = typer.Option(None, "--out", help="Where to write the page (default: RUN_DIR/report.html).")
            ) -> None:

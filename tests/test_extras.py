@@ -26,7 +26,7 @@ def _cuco_without(modules: list[str], args: list[str], tmp_path: Path) -> subpro
             "sys.argv = ['cuco'] + sys.argv[1:]\n"
             "main()\n")
     env = {**os.environ, "CUCO_HOME": str(tmp_path / "home"), "COLUMNS": "200", "NO_COLOR": "1"}
-    return subprocess.run([sys.executable, "-c", code, *args], capture_output=True, text=True, env=env,
+    return subprocess.run([sys.executable, "-c", code, *args], check=False, capture_output=True, text=True, env=env,
                           cwd=tmp_path, timeout=120)
 
 
@@ -72,8 +72,8 @@ def test_cpu_example_loads_without_the_other_extras(tmp_path):
             "from cuco.cli import main\n"
             "sys.argv = ['cuco', 'evolve', 'cpu_allgather_matmul', '--dry-run-prompt']\n"
             "main()\n")
-    r = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, cwd=tmp_path, timeout=120,
-                       env={**os.environ, "CUCO_HOME": str(tmp_path / "home")})
+    r = subprocess.run([sys.executable, "-c", code], check=False, capture_output=True, text=True, cwd=tmp_path,
+                       timeout=120, env={**os.environ, "CUCO_HOME": str(tmp_path / "home")})
     assert r.returncode == 0, r.stderr
     assert "Traceback" not in r.stderr
 

@@ -1,0 +1,95 @@
+"""`cuco init`: a workload directory around the user's own host-driven program, in one step.
+
+The directory is written next to its final place and moved there only once the workload loads: a failed
+scaffold leaves nothing behind, and an existing directory is never touched.
+"""
+
+from __future__ import annotations
+
+import re
+import shutil
+import tempfile
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from cuco.errors import CucoError
+from cuco.workload.scaffold.infer import Scaffold, infer
+from cuco.workload.scaffold.program import Program
+from cuco.workload.scaffold.reference_file import reference_py
+from cuco.workload.scaffold.toml_file import workload_toml
+
+NAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9_.-]*")
+
+
+@dataclass
+class Created:
+    root: Path
+    scaffold: Scaffold
+    todos: int  # lines of workload.toml marked TODO
+    warnings: list[str] = field(default_factory=list)
+
+
+def read_program(program: Path) -> tuple[Program, bytes]:
+    """The program parsed, or one line naming the file and the line the grammar stops at."""
+    if not program.is_file():
+        raise CucoError(str(program), "no such file")
+    if program.suffix != ".cu":
+        raise CucoError(str(program), "cuco init wraps a CUDA C++ (.cu) program")
+    raw = program.read_bytes()
+    if b"\0" in raw:
+        raise CucoError(str(program), "not a text file")
+    parsed = Program(program, raw)
+    bad = parsed.syntax_error()
+    if bad is not None:
+        line, excerpt = bad
+        raise CucoError(f"{program}:{line}", f"cannot parse as CUDA C++ near {excerpt!r} (the analysis needs the "
+                                             "whole program; a macro the grammar does not know can cause this)")
+    return parsed, raw
+
+
+def _analysis(program: Path, raw: bytes):
+    from cuco.fastpath.analyze import AnalysisError, analyze
+
+    try:
+        return analyze(program, raw)
+    except AnalysisError as exc:
+        raise CucoError("", str(exc)) from None
+
+
+def _write(sc: Scaffold, program: Path, where: Path) -> None:
+    where.mkdir()
+    shutil.copyfile(program, where / "seed.cu")
+    (where / "workload.toml").write_text(workload_toml(sc))
+    (where / "reference.py").write_text(reference_py(sc))
+
+
+def _loads(where: Path) -> str | None:
+    from cuco.workload.spec import load_workload
+
+    try:
+        load_workload(where)
+    except CucoError as exc:
+        return str(exc)
+    return None
+
+
+def create_workload(name: str, program: Path, parent: Path) -> Created:
+    """PARENT/NAME with seed.cu (the program), workload.toml (its analysis) and reference.py (stubs to write)."""
+    if not NAME.fullmatch(name):
+        raise CucoError(name, "a workload name is letters, digits, '_', '.' and '-', starting with a letter or digit")
+    target = parent / name
+    if target.exists():
+        raise CucoError(str(target), "already exists; cuco init never overwrites (choose another NAME or --dir)")
+    if not parent.is_dir():
+        raise CucoError(str(parent), "no such directory (--dir)")
+    parsed, raw = read_program(program)
+    sc = infer(name, program, _analysis(program, raw), parsed)
+    with tempfile.TemporaryDirectory(prefix=f".{name}-", dir=parent) as tmp:
+        staged = Path(tmp) / name
+        _write(sc, program, staged)
+        problem = _loads(staged)
+        if problem is not None:
+            raise CucoError(program.name, f"cuco init cannot scaffold a workload that loads ({problem})")
+        staged.rename(target)
+    todos = sum("TODO" in line for line in (target / "workload.toml").read_text().splitlines())
+    return Created(target, sc, todos, list(sc.warnings))

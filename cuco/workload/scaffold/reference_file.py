@@ -1,0 +1,125 @@
+"""The reference.py of a scaffolded workload: one stub per function the runner calls, each saying what to return.
+
+The stubs raise NotImplementedError until they are written: a reference is the definition of correct, and
+nothing may be verified or measured against a guess. Their docstrings name the buffers, shapes and element
+types of the workload, and the program's calls in the order reference() has to reproduce them.
+"""
+
+from __future__ import annotations
+
+import re
+
+from cuco.dtypes import DTYPES
+from cuco.fastpath.analyze import Op
+from cuco.workload.scaffold.infer import Buffer, Scaffold
+
+REDUCE_OPS = {"ncclSum": "SUM", "ncclProd": "PRODUCT", "ncclMax": "MAX", "ncclMin": "MIN", "ncclAvg": "AVG"}
+
+
+def _py_shape(b: Buffer) -> str:
+    """A buffer's shape as Python over p (the shape's params) and world: `(p["M"] // world, p["K"])`."""
+    dims = [re.sub(r"\b(?!world\b)([A-Za-z_][A-Za-z0-9_]*)\b", r'p["\1"]', d).replace("/", "//") for d in b.shape]
+    return "(" + ", ".join(dims) + ("," if len(dims) == 1 else "") + ")"
+
+
+def _torch_dtype(b: Buffer) -> str:
+    return f"torch.{DTYPES[b.dtype].torch_name}"
+
+
+def _step(op: Op, names: dict[str, str]) -> str:
+    reads = ", ".join(names.get(b, b) for b in op.reads) or ("host" if op.kind == "copy" else "")
+    writes = ", ".join(names.get(b, b) for b in op.writes) or ("host" if op.kind == "copy" else "")
+    flow = f"{reads} -> {writes}"
+    extra = f", {op.args['op']}" if "op" in op.args else ""
+    return f"line {op.line}: {op.name} ({flow}{extra})"
+
+
+def _comm_hint(sc: Scaffold) -> list[str]:
+    """torch.distributed calls that do what the program's first collective does, for comm_alone."""
+    op = next((o for o in sc.steps if o.kind == "collective"), None)
+    if op is None:
+        return ["(the program's send/recv exchange alone, e.g. with dist.batch_isend_irecv on group)"]
+    by_source = {b.source: b.name for b in sc.buffers}
+    send = by_source.get(op.reads[0], op.reads[0]) if op.reads else "SEND"
+    recv = by_source.get(op.writes[0], op.writes[0]) if op.writes else "RECV"
+    red = f", op=dist.ReduceOp.{REDUCE_OPS.get(op.args.get('op', ''), 'SUM')}"
+    calls = {"ncclAllGather": f"dist.all_gather_into_tensor(out, bufs[{send!r}], group=group)",
+             "ncclReduceScatter": f"dist.reduce_scatter_tensor(out, bufs[{send!r}]{red}, group=group)",
+             "ncclAlltoAll": f"dist.all_to_all_single(out, bufs[{send!r}], group=group)",
+             "ncclAllReduce": f"dist.all_reduce(out{red}, group=group)",
+             "ncclBroadcast": "dist.broadcast(out, src=0, group=group)",
+             "ncclReduce": f"dist.reduce(out, dst=0{red}, group=group)"}
+    start = f"bufs[{send!r}].clone()" if op.name in ("ncclAllReduce", "ncclBroadcast", "ncclReduce") \
+        else f"torch.empty_like(bufs[{recv!r}])"
+    return ["import torch.distributed as dist", f"out = {start}",
+            f"return lambda: {calls.get(op.name, 'the collective on out')}"]
+
+
+def _listing(buffers: list[Buffer]) -> list[str]:
+    return [f'        "{b.name}": shape {_py_shape(b)}, {_torch_dtype(b)}' for b in buffers]
+
+
+def _make_inputs(sc: Scaffold) -> list[str]:
+    inputs = [b for b in sc.buffers if b.role == "input"]
+    first = inputs[0] if inputs else None
+    example = (f"torch.randn({_py_shape(first)}, generator=gen, device=device).to({_torch_dtype(first)})"
+               if first else "{}")
+    return ["def make_inputs(p, world, rank, gen, device):",
+            '    """This rank\'s inputs, drawn from `gen` on `device`; the judge draws fresh ones for every trial.',
+            "",
+            "    p: the shape's named dimensions (p[\"N\"]); world: the number of ranks; rank: this one.",
+            "    Return a dict with one tensor per input buffer of workload.toml:",
+            *_listing(inputs),
+            f"    For example: {example}",
+            "    (scaled so that the outputs stay of order one: rounding is then judged fairly)",
+            '    """',
+            '    raise NotImplementedError("reference.py: write make_inputs (its docstring lists the inputs)")']
+
+
+def _reference(sc: Scaffold) -> list[str]:
+    outputs = [b for b in sc.buffers if b.role == "output"]
+    names = {b.source: b.name for b in sc.buffers}
+    steps = [f"        {_step(o, names)}" for o in sc.steps if o.kind not in ("alloc", "free", "sync", "group")]
+    return ["def reference(p, world, rank, inputs):",
+            '    """This rank\'s outputs as the program computes them, from every rank\'s inputs (inputs[r] is',
+            "    rank r's make_inputs), in a higher precision than the program (float32 or float64): candidates are",
+            "    compared with it within workload.toml's [tolerance].",
+            "",
+            "    Return a dict with one tensor per output buffer:",
+            *_listing(outputs),
+            f"    What the program does, in order ({'cuco_run' if sc.abi else sc.program.name}):",
+            *(steps or ["        (no call the analysis follows)"]),
+            '    """',
+            '    raise NotImplementedError("reference.py: write reference (its docstring lists the outputs)")']
+
+
+def _compute_alone(sc: Scaffold) -> list[str]:
+    names = sorted({o.name for o in sc.steps if o.kind in ("kernel", "blas")})
+    return ["def compute_alone(p, world, rank, inputs, bufs, group):",
+            '    """The program\'s computation alone, with the best library version of it (torch.matmul for a',
+            "    GEMM), on already communicated data: the compute half of the physical bound. bufs are this rank's",
+            "    buffers; group is None. Return a function of no argument that runs it once (it is timed).",
+            f"    The program computes with: {', '.join(names)}.",
+            '    """',
+            ('    raise NotImplementedError("reference.py: write compute_alone, or delete it to bound by '
+             'communication")')]
+
+
+def _comm_alone(sc: Scaffold) -> list[str]:
+    return ["def comm_alone(p, world, rank, inputs, bufs, group):",
+            '    """The program\'s communication alone, through torch.distributed on `group`: on a machine without a',
+            "    measured link rate it stands for the communication half of the bound. Return a function of no",
+            "    argument that runs it once (it is timed). For the program's first collective:",
+            *[f"        {line}" for line in _comm_hint(sc)],
+            '    """',
+            '    raise NotImplementedError("reference.py: write comm_alone (its docstring shows the collective)")']
+
+
+def reference_py(sc: Scaffold) -> str:
+    """reference.py: make_inputs and reference, which the judge needs, and the bound's two halves."""
+    parts = [f'"""Reference of the {sc.name} workload (scaffolded by `cuco init` from {sc.program.name}): what the',
+             "program computes, in PyTorch. Write each function as its docstring says; until then it raises",
+             'NotImplementedError, and no candidate is verified or timed against a guess."""', "",
+             "import torch", "", ""]
+    funcs = [_make_inputs(sc), _reference(sc)] + ([_compute_alone(sc)] if sc.has_compute() else []) + [_comm_alone(sc)]
+    return "\n\n\n".join("\n".join(f) for f in [parts[:-2]] + funcs) + "\n"
