@@ -33,6 +33,7 @@ spec = load_workload(workload, world)
 t0 = time.monotonic()
 rec = evaluate(spec, spec.candidates[name], EvalOptions(device="cuda", shapes=shapes, small_shapes=["s_odd"],
                max_level=level, gpus=list(range(world))))
+rec = rec.to_dict() if hasattr(rec, "to_dict") else rec  # an EvalRecord here, a dict in an older checkout
 out = {"ok": rec["ok"], "error": rec.get("error"), "seconds": time.monotonic() - t0, "shapes": {}}
 for s, r in rec.get("shapes", {}).items():
     t = r.get("timing") or {}

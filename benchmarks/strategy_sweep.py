@@ -46,7 +46,7 @@ def main() -> None:
     opts = EvalOptions(device="cuda", shapes=[args.shape], gpus=gpus, work_dir=work / "eval")
 
     def run(label: str, src: Path) -> dict:
-        rec = evaluate(spec, src, opts)
+        rec = evaluate(spec, src, opts).to_dict()
         sh = rec["shapes"].get(args.shape, {})
         t, b = sh.get("timing", {}), sh.get("bound", {})
         row = {"label": label, "ok": rec["ok"], "error": rec["error"], "median_ms": t.get("median_ms"),

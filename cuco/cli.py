@@ -113,8 +113,11 @@ def _baselines_path(spec, device: str) -> Path:
 
 
 def _load_baselines(spec, device: str) -> dict:
+    """The baselines file of `cuco baseline` (name -> record JSON), as records: the speedups read their times."""
+    from cuco.runner.record import EvalRecord
+
     p = _baselines_path(spec, device)
-    return json.loads(p.read_text()) if p.is_file() else {}
+    return {name: EvalRecord.from_dict(r) for name, r in json.loads(p.read_text()).items()} if p.is_file() else {}
 
 
 def _record_path(out: Optional[Path], spec, name: str) -> Path:
@@ -180,11 +183,11 @@ def eval_cmd(workload: str = typer.Argument(..., help="Built-in workload name or
         record = evaluate(spec, path, opts, _load_baselines(spec, dev))
     saved = save_record(record, _record_path(out, spec, path.stem))
     if as_json:
-        print(json.dumps(record, indent=1))
+        print(json.dumps(record.to_dict(), indent=1))
     else:
         print_record(record, console)
         console.print(f"[dim]record: {saved}[/]")
-    raise typer.Exit(0 if record["ok"] else 1)
+    raise typer.Exit(0 if record.ok else 1)
 
 
 @app.command()
@@ -211,9 +214,9 @@ def baseline(workload: str = typer.Argument(..., help="Built-in workload name or
         with console.status(f"baseline {name}"):
             records[name] = evaluate(spec, path, opts)
         save_record(records[name], _record_path(None, spec, f"baseline-{name}"))
-        if not records[name]["ok"]:
+        if not records[name].ok:
             print_record(records[name], console)
-    out = atomic_write_json(_baselines_path(spec, dev), records, indent=1)
+    out = atomic_write_json(_baselines_path(spec, dev), {n: r.to_dict() for n, r in records.items()}, indent=1)
     console.print(baseline_table(spec.name, records))
     console.print(f"[dim]saved to {out}[/]")
 
@@ -358,7 +361,7 @@ def transform(workload: str = typer.Argument(..., help="Built-in workload name o
         console.print(f"verifying it needs {spec.world_size} GPUs: cuco eval {workload} {target}", highlight=False)
         return
     print_record(result.record, console)
-    raise typer.Exit(0 if result.record["ok"] else 1)
+    raise typer.Exit(0 if result.record.ok else 1)
 
 
 def _llm_fallback(config: Path | None, tries: int, check):
@@ -433,8 +436,9 @@ def ui(run_dir: Path = typer.Argument(..., help="A run directory of cuco evolve 
 
 def _evaluator(device: str, cfg, shape: str):
     from cuco.runner.cascade import EvalOptions, evaluate
+    from cuco.runner.record import EvalRecord
 
-    def run(spec, src: Path, slot, work: Path) -> dict:
+    def run(spec, src: Path, slot, work: Path) -> EvalRecord:
         opts = EvalOptions(device=device, shapes=[shape], gpus=list(slot.gpus), timeout_s=cfg.eval.timeout_s,
                            warmup=cfg.eval.warmup, iters=cfg.eval.iters, work_dir=work)
         return evaluate(spec, src, opts)

@@ -53,10 +53,10 @@ def no_static_checks(monkeypatch):
 
 
 def _assert_caught(rec: dict, level: str, words: list[str]) -> None:
-    assert not rec["ok"], "a cheat passed"
-    assert rec["failed_level"] == level, rec["error"]
-    assert "\n" not in rec["error"].strip()
-    assert any(w in rec["error"] for w in words), rec["error"]
+    assert not rec.ok, "a cheat passed"
+    assert rec.failed_level == level, rec.error
+    assert "\n" not in rec.error.strip()
+    assert any(w in rec.error for w in words), rec.error
 
 
 @pytest.mark.parametrize("name", sorted(CAUGHT))
@@ -75,8 +75,8 @@ def test_scratch_and_outputs_are_poisoned_before_every_run(tmp_path):
     """A candidate that gathers only when the scratch is NaN is right only if every run, timed ones included,
     starts from poisoned scratch."""
     rec = evaluate(load_workload(GEMM_AG), CHEATS / "scratch_must_be_poisoned.py", _opts(tmp_path))
-    assert rec["ok"], rec["error"]
-    assert len(rec["shapes"]["s256"]["timing"]["verified_runs"]) == 2
+    assert rec.ok, rec.error
+    assert len(rec.shapes["s256"].timing.verified_runs) == 2
 
 
 def test_a_patched_timer_changes_nothing(tmp_path, no_static_checks):
@@ -84,8 +84,8 @@ def test_a_patched_timer_changes_nothing(tmp_path, no_static_checks):
     spec = load_workload(GEMM_AG)
     honest = evaluate(spec, spec.candidates["torch_host"], _opts(tmp_path / "h"))
     patched = evaluate(spec, CHEATS / "patch_timer.py", _opts(tmp_path / "p"))
-    assert honest["ok"] and patched["ok"], (honest["error"], patched["error"])
-    h, p = (r["shapes"]["s256"]["timing"]["median_ms"] for r in (honest, patched))
+    assert honest.ok and patched.ok, (honest.error, patched.error)
+    h, p = (r.shapes["s256"].timing.median_ms for r in (honest, patched))
     assert p > 0.3 * h, (p, h)  # a clock that stood still would give 0
 
 
@@ -93,7 +93,7 @@ def test_nothing_the_candidate_starts_outlives_the_evaluation(tmp_path, no_stati
     for old in Path("/dev/shm").glob("cuco-detached-*"):
         old.unlink()
     rec = evaluate(load_workload(GEMM_AG), CHEATS / "detached_process.py", _opts(tmp_path))
-    assert rec["ok"], rec["error"]
+    assert rec.ok, rec.error
     left = list(Path("/dev/shm").glob("cuco-detached-*"))
     assert left, "the planted process did not start"
     for path in left:
@@ -117,8 +117,8 @@ def test_store_baselines_and_results_are_not_writable_from_the_candidate(tmp_pat
     src = tmp_path / "write_store.py"
     src.write_text((CHEATS / "write_store.py.in").read_text().replace("@TARGETS@", json.dumps(targets)))
     rec = evaluate(load_workload(GEMM_AG), src, _opts(tmp_path))
-    assert rec["ok"], rec["error"]
-    assert "Landlock" in rec["sandbox"], rec["sandbox"]
+    assert rec.ok, rec.error
+    assert "Landlock" in rec.sandbox, rec.sandbox
     assert baselines.read_text() == "original" and store.read_text() == "original"
     assert "forged" not in (work / "rank0.json").read_text()
     assert not (tmp_path / "new_file").exists()
@@ -128,10 +128,10 @@ def test_the_seed_never_reaches_a_file_the_candidate_can_read_while_it_runs(tmp_
     """Job file and progress carry no seed; the result files get it only after the candidate's processes are gone."""
     rec = evaluate(load_workload(GEMM_AG), ROOT / "cuco" / "workloads" / "gemm_allgather" / "candidates" / "torch_host.py",
                    _opts(tmp_path, max_level="L2"))
-    assert rec["ok"] and isinstance(rec["seed"], int)
+    assert rec.ok and isinstance(rec.seed, int)
     job = (tmp_path / "w" / "job.json").read_text()
-    assert "seed" not in json.loads(job) and str(rec["seed"]) not in job
-    assert str(rec["seed"]) not in (tmp_path / "w" / "rank0.progress").read_text()
+    assert "seed" not in json.loads(job) and str(rec.seed) not in job
+    assert str(rec.seed) not in (tmp_path / "w" / "rank0.progress").read_text()
     assert not list((tmp_path / "w").glob("host*")), "the candidate's scratch folder outlived it"
 
 
@@ -142,7 +142,7 @@ def test_a_temporary_work_folder_is_removed(tmp_path, monkeypatch):
     monkeypatch.setattr(tempfile, "tempdir", None)
     rec = evaluate(load_workload(GEMM_AG), ROOT / "cuco" / "workloads" / "gemm_allgather" / "candidates" / "torch_host.py",
                    EvalOptions(device="cpu", small_shapes=["s_odd"], max_level="L2"))
-    assert rec["ok"], rec["error"]
+    assert rec.ok, rec.error
     assert not list(tmp_path.glob("cuco-eval-*"))
 
 
@@ -154,8 +154,8 @@ def test_a_time_without_its_bound_is_a_failure(tmp_path):
                                      .replace("def comm_alone(", "def _comm_alone("))
     spec = load_workload(wl)
     rec = evaluate(spec, spec.seed_path, EvalOptions(device="cpu", warmup=1, iters=3, work_dir=tmp_path / "w"))
-    assert not rec["ok"] and rec["failed_level"] == "L4"
-    assert "no physical bound" in rec["error"]
+    assert not rec.ok and rec.failed_level == "L4"
+    assert "no physical bound" in rec.error
 
 
 def test_a_forging_seed_is_never_ranked_best(tmp_path):
@@ -184,7 +184,7 @@ def test_the_candidate_inherits_no_keys_and_not_the_judges_port(tmp_path, monkey
     src = tmp_path / "env.py"
     src.write_text("import os\n\ndef run(ctx):\n    raise ValueError('ENV ' + ' '.join(sorted(os.environ)))\n")
     rec = evaluate(load_workload(GEMM_AG), src, _opts(tmp_path, max_level="L2"))
-    assert not rec["ok"] and "ENV " in rec["error"], rec["error"]
+    assert not rec.ok and "ENV " in rec.error, rec.error
     for name in ("ANTHROPIC_API_KEY", "CUCO_JUDGE_PORT", "CUCO_HOME"):
-        assert name not in rec["error"]
-    assert "TMPDIR" in rec["error"]
+        assert name not in rec.error
+    assert "TMPDIR" in rec.error

@@ -46,9 +46,9 @@ def _fault(name: str, tmp_path):
 
 
 def _assert_caught(rec, level, words):
-    assert not rec["ok"], "a cheat passed"
-    assert rec["failed_level"] == level, rec["error"]
-    assert any(w in rec["error"] for w in words), rec["error"]
+    assert not rec.ok, "a cheat passed"
+    assert rec.failed_level == level, rec.error
+    assert any(w in rec.error for w in words), rec.error
 
 
 def test_forged_event_times_are_caught_by_the_judges_clock(tmp_path, no_static_checks):
@@ -72,7 +72,7 @@ def test_python_work_on_a_stream_of_its_own_is_not_in_the_snapshot(tmp_path, no_
 def test_no_shared_memory_files_are_left_behind(tmp_path):
     shm = set(Path("/dev/shm").iterdir())
     spec = load_workload(GEMM_AG, _world())
-    assert _eval(spec.candidates["torch_host"], tmp_path, max_level="L2")["ok"]
+    assert _eval(spec.candidates["torch_host"], tmp_path, max_level="L2").ok
     assert set(Path("/dev/shm").iterdir()) - shm == set()
 
 
@@ -91,7 +91,7 @@ def test_cuda_work_outside_the_timed_region_is_caught_statically(name, word, tmp
 def test_honest_candidates_pass_with_the_clocks_agreeing(name, tmp_path):
     spec = load_workload(GEMM_AG, _world())
     rec = _eval(spec.candidates[name], tmp_path)
-    assert rec["ok"], rec["error"]
-    t = rec["shapes"]["4k"]["timing"]
-    assert t["clock"]["ok"] and t["judge_median_ms"] >= t["median_ms"]
-    assert "Landlock" in rec["sandbox"]
+    assert rec.ok, rec.error
+    t = rec.shapes["4k"].timing
+    assert t.clock["ok"] and t.judge_median_ms >= t.median_ms
+    assert "Landlock" in rec.sandbox

@@ -16,6 +16,7 @@ from conftest import GEMM_AG, ROOT
 from cuco.evolve.config import RunConfig
 from cuco.evolve.run import Evolution
 from cuco.evolve.slots import Slot
+from cuco.runner.record import EvalRecord
 from cuco.workload import load_workload
 
 CPU_WL = ROOT / "cuco" / "workloads" / "cpu_allgather_matmul"
@@ -27,9 +28,9 @@ def fake_evaluator(spec, src, slot, work):
     ms = 0.5 + (h % 1000) / 1000
     ok = h % 7 != 0
     shape = "8k"
-    return {"ok": ok, "level_reached": "L4" if ok else "L2", "failed_level": None if ok else "L2",
-            "error": None if ok else "planted failure",
-            "shapes": {shape: {"timing": {"median_ms": ms}, "bound": {"bound_ms": 0.4}}}}
+    return EvalRecord.from_dict({"ok": ok, "level_reached": "L4" if ok else "L2",
+                                 "failed_level": None if ok else "L2", "error": None if ok else "planted failure",
+                                 "shapes": {shape: {"timing": {"median_ms": ms}, "bound": {"bound_ms": 0.4}}}})
 
 
 def _run(tmp_path, seed: int, generations: int = 14) -> list[str]:

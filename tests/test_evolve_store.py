@@ -14,6 +14,7 @@ from cuco.designspace import DesignPoint, Directive, violations
 from cuco.evolve.database import MIGRATIONS, Database
 from cuco.evolve.novelty import code_hash
 from cuco.evolve.proposers import ProposalContext
+from cuco.runner.record import EvalRecord
 from cuco.evolve.proposers.directive import DirectiveProposer
 from cuco.evolve.selection import hill_climbing, power_law, weighted
 from cuco.evolve.strategy import accepted_points, materialize
@@ -42,11 +43,11 @@ def test_lifecycle_requeue_best_archive(tmp_path):
     a, b, c = _add(db, "a", "p1"), _add(db, "b", "p1", island=1), _add(db, "c", "p2")
     db.start(a)
     db.start(b)
-    db.finish(a, {"ok": True, "level_reached": "L4"}, 0.5, 1.0, 0.5, 1.0)
+    db.finish(a, EvalRecord.from_dict({"ok": True, "level_reached": "L4"}), 0.5, 1.0, 0.5, 1.0)
     assert db.requeue_unfinished() == 1  # b was cut off
     assert [x.id for x in db.pending()] == [b, c]
-    db.finish(b, {"ok": True}, 0.8, 0.6, 0.5, 1.0)
-    db.finish(c, {"ok": False, "failed_level": "L2", "error": "x"}, None, None, None, 1.0)
+    db.finish(b, EvalRecord.from_dict({"ok": True}), 0.8, 0.6, 0.5, 1.0)
+    db.finish(c, EvalRecord.from_dict({"ok": False, "failed_level": "L2", "error": "x"}), None, None, None, 1.0)
     assert db.best().id == b and db.best(0).id == a
     assert [x.id for x in db.archive()] == [b]  # best per design point: p1 -> b; p2 failed
     assert db.failures_by_level() == {"L2": 1}

@@ -131,7 +131,7 @@ def test_shipped_programs_are_correct_on_gpus(wl, name, tmp_path):
     spec = load_workload(wl)
     rec = evaluate(spec, spec.candidates[name], EvalOptions(device="cuda", max_level="L3", gpus=[0, 1],
                                                             work_dir=tmp_path / "w"))
-    assert rec["ok"], rec["error"]
+    assert rec.ok, rec.error
 
 
 def test_program_owned_buffer_moves_to_nccl_memory_and_a_window():
@@ -172,4 +172,4 @@ def test_rewritten_program_is_correct_on_gpus(name, tmp_path):
     out.write_text(rewrite(src, spec).code)
     assert time.monotonic() - t0 < 60  # the fast path's target: under a minute, rewrite alone
     rec = evaluate(spec, out, EvalOptions(device="cuda", max_level="L3", gpus=[0, 1], work_dir=tmp_path / "w"))
-    assert rec["ok"], rec["error"]
+    assert rec.ok, rec.error

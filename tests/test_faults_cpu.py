@@ -31,27 +31,27 @@ def test_planted_fault_is_caught(name, tmp_path):
     if name == "deadlock":
         # Every rank killed within the limit (plus start-up and the kill itself).
         assert elapsed < DEADLOCK_LIMIT_S + 15
-        assert "rank 0:" in rec["error"] and "rank 1:" in rec["error"]
+        assert "rank 0:" in rec.error and "rank 1:" in rec.error
 
 
 def test_host_driven_python_candidate_passes_on_two_cpu_ranks(tmp_path):
     spec = load_workload(GEMM_AG)
     rec = evaluate(spec, spec.candidates["torch_host"], _opts(small_shapes=["s256", "s_odd"], work_dir=tmp_path))
-    assert rec["ok"], rec["error"]
-    assert rec["level_reached"] == "L4"
-    s = rec["shapes"]["s256"]
-    assert [c["level"] for c in s["correctness"]] == ["L2", "L3"]
-    assert rec["shapes"]["s_odd"]["correctness"][0]["level"] == "L2"
-    t = s["timing"]
-    assert len(t["per_rank_ms"]) == 2 and all(len(r) == 5 for r in t["per_rank_ms"])
-    assert t["median_ms"] >= max(min(r) for r in t["per_rank_ms"])  # the slowest rank counts
-    assert s["bound"]["bound_ms"] > 0 and 0 < s["efficiency"]
-    assert s["correctness"][0]["max_norm_rel_err"] < 0.01
+    assert rec.ok, rec.error
+    assert rec.level_reached == "L4"
+    s = rec.shapes["s256"]
+    assert [c.level for c in s.correctness] == ["L2", "L3"]
+    assert rec.shapes["s_odd"].correctness[0].level == "L2"
+    t = s.timing
+    assert len(t.per_rank_ms) == 2 and all(len(r) == 5 for r in t.per_rank_ms)
+    assert t.median_ms >= max(min(r) for r in t.per_rank_ms)  # the slowest rank counts
+    assert s.bound.bound_ms > 0 and 0 < s.efficiency
+    assert s.correctness[0].max_norm_rel_err < 0.01
 
 
 def test_fresh_inputs_every_evaluation(tmp_path):
     spec = load_workload(GEMM_AG)
-    seeds = {evaluate(spec, spec.candidates["torch_host"], _opts(max_level="L2", work_dir=tmp_path / str(i)))["seed"]
+    seeds = {evaluate(spec, spec.candidates["torch_host"], _opts(max_level="L2", work_dir=tmp_path / str(i))).seed
              for i in range(2)}
     assert len(seeds) == 2
 
@@ -60,5 +60,5 @@ def test_candidate_exception_is_reported_as_its_error(tmp_path):
     src = tmp_path / "raises.py"
     src.write_text("def run(ctx):\n    if ctx.rank == 1:\n        raise ValueError('bad tile size 7')\n")
     rec = evaluate(load_workload(GEMM_AG), src, _opts(work_dir=tmp_path / "w"))
-    assert not rec["ok"] and rec["failed_level"] == "L2"
-    assert rec["error"].startswith("candidate error: rank 1") and "ValueError: bad tile size 7" in rec["error"]
+    assert not rec.ok and rec.failed_level == "L2"
+    assert rec.error.startswith("candidate error: rank 1") and "ValueError: bad tile size 7" in rec.error

@@ -46,7 +46,7 @@ def test_fault_template_without_fault_is_correct(tmp_path):
     path = tmp_path / "clean.cu"
     path.write_text(TEMPLATE.read_text())
     rec = evaluate(spec, path, _opts(work_dir=tmp_path / "w"))
-    assert rec["ok"], rec["error"]
+    assert rec.ok, rec.error
 
 
 @pytest.mark.parametrize("name", ["seed", "host_two_stream", "device_lsa", "torch_async_tp", "torch_host"])
@@ -54,5 +54,5 @@ def test_shipped_candidates_correct_on_small_shapes(name, tmp_path):
     spec = load_workload(GEMM_AG)
     rec = evaluate(spec, spec.candidates[name], _opts(max_level="L2", small_shapes=["s256", "s_odd"],
                                                       work_dir=tmp_path))
-    assert rec["ok"], rec["error"]
-    assert rec["level_reached"] == "L2"
+    assert rec.ok, rec.error
+    assert rec.level_reached == "L2"

@@ -29,4 +29,4 @@ def test_strategy_point_is_correct(point, tmp_path):
     src.write_text(materialize(SPEC.strategies["ag_gemm"], point))
     rec = evaluate(SPEC, src, EvalOptions(device="cuda", max_level="L2", small_shapes=["s256", "s_odd"],
                                           gpus=list(range(WORLD)), timeout_s=60, work_dir=tmp_path / "w"))
-    assert rec["ok"], rec["error"]
+    assert rec.ok, rec.error

@@ -15,6 +15,7 @@ from conftest import ROOT
 from cuco.evolve.config import RunConfig
 from cuco.evolve.run import Evolution
 from cuco.evolve.slots import Slot
+from cuco.runner.record import EvalRecord
 from cuco.workload import load_workload
 from fake_llm import FakeLLM, Step
 from llm_replies import FROZEN_EDIT, GOOD_DIFF, MALFORMED_DIFF, NO_DIRECTIVE, REWRITE, WRONG_SEARCH
@@ -25,8 +26,8 @@ CPU_WL = ROOT / "cuco" / "workloads" / "cpu_allgather_matmul"
 def fake_evaluator(spec, src, slot, work):
     """Overlapped programs are faster: the search's bookkeeping is under test here, not the timing."""
     ms = 2.0 if "async_op=True" in src.read_text() else 4.0
-    return {"ok": True, "level_reached": "L4", "shapes": {"cpu": {"timing": {"median_ms": ms},
-                                                                  "bound": {"bound_ms": 1.5}}}}
+    return EvalRecord.from_dict({"ok": True, "level_reached": "L4", "shapes": {"cpu": {"timing": {"median_ms": ms},
+                                                                                     "bound": {"bound_ms": 1.5}}}})
 
 
 def search(tmp_path, fake: FakeLLM, monkeypatch, generations=2, novelty="off", novelty_threshold=0.98, **llm):

@@ -32,8 +32,8 @@ def _run(tmp_path, generations=12):
 
     def evaluator(spec, src, slot, work):
         rec = fake_evaluator(spec, src, slot, work)
-        if not rec["ok"]:
-            rec["error"] = "<script>alert(1)</script> planted failure"
+        if not rec.ok:
+            rec.error = "<script>alert(1)</script> planted failure"
         return rec
 
     evo = Evolution(load_workload(GEMM_AG), cfg, tmp_path, [Slot(0, ())], evaluator, "cuda")

@@ -123,8 +123,8 @@ def test_nccl_env_reaches_every_rank_and_the_record(tmp_path):
     spec = load_workload(root)
     assert spec.nccl_env == {"NCCL_PROTO": "Simple"}
     rec = evaluate(spec, spec.seed_path, EvalOptions(device="cpu", max_level="L2"))
-    assert rec["ok"], rec["error"]
-    assert rec["nccl_env"] == {"NCCL_PROTO": "Simple"}
+    assert rec.ok, rec.error
+    assert rec.nccl_env == {"NCCL_PROTO": "Simple"}
 
 
 # (test id, old fragment, new fragment, substrings the one-line error must contain: key and reason)

@@ -23,10 +23,10 @@ def test_cpu_example_seed_and_strategy_pass_at_world(world, tmp_path):
     for cand in (spec.seed_path, src):
         rec = evaluate(spec, cand, EvalOptions(device="cpu", shapes=["tiny"], small_shapes=["odd"], warmup=1, iters=3,
                                                     work_dir=tmp_path / cand.stem))
-        assert rec["ok"], rec["error"]
-        assert rec["world"] == world
-        timing = rec["shapes"]["tiny"]["timing"]
-        assert len(timing["per_rank_ms"]) == world  # every rank timed; the slowest counts
+        assert rec.ok, rec.error
+        assert rec.world == world
+        timing = rec.shapes["tiny"].timing
+        assert len(timing.per_rank_ms) == world  # every rank timed; the slowest counts
 
 
 def test_wrong_values_on_one_of_four_ranks_are_caught_and_named(tmp_path):
@@ -34,7 +34,7 @@ def test_wrong_values_on_one_of_four_ranks_are_caught_and_named(tmp_path):
     rec = evaluate(spec, ROOT / "tests" / "faults" / "wrong_rank1.py",
                    EvalOptions(device="cpu", shapes=["s256"], small_shapes=["s_odd"], work_dir=tmp_path))
     assert_caught("wrong_rank1", rec)
-    assert "rank 2:" not in rec["error"] and "rank 3:" not in rec["error"]
+    assert "rank 2:" not in rec.error and "rank 3:" not in rec.error
 
 
 def test_a_world_that_does_not_divide_a_shape_is_one_clear_error():
@@ -54,4 +54,4 @@ def test_shipped_candidates_are_correct_on_gpus_at_world(name, world, tmp_path):
     spec = load_workload(GEMM_AG, world)
     rec = evaluate(spec, spec.candidates[name], EvalOptions(device="cuda", max_level="L2", gpus=list(range(world)),
                                                             timeout_s=120, work_dir=tmp_path))
-    assert rec["ok"], rec["error"]
+    assert rec.ok, rec.error

@@ -15,6 +15,8 @@ from datetime import datetime, timezone
 from pathlib import Path
 from typing import Any, Iterator
 
+from cuco.runner.record import EvalRecord
+
 MIGRATIONS: list[tuple[str, str]] = [
     ("001_candidates", """
         CREATE TABLE meta (key TEXT PRIMARY KEY, value TEXT NOT NULL);
@@ -193,15 +195,15 @@ class Database:
         with self.transaction():
             self.conn.execute("UPDATE candidates SET status = 'running', started_at = ? WHERE id = ?", (_now(), cid))
 
-    def finish(self, cid: int, record: dict[str, Any], score: float | None, median_ms: float | None,
+    def finish(self, cid: int, record: EvalRecord, score: float | None, median_ms: float | None,
                bound_ms: float | None, seconds: float) -> None:
         with self.transaction():
             self.conn.execute(
                 "UPDATE candidates SET status = 'done', ok = ?, level_reached = ?, failed_level = ?, score = ?, "
                 "median_ms = ?, bound_ms = ?, error = ?, diagnostics = ?, record = ?, finished_at = ?, "
                 "eval_seconds = ? WHERE id = ?",
-                (int(bool(record.get("ok"))), record.get("level_reached"), record.get("failed_level"), score,
-                 median_ms, bound_ms, record.get("error"), record.get("diagnostics"), json.dumps(record), _now(),
+                (int(bool(record.ok)), record.level_reached, record.failed_level, score,
+                 median_ms, bound_ms, record.error, record.diagnostics, json.dumps(record.to_dict()), _now(),
                  seconds, cid))
 
     def requeue_unfinished(self) -> int:

@@ -24,24 +24,23 @@ from cuco.evolve.proposers import llm as _llm  # noqa: F401  (registers the prop
 from cuco.evolve.selection import hill_climbing, power_law, weighted
 from cuco.evolve.slots import Slot
 from cuco.paths import atomic_write_text
+from cuco.runner.record import EvalRecord
 from cuco.workload.spec import WorkloadSpec
 
 # The seed is host-driven: NCCL collectives from the host, then compute.
 SEED_POINT = DesignPoint("nccl_host", "deferred", "global", "cta", 1)
 NOVELTY_RETRIES = 20
 
-Evaluator = Callable[[WorkloadSpec, Path, Slot, Path], dict[str, Any]]
+Evaluator = Callable[[WorkloadSpec, Path, Slot, Path], EvalRecord]
 
 
-def score_of(record: dict[str, Any], shape: str, run_bound: float | None) -> tuple[float | None, float | None,
-                                                                                 float | None]:
+def score_of(record: EvalRecord, shape: str, run_bound: float | None) -> tuple[float | None, float | None,
+                                                                            float | None]:
     """(score, median ms, bound ms). The score is the run's bound over this time: one fixed bound for every
     candidate (the first one measured), so that ranking follows time alone and not each evaluation's
     re-measured bound; it reads as efficiency. Higher is better."""
-    s = record.get("shapes", {}).get(shape, {})
-    median = (s.get("timing") or {}).get("median_ms")
-    bound = (s.get("bound") or {}).get("bound_ms")
-    if not record.get("ok") or not median:
+    median, bound = record.median_ms(shape), record.bound_ms(shape)
+    if not record.ok or not median:
         return None, median, bound
     ref = run_bound or bound
     return (ref / median if ref else 1.0 / median), median, bound
@@ -187,14 +186,14 @@ class Evolution:
             return None
         return await self.propose()
 
-    def evaluate(self, cand: Candidate, slot: Slot) -> dict[str, Any]:
+    def evaluate(self, cand: Candidate, slot: Slot) -> EvalRecord:
         work = self.run_dir / "evals" / f"{cand.id:05d}"
         work.mkdir(parents=True, exist_ok=True)
         src = work / f"candidate{'.cu' if cand.language == 'cuda' else '.py'}"
         src.write_text(cand.code)
         return self.evaluator(self.spec, src, slot, work / f"attempt-{time.time_ns()}")
 
-    def record(self, cand: Candidate, record: dict[str, Any], seconds: float) -> None:
+    def record(self, cand: Candidate, record: EvalRecord, seconds: float) -> None:
         run_bound = self.db.get_meta("bound_ms")
         score, median, bound = score_of(record, self.shape, run_bound)
         if run_bound is None and bound:
@@ -210,14 +209,14 @@ class Evolution:
         if best and best.id == cand.id:
             self.write_best(best, record)
 
-    def write_best(self, best: Candidate, record: dict[str, Any]) -> None:
+    def write_best(self, best: Candidate, record: EvalRecord) -> None:
         d = self.run_dir / "best"
         d.mkdir(exist_ok=True)
         ext = ".cu" if best.language == "cuda" else ".py"
         for old in d.glob("candidate.*"):
             if old.suffix != ext:
                 old.unlink()
-        for name, text in ((f"candidate{ext}", best.code), ("record.json", json.dumps(record, indent=1)),
+        for name, text in ((f"candidate{ext}", best.code), ("record.json", json.dumps(record.to_dict(), indent=1)),
                            ("candidate.json", json.dumps({"id": best.id, "label": best.label, "score": best.score,
                                                           "median_ms": best.median_ms, "bound_ms": best.bound_ms,
                                                           "directive": json.loads(best.directive or "null")}))):

@@ -19,6 +19,7 @@ from cuco.llm import LLMClient, LLMError
 from cuco.program.directives import parse_directive
 from cuco.program.edits import PatchError, fenced_program
 from cuco.program.prompts import render, system_prompt
+from cuco.runner.record import EvalRecord
 from cuco.workload.spec import WorkloadSpec
 
 STAGES = {
@@ -30,7 +31,7 @@ STAGES = {
          "ncclReduceScatter, ncclAllReduce, ncclSend or ncclRecv may remain.",
 }
 
-Evaluator = Callable[[Path], dict[str, Any]]
+Evaluator = Callable[[Path], EvalRecord]
 
 
 class TransformFailed(RuntimeError):
@@ -88,16 +89,16 @@ async def llm_transform(spec: WorkloadSpec, code: str, client: LLMClient, evalua
                 continue
             base.with_suffix(".cu").write_text(new)
             record = evaluate(base.with_suffix(".cu"))
-            base.with_suffix(".record.json").write_text(json.dumps(record, indent=1))
-            if record.get("ok"):
+            base.with_suffix(".record.json").write_text(json.dumps(record.to_dict(), indent=1))
+            if record.ok:
                 entry["ok"] = True
                 code = new
                 break
-            entry["error"] = f"{record.get('failed_level')}: {record.get('error')}"
+            entry["error"] = f"{record.failed_level}: {record.error}"
             try:
                 verdict = await client.complete("You diagnose failed GPU programs briefly.", render(
                     "judge", language="cuda", code=new.rstrip(), error=entry["error"],
-                    diagnostics=(record.get("diagnostics") or "")[-3000:] or "none"), 0.2, 1024)
+                    diagnostics=(record.diagnostics or "")[-3000:] or "none"), 0.2, 1024)
                 entry["judge"] = verdict.text.strip()
             except LLMError as exc:
                 entry["judge"] = f"(no diagnosis: {exc})"

@@ -17,9 +17,10 @@ from cuco.fastpath.rewrite import RewriteError, no_host_collective_left, rewrite
 from cuco.llm import LLMClient
 from cuco.program.blocks import evolve_blocks
 from cuco.runner.build import BuildResult, build
+from cuco.runner.record import EvalRecord
 from cuco.workload.spec import WorkloadSpec
 
-Evaluator = Callable[[Path], Any]  # a program file -> its evaluation record (verified at L3)
+Evaluator = Callable[[Path], EvalRecord]  # a program file -> its evaluation record (verified at L3)
 
 
 class TransformError(CucoError):
@@ -47,7 +48,7 @@ class TransformResult:
     rewrites: list[str] = field(default_factory=list)  # what the rules replaced; empty when the LLM wrote it
     rules_stopped: str | None = None  # why the rules could not rewrite, when the LLM loop did
     llm_stages: list[StageLog] = field(default_factory=list)
-    record: Any = None  # the verification on GPUs; None where there are none
+    record: EvalRecord | None = None  # the verification on GPUs; None where there are none
 
 
 def transform(spec: WorkloadSpec, analysis: Analysis, target: Path, llm: LLMFallback | None = None,

@@ -2,10 +2,10 @@
 
 from __future__ import annotations
 
-from typing import Any
-
 from rich.console import Console
 from rich.table import Table
+
+from cuco.runner.record import EvalRecord, ShapeResult
 
 
 def fmt_ms(v: float | None) -> str:
@@ -13,43 +13,43 @@ def fmt_ms(v: float | None) -> str:
     return "-" if v is None else f"{v:.4f}" if v < 1 else f"{v:.3f}"
 
 
-def eval_table(record: dict[str, Any]) -> Table:
-    status = "[green]passed[/]" if record["ok"] else f"[red]failed at {record['failed_level']}[/]"
-    title = (f"{record['workload']} / {record['candidate_name']} ({record['kind']}, {record['device']}, "
-             f"world {record['world']}): {status}, level reached {record['level_reached'] or '-'}")
+def eval_table(record: EvalRecord) -> Table:
+    status = "[green]passed[/]" if record.ok else f"[red]failed at {record.failed_level}[/]"
+    title = (f"{record.workload} / {record.candidate_name} ({record.kind}, {record.device}, "
+             f"world {record.world}): {status}, level reached {record.level_reached or '-'}")
     t = Table(title=title, title_justify="left")
     for col in ("shape", "M,K,N", "per-rank median ms", "median ms", "p10-p90 ms", "spread", "bound ms",
                 "efficiency", "speedup"):
         t.add_column(col, justify="left" if col in ("shape", "speedup") else "right")
-    for name, s in record.get("shapes", {}).items():
-        timing, bound = s.get("timing"), s.get("bound", {})
-        label = ",".join(str(v) for v in s.get("params", {}).values())
+    for name, s in record.shapes.items():
+        timing = s.timing
+        label = ",".join(str(v) for v in s.params.values())
         if not timing:
-            levels = "+".join(c["level"] for c in s.get("correctness", []))
+            levels = "+".join(c.level for c in s.correctness)
             t.add_row(name, label, f"correct ({levels})", "", "", "", "", "", "")
             continue
-        sp = ", ".join(f"{k} {v:.2f}x" for k, v in s.get("speedup", {}).items())
-        t.add_row(name, label, " ".join(fmt_ms(x) for x in timing["per_rank_median_ms"]), fmt_ms(timing["median_ms"]),
-                  f"{fmt_ms(timing['p10_ms'])}-{fmt_ms(timing['p90_ms'])}", f"{timing['spread_pct']:.1f}%",
-                  fmt_ms(bound.get("bound_ms")), f"{s['efficiency']:.2f}" if s.get("efficiency") else "-", sp)
+        sp = ", ".join(f"{k} {v:.2f}x" for k, v in (s.speedup or {}).items())
+        t.add_row(name, label, " ".join(fmt_ms(x) for x in timing.per_rank_median_ms or []), fmt_ms(timing.median_ms),
+                  f"{fmt_ms(timing.p10_ms)}-{fmt_ms(timing.p90_ms)}", f"{timing.spread_pct or 0.0:.1f}%",
+                  fmt_ms(record.bound_ms(name)), f"{s.efficiency:.2f}" if s.efficiency else "-", sp)
     return t
 
 
-def print_record(record: dict[str, Any], console: Console | None = None) -> None:
+def print_record(record: EvalRecord, console: Console | None = None) -> None:
     console = console or Console()
     console.print(eval_table(record))
-    if record.get("error"):
-        console.print(f"[red]{record['failed_level']}:[/] {record['error']}", highlight=False)
-    for s in record.get("shapes", {}).values():
-        note = (s.get("timing") or {}).get("note")
+    if record.error:
+        console.print(f"[red]{record.failed_level}:[/] {record.error}", highlight=False)
+    for s in record.shapes.values():
+        note = s.timing.note if s.timing else None
         if note and "CPU" not in note:
             console.print(f"[yellow]note:[/] {note}")
             break
-    if record.get("note"):
-        console.print(f"[yellow]note:[/] {record['note']}")
+    if record.note:
+        console.print(f"[yellow]note:[/] {record.note}")
 
 
-def baseline_table(workload: str, records: dict[str, dict[str, Any]]) -> Table:
+def baseline_table(workload: str, records: dict[str, EvalRecord]) -> Table:
     """Per shape: each baseline's median, then the measured compute and collective alone, and the bound."""
     t = Table(title=f"{workload}: baselines and bounds (ms, slowest rank, median)", title_justify="left")
     names = list(records)
@@ -59,20 +59,19 @@ def baseline_table(workload: str, records: dict[str, dict[str, Any]]) -> Table:
         t.add_column(n, justify="right")
     for col in ("compute alone", "collective alone", "comm bound", "bound"):
         t.add_column(col, justify="right")
-    shapes: dict[str, dict[str, Any]] = {}
+    shapes: dict[str, ShapeResult] = {}
     for rec in records.values():
-        for sname, s in rec.get("shapes", {}).items():
-            if s.get("timing"):
+        for sname, s in rec.shapes.items():
+            if s.timing:
                 shapes.setdefault(sname, s)
     for sname, any_s in shapes.items():
-        row = [sname, ",".join(str(v) for v in any_s["params"].values())]
+        row = [sname, ",".join(str(v) for v in any_s.params.values())]
         for n in names:
-            s = records[n].get("shapes", {}).get(sname, {})
-            row.append(fmt_ms(s.get("timing", {}).get("median_ms")) if s.get("timing") else
-                       f"[red]{records[n].get('failed_level') or '-'}[/]")
-        refs, bound = any_s.get("references_ms", {}), any_s.get("bound", {})
-        row += [fmt_ms(refs.get("compute_alone")), fmt_ms(refs.get("comm_alone")), fmt_ms(bound.get("comm_ms")),
-                fmt_ms(bound.get("bound_ms"))]
+            row.append(fmt_ms(records[n].median_ms(sname)) if records[n].timing(sname) else
+                       f"[red]{records[n].failed_level or '-'}[/]")
+        refs, bound = any_s.references_ms, any_s.bound
+        row += [fmt_ms(refs.get("compute_alone")), fmt_ms(refs.get("comm_alone")),
+                fmt_ms(bound.comm_ms if bound else None), fmt_ms(bound.bound_ms if bound else None)]
         t.add_row(*row)
     return t
 

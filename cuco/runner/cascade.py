@@ -1,7 +1,8 @@
 """The evaluation cascade, one candidate at a time: L0 static → L1 build → L2 small → L3 full → L4 timing.
 
-Each level's failure stops the cascade and is kept with its diagnostics in the record. The record is
-plain JSON (one per evaluation) so that the search, the report and a person read the same thing.
+Each level's failure stops the cascade and is kept with its diagnostics in the record. The record is an
+`EvalRecord` (cuco/runner/record.py), saved as plain JSON (one per evaluation) so that the search, the report and
+a person read the same thing.
 """
 
 from __future__ import annotations
@@ -21,6 +22,7 @@ from cuco.runner.build import build_harness
 from cuco.runner.cuda_checks import check_and_build
 from cuco.runner.job import Job, Stage
 from cuco.runner.launch import describe_exit, free_port, launch, make_gate_file
+from cuco.runner.record import Bound, Correctness, EvalRecord, ShapeResult, Timing
 from cuco.runner.static_checks import check_source
 from cuco.runner.stats import summarize
 from cuco.workload.spec import WorkloadSpec
@@ -41,35 +43,34 @@ class EvalOptions:
     work_dir: Path | None = None
 
 
-def _fail(record: dict[str, Any], level: str, error: str, diagnostics: str = "") -> dict[str, Any]:
-    record.update(ok=False, failed_level=level, error=error, diagnostics=diagnostics[-6000:])
-    record["level_reached"] = LEVELS[LEVELS.index(level) - 1] if level != "L0" else None
+def _fail(record: EvalRecord, level: str, error: str, diagnostics: str = "") -> EvalRecord:
+    record.ok, record.failed_level, record.error, record.diagnostics = False, level, error, diagnostics[-6000:]
+    record.level_reached = LEVELS[LEVELS.index(level) - 1] if level != "L0" else None
     return record
 
 
-def evaluate(spec: WorkloadSpec, candidate: Path, opts: EvalOptions, baselines: dict[str, Any] | None = None
-             ) -> dict[str, Any]:
+def evaluate(spec: WorkloadSpec, candidate: Path, opts: EvalOptions,
+             baselines: dict[str, EvalRecord] | None = None) -> EvalRecord:
+    """The cascade on one candidate; `baselines` (name -> record) give the speedups."""
     candidate = Path(candidate)
     text = candidate.read_text(errors="replace")
     kind = "cuda" if candidate.suffix == ".cu" else "python"
-    record: dict[str, Any] = {
-        "workload": spec.name, "candidate": str(candidate), "candidate_name": candidate.stem, "kind": kind,
-        "sha256": hashlib.sha256(text.encode()).hexdigest(), "world": spec.world_size, "device": opts.device,
-        "started": datetime.now(timezone.utc).isoformat(timespec="seconds"), "ok": False, "level_reached": None,
-        "failed_level": None, "error": None, "diagnostics": "", "shapes": {}, "env": fingerprint(),
-    }
+    record = EvalRecord(
+        workload=spec.name, candidate=str(candidate), candidate_name=candidate.stem, kind=kind,
+        sha256=hashlib.sha256(text.encode()).hexdigest(), world=spec.world_size, device=opts.device,
+        started=datetime.now(timezone.utc).isoformat(timespec="seconds"), env=fingerprint())
     # L0
     report = check_source(candidate)
     if not report.ok:
         return _fail(record, "L0", "static checks failed: " + report.problems[0], "\n".join(report.problems))
-    record["level_reached"] = "L0"
+    record.level_reached = "L0"
     if opts.max_level == "L0":
         return _done(record)
     # L1
     failed, library, harness = _level1(record, candidate, kind, text, opts)
     if failed is not None:
         return failed
-    record["level_reached"] = "L1"
+    record.level_reached = "L1"
     if opts.max_level == "L1" or (kind == "cuda" and opts.device != "cuda"):
         return _done(record, note="" if opts.max_level == "L1" else "CUDA candidate: built; L2-L4 need a GPU")
 
@@ -85,7 +86,7 @@ def evaluate(spec: WorkloadSpec, candidate: Path, opts: EvalOptions, baselines: 
         references, error = reference_timings(spec, full, opts.device, list(opts.gpus),
                                               opts.timeout_s or spec.timing.timeout_s)
         if error:
-            record["bounds_error"] = error
+            record.bounds_error = error
     temporary = opts.work_dir is None
     work = Path(opts.work_dir or tempfile.mkdtemp(prefix="cuco-eval-"))
     work.mkdir(parents=True, exist_ok=True)
@@ -95,12 +96,12 @@ def evaluate(spec: WorkloadSpec, candidate: Path, opts: EvalOptions, baselines: 
               library=library, harness=harness, gate_file=gate_file, gpus=list(opts.gpus), warmup=opts.warmup,
               iters=opts.iters, env=dict(spec.nccl_env))
     if spec.nccl_env:
-        record["nccl_env"] = dict(spec.nccl_env)
+        record.nccl_env = dict(spec.nccl_env)
     if not temporary:
-        record["work_dir"] = str(work)
+        record.work_dir = str(work)
     try:
         res = launch(job, opts.timeout_s or spec.timing.timeout_s, work / "job.json")
-        record["seconds"] = res.seconds
+        record.seconds = res.seconds
         return _interpret(spec, record, res, stages, opts, baselines, references)
     finally:
         if gate_file:
@@ -109,14 +110,14 @@ def evaluate(spec: WorkloadSpec, candidate: Path, opts: EvalOptions, baselines: 
             shutil.rmtree(work, ignore_errors=True)
 
 
-def _level1(record, candidate: Path, kind: str, text: str, opts: EvalOptions):
+def _level1(record: EvalRecord, candidate: Path, kind: str, text: str, opts: EvalOptions):
     """Build (CUDA: the checks of what the compiler sees, nvcc, the library's symbols) or compile (Python); on GPUs
     the runner's harness too, which every candidate's host needs. Returns (the failed record or None, the
     candidate's library, the harness)."""
     library = harness = None
     if kind == "cuda":
         built, problems = check_and_build(candidate)
-        record["build"] = {"cached": built.cached, "seconds": built.seconds}
+        record.build = {"cached": built.cached, "seconds": built.seconds}
         if problems:
             return _fail(record, "L1", "static checks of what the compiler sees failed: " + problems[0],
                          "\n".join(problems)), None, None
@@ -145,11 +146,11 @@ def _first_error(log: str) -> str:
     return (log.strip().splitlines() or ["no output"])[0][:300]
 
 
-def _interpret(spec, record, res, stages, opts, baselines, references) -> dict[str, Any]:
+def _interpret(spec, record: EvalRecord, res, stages, opts, baselines, references) -> EvalRecord:
     per_rank = [o.result or {} for o in res.ranks]
     done_stages = per_rank[0].get("stages", []) if per_rank else []
-    record["seed"] = per_rank[0].get("seed") if per_rank else None
-    record["sandbox"] = per_rank[0].get("sandbox", "") if per_rank else ""
+    record.seed = per_rank[0].get("seed") if per_rank else None
+    record.sandbox = per_rank[0].get("sandbox", "") if per_rank else ""
     # The level of the first stage no rank finished.
     finished = min(len(r.get("stages", [])) for r in per_rank) if per_rank else 0
     current = stages[finished].level if finished < len(stages) else "L4"
@@ -170,7 +171,7 @@ def _interpret(spec, record, res, stages, opts, baselines, references) -> dict[s
     if unfinished:
         return _fail(record, current, f"ranks {unfinished} ended without their judge reporting every stage done",
                      _logs(res))
-    record["level_reached"] = stages[-1].level if stages else record["level_reached"]
+    record.level_reached = stages[-1].level if stages else record.level_reached
     problems = _l4_problems(spec, record, opts)
     if problems:
         return _fail(record, "L4", "; ".join(problems))
@@ -200,63 +201,63 @@ def _cause_first(res) -> list[int]:
     return sorted(res.crashed, key=lambda r: kind(r) != "crash")
 
 
-def _l4_problems(spec, record, opts) -> list[str]:
+def _l4_problems(spec, record: EvalRecord, opts) -> list[str]:
     """Verdicts that need every rank's numbers: the bound, the timed runs' outputs, the judge's clock."""
     problems = []
     slack = spec.timing.bound_slack if opts.device == "cuda" else spec.timing.cpu_bound_slack
-    for name, shape_rec in record["shapes"].items():
-        t = shape_rec.get("timing")
+    for name, shape_rec in record.shapes.items():
+        t = shape_rec.timing
         if not t:
             continue
-        bound = shape_rec.get("bound", {}).get("bound_ms")
+        bound = record.bound_ms(name)
         if not bound:
-            why = record.get("bounds_error") or "the workload's reference defines neither compute_alone nor comm_alone"
+            why = record.bounds_error or "the workload's reference defines neither compute_alone nor comm_alone"
             problems.append(f"shape {name}: no physical bound ({why}); a time without its bound is not reported")
-        elif t["median_ms"] < bound * (1 - slack):
-            problems.append(f"impossible: shape {name} median {t['median_ms']:.4f} ms is below the physical bound "
+        elif t.median_ms is not None and t.median_ms < bound * (1 - slack):
+            problems.append(f"impossible: shape {name} median {t.median_ms:.4f} ms is below the physical bound "
                             f"{bound:.4f} ms by more than {slack:.0%}: work was skipped or the timing is broken")
-        if t.get("final_output_errors"):
-            problems.append(f"shape {name}: a timed run's output is wrong: {t['final_output_errors'][0]}")
-        if t.get("clock_errors"):
-            problems.append(f"shape {name}: {t['clock_errors'][0]}")
+        if t.final_output_errors:
+            problems.append(f"shape {name}: a timed run's output is wrong: {t.final_output_errors[0]}")
+        if t.clock_errors:
+            problems.append(f"shape {name}: {t.clock_errors[0]}")
     return problems
 
 
-def _collect(spec, record, stages: list[dict[str, Any]], opts, baselines, references) -> None:
+def _collect(spec, record: EvalRecord, stages: list[dict[str, Any]], opts, baselines: dict[str, EvalRecord] | None,
+             references) -> None:
     machine = load_machine()
     for st in stages:
-        shape_rec = record["shapes"].setdefault(st["shape"], {"params": spec.shape(st["shape"]).params})
+        shape_rec = record.shapes.setdefault(st["shape"], ShapeResult(params=spec.shape(st["shape"]).params))
         if st["level"] in ("L2", "L3"):
-            shape_rec.setdefault("correctness", []).append(
-                {k: st[k] for k in ("level", "trials", "max_norm_rel_err")})
+            shape_rec.correctness.append(Correctness(level=st["level"], trials=st["trials"],
+                                                     max_norm_rel_err=st["max_norm_rel_err"]))
             continue
-        t = summarize(st["per_rank_ms"])
         judge = summarize(st["judge_per_rank_ms"])
-        t.update(gated=st["gated"], note=st["note"], per_rank_ms=st["per_rank_ms"], verified_runs=st["verified_runs"],
-                 final_output_errors=st["final_output_errors"], clock_errors=st["clock_errors"],
-                 judge_median_ms=judge["median_ms"], clock=st.get("clock"))
-        shape_rec["timing"] = t
+        t = Timing(**summarize(st["per_rank_ms"]), gated=st["gated"], note=st["note"], per_rank_ms=st["per_rank_ms"],
+                   verified_runs=st["verified_runs"], final_output_errors=st["final_output_errors"],
+                   clock_errors=st["clock_errors"], judge_median_ms=judge["median_ms"], clock=st.get("clock"))
+        shape_rec.timing = t
         extra = {}
         for key in ("compute_alone", "comm_alone"):
             times = references.get(st["shape"], {}).get(f"{key}_per_rank_ms")
             if times:
                 ref = summarize(times)
                 extra[key], extra[f"{key}_min"] = ref["median_ms"], ref["min_ms"]
-        shape_rec["references_ms"] = extra
+        shape_rec.references_ms = extra
         # A bound is what the hardware can do at best: the fastest measured iteration, not the typical one
         # (on a busy CPU a median can be several times that, and would reject honest candidates).
-        b = compute_bound(spec, spec.shape(st["shape"]), spec.world_size, opts.device, extra.get("compute_alone_min"),
-                          extra.get("comm_alone_min"), machine)
-        shape_rec["bound"] = b
-        if b["bound_ms"] and t["median_ms"]:
-            shape_rec["efficiency"] = b["bound_ms"] / t["median_ms"]
+        b = Bound(**compute_bound(spec, spec.shape(st["shape"]), spec.world_size, opts.device,
+                                  extra.get("compute_alone_min"), extra.get("comm_alone_min"), machine))
+        shape_rec.bound = b
+        if b.bound_ms and t.median_ms:
+            shape_rec.efficiency = b.bound_ms / t.median_ms
         if baselines:
             sp = {}
             for bname, brec in baselines.items():
-                bt = brec.get("shapes", {}).get(st["shape"], {}).get("timing", {}).get("median_ms")
-                if bt and t["median_ms"]:
-                    sp[bname] = bt / t["median_ms"]
-            shape_rec["speedup"] = sp
+                bt = brec.median_ms(st["shape"])
+                if bt and t.median_ms:
+                    sp[bname] = bt / t.median_ms
+            shape_rec.speedup = sp
 
 
 def _logs(res) -> str:
@@ -264,12 +265,13 @@ def _logs(res) -> str:
                      f"last step: {o.last_step}) ---\n{o.log_tail}" for o in res.ranks)
 
 
-def _done(record: dict[str, Any], note: str = "") -> dict[str, Any]:
-    record["ok"] = True
+def _done(record: EvalRecord, note: str = "") -> EvalRecord:
+    record.ok = True
     if note:
-        record["note"] = note
+        record.note = note
     return record
 
 
-def save_record(record: dict[str, Any], path: Path) -> Path:
-    return atomic_write_json(path, record, indent=1)
+def save_record(record: EvalRecord, path: Path) -> Path:
+    """The record as JSON, in the layout every stored record has."""
+    return atomic_write_json(path, record.to_dict(), indent=1)

@@ -13,12 +13,12 @@ FAULTS = {
 }
 
 
-def assert_caught(name: str, record: dict) -> None:
+def assert_caught(name: str, record) -> None:
     """The record shows the planted fault caught at its level, with the right words."""
     level, must, must_not = FAULTS[name]
-    assert not record["ok"], record
-    assert record["failed_level"] == level, record["error"]
+    assert not record.ok, record
+    assert record.failed_level == level, record.error
     for word in must:
-        assert word in record["error"], record["error"]
+        assert word in record.error, record.error
     for word in must_not:
-        assert word not in record["error"], record["error"]
+        assert word not in record.error, record.error
