@@ -11,9 +11,10 @@ from cuco.evolve.config import RunConfig
 from cuco.program.blocks import evolve_blocks, frozen_parts
 from cuco.evolve.run import Evolution
 from cuco.evolve.slots import Slot
+from cuco.fastpath.analyze import analyze
 from cuco.fastpath.annotate import annotate
+from cuco.fastpath.pipeline import TransformError, transform
 from cuco.fastpath.rewrite import rewrite
-from cuco.runner.build import build
 from cuco.runner.static_checks import check_source
 from cuco.workload import load_workload
 
@@ -44,11 +45,21 @@ def test_kernels_state_and_bodies_become_blocks(tmp_path):
 
 
 @pytest.mark.nvcc
-def test_annotated_rewrite_builds(tmp_path):
+def test_the_pipeline_returns_an_annotated_program_that_builds(tmp_path):
+    """fastpath.pipeline.transform, as `cuco transform` calls it: the analysis in, a typed result out."""
     spec = load_workload(AR)
-    path = tmp_path / "t.cu"
-    path.write_text(annotate(rewrite(spec.seed_path, spec).code))
-    assert build(path).ok and "cuco_dev_requirements" in "".join(frozen_parts(path.read_text()))
+    result = transform(spec, analyze(spec.seed_path), tmp_path / "t.cu")
+    assert result.build.ok and result.record is None and result.rules_stopped is None
+    assert result.rewrites == ["line 9: ncclAllReduce -> cuco::allReduce<__nv_bfloat16>"], result.rewrites
+    assert result.evolve_blocks == len(evolve_blocks(result.code)) > 0 and result.target.read_text() == result.code
+    assert "cuco_dev_requirements" in "".join(frozen_parts(result.code))
+
+
+def test_the_pipeline_stops_with_one_line_where_the_rules_stop(tmp_path):
+    wl = AR.parent / "alltoallv_bf16"
+    with pytest.raises(TransformError, match=r"seed.cu: line 35: ncclSend and its ncclRecv"):
+        transform(load_workload(wl), analyze(wl / "seed.cu"), tmp_path / "t.cu")
+    assert not (tmp_path / "t.cu").exists()
 
 
 def test_window_allocation_and_release_stay_frozen(tmp_path):

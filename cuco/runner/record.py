@@ -2,9 +2,9 @@
 
 The cascade fills an `EvalRecord`; everything that reads it (the search, the store, the reports, the CLI) uses
 attributes, so that a misspelt key fails where it is written and not as a silent `None` far away. On disk the
-record keeps the plain JSON layout it has always had (`to_dict`): stored records, the baselines files and the
-search's SQLite store written before the type existed still load (`from_dict` ignores keys it does not know and
-fills the ones it lacks), and files written now read the same to a person or an older tree.
+record is plain JSON (`to_dict`), the same layout in record files, baselines files and the search's SQLite store;
+`from_dict` ignores keys it does not know and fills the ones it lacks, so a record from another version of cuco
+loads, and a person or a script reads the file without cuco.
 
 Some keys are absent from the JSON rather than null until the level that sets them has run (a shape's `timing`
 before L4, the record's `seconds` before the launch); the `_OMIT` sets of each class name those, so that
