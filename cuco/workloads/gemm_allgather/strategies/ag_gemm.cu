@@ -8,13 +8,19 @@
  *              CUCO_PLACEMENT_STREAM_OVERLAP  transfers on side stream 0; the local rows' GEMM on the main
  *                                             stream; each chunk's GEMM on side stream 1 once that chunk
  *                                             has arrived, so it fills SMs as the local GEMM's tail frees them
- *              CUCO_PLACEMENT_SPLIT_PUT_WAIT  transfers on a side stream; local GEMM; one wait; one GEMM
+ *              CUCO_PLACEMENT_SPLIT_PUT_WAIT  transfers on a side stream; local GEMM; one wait; the peers' GEMMs
  *   sync       CUCO_SYNC_GLOBAL   LSA barrier across all ranks (CE: one event after all copies, except
  *                                 under stream_overlap, which waits per chunk with either scope)
  *              CUCO_SYNC_CHUNK    a counter per chunk, bumped on the receiver by each producer (CE: an
  *                                 event per chunk)
  *   issuer     CUCO_ISSUER_CTA / CUCO_ISSUER_WARP: the unit that copies a contiguous slice and signals it
  *   chunks     CUCO_CHUNKS: pieces each shard is sent in (1..16)
+ *
+ * The macros are read once, below, into constants; each dimension is then one policy, picked once:
+ *   IssuerUnit<kIssuer>            a put kernel's worker (CTA or warp) and how its threads meet
+ *   Transport<kBackend, ...>       start and end barriers, the transfer of a chunk range, the wait for it
+ *   Schedule<kPlacement>           which stream the transfers go on, and where the GEMMs go around them
+ * so cuco_run is: start barrier, transfers, GEMMs, end barrier.
  *
  * Invariants: the deferred placement fills this rank's own slot of a_gathered too (its one GEMM reads all
  * of it); the overlap placements leave it alone (the local GEMM reads a). A start barrier keeps a rank
@@ -25,8 +31,12 @@
  * behind them would not start until the GEMM ends.
  * Requires: a and a_gathered symmetric; all ranks in one LSA team; two side streams.
  *************************************************************************/
+#include <cuda_bf16.h>
+
 #include "cuco.h"
 #include "cuco_gemm.h"
+
+// ---- The design point --------------------------------------------------------------------------------
 
 #if defined(CUCO_BACKEND_LSA) + defined(CUCO_BACKEND_CE) != 1
 #error "define exactly one backend: CUCO_BACKEND_LSA or CUCO_BACKEND_CE"
@@ -44,16 +54,64 @@
 #error "CUCO_CHUNKS must be 1..16"
 #endif
 
-// Put kernel shape. PUT_CTAS must equal the device communicator's lsaBarrierCount (one barrier per CTA).
-#define PUT_CTAS 32
-#define PUT_THREADS 512
-#define WARP_SIZE 32
-#define MAX_RANKS 8
-#if defined(CUCO_ISSUER_CTA)
-#define SIGNALS_PER_PRODUCER PUT_CTAS  // one signal per CTA per chunk
+enum class Backend { Lsa, Ce };
+enum class Placement { Deferred, StreamOverlap, SplitPutWait };
+enum class Sync { Global, Chunk };
+enum class Issuer { Cta, Warp };
+
+#if defined(CUCO_BACKEND_LSA)
+constexpr Backend kBackend = Backend::Lsa;
 #else
-#define SIGNALS_PER_PRODUCER (PUT_CTAS * PUT_THREADS / WARP_SIZE)  // one per warp per chunk
+constexpr Backend kBackend = Backend::Ce;
 #endif
+#if defined(CUCO_PLACEMENT_DEFERRED)
+constexpr Placement kPlacement = Placement::Deferred;
+#elif defined(CUCO_PLACEMENT_STREAM_OVERLAP)
+constexpr Placement kPlacement = Placement::StreamOverlap;
+#else
+constexpr Placement kPlacement = Placement::SplitPutWait;
+#endif
+#if defined(CUCO_SYNC_GLOBAL)
+constexpr Sync kSync = Sync::Global;
+#else
+constexpr Sync kSync = Sync::Chunk;
+#endif
+#if defined(CUCO_ISSUER_CTA)
+constexpr Issuer kIssuer = Issuer::Cta;
+#else
+constexpr Issuer kIssuer = Issuer::Warp;
+#endif
+constexpr int kChunks = CUCO_CHUNKS;
+
+// ---- Constants ---------------------------------------------------------------------------------------
+
+// The put kernel's shape. kPutCtas must equal the device communicator's lsaBarrierCount: CTA b uses LSA
+// barrier b. 512 threads: the most a CTA can run at full occupancy of its registers here.
+constexpr int kPutCtas = 32;
+constexpr int kPutThreads = 512;
+constexpr int kWarpSize = 32;
+// Setup, barrier and wait kernels run as one warp: their work is a few words, or one thread's spin.
+constexpr int kSmallKernelThreads = kWarpSize;
+// State::peerA holds one pointer per rank.
+constexpr int kMaxRanks = 8;
+// The most chunks a shard is cut into (CUCO_CHUNKS's bound above): the counter array is this long at
+// every design point.
+constexpr int kMaxChunks = 16;
+static_assert(kChunks <= kMaxChunks, "a chunk counter per chunk");
+// a, a_gathered, b and c hold bf16 elements (workload.toml).
+constexpr size_t kBytesPerElem = sizeof(__nv_bfloat16);
+// A thread's widest load or store: 16 bytes (uint4), which the copy uses wherever both sides are aligned.
+constexpr int kVecBytes = (int)sizeof(uint4);
+// The counters' array starts on its own 128-byte cache line, apart from the barriers' state.
+constexpr size_t kCounterAlign = 128;
+
+// One counter per chunk: how many units of the peers' put kernels have signalled that chunk, over all runs.
+using ChunkCounter = unsigned long long;
+
+#define CHECK(call)     \
+  do {                  \
+    if (call) return 1; \
+  } while (0)
 
 // Chunk counters live in the device communicator's resource buffer (not a workload buffer: the runner
 // poisons those before every trial). Filled in during ncclDevCommCreate.
@@ -62,34 +120,36 @@ static ncclDevResourceHandle_t flagsHandle;
 
 struct State {
   cublasHandle_t blas, blasSide;  // one per stream: a handle's workspace must not be shared by concurrent GEMMs
-  cudaEvent_t fork, join, joinGemm, chunkReady[CUCO_CHUNKS];
+  cudaEvent_t fork, join, joinGemm, chunkReady[kChunks];
   unsigned long long epoch;  // runs so far: chunk j is complete when its counter reaches epoch * signals
-  char* peerA[MAX_RANKS];    // CE: every rank's shard of A, mapped into this rank's address space
+  char* peerA[kMaxRanks];    // CE: every rank's shard of A, mapped into this rank's address space
 };
+
+// The run's shape: A is M x K, gathered from nRanks shards of mLocal rows; B and C hold nLocal columns.
+struct Shape {
+  int64_t M, K, N, mLocal, nLocal;
+  size_t rowBytes;  // one row of A
+};
+
+static Shape shapeOf(const cuco_ctx_t* ctx) {
+  Shape sh;
+  sh.M = cuco_param(ctx, "M"), sh.K = cuco_param(ctx, "K"), sh.N = cuco_param(ctx, "N");
+  sh.mLocal = sh.M / ctx->nRanks, sh.nLocal = sh.N / ctx->nRanks;
+  sh.rowBytes = (size_t)sh.K * kBytesPerElem;
+  return sh;
+}
 
 // Row range [r0, r1) of chunk j of a shard of mLocal rows.
 __host__ __device__ static inline void chunkRows(int64_t mLocal, int j, int64_t* r0, int64_t* r1) {
-  *r0 = mLocal * j / CUCO_CHUNKS;
-  *r1 = mLocal * (j + 1) / CUCO_CHUNKS;
+  *r0 = mLocal * j / kChunks;
+  *r1 = mLocal * (j + 1) / kChunks;
 }
 
-// Copy bytes [lo, hi) of src to dst with 16-byte accesses where both are aligned, by `nWorkers` workers of
-// `workerThreads` threads each; worker `w`, thread `t` within it.
-__device__ __attribute__((unused)) static inline void copySlice(char* dst, const char* src, size_t lo, size_t hi, int w, int nWorkers,
-                                        int t, int workerThreads) {
-  const size_t n = hi - lo, per = (n + nWorkers - 1) / nWorkers;
-  size_t b = lo + per * w, e = b + per < hi ? b + per : hi;
-  if (b >= e) return;
-  size_t vb = (b + 15) & ~(size_t)15, ve = e & ~(size_t)15;
-  if (vb > ve) vb = ve = e;
-  for (size_t i = b + t; i < vb; i += workerThreads) dst[i] = src[i];
-  for (size_t i = vb + 16 * t; i < ve; i += 16 * (size_t)workerThreads) *(uint4*)(dst + i) = *(const uint4*)(src + i);
-  for (size_t i = ve + t; i < e; i += workerThreads) dst[i] = src[i];
-}
+// ---- Kernels every design point uses ----------------------------------------------------------------
 
 __global__ void zeroFlagsKernel(ncclDevComm devComm, ncclDevResourceHandle_t flagsHandle) {
-  unsigned long long* flags = (unsigned long long*)ncclGetResourceBufferLocalPointer(devComm, flagsHandle);
-  if (threadIdx.x < CUCO_CHUNKS) flags[threadIdx.x] = 0;
+  ChunkCounter* flags = (ChunkCounter*)ncclGetResourceBufferLocalPointer(devComm, flagsHandle);
+  if (threadIdx.x < kChunks) flags[threadIdx.x] = 0;
   __threadfence_system();
 }
 
@@ -103,81 +163,332 @@ __global__ void peerPointersKernel(ncclWindow_t win, char** out, int n) {
   for (int p = threadIdx.x; p < n; p += blockDim.x) out[p] = (char*)ncclGetLsaPointer(win, 0, p);
 }
 
-#if defined(CUCO_BACKEND_LSA)
-// Push chunks [c0, c1) of this rank's shard into slot `rank` of every rank's a_gathered.
-__global__ void __launch_bounds__(PUT_THREADS) putKernel(ncclDevComm devComm, ncclDevResourceHandle_t flagsHandle,
-                                                         ncclWindow_t gatherWin,
-                                                         const char* shard, int64_t mLocal, size_t rowBytes,
-                                                         size_t slotOffset, int c0, int c1, int startBarrier,
-                                                         int endBarrier, int skipSelf) {
-  ncclLsaBarrierSession<ncclCoopCta> bar{ncclCoopCta(), devComm, ncclTeamLsa(devComm), devComm.lsaBarrier, blockIdx.x};
-  // acq_rel: every peer's previous GEMM over its a_gathered is done before our stores land there.
-  if (startBarrier) bar.sync(ncclCoopCta(), cuda::memory_order_acq_rel);
-#if defined(CUCO_ISSUER_CTA)
-  const int w = blockIdx.x, nWorkers = gridDim.x, t = threadIdx.x, workerThreads = blockDim.x;
-#else
-  const int w = (blockIdx.x * blockDim.x + threadIdx.x) / WARP_SIZE, nWorkers = gridDim.x * blockDim.x / WARP_SIZE;
-  const int t = threadIdx.x % WARP_SIZE, workerThreads = WARP_SIZE;
-#endif
-  for (int j = c0; j < c1; j++) {
-    int64_t r0, r1;
-    chunkRows(mLocal, j, &r0, &r1);
-    for (int peer = 0; peer < devComm.lsaSize; peer++) {
-      if (skipSelf && peer == devComm.lsaRank) continue;
-      char* dst = (char*)ncclGetLsaPointer(gatherWin, slotOffset, peer);
-      copySlice(dst, shard, r0 * rowBytes, r1 * rowBytes, w, nWorkers, t, workerThreads);
-    }
-#if defined(CUCO_SYNC_CHUNK)
-#if defined(CUCO_ISSUER_CTA)
-    __syncthreads();
-#else
-    __syncwarp();
-#endif
-    if (t == 0) {
-      // Release at system scope: this worker's stores (and, through the barrier above, its threads') are
-      // visible on every peer before the peer sees the counter move.
-      __threadfence_system();
-      for (int peer = 0; peer < devComm.lsaSize; peer++) {
-        if (peer == devComm.lsaRank) continue;
-        unsigned long long* f = (unsigned long long*)ncclGetResourceBufferLsaPointer(devComm, flagsHandle, peer);
-        atomicAdd_system(f + j, 1ull);
-      }
-    }
-#endif
+// ---- Issuer: the unit that copies a contiguous slice of a chunk and signals it ----------------------
+
+// A unit of the put kernel: `index` of `count` units, each of `lanes` threads; this thread is `lane`.
+struct Worker {
+  int index, count, lane, lanes;
+};
+
+template <Issuer>
+struct IssuerUnit;
+
+template <>
+struct IssuerUnit<Issuer::Cta> {
+  static constexpr int kPerPut = kPutCtas;  // units per put kernel: the signals each producer sends per chunk
+  __device__ static Worker self() {
+    return {(int)blockIdx.x, (int)gridDim.x, (int)threadIdx.x, (int)blockDim.x};
   }
-  // acq_rel: our stores are visible to the peers, theirs to us, before anything after this kernel.
-  if (endBarrier) bar.sync(ncclCoopCta(), cuda::memory_order_acq_rel);
+  __device__ static void sync() { __syncthreads(); }
+};
+
+template <>
+struct IssuerUnit<Issuer::Warp> {
+  static constexpr int kPerPut = kPutCtas * kPutThreads / kWarpSize;
+  __device__ static Worker self() {
+    return {(int)((blockIdx.x * blockDim.x + threadIdx.x) / kWarpSize), (int)(gridDim.x * blockDim.x / kWarpSize),
+            (int)(threadIdx.x % kWarpSize), kWarpSize};
+  }
+  __device__ static void sync() { __syncwarp(); }
+};
+
+// Copy bytes [lo, hi) of src to dst: unit `me` takes its share, its threads in kVecBytes accesses where the
+// offsets are aligned to them, bytewise at the two ends. dst and src must be aligned like each other.
+__device__ inline void copySlice(char* dst, const char* src, size_t lo, size_t hi, const Worker& me) {
+  const size_t n = hi - lo, per = (n + me.count - 1) / me.count;
+  size_t b = lo + per * me.index, e = b + per < hi ? b + per : hi;
+  if (b >= e) return;
+  size_t vb = (b + kVecBytes - 1) & ~(size_t)(kVecBytes - 1), ve = e & ~(size_t)(kVecBytes - 1);
+  if (vb > ve) vb = ve = e;
+  for (size_t i = b + me.lane; i < vb; i += me.lanes) dst[i] = src[i];
+  for (size_t i = vb + kVecBytes * me.lane; i < ve; i += kVecBytes * (size_t)me.lanes)
+    *(uint4*)(dst + i) = *(const uint4*)(src + i);
+  for (size_t i = ve + me.lane; i < e; i += me.lanes) dst[i] = src[i];
 }
 
-#if defined(CUCO_SYNC_CHUNK)
-// Waits until every peer has signalled chunks [c0, c1) of this run.
+// ---- Sync chunk over LSA: a counter per chunk on every rank, bumped by every unit of every peer ---------
+
+// Unit `me` has stored its share of chunk j on every peer: count it there.
+template <class Unit>
+__device__ inline void signalChunk(const ncclDevComm& devComm, ncclDevResourceHandle_t flagsHandle, int j,
+                                   const Worker& me) {
+  Unit::sync();  // every thread of the unit has issued its stores
+  if (me.lane == 0) {
+    // Release at system scope: this unit's stores (its threads' too, through the sync above) are visible on
+    // every peer before the peer sees the counter move.
+    __threadfence_system();
+    for (int peer = 0; peer < devComm.lsaSize; peer++) {
+      if (peer == devComm.lsaRank) continue;
+      ChunkCounter* f = (ChunkCounter*)ncclGetResourceBufferLsaPointer(devComm, flagsHandle, peer);
+      atomicAdd_system(f + j, 1ull);
+    }
+  }
+}
+
+// Waits until every peer has signalled chunks [c0, c1) of this run: `target` signals each. Instantiated at
+// sync chunk only, the one scope with counters.
+template <Sync S>
 __global__ void waitKernel(ncclDevComm devComm, ncclDevResourceHandle_t flagsHandle, int c0, int c1,
                            unsigned long long target) {
-  unsigned long long* flags = (unsigned long long*)ncclGetResourceBufferLocalPointer(devComm, flagsHandle);
+  static_assert(S == Sync::Chunk, "counters exist at sync chunk only");
+  ChunkCounter* flags = (ChunkCounter*)ncclGetResourceBufferLocalPointer(devComm, flagsHandle);
   if (threadIdx.x == 0) {
     for (int j = c0; j < c1; j++) {
-      cuda::atomic_ref<unsigned long long, cuda::thread_scope_system> f(flags[j]);
+      cuda::atomic_ref<ChunkCounter, cuda::thread_scope_system> f(flags[j]);
       // Acquire: the peers' stores that preceded their signals are visible to the GEMM that follows.
       while (f.load(cuda::memory_order_acquire) < target) {
       }
     }
   }
 }
-#endif
-#endif  // CUCO_BACKEND_LSA
+
+// ---- Backend LSA: the put kernel -------------------------------------------------------------------
+
+// Push chunks [c0, c1) of this rank's shard into slot `rank` of every rank's a_gathered (this rank's own
+// too unless skipSelf), unit by unit; at sync chunk each unit signals each chunk it finished.
+template <Issuer I, Sync S>
+__global__ void __launch_bounds__(kPutThreads) putKernel(ncclDevComm devComm, ncclDevResourceHandle_t flagsHandle,
+                                                         ncclWindow_t gatherWin,
+                                                         const char* shard, int64_t mLocal, size_t rowBytes,
+                                                         size_t slotOffset, int c0, int c1, int startBarrier,
+                                                         int endBarrier, int skipSelf) {
+  using Unit = IssuerUnit<I>;
+  ncclLsaBarrierSession<ncclCoopCta> bar{ncclCoopCta(), devComm, ncclTeamLsa(devComm), devComm.lsaBarrier, blockIdx.x};
+  // acq_rel: every peer's previous GEMM over its a_gathered is done before our stores land there.
+  if (startBarrier) bar.sync(ncclCoopCta(), cuda::memory_order_acq_rel);
+  const Worker me = Unit::self();
+  for (int j = c0; j < c1; j++) {
+    int64_t r0, r1;
+    chunkRows(mLocal, j, &r0, &r1);
+    for (int peer = 0; peer < devComm.lsaSize; peer++) {
+      if (skipSelf && peer == devComm.lsaRank) continue;
+      char* dst = (char*)ncclGetLsaPointer(gatherWin, slotOffset, peer);
+      copySlice(dst, shard, r0 * rowBytes, r1 * rowBytes, me);
+    }
+    if constexpr (S == Sync::Chunk) signalChunk<Unit>(devComm, flagsHandle, j, me);
+  }
+  // acq_rel: our stores are visible to the peers, theirs to us, before anything after this kernel.
+  if (endBarrier) bar.sync(ncclCoopCta(), cuda::memory_order_acq_rel);
+}
+
+// ---- Backend: barriers, the transfer of a chunk range, the wait for it ------------------------------
+
+template <Backend B, Issuer I, Sync S>
+struct Transport;
+
+// LSA: the put kernel pushes; its first launch of a run opens with the start barrier. Sync global: each put
+// kernel ends in a barrier, and a stream waits for it through an event. Sync chunk: a wait kernel spins on
+// the counters.
+template <Issuer I, Sync S>
+struct Transport<Backend::Lsa, I, S> {
+  static constexpr bool kCounters = S == Sync::Chunk;  // a stream waits on chunk counters, not on events
+  static constexpr bool kEventPerChunk = false;        // the counters, or the end barrier, signal chunks
+
+  static int startBarrier(cuco_ctx_t*) { return 0; }
+  static int endBarrier(cuco_ctx_t*) { return 0; }
+
+  // Enqueue chunks [c0, c1) on `st`. `first`: the run's first transfer (it opens with the start barrier);
+  // `skipSelf`: leave this rank's own slot of a_gathered alone.
+  static int put(cuco_ctx_t* ctx, State*, cudaStream_t st, int c0, int c1, bool first, bool skipSelf) {
+    const Shape sh = shapeOf(ctx);
+    cuco_buffer_t *a = cuco_buffer(ctx, "a"), *aFull = cuco_buffer(ctx, "a_gathered");
+    const int endBarrier = S == Sync::Global;
+    putKernel<I, S><<<kPutCtas, kPutThreads, 0, st>>>(ctx->devComm, flagsHandle, aFull->window, (const char*)a->ptr,
+                                                      sh.mLocal, sh.rowBytes, (size_t)ctx->rank * a->bytes, c0, c1,
+                                                      first, endBarrier, skipSelf);
+    CUCO_CUDA(ctx, cudaGetLastError());
+    return 0;
+  }
+
+  // Make `st` wait until chunks [c0, c1) have arrived; `ev`: the event recorded after their transfer.
+  static int wait(cuco_ctx_t* ctx, State* s, cudaStream_t st, int c0, int c1, cudaEvent_t ev) {
+    if constexpr (kCounters) {
+      const unsigned long long target = s->epoch * (unsigned long long)IssuerUnit<I>::kPerPut * (ctx->nRanks - 1);
+      waitKernel<S><<<1, kSmallKernelThreads, 0, st>>>(ctx->devComm, flagsHandle, c0, c1, target);
+      CUCO_CUDA(ctx, cudaGetLastError());
+    } else {
+      CUCO_CUDA(ctx, cudaStreamWaitEvent(st, ev, 0));
+    }
+    return 0;
+  }
+};
+
+// Copy engine: cudaMemcpyAsync pulls every rank's shard through its LSA mapping (peerA), between a barrier
+// before (the peers' shards are ready) and one after (they must not change while read). Sync chunk: an
+// event per chunk.
+template <Issuer I, Sync S>
+struct Transport<Backend::Ce, I, S> {
+  static constexpr bool kCounters = false;
+  static constexpr bool kEventPerChunk = S == Sync::Chunk;
+
+  static int startBarrier(cuco_ctx_t* ctx) { return barrier(ctx); }
+  static int endBarrier(cuco_ctx_t* ctx) { return barrier(ctx); }
+
+  static int put(cuco_ctx_t* ctx, State* s, cudaStream_t st, int c0, int c1, bool /*first*/, bool skipSelf) {
+    const Shape sh = shapeOf(ctx);
+    cuco_buffer_t *a = cuco_buffer(ctx, "a"), *aFull = cuco_buffer(ctx, "a_gathered");
+    for (int j = c0; j < c1; j++) {
+      int64_t r0, r1;
+      chunkRows(sh.mLocal, j, &r0, &r1);
+      if (r1 == r0) continue;
+      for (int p = 0; p < ctx->nRanks; p++) {
+        if (skipSelf && p == ctx->rank) continue;
+        char* dst = (char*)aFull->ptr + (size_t)p * a->bytes + r0 * sh.rowBytes;
+        const char* src = (p == ctx->rank ? (const char*)a->ptr : s->peerA[p]) + r0 * sh.rowBytes;
+        CUCO_CUDA(ctx, cudaMemcpyAsync(dst, src, (r1 - r0) * sh.rowBytes, cudaMemcpyDeviceToDevice, st));
+      }
+    }
+    return 0;
+  }
+
+  static int wait(cuco_ctx_t* ctx, State*, cudaStream_t st, int, int, cudaEvent_t ev) {
+    CUCO_CUDA(ctx, cudaStreamWaitEvent(st, ev, 0));
+    return 0;
+  }
+
+ private:
+  // On the main stream, outside the fork: a GEMM on a side stream would hold it back (header).
+  static int barrier(cuco_ctx_t* ctx) {
+    barrierKernel<<<1, kSmallKernelThreads, 0, ctx->stream>>>(ctx->devComm);
+    CUCO_CUDA(ctx, cudaGetLastError());
+    return 0;
+  }
+};
+
+using Transfers = Transport<kBackend, kIssuer, kSync>;
+
+// ---- GEMMs -----------------------------------------------------------------------------------------
+
+// All of a_gathered times b, on the main stream.
+static int gemmGathered(cuco_ctx_t* ctx, State* s) {
+  const Shape sh = shapeOf(ctx);
+  CUCO_CUBLAS(ctx, cuco_gemm_bf16(s->blas, cuco_buffer(ctx, "a_gathered")->ptr, cuco_buffer(ctx, "b")->ptr,
+                                  cuco_buffer(ctx, "c")->ptr, sh.M, sh.K, sh.nLocal));
+  return 0;
+}
+
+// This rank's own rows, straight from a (they need no communication), on the main stream.
+static int gemmLocalRows(cuco_ctx_t* ctx, State* s) {
+  const Shape sh = shapeOf(ctx);
+  char* c = (char*)cuco_buffer(ctx, "c")->ptr;
+  CUCO_CUBLAS(ctx, cuco_gemm_bf16(s->blas, cuco_buffer(ctx, "a")->ptr, cuco_buffer(ctx, "b")->ptr,
+                                  c + ctx->rank * sh.mLocal * sh.nLocal * kBytesPerElem, sh.mLocal, sh.K, sh.nLocal));
+  return 0;
+}
+
+// Rows [r0, r1) of every peer's shard (not this rank's own), through `blas`.
+static int gemmPeerRows(cuco_ctx_t* ctx, cublasHandle_t blas, int64_t r0, int64_t r1) {
+  const Shape sh = shapeOf(ctx);
+  const char* aFull = (const char*)cuco_buffer(ctx, "a_gathered")->ptr;
+  char* c = (char*)cuco_buffer(ctx, "c")->ptr;
+  if (r1 == r0) return 0;
+  for (int p = 0; p < ctx->nRanks; p++) {
+    if (p == ctx->rank) continue;
+    const int64_t row = p * sh.mLocal + r0;
+    CUCO_CUBLAS(ctx, cuco_gemm_bf16(blas, aFull + row * sh.rowBytes, cuco_buffer(ctx, "b")->ptr,
+                                    c + row * sh.nLocal * kBytesPerElem, r1 - r0, sh.K, sh.nLocal));
+  }
+  return 0;
+}
+
+// ---- Placement: the streams the transfers go on, and where the GEMMs go around them -----------------
+
+// The overlapped placements' transfers: side stream 0, forked from the main stream, this rank's own slot
+// left alone. perChunk: each chunk a transfer and an event (chunkReady[j]) of its own; otherwise one transfer
+// and one event, chunkReady[kChunks - 1].
+static int sideStreamTransfers(cuco_ctx_t* ctx, State* s, bool perChunk) {
+  cudaStream_t comm = ctx->sideStreams[0];
+  CUCO_CUDA(ctx, cudaEventRecord(s->fork, ctx->stream));
+  CUCO_CUDA(ctx, cudaStreamWaitEvent(comm, s->fork, 0));
+  if (perChunk) {
+    for (int j = 0; j < kChunks; j++) {
+      CHECK(Transfers::put(ctx, s, comm, j, j + 1, j == 0, true));
+      CUCO_CUDA(ctx, cudaEventRecord(s->chunkReady[j], comm));
+    }
+  } else {
+    CHECK(Transfers::put(ctx, s, comm, 0, kChunks, true, true));
+    CUCO_CUDA(ctx, cudaEventRecord(s->chunkReady[kChunks - 1], comm));
+  }
+  return 0;
+}
+
+// The main stream waits for side stream 0 (the transfers) to finish.
+static int joinSideStream(cuco_ctx_t* ctx, State* s) {
+  CUCO_CUDA(ctx, cudaEventRecord(s->join, ctx->sideStreams[0]));
+  CUCO_CUDA(ctx, cudaStreamWaitEvent(ctx->stream, s->join, 0));
+  return 0;
+}
+
+template <Placement>
+struct Schedule;
+
+// Deferred: the whole all-gather, this rank's own slot too, then one GEMM, all on the main stream.
+template <>
+struct Schedule<Placement::Deferred> {
+  static int transfers(cuco_ctx_t* ctx, State* s) {
+    return Transfers::put(ctx, s, ctx->stream, 0, kChunks, true, false);
+  }
+  static int gemms(cuco_ctx_t* ctx, State* s) {
+    // Stream order covers events and barriers; counters need their wait kernel.
+    if constexpr (Transfers::kCounters) CHECK(Transfers::wait(ctx, s, ctx->stream, 0, kChunks, NULL));
+    return gemmGathered(ctx, s);
+  }
+};
+
+// Stream overlap: the local GEMM on the main stream; on side stream 1, chunk by chunk, a wait for the chunk
+// and the GEMM over its rows of every peer.
+template <>
+struct Schedule<Placement::StreamOverlap> {
+  static int transfers(cuco_ctx_t* ctx, State* s) {
+    // A wait per chunk needs an event per chunk, unless counters signal the chunks.
+    return sideStreamTransfers(ctx, s, !Transfers::kCounters);
+  }
+  static int gemms(cuco_ctx_t* ctx, State* s) {
+    const Shape sh = shapeOf(ctx);
+    CHECK(gemmLocalRows(ctx, s));
+    cudaStream_t gemmSide = ctx->sideStreams[1];
+    CUCO_CUDA(ctx, cudaStreamWaitEvent(gemmSide, s->fork, 0));
+    for (int j = 0; j < kChunks; j++) {
+      int64_t r0, r1;
+      chunkRows(sh.mLocal, j, &r0, &r1);
+      CHECK(Transfers::wait(ctx, s, gemmSide, j, j + 1, s->chunkReady[j]));
+      CHECK(gemmPeerRows(ctx, s->blasSide, r0, r1));
+    }
+    CUCO_CUDA(ctx, cudaEventRecord(s->joinGemm, gemmSide));
+    CUCO_CUDA(ctx, cudaStreamWaitEvent(ctx->stream, s->joinGemm, 0));
+    return joinSideStream(ctx, s);
+  }
+};
+
+// Split put / wait: the local GEMM on the main stream, then one wait for every chunk, then one GEMM per peer.
+template <>
+struct Schedule<Placement::SplitPutWait> {
+  static int transfers(cuco_ctx_t* ctx, State* s) { return sideStreamTransfers(ctx, s, Transfers::kEventPerChunk); }
+  static int gemms(cuco_ctx_t* ctx, State* s) {
+    const Shape sh = shapeOf(ctx);
+    CHECK(gemmLocalRows(ctx, s));
+    CHECK(Transfers::wait(ctx, s, ctx->stream, 0, kChunks, s->chunkReady[kChunks - 1]));
+    CHECK(gemmPeerRows(ctx, s->blas, 0, sh.mLocal));
+    return joinSideStream(ctx, s);
+  }
+};
+
+using Scheduled = Schedule<kPlacement>;
+
+// ---- Entry points ----------------------------------------------------------------------------------
 
 CUCO_EXPORT void cuco_dev_requirements(const cuco_ctx_t* ctx, ncclDevCommRequirements* reqs) {
-  reqs->lsaBarrierCount = PUT_CTAS;
+  reqs->lsaBarrierCount = kPutCtas;
   memset(&flagsReq, 0, sizeof(flagsReq));
-  flagsReq.bufferSize = 16 * sizeof(unsigned long long);
-  flagsReq.bufferAlign = 128;  // a counter array on its own cache lines
+  flagsReq.bufferSize = kMaxChunks * sizeof(ChunkCounter);
+  flagsReq.bufferAlign = kCounterAlign;
   flagsReq.outBufferHandle = &flagsHandle;
   reqs->resourceRequirementsList = &flagsReq;
 }
 
 CUCO_EXPORT int cuco_setup(cuco_ctx_t* ctx) {
   if (ctx->nSideStreams < 2) CUCO_FAIL(ctx, "needs two side streams");
-  if (ctx->nRanks > MAX_RANKS) CUCO_FAIL(ctx, "at most %d ranks", MAX_RANKS);
+  if (ctx->nRanks > kMaxRanks) CUCO_FAIL(ctx, "at most %d ranks", kMaxRanks);
   if (!ctx->hasDevComm || ctx->devComm.lsaSize != ctx->nRanks)
     CUCO_FAIL(ctx, "all ranks must share one LSA team (one NVLink domain)");
   cuco_buffer_t *a = cuco_buffer(ctx, "a"), *aFull = cuco_buffer(ctx, "a_gathered");
@@ -191,156 +502,29 @@ CUCO_EXPORT int cuco_setup(cuco_ctx_t* ctx) {
   CUCO_CUDA(ctx, cudaEventCreateWithFlags(&s->fork, cudaEventDisableTiming));
   CUCO_CUDA(ctx, cudaEventCreateWithFlags(&s->join, cudaEventDisableTiming));
   CUCO_CUDA(ctx, cudaEventCreateWithFlags(&s->joinGemm, cudaEventDisableTiming));
-  for (int j = 0; j < CUCO_CHUNKS; j++) CUCO_CUDA(ctx, cudaEventCreateWithFlags(&s->chunkReady[j], cudaEventDisableTiming));
+  for (int j = 0; j < kChunks; j++) CUCO_CUDA(ctx, cudaEventCreateWithFlags(&s->chunkReady[j], cudaEventDisableTiming));
   char** dPtrs;
-  CUCO_CUDA(ctx, cudaMalloc(&dPtrs, MAX_RANKS * sizeof(char*)));
-  peerPointersKernel<<<1, 32, 0, ctx->stream>>>(a->window, dPtrs, ctx->nRanks);
+  CUCO_CUDA(ctx, cudaMalloc(&dPtrs, kMaxRanks * sizeof(char*)));
+  peerPointersKernel<<<1, kSmallKernelThreads, 0, ctx->stream>>>(a->window, dPtrs, ctx->nRanks);
   CUCO_CUDA(ctx, cudaGetLastError());
   CUCO_CUDA(ctx, cudaMemcpyAsync(s->peerA, dPtrs, ctx->nRanks * sizeof(char*), cudaMemcpyDeviceToHost, ctx->stream));
-  zeroFlagsKernel<<<1, 32, 0, ctx->stream>>>(ctx->devComm, flagsHandle);
+  zeroFlagsKernel<<<1, kSmallKernelThreads, 0, ctx->stream>>>(ctx->devComm, flagsHandle);
   CUCO_CUDA(ctx, cudaGetLastError());
-  barrierKernel<<<1, 32, 0, ctx->stream>>>(ctx->devComm);  // every rank's counters are zero before any signal
+  // Every rank's counters are zero before any signal.
+  barrierKernel<<<1, kSmallKernelThreads, 0, ctx->stream>>>(ctx->devComm);
   CUCO_CUDA(ctx, cudaGetLastError());
   CUCO_CUDA(ctx, cudaStreamSynchronize(ctx->stream));
   CUCO_CUDA(ctx, cudaFree(dPtrs));
   return 0;
 }
 
-#if defined(CUCO_BACKEND_CE)
-// Pulling needs a barrier before (peers' shards are ready) and after (they must not change while read).
-static int ceBarrier(cuco_ctx_t* ctx, cudaStream_t st) {
-  barrierKernel<<<1, 32, 0, st>>>(ctx->devComm);
-  CUCO_CUDA(ctx, cudaGetLastError());
-  return 0;
-}
-#endif
-
-// Enqueue the transfer of chunks [c0, c1) on `st`. `first`: the run's first transfer (LSA start barrier);
-// `skipSelf`: leave this rank's own slot of a_gathered alone.
-static int transfer(cuco_ctx_t* ctx, State* s, cudaStream_t st, int c0, int c1, bool first, bool skipSelf) {
-  const int64_t mLocal = cuco_param(ctx, "M") / ctx->nRanks;
-  cuco_buffer_t *a = cuco_buffer(ctx, "a"), *aFull = cuco_buffer(ctx, "a_gathered");
-  const size_t rowBytes = (size_t)cuco_param(ctx, "K") * 2, shardBytes = a->bytes;
-#if defined(CUCO_BACKEND_LSA)
-  (void)s;
-#if defined(CUCO_SYNC_GLOBAL)
-  const int endBarrier = 1;
-#else
-  const int endBarrier = 0;
-#endif
-  putKernel<<<PUT_CTAS, PUT_THREADS, 0, st>>>(ctx->devComm, flagsHandle, aFull->window, (const char*)a->ptr, mLocal, rowBytes,
-                                              (size_t)ctx->rank * shardBytes, c0, c1, first, endBarrier, skipSelf);
-  CUCO_CUDA(ctx, cudaGetLastError());
-#else
-  (void)first;
-  for (int j = c0; j < c1; j++) {
-    int64_t r0, r1;
-    chunkRows(mLocal, j, &r0, &r1);
-    if (r1 == r0) continue;
-    for (int p = 0; p < ctx->nRanks; p++) {
-      if (skipSelf && p == ctx->rank) continue;
-      char* dst = (char*)aFull->ptr + (size_t)p * shardBytes + r0 * rowBytes;
-      const char* src = (p == ctx->rank ? (const char*)a->ptr : s->peerA[p]) + r0 * rowBytes;
-      CUCO_CUDA(ctx, cudaMemcpyAsync(dst, src, (r1 - r0) * rowBytes, cudaMemcpyDeviceToDevice, st));
-    }
-  }
-#endif
-  return 0;
-}
-
-// Make `st` wait until chunks [c0, c1) have arrived; `ev` is the event recorded after their transfer.
-__attribute__((unused)) static int waitFor(cuco_ctx_t* ctx, State* s, cudaStream_t st, int c0, int c1, cudaEvent_t ev) {
-#if defined(CUCO_BACKEND_LSA) && defined(CUCO_SYNC_CHUNK)
-  (void)ev;
-  const unsigned long long target = s->epoch * (unsigned long long)SIGNALS_PER_PRODUCER * (ctx->nRanks - 1);
-  waitKernel<<<1, 32, 0, st>>>(ctx->devComm, flagsHandle, c0, c1, target);
-  CUCO_CUDA(ctx, cudaGetLastError());
-#else
-  CUCO_CUDA(ctx, cudaStreamWaitEvent(st, ev, 0));
-#endif
-  return 0;
-}
-
-#define CHECK(call) \
-  do {              \
-    if (call) return 1; \
-  } while (0)
-
-// GEMM over rows [r0, r1) of every peer's shard (not this rank's own), through `blas`.
-__attribute__((unused)) static int gemmPeerRows(cuco_ctx_t* ctx, cublasHandle_t blas, int64_t r0, int64_t r1) {
-  const int64_t M = cuco_param(ctx, "M"), K = cuco_param(ctx, "K"), N = cuco_param(ctx, "N");
-  const int64_t mLocal = M / ctx->nRanks, nLocal = N / ctx->nRanks;
-  const char* aFull = (const char*)cuco_buffer(ctx, "a_gathered")->ptr;
-  char* c = (char*)cuco_buffer(ctx, "c")->ptr;
-  if (r1 == r0) return 0;
-  for (int p = 0; p < ctx->nRanks; p++) {
-    if (p == ctx->rank) continue;
-    const int64_t row = p * mLocal + r0;
-    CUCO_CUBLAS(ctx, cuco_gemm_bf16(blas, aFull + row * K * 2, cuco_buffer(ctx, "b")->ptr, c + row * nLocal * 2,
-                                    r1 - r0, K, nLocal));
-  }
-  return 0;
-}
-
 CUCO_EXPORT int cuco_run(cuco_ctx_t* ctx) {
   State* s = (State*)ctx->state;
   s->epoch++;
-  const int64_t M = cuco_param(ctx, "M"), K = cuco_param(ctx, "K"), N = cuco_param(ctx, "N");
-  const int64_t nLocal = N / ctx->nRanks;
-  const void* b = cuco_buffer(ctx, "b")->ptr;
-  char* c = (char*)cuco_buffer(ctx, "c")->ptr;
-#if defined(CUCO_BACKEND_CE)
-  CHECK(ceBarrier(ctx, ctx->stream));
-#endif
-#if defined(CUCO_PLACEMENT_DEFERRED)
-  CHECK(transfer(ctx, s, ctx->stream, 0, CUCO_CHUNKS, true, false));
-#if defined(CUCO_BACKEND_LSA) && defined(CUCO_SYNC_CHUNK)
-  CHECK(waitFor(ctx, s, ctx->stream, 0, CUCO_CHUNKS, NULL));
-#endif
-  CUCO_CUBLAS(ctx, cuco_gemm_bf16(s->blas, cuco_buffer(ctx, "a_gathered")->ptr, b, c, M, K, nLocal));
-#else
-  const int64_t mLocal = M / ctx->nRanks;
-  cudaStream_t comm = ctx->sideStreams[0];
-  CUCO_CUDA(ctx, cudaEventRecord(s->fork, ctx->stream));
-  CUCO_CUDA(ctx, cudaStreamWaitEvent(comm, s->fork, 0));
-#if (defined(CUCO_PLACEMENT_STREAM_OVERLAP) && !defined(CUCO_SYNC_CHUNK)) || (defined(CUCO_BACKEND_CE) && defined(CUCO_SYNC_CHUNK))
-  // One transfer per chunk, each followed by its event (LSA: each ends in a barrier).
-  for (int j = 0; j < CUCO_CHUNKS; j++) {
-    CHECK(transfer(ctx, s, comm, j, j + 1, j == 0, true));
-    CUCO_CUDA(ctx, cudaEventRecord(s->chunkReady[j], comm));
-  }
-#else
-  CHECK(transfer(ctx, s, comm, 0, CUCO_CHUNKS, true, true));
-  CUCO_CUDA(ctx, cudaEventRecord(s->chunkReady[CUCO_CHUNKS - 1], comm));
-#endif
-  // This rank's own rows need no communication.
-  CUCO_CUBLAS(ctx, cuco_gemm_bf16(s->blas, cuco_buffer(ctx, "a")->ptr, b, c + ctx->rank * mLocal * nLocal * 2,
-                                  mLocal, K, nLocal));
-#if defined(CUCO_PLACEMENT_STREAM_OVERLAP)
-  cudaStream_t gemmSide = ctx->sideStreams[1];
-  CUCO_CUDA(ctx, cudaStreamWaitEvent(gemmSide, s->fork, 0));
-  for (int j = 0; j < CUCO_CHUNKS; j++) {
-    int64_t r0, r1;
-    chunkRows(mLocal, j, &r0, &r1);
-#if defined(CUCO_BACKEND_LSA) && defined(CUCO_SYNC_CHUNK)
-    CHECK(waitFor(ctx, s, gemmSide, j, j + 1, NULL));
-#else
-    CHECK(waitFor(ctx, s, gemmSide, j, j + 1, s->chunkReady[j]));
-#endif
-    CHECK(gemmPeerRows(ctx, s->blasSide, r0, r1));
-  }
-  CUCO_CUDA(ctx, cudaEventRecord(s->joinGemm, gemmSide));
-  CUCO_CUDA(ctx, cudaStreamWaitEvent(ctx->stream, s->joinGemm, 0));
-#else  // split put / wait: one wait for everything, one GEMM per peer
-  CHECK(waitFor(ctx, s, ctx->stream, 0, CUCO_CHUNKS, s->chunkReady[CUCO_CHUNKS - 1]));
-  CHECK(gemmPeerRows(ctx, s->blas, 0, mLocal));
-#endif
-  CUCO_CUDA(ctx, cudaEventRecord(s->join, comm));
-  CUCO_CUDA(ctx, cudaStreamWaitEvent(ctx->stream, s->join, 0));
-#endif
-#if defined(CUCO_BACKEND_CE)
-  CHECK(ceBarrier(ctx, ctx->stream));
-#endif
+  CHECK(Transfers::startBarrier(ctx));
+  CHECK(Scheduled::transfers(ctx, s));
+  CHECK(Scheduled::gemms(ctx, s));
+  CHECK(Transfers::endBarrier(ctx));
   return 0;
 }
 
@@ -351,7 +535,7 @@ CUCO_EXPORT int cuco_teardown(cuco_ctx_t* ctx) {
   CUCO_CUDA(ctx, cudaEventDestroy(s->fork));
   CUCO_CUDA(ctx, cudaEventDestroy(s->join));
   CUCO_CUDA(ctx, cudaEventDestroy(s->joinGemm));
-  for (int j = 0; j < CUCO_CHUNKS; j++) CUCO_CUDA(ctx, cudaEventDestroy(s->chunkReady[j]));
+  for (int j = 0; j < kChunks; j++) CUCO_CUDA(ctx, cudaEventDestroy(s->chunkReady[j]));
   delete s;
   ctx->state = NULL;
   return 0;
