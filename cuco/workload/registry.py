@@ -31,4 +31,5 @@ def resolve_workload(name_or_path: str) -> Path:
         if (d / name_or_path / "workload.toml").is_file():
             return d / name_or_path
     known = ", ".join(builtin_names()) or "none"
-    raise CucoError(name_or_path, f"no such workload directory or built-in workload (built-in: {known})")
+    raise CucoError(name_or_path, f"no such workload directory or built-in workload (built-in: {known}; "
+                                  "cuco init NAME --from PROGRAM.cu makes one around a program)")
