@@ -18,7 +18,8 @@ REDUCE_OPS = {"ncclSum": "SUM", "ncclProd": "PRODUCT", "ncclMax": "MAX", "ncclMi
 
 def _py_shape(b: Buffer) -> str:
     """A buffer's shape as Python over p (the shape's params) and world: `(p["M"] // world, p["K"])`."""
-    dims = [re.sub(r"\b(?!world\b)([A-Za-z_][A-Za-z0-9_]*)\b", r'p["\1"]', d).replace("/", "//") for d in b.shape]
+    dims = [re.sub(r"(?<!/)/(?!/)", "//", re.sub(r"\b(?!world\b)([A-Za-z_][A-Za-z0-9_]*)\b", r'p["\1"]', d))
+            for d in b.shape]
     return "(" + ", ".join(dims) + ("," if len(dims) == 1 else "") + ")"
 
 
