@@ -323,8 +323,10 @@ def transform(workload: str = typer.Argument(..., help="Built-in workload name o
     ecfg = _eval_config(config, device)
     spec = _spec(workload, None)
     path = Path(source or spec.seed_path or spec.source)
-    if not path.is_file() or path.suffix != ".cu":
-        raise CucoError(str(path), "not a CUDA C++ (.cu) program (give --source, or a seed.cu in [candidates])")
+    if not path.is_file():
+        raise CucoError(str(path), "no such source file (give --source, or a seed in [candidates])")
+    if path.suffix != ".cu":
+        raise CucoError(str(path), "the fast path analyses CUDA C++ (.cu) programs")
     try:
         analysis = analyze(path)
     except AnalysisError as exc:
