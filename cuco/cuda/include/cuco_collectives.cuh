@@ -7,7 +7,9 @@
  * chunk on the peer, consumer CTAs wait for it). Every kernel starts with a barrier (no rank writes into,
  * or reads from, a peer buffer that peer may still be using) and ends with one (every store has landed
  * before anything after the kernel runs), but reduceScatterPush, whose consumers end only once every
- * peer's stores to them have landed.
+ * peer's stores to them have landed. pushSlice is the all-gather's copy for a caller that cuts the transfer
+ * itself (into chunks, among CTAs or warps) and signals each piece its own way, as the GEMM+AllGather strategy
+ * kernel does.
  * Reductions add in fixed rank order in fp32, so results are bitwise deterministic. Data moves by stores
  * into peers' windows (all-gather, all-to-all(v), send, reduceScatterPush), or loads from them (reduce-scatter,
  * all-reduce).
@@ -27,9 +29,9 @@
 
 #include "cuco.h"
 
-// One LSA barrier per CTA, so this is also the lsaBarrierCount the device communicator needs. 64: on 2x H200
-// it beat 32 at 64 MB for every collective and tied at 1 MB (benchmarks/results/collectives-*). A program may
-// define it before the include (the collectives benchmark compares counts).
+// One LSA barrier per CTA, so this is also the lsaBarrierCount the device communicator needs. 64: the count that
+// moved data fastest over NVLink in the collectives benchmark (benchmarks/results/notes-collectives.md). A program
+// may define it before the include (the collectives benchmark compares counts).
 #ifndef CUCO_COLL_CTAS
 #define CUCO_COLL_CTAS 64
 #endif
@@ -107,6 +109,21 @@ __host__ __device__ inline void copyBytes(char* const* dst, const char* const* s
 // One pair, by every thread of the grid.
 __device__ inline void copyBytes(char* dst, const char* src, size_t n) {
   copyBytes(&dst, &src, 1, n, gridThread(), gridThreads());
+}
+
+// One worker's piece of an all-gather that its caller cuts itself: bytes [lo, hi) of `src` are split evenly among
+// `nWorkers` workers (a CTA each, or a warp each...), and worker `w` stores its part at the same offsets of every
+// dst[d], d < nDst (nDst <= CUCO_COLL_MAX_RANKS), with its `workerThreads` threads, this one `t`. Each worker's
+// part is contiguous, so it can signal that part alone once its threads are done.
+__host__ __device__ inline void pushSlice(char* const* dst, int nDst, const char* src, size_t lo, size_t hi, size_t w,
+                                          size_t nWorkers, size_t t, size_t workerThreads) {
+  const size_t per = (hi - lo + nWorkers - 1) / nWorkers;
+  const size_t b = lo + per * w, e = b + per < hi ? b + per : hi;
+  if (b >= e) return;
+  char* to[CUCO_COLL_MAX_RANKS];
+  const char* from[CUCO_COLL_MAX_RANKS];
+  for (int d = 0; d < nDst; d++) to[d] = dst[d] + b, from[d] = src + b;
+  copyBytes(to, from, nDst, e - b, t, workerThreads);
 }
 
 struct Barrier {
@@ -208,8 +225,8 @@ __global__ void __launch_bounds__(CUCO_COLL_THREADS) sendKernel(ncclDevComm dc, 
 }
 
 // A 16-byte pack as elements and back, through memcpy rather than a pointer cast: the host build of these loops
-// (tests/test_collectives_host.py) is C++, where reading a uint4 through a T* breaks strict aliasing: g++ -O3
-// returned wrong 8-rank bf16 sums that way. On the device both compile to register moves.
+// (tests/test_collectives_host.py) is C++, where reading a uint4 through a T* breaks strict aliasing and lets the
+// optimiser reorder the reads. On the device both compile to register moves.
 template <typename T>
 __host__ __device__ inline void addPack(float* acc, const uint4& u) {
   T v[16 / sizeof(T)];
@@ -305,18 +322,17 @@ __global__ void __launch_bounds__(CUCO_COLL_THREADS)
   bar.sync();  // peers may reuse their send buffers only once every rank has read them
 }
 
-// Reduce-scatter by stores (sync chunk, producer and consumer CTAs), the design point beside
-// reduceScatterKernel's loads. On 2x H200 the all-gather's stores reach 85-89% of the link at 64 MB and these
-// loads 81-82%, yet this kernel stays 1-2% behind the loads there (16 chunks) and further below (README).
-// A stage of the program's own (ReduceScatterStage) receives, in slot r, the block that rank r stores for this
-// rank. CTA b < CUCO_COLL_CTAS is a producer: it stores chunk after chunk of its range of every peer's block
-// (send + p * count) into slot `rank` of p's stage, then raises its flag there. CTA CUCO_COLL_CTAS + b is a
-// consumer: it waits for flag b of every peer, chunk by chunk, and adds while the producers' next stores are
-// in flight. Flags count up across calls (call * nChunks + chunk + 1), so they are never reset. A barrier per
-// producer at the start keeps a rank from storing into a peer's stage that the peer's consumers may still be
-// reading from the previous call. Producers have the lower block indices, so they are dispatched first; a
-// consumer waits only on peers' producers, and the 2 * 64 CTAs fit a 132-SM H100 or H200 together (one per SM
-// at these launch bounds). Same addition order as reduceScatterKernel (rank order, fp32).
+// Reduce-scatter by stores (sync chunk, producer and consumer CTAs), the design point beside reduceScatterKernel's
+// loads: the data crosses NVLink as stores, and the consumers' additions run behind the producers' stores (how the
+// two compare: benchmarks/results/notes-collectives.md). A stage of the program's own (ReduceScatterStage) receives,
+// in slot r, the block that rank r stores for this rank. CTA b < CUCO_COLL_CTAS is a producer: it stores chunk after
+// chunk of its range of every peer's block (send + p * count) into slot `rank` of p's stage, then raises its flag
+// there. CTA CUCO_COLL_CTAS + b is a consumer: it waits for flag b of every peer, chunk by chunk, and adds while the
+// producers' next stores are in flight. Flags count up across calls (call * nChunks + chunk + 1), so they are never
+// reset. A barrier per producer at the start keeps a rank from storing into a peer's stage that the peer's consumers
+// may still be reading from the previous call. Producers have the lower block indices, so they are dispatched first;
+// a consumer waits only on peers' producers, and the 2 * 64 CTAs fit a 132-SM H100 or H200 together (one per SM at
+// these launch bounds). Same addition order as reduceScatterKernel (rank order, fp32).
 struct ReduceScatterStage {
   void* buf;         // nRanks slots of slotBytes, then nRanks * CUCO_COLL_CTAS flags (uint64_t)
   ncclWindow_t win;  // symmetric: every rank allocates the same stage
@@ -382,9 +398,8 @@ __global__ void __launch_bounds__(CUCO_COLL_THREADS)
       __syncthreads();
       const T* in[CUCO_COLL_MAX_RANKS];
       for (int q = 0; q < n; q++) in[q] = q == me ? send + (size_t)me * count : (const T*)(mine + q * stage.slotBytes);
-      // Half the loads version's packs in flight: these inputs are local, and in a kernel that also holds the
-      // producer's copy loop the full count spills 184 bytes of registers (20 with half): 0.1181 ms against
-      // 0.1145 at 64 MB (collectives-*-2034, -2043).
+      // Half the loads version's packs in flight: these inputs are local, so fewer loads cover their latency,
+      // and this kernel also holds the producer's copy loop, beside which the full count spills registers.
       reduceRange<T, CUCO_COLL_REDUCE_PACKS / 2>(in, n, &recv, 1, c0, c1, threadIdx.x, blockDim.x);
     }
   }
@@ -484,9 +499,10 @@ inline cudaError_t reduceScatterStageFree(const cuco_ctx_t* ctx, ReduceScatterSt
 template <typename T>
 inline cudaError_t reduceScatterPush(const cuco_ctx_t* ctx, const void* send, ReduceScatterStage* stage, void* recv,
                                      int nChunks, cudaStream_t stream) {
-  // Each chunk costs its producer about 2.5 us on 2x H200 (1 MB: 0.016 ms in one chunk, 0.032 ms in 8), the
-  // release waiting for the chunk's stores to be acknowledged; 32 KB per CTA takes longer than that at the link
-  // rate a CTA gets (1/64 of 350 GB/s). 16 chunks were the best count at 64 MB (collectives-*-1923, -1928).
+  // Each chunk costs its producer a release that waits for the chunk's stores to be acknowledged (microseconds);
+  // kMinChunkBytes per CTA take longer than that to store at the link rate one CTA gets (1/CUCO_COLL_CTAS of the
+  // link), so the release hides behind the stores. kMaxChunks: beyond it, the flags cost more than the overlap
+  // gains (benchmarks/results/notes-collectives.md).
   constexpr size_t kMinChunkBytes = 32 << 10;
   constexpr int kMaxChunks = 16;
   const size_t rangeBytes = stage->count * sizeof(T) / CUCO_COLL_CTAS;

@@ -20,7 +20,9 @@
  *   IssuerUnit<kIssuer>            a put kernel's worker (CTA or warp) and how its threads meet
  *   Transport<kBackend, ...>       start and end barriers, the transfer of a chunk range, the wait for it
  *   Schedule<kPlacement>           which stream the transfers go on, and where the GEMMs go around them
- * so cuco_run is: start barrier, transfers, GEMMs, end barrier.
+ * so cuco_run is: start barrier, transfers, GEMMs, end barrier. The LSA put kernel's copy is the device
+ * collectives' all-gather piece (cuco::pushSlice, cuco_collectives.cuh): each unit stores its contiguous share
+ * of a chunk to every destination slot at once, then signals it.
  *
  * Invariants: the deferred placement fills this rank's own slot of a_gathered too (its one GEMM reads all
  * of it); the overlap placements leave it alone (the local GEMM reads a). A start barrier keeps a rank
@@ -34,6 +36,7 @@
 #include <cuda_bf16.h>
 
 #include "cuco.h"
+#include "cuco_collectives.cuh"
 #include "cuco_gemm.h"
 
 // ---- The design point --------------------------------------------------------------------------------
@@ -92,16 +95,15 @@ constexpr int kPutThreads = 512;
 constexpr int kWarpSize = 32;
 // Setup, barrier and wait kernels run as one warp: their work is a few words, or one thread's spin.
 constexpr int kSmallKernelThreads = kWarpSize;
-// State::peerA holds one pointer per rank.
+// State::peerA and the put kernel's destinations hold one pointer per rank.
 constexpr int kMaxRanks = 8;
+static_assert(kMaxRanks <= CUCO_COLL_MAX_RANKS, "cuco::pushSlice takes a destination per rank");
 // The most chunks a shard is cut into (CUCO_CHUNKS's bound above): the counter array is this long at
 // every design point.
 constexpr int kMaxChunks = 16;
 static_assert(kChunks <= kMaxChunks, "a chunk counter per chunk");
 // a, a_gathered, b and c hold bf16 elements (workload.toml).
 constexpr size_t kBytesPerElem = sizeof(__nv_bfloat16);
-// A thread's widest load or store: 16 bytes (uint4), which the copy uses wherever both sides are aligned.
-constexpr int kVecBytes = (int)sizeof(uint4);
 // The counters' array starts on its own 128-byte cache line, apart from the barriers' state.
 constexpr size_t kCounterAlign = 128;
 
@@ -192,20 +194,6 @@ struct IssuerUnit<Issuer::Warp> {
   __device__ static void sync() { __syncwarp(); }
 };
 
-// Copy bytes [lo, hi) of src to dst: unit `me` takes its share, its threads in kVecBytes accesses where the
-// offsets are aligned to them, bytewise at the two ends. dst and src must be aligned like each other.
-__device__ inline void copySlice(char* dst, const char* src, size_t lo, size_t hi, const Worker& me) {
-  const size_t n = hi - lo, per = (n + me.count - 1) / me.count;
-  size_t b = lo + per * me.index, e = b + per < hi ? b + per : hi;
-  if (b >= e) return;
-  size_t vb = (b + kVecBytes - 1) & ~(size_t)(kVecBytes - 1), ve = e & ~(size_t)(kVecBytes - 1);
-  if (vb > ve) vb = ve = e;
-  for (size_t i = b + me.lane; i < vb; i += me.lanes) dst[i] = src[i];
-  for (size_t i = vb + kVecBytes * me.lane; i < ve; i += kVecBytes * (size_t)me.lanes)
-    *(uint4*)(dst + i) = *(const uint4*)(src + i);
-  for (size_t i = ve + me.lane; i < e; i += me.lanes) dst[i] = src[i];
-}
-
 // ---- Sync chunk over LSA: a counter per chunk on every rank, bumped by every unit of every peer ---------
 
 // Unit `me` has stored its share of chunk j on every peer: count it there.
@@ -245,7 +233,7 @@ __global__ void waitKernel(ncclDevComm devComm, ncclDevResourceHandle_t flagsHan
 // ---- Backend LSA: the put kernel -------------------------------------------------------------------
 
 // Push chunks [c0, c1) of this rank's shard into slot `rank` of every rank's a_gathered (this rank's own
-// too unless skipSelf), unit by unit; at sync chunk each unit signals each chunk it finished.
+// too unless skipSelf): each unit its share of each chunk (cuco::pushSlice), which at sync chunk it signals.
 template <Issuer I, Sync S>
 __global__ void __launch_bounds__(kPutThreads) putKernel(ncclDevComm devComm, ncclDevResourceHandle_t flagsHandle,
                                                          ncclWindow_t gatherWin,
@@ -257,14 +245,14 @@ __global__ void __launch_bounds__(kPutThreads) putKernel(ncclDevComm devComm, nc
   // acq_rel: every peer's previous GEMM over its a_gathered is done before our stores land there.
   if (startBarrier) bar.sync(ncclCoopCta(), cuda::memory_order_acq_rel);
   const Worker me = Unit::self();
+  char* dst[kMaxRanks];
+  int nDst = 0;
+  for (int peer = 0; peer < devComm.lsaSize; peer++)
+    if (!skipSelf || peer != devComm.lsaRank) dst[nDst++] = (char*)ncclGetLsaPointer(gatherWin, slotOffset, peer);
   for (int j = c0; j < c1; j++) {
     int64_t r0, r1;
     chunkRows(mLocal, j, &r0, &r1);
-    for (int peer = 0; peer < devComm.lsaSize; peer++) {
-      if (skipSelf && peer == devComm.lsaRank) continue;
-      char* dst = (char*)ncclGetLsaPointer(gatherWin, slotOffset, peer);
-      copySlice(dst, shard, r0 * rowBytes, r1 * rowBytes, me);
-    }
+    cuco::pushSlice(dst, nDst, shard, r0 * rowBytes, r1 * rowBytes, me.index, me.count, me.lane, me.lanes);
     if constexpr (S == Sync::Chunk) signalChunk<Unit>(devComm, flagsHandle, j, me);
   }
   // acq_rel: our stores are visible to the peers, theirs to us, before anything after this kernel.
