@@ -100,29 +100,57 @@ def stop(procs: list[subprocess.Popen]) -> None:
         p.wait()
 
 
+# A port picked free can be taken before a rank binds it (an outgoing connection's ephemeral port, or another
+# evaluation starting beside this one); a launch whose ranks lost theirs while starting up is run again, on new ports.
+PORT_TRIES = 3
+
+
 def launch(job: Job, timeout_s: float, job_path: Path) -> LaunchResult:
+    """Run every rank of JOB under the watchdog; TIMEOUT_S bounds each attempt."""
     out = Path(job.out_dir)
     out.mkdir(parents=True, exist_ok=True)
-    job.write(job_path)
+    visible = list(job.gpus)  # the machine's GPU indices; the ranks see them as 0..n-1
+    for attempt in range(PORT_TRIES):
+        if attempt:
+            job.host_port = free_port()
+            for f in (*out.glob("rank*.json"), *out.glob("rank*.progress")):
+                f.unlink()
+        res = _watch(_start(job, job_path, out, visible), out, timeout_s)
+        if not _lost_a_port(res):
+            break
+    return res
+
+
+def _lost_a_port(res: LaunchResult) -> bool:
+    """A rank failed to bind its process group's port before the candidate was loaded: nothing of it ran yet."""
+    return any(o.last_step.startswith("init") and "address already in use" in
+               (((o.result or {}).get("error") or "") + o.log_tail).lower() for o in res.ranks)
+
+
+def _start(job: Job, job_path: Path, out: Path, visible: list[int]) -> list[subprocess.Popen]:
     env = {**os.environ, **job.env, **SAFE_ENV, "PYTHONUNBUFFERED": "1", "CUCO_WORLD_SIZE": str(job.world),
            "CUCO_LAUNCHER_PID": str(os.getpid()),
            JUDGE_PORT_ENV: str(free_port())}
-    if job.device == "cuda" and job.gpus:
-        env["CUDA_VISIBLE_DEVICES"] = ",".join(str(g) for g in job.gpus)
-        job.gpus = list(range(len(job.gpus)))
-        job.write(job_path)
+    if job.device == "cuda" and visible:
+        env["CUDA_VISIBLE_DEVICES"] = ",".join(str(g) for g in visible)
+        job.gpus = list(range(len(visible)))
+    job.write(job_path)
     env.setdefault("OMP_NUM_THREADS", "1")
     # The worker must import this cuco, even when it is not installed (a GPU machine's plain python3).
     root = str(Path(__file__).resolve().parents[2])
     env["PYTHONPATH"] = root + (os.pathsep + env["PYTHONPATH"] if env.get("PYTHONPATH") else "")
     procs = []
-    t0 = time.monotonic()
     for r in range(job.world):
         log = open(out / f"rank{r}.log", "wb")
         procs.append(subprocess.Popen([sys.executable, "-m", "cuco.runner.rank", str(job_path), str(r)],
                                       stdout=log, stderr=subprocess.STDOUT, env={**env, "RANK": str(r)},
                                       start_new_session=True))
         log.close()
+    return procs
+
+
+def _watch(procs: list[subprocess.Popen], out: Path, timeout_s: float) -> LaunchResult:
+    t0 = time.monotonic()
     deadline = t0 + timeout_s
     first_death: float | None = None
     timed_out = False
