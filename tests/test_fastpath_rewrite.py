@@ -27,14 +27,16 @@ WORKLOADS = {"gemm_allgather": GEMM_AG, "allreduce_sum": ROOT / "cuco" / "worklo
 # Host programs to rewrite: the workload seeds, and a program with a buffer of its own on allreduce_sum's buffers.
 PROGRAMS = {**{name: (wl, wl / "seed.cu") for name, wl in WORKLOADS.items()},
             "allreduce_scratch": (WORKLOADS["allreduce_sum"],
-                                  ROOT / "tests" / "fastpath" / "host_allreduce_scratch.cu")}
+                                  ROOT / "tests" / "fastpath" / "host_allreduce_scratch.cu"),
+            "halo_exchange": (WORKLOADS["sendrecv_ring"], ROOT / "tests" / "fastpath" / "host_halo_exchange.cu")}
 EXPECTED = {"gemm_allgather": "cuco::allGather(ctx, aFull->window, 0, a->ptr",
             "allreduce_sum": "cuco::allReduce<__nv_bfloat16>(ctx, x->window, 0, y->window, 0, n",
             "reducescatter_sum": "cuco::reduceScatter<__nv_bfloat16>(ctx, x->window, 0, y->ptr, n",
             "allgather_bf16": "cuco::allGather(ctx, y->window, 0, x->ptr",
             "alltoall_bf16": "cuco::allToAll(ctx, y->window, 0, x->ptr, (n) * sizeof(__nv_bfloat16)",
             "sendrecv_ring": "cucoSends1.add(x->ptr, (n) * sizeof(__nv_bfloat16), next, y->window, 0)",
-            "allreduce_scratch": "cuco::allReduce<__nv_bfloat16>(ctx, cucoWin_s_scratch, 0, cucoWin_s_scratch, 0, n"}
+            "allreduce_scratch": "cuco::allReduce<__nv_bfloat16>(ctx, cucoWin_s_scratch, 0, cucoWin_s_scratch, 0, n",
+            "halo_exchange": "cucoSends1.add(x->ptr, (n) * sizeof(__nv_bfloat16), right, y->window, 0)"}
 
 
 def _program(name):
@@ -75,9 +77,11 @@ def test_non_symmetric_buffer_is_refused(tmp_path):
         rewrite(spec.seed_path, spec)
 
 
-def test_send_recv_on_buffers_outside_the_workload_is_refused():
+def test_send_recv_in_a_helper_with_the_rank_as_a_parameter_is_refused():
+    """The helper's rank and nRanks are its caller's: the rules cannot prove where its sends land."""
     spec = load_workload(GEMM_AG)
-    with pytest.raises(RewriteError, match="line 12: ncclRecv's receive buffer `recv` is neither a workload buffer"):
+    with pytest.raises(RewriteError, match=r"line 10: peer `\(rank \+ 1\) % nRanks` depends on `rank`, which the "
+                                           "program does not define from ctx->rank and ctx->nRanks"):
         rewrite(ROOT / "tests" / "fastpath" / "host_sendrecv.cu", spec)
 
 
@@ -105,7 +109,8 @@ def test_send_recv_groups_the_rules_cannot_pair(edit, message, tmp_path):
 
 def test_uneven_all_to_all_through_host_counts_is_left_to_the_llm_loop():
     wl = ROOT / "cuco" / "workloads" / "alltoallv_bf16"
-    with pytest.raises(RewriteError, match=r"line 35: ncclSend and its ncclRecv \(line 36\) differ in count or type"):
+    with pytest.raises(RewriteError, match=r"line 32: peer `\(int\)p` depends on `p`, which the program assigns more "
+                                           r"than once \(a loop or a reassignment\)"):
         rewrite(wl / "seed.cu", load_workload(wl))
 
 

@@ -77,6 +77,9 @@ class Analysis:
     buffers: dict[str, str]  # buffer -> allocator (or "workload" for cuco_buffer lookups)
     warnings: list[str]
     source: bytes = field(default=b"", repr=False)  # the text analysed: a rewrite edits these bytes, unparsed again
+    # Per function, the integers it defines once (name -> the expression's text) and those it assigns again, in a
+    # loop or later (name -> None): what a peer expression like `next` stands for, or that it cannot be known.
+    scalars: dict[str, dict[str, str | None]] = field(default_factory=dict, repr=False)
 
     @property
     def nccl(self) -> list[Op]:
@@ -188,6 +191,7 @@ class _Calls:
         self.ops: list[Op] = []
         self.const = _const_params(functions)
         self.blas_streams: dict[str, str] = {}
+        self.scalars: dict[str, dict[str, str | None]] = {}
 
     def add(self, kind: str, name: str, node, fname: str, args: dict[str, str], reads: list[str] | None = None,
             writes: list[str] | None = None, stream: str | None = None, span=None, wrapper=None) -> None:
@@ -200,9 +204,11 @@ class _Calls:
     def function(self, fn) -> None:
         fname = function_name(fn)
         self.res.pointer_params = _pointer_params(fn)
+        scalars = self.scalars.setdefault(fname, {})
         for node in walk(fn):
             if node.type == "declaration":
                 self.res.learn_declaration(node)
+            _learn_scalars(node, scalars)
             callee, arg_list = node.child_by_field_name("function"), node.child_by_field_name("arguments")
             if node.type == "call_expression" and callee is not None and arg_list is not None:
                 self.call(node, text(callee), [a for a in arg_list.named_children if a.type != "comment"], fname)
@@ -264,6 +270,28 @@ class _Calls:
                      stream=text(args[pos]) if pos is not None and pos < len(args) else None)
 
 
+def _learn_scalars(node, scalars: dict[str, str | None]) -> None:
+    """Plain variables defined once with a value keep it; declared without one, assigned again, incremented, or
+    declared in a loop's header, they have none the rules can use."""
+    if node.type == "declaration":
+        in_loop_header = node.parent is not None and node.parent.type == "for_statement"
+        for d in node.named_children:
+            name = d.child_by_field_name("declarator") if d.type == "init_declarator" else d
+            if name is None or name.type != "identifier":
+                continue  # pointers, arrays, functions: not integers a peer could be
+            value = d.child_by_field_name("value") if d.type == "init_declarator" else None
+            known = text(name) not in scalars and value is not None and not in_loop_header
+            scalars[text(name)] = text(value) if known else None
+    elif node.type in ("assignment_expression", "update_expression"):
+        target = node.child_by_field_name("left") or node.child_by_field_name("argument")
+        if target is not None and target.type == "identifier":
+            scalars[text(target)] = None
+    elif node.type == "pointer_expression" and text(node).startswith("&"):
+        target = node.child_by_field_name("argument")
+        if target is not None and target.type == "identifier":
+            scalars[text(target)] = None  # written through its address (ncclCommCount(comm, &n))
+
+
 def _edges(ops: list[Op]) -> list[tuple[int, int, str]]:
     """Producer -> consumer through a buffer: the last op that wrote it before an op that reads it, per function."""
     edges = []
@@ -285,7 +313,7 @@ def analyze(path: Path, source: bytes | None = None) -> Analysis:
     for fn in functions:
         calls.function(fn)
     buffers = {**{v: "workload" for v in calls.res.alias.values()}, **calls.res.allocated}
-    analysis = Analysis(str(path), calls.ops, _edges(calls.ops), buffers, warnings, raw)
+    analysis = Analysis(str(path), calls.ops, _edges(calls.ops), buffers, warnings, raw, calls.scalars)
     if not analysis.nccl:
         raise AnalysisError(f"{path}: no NCCL call found: nothing to move onto the GPU (cuco transform starts from "
                             "a program whose communication is host-issued NCCL)")

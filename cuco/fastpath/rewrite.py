@@ -16,6 +16,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from cuco.fastpath.analyze import NCCL_SIGNATURES, Analysis, AnalysisError, Op, analyze
+from cuco.fastpath.peers import Call, PairingError, pair
 from cuco.workload.spec import WorkloadSpec
 
 # NCCL data types the device reductions handle, and their CUDA element types.
@@ -113,9 +114,11 @@ def _replacement(op: Op, window: _Windows) -> str:
                        "all-reduce, all-to-all and grouped send/recv are)")
 
 
-def _group(ops: list[Op], number: int, window: _Windows) -> list[tuple[Op, str, bool]]:
-    """ncclGroupStart, sends and receives, ncclGroupEnd -> one cuco::sendBatch. The i-th send is paired with
-    the i-th receive: every rank runs this same group, so that receive is where the send lands on its peer."""
+def _group(ops: list[Op], number: int, window: _Windows, scalars: dict[str, str | None]
+           ) -> list[tuple[Op, str, bool]]:
+    """ncclGroupStart, sends and receives, ncclGroupEnd -> one cuco::sendBatch. Each send writes the buffer of the
+    receive NCCL would match it with on its peer, proved from the peer expressions for every rank and world size
+    (peers.pair), or the group is refused with the reason."""
     start, members, end = ops[0], ops[1:-1], ops[-1]
     if any(o.kind != "p2p" for o in members):
         other = next(o for o in members if o.kind != "p2p")
@@ -131,7 +134,12 @@ def _group(ops: list[Op], number: int, window: _Windows) -> list[tuple[Op, str, 
         raise RewriteError(f"line {start.line}: the group's calls use several streams ({', '.join(sorted(streams))})")
     batch = f"cucoSends{number}"
     out: list[tuple[Op, str, bool]] = [(start, f"cuco::SendBatch {batch}", False)]
-    for snd, rcv in zip(sends, recvs):
+    try:
+        pairing = pair([Call(o.line, o.args.get("peer", "")) for o in sends],
+                       [Call(o.line, o.args.get("peer", "")) for o in recvs], scalars)
+    except PairingError as exc:
+        raise RewriteError(f"line {start.line}: {exc}") from None
+    for snd, rcv in ((snd, recvs[j]) for snd, j in zip(sends, pairing)):
         elem = COPY_ELEMENT.get(snd.args.get("dtype", ""))
         if elem is None:
             raise RewriteError(f"line {snd.line}: ncclSend on {snd.args.get('dtype')} is not covered by the rules")
@@ -169,7 +177,7 @@ def rewrite(program: Path | Analysis, spec: WorkloadSpec) -> Rewrite:
         elif op.name == "ncclGroupEnd":
             if group is None:
                 raise RewriteError(f"line {op.line}: ncclGroupEnd without ncclGroupStart")
-            calls += _group(group + [op], len(replaced) + 1, window)
+            calls += _group(group + [op], len(replaced) + 1, window, analysis.scalars.get(op.function, {}))
             replaced.append(f"lines {group[0].line}-{op.line}: group of {(len(group) - 1) // 2} ncclSend/ncclRecv "
                             "-> cuco::sendBatch")
             group = None
