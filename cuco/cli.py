@@ -18,6 +18,7 @@ from cuco.extras import require
 from cuco.paths import atomic_write_json
 
 app = typer.Typer(add_completion=False, no_args_is_help=True, pretty_exceptions_enable=False,
+                  context_settings={"help_option_names": ["-h", "--help"]},
                   help="Compute-communication co-design for multi-GPU programs: verified, measured, searched.")
 console = Console(width=None if sys.stdout.isatty() else 160)
 
@@ -139,6 +140,20 @@ TimeoutOpt = typer.Option(None, "--timeout", help="Watchdog limit in seconds for
                           "default: the workload's).")
 WarmupOpt = typer.Option(None, "--warmup", help="Warm-up iterations (eval.warmup; default: the workload's).")
 ItersOpt = typer.Option(None, "--iters", help="Timed iterations (eval.iters; default: the workload's).")
+
+
+def _version(value: bool) -> None:
+    if value:
+        from cuco import __version__
+
+        print(f"cuco {__version__}")
+        raise typer.Exit()
+
+
+@app.callback()
+def _main(version: bool = typer.Option(False, "--version", callback=_version, is_eager=True,
+                                       help="Print the version and exit.")) -> None:
+    """Compute-communication co-design for multi-GPU programs: verified, measured, searched."""
 
 
 @app.command()
@@ -417,17 +432,20 @@ def report(run_dir: Path = typer.Argument(..., help="A run directory of cuco evo
 
 @app.command()
 def ui(run_dir: Path = typer.Argument(..., help="A run directory of cuco evolve (running or finished)."),
-       port: int = typer.Option(8765, "--port", help="Port on 127.0.0.1.")) -> None:
+       host: str = typer.Option("127.0.0.1", "--host", help="Address to listen on (default: loopback only; "
+                                "0.0.0.0 shows the page to the network, with no authentication)."),
+       port: int = typer.Option(8765, "--port", help="Port to listen on.")) -> None:
     """The report as a live web page: rebuilt from the store on each request, candidates one click away."""
     from cuco.report.ui import make_server
 
     if not (run_dir / "cuco.db").is_file():
         raise CucoError(str(run_dir), "not a run directory of cuco evolve (no cuco.db)")
     try:
-        server = make_server(run_dir, port=port)
-    except OSError as exc:
-        raise CucoError("--port", f"cannot listen on 127.0.0.1:{port}: {exc.strerror}") from None
-    console.print(f"serving {run_dir} on http://127.0.0.1:{server.server_address[1]}/ (Ctrl-C stops)")
+        server = make_server(run_dir, host=host, port=port)
+    except (OSError, OverflowError) as exc:
+        why = exc.strerror if isinstance(exc, OSError) and exc.strerror else str(exc)
+        raise CucoError("--host/--port", f"cannot listen on {host}:{port}: {why}") from None
+    console.print(f"serving {run_dir} on http://{host}:{server.server_address[1]}/ (Ctrl-C stops)")
     try:
         server.serve_forever()
     except KeyboardInterrupt:

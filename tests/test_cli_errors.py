@@ -54,8 +54,15 @@ def txt_file(tmp_path: Path) -> str:
     return str(p)
 
 
+def run_dir(tmp_path: Path) -> str:
+    (tmp_path / "run").mkdir()
+    (tmp_path / "run" / "cuco.db").touch()
+    return str(tmp_path / "run")
+
+
 # (id, argv; a callable item is given tmp_path and returns the argument, substrings stderr must contain)
 CASES = [
+    ("ui-bad-host", ["ui", run_dir, "--host", "256.1.1.1"], ["--host", "256.1.1.1"]),
     ("eval-unknown-workload", ["eval", "no_such_workload", "x.py"], ["no_such_workload", "gemm_allgather"]),
     ("eval-missing-candidate", ["eval", "gemm_allgather", "does_not_exist.py"], ["does_not_exist.py", "torch_host"]),
     ("eval-invalid-toml", ["eval", broken_toml_dir, "x.py"], ["workload.toml", "not valid TOML"]),
@@ -127,3 +134,9 @@ def test_eval_exit_status_says_whether_the_candidate_passed(tmp_path):
     assert "out of tolerance" in failed.stdout
     passed = run_cuco(base[:2] + ["torch_host"] + base[2:], tmp_path / "h")
     assert passed.returncode == 0, passed.stdout + passed.stderr
+
+
+def test_version_and_short_help():
+    for args, words in ((["--version"], "cuco 0.1.0"), (["-h"], "Usage: cuco"), (["eval", "-h"], "--small-shape")):
+        proc = subprocess.run([sys.executable, "-m", "cuco", *args], capture_output=True, text=True, cwd=REPO)
+        assert proc.returncode == 0 and words in proc.stdout, (args, proc.stdout, proc.stderr)
