@@ -64,16 +64,17 @@ def test_rewritten_program_builds(name, tmp_path):
     assert res.ok, res.log
 
 
-def test_non_symmetric_buffer_is_refused(tmp_path):
+def test_every_buffer_that_must_be_symmetric_is_named_at_once(tmp_path):
     import shutil
 
     wl = tmp_path / "wl"
     shutil.copytree(WORKLOADS["allreduce_sum"], wl)
     toml = (wl / "workload.toml").read_text()
-    (wl / "workload.toml").write_text(toml.replace('shape = ["N"]\nsymmetric = true\n\n[buffers.y]',
-                                                   'shape = ["N"]\n\n[buffers.y]'))
+    (wl / "workload.toml").write_text(toml.replace("symmetric = true\n", ""))
     spec = load_workload(wl)
-    with pytest.raises(RewriteError, match="'x' must be symmetric"):
+    with pytest.raises(RewriteError, match=r"workload.toml: peers must reach 'x' \(line 9: ncclAllReduce's send buffer\); "
+                                           r"'y' \(line 9: ncclAllReduce's receive buffer\): add `symmetric = true` "
+                                           r"under \[buffers.x\] and \[buffers.y\]"):
         rewrite(spec.seed_path, spec)
 
 

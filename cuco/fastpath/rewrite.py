@@ -55,14 +55,20 @@ class _Windows:
         self.allocs = {o.args["buffer"]: o for o in analysis.ops if o.kind == "alloc"}
         self.frees = [o for o in analysis.ops if o.kind == "free"]
         self.moved: dict[str, str] = {}  # program buffer -> the variable holding its window
+        self.not_symmetric: dict[str, str] = {}  # workload buffer peers must reach -> where, all reported at once
+
+    def check_symmetric(self) -> None:
+        if self.not_symmetric:
+            where = "; ".join(f"{name!r} ({use})" for name, use in self.not_symmetric.items())
+            tables = " and ".join(f"[buffers.{name}]" for name in self.not_symmetric)
+            raise RewriteError(f"{self.spec.source}: peers must reach {where}: add `symmetric = true` under {tables}")
 
     def __call__(self, expr: str, role: str, op: Op) -> str:
         m = re.fullmatch(r"\s*(\w+)\s*->\s*ptr\s*", expr)
         if m and m.group(1) in self.aliases:
             name = self.aliases[m.group(1)]
             if name not in self.spec.buffers or not self.spec.buffers[name].symmetric:
-                raise RewriteError(f"line {op.line}: {op.name}'s {role} buffer {name!r} must be symmetric in "
-                                   f"{self.spec.source} (symmetric = true) for peers to reach it")
+                self.not_symmetric.setdefault(name, f"line {op.line}: {op.name}'s {role} buffer")
             return f"{m.group(1)}->window"
         key = re.sub(r"\s+", "", expr)
         alloc = self.allocs.get(key)
@@ -192,6 +198,7 @@ def rewrite(program: Path | Analysis, spec: WorkloadSpec) -> Rewrite:
             replaced.append(f"line {op.line}: {op.name} -> {call.split('(')[0]}")
     if group is not None:
         raise RewriteError(f"line {group[0].line}: ncclGroupStart without ncclGroupEnd")
+    window.check_symmetric()
     edits = [(op.span, f"CUCO_CUDA(ctx, {call})" if op.wrapper and checked else call) for op, call, checked in calls]
     edits += window.edits()
     replaced += [f"line {window.allocs[k].line}: cudaMalloc of {k} -> ncclMemAlloc + symmetric window"
