@@ -20,7 +20,8 @@ def test_cpu_example_seed_and_strategy_pass_at_world(world, tmp_path):
     point = accepted_points(strategy)[-1]
     src = tmp_path / "strategy.py"
     src.write_text(materialize(strategy, point))
-    for cand in (spec.seed_path, src):
+    # At 8 ranks on a small machine each evaluation is slow: the strategy there, both at 4.
+    for cand in (spec.seed_path, src) if world == 4 else (src,):
         rec = evaluate(spec, cand, EvalOptions(device="cpu", shapes=["tiny"], small_shapes=["odd"], warmup=1, iters=3,
                                                     work_dir=tmp_path / cand.stem))
         assert rec.ok, rec.error
