@@ -77,4 +77,16 @@ def rows(facts: dict[str, Any]) -> list[tuple[str, str]]:
         out.append(("peer link", f"{facts['peer_bw_gbps']:.0f} GB/s per direction, both ranks sending (measured)"))
     if facts.get("gemm_bf16_tflops"):
         out.append(("bf16 GEMM", f"{facts['gemm_bf16_tflops']:.0f} TFLOP/s (measured, 8192^3, random data)"))
+    out.append(("environment", _environment()))
     return out
+
+
+def _environment() -> str:
+    """The variables cuco reads that are set here (keys by name only): what changes its behaviour on this machine."""
+    import os
+
+    from cuco.environment import VARIABLES
+
+    shown = [f"{v.name}={'(set)' if 'KEY' in v.name else os.environ[v.name]}" for v in VARIABLES
+             if not v.internal and os.environ.get(v.name)]
+    return ", ".join(shown) or "none of cuco's variables set (docs/configuration.md)"

@@ -87,3 +87,12 @@ def test_every_run_toml_key_is_documented():
     for section, cls in (("search", SearchConfig), ("eval", EvalConfig), ("llm", LLMConfig)):
         part = documented.split(f"### [{section}]")[1].split("###")[0]
         assert all(f"| `{f.name}` |" in part for f in fields(cls)), section
+
+
+def test_doctor_shows_the_variables_set_and_never_a_key(monkeypatch):
+    from cuco.doctor import rows
+
+    monkeypatch.setenv("CUCO_CUDA_ARCH", "90")
+    monkeypatch.setenv("ANTHROPIC_API_KEY", "sk-secret")
+    line = dict(rows({}))["environment"]
+    assert "CUCO_CUDA_ARCH=90" in line and "ANTHROPIC_API_KEY=(set)" in line and "sk-secret" not in line
