@@ -44,8 +44,9 @@ def test_run_toml_is_checked_against_the_same_annotations(tmp_path):
     assert load_config(path).eval.warmup == 1 and load_config(path).eval.iters is None
 
 
-def test_eval_settings_default_to_the_workload_for_every_command():
+def test_eval_settings_default_to_the_workload_for_every_command(monkeypatch):
     """evolve and eval build their options from one EvalConfig: unset fields are the workload's [timing]."""
+    import cuco.runner.cascade as cascade
     from cuco.cli import _eval_config, _evaluator
 
     ecfg = _eval_config(None)
@@ -56,13 +57,8 @@ def test_eval_settings_default_to_the_workload_for_every_command():
         seen.update(warmup=opts.warmup, iters=opts.iters, timeout_s=opts.timeout_s)
         return {}
 
-    import cuco.runner.cascade as cascade
-
-    original, cascade.evaluate = cascade.evaluate, capture
-    try:
-        _evaluator("cpu", RunConfig(), "tiny")(None, ROOT, type("Slot", (), {"gpus": ()})(), ROOT)
-    finally:
-        cascade.evaluate = original
+    monkeypatch.setattr(cascade, "evaluate", capture)
+    _evaluator("cpu", RunConfig(), "tiny")(None, ROOT, type("Slot", (), {"gpus": ()})(), ROOT)
     assert seen == {"warmup": None, "iters": None, "timeout_s": None}
 
 
