@@ -372,12 +372,15 @@ def transform(workload: str = typer.Argument(..., help="Built-in workload name o
         console.print(f"stage {log.stage}: correct after {len(log.tries)} tries (prompts, replies, judge notes in "
                       f"{target.parent / 'llm'})", highlight=False)
     console.print(f"{result.evolve_blocks} evolve blocks; re-analysis: no host collective left; built; written to "
-                  f"{target}; start a search from it with cuco evolve {workload} --set search.start={target}",
-                  highlight=False)
+                  f"{target}", highlight=False)
     if result.record is None:
-        console.print(f"verifying it needs {spec.world_size} GPUs: cuco eval {workload} {target}", highlight=False)
+        console.print(f"not verified: that needs {spec.world_size} GPUs (cuco eval {workload} {target}); once it "
+                      f"passes, cuco evolve {workload} --set search.start={target} searches from it", highlight=False)
         return
     print_record(result.record, console)
+    if result.record.ok:
+        console.print(f"verified; start a search from it: cuco evolve {workload} --set search.start={target}",
+                      highlight=False)
     raise typer.Exit(0 if result.record.ok else 1)
 
 

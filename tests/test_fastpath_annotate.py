@@ -91,3 +91,15 @@ def test_search_starts_from_the_transformed_program(tmp_path):
     first = evo.db.all()[0]
     assert first.code == start.read_text() and first.label is None and evo.db.count("done") == 3
     evo.db.close()
+
+
+@pytest.mark.nvcc
+def test_a_program_that_does_not_build_is_not_rewritten(tmp_path):
+    """Its own compiler error, at its own line, and nothing written: not an error in the rewritten file."""
+    spec = load_workload(AR)
+    src = tmp_path / "seed.cu"
+    src.write_text(spec.seed_path.read_text().replace("return 0;\n}", "return undeclared_name;\n}", 1))
+    with pytest.raises(TransformError, match=r"seed.cu: the program does not build as it is, so it is not "
+                                             r"rewritten: .*seed.cu\(\d+\): error: identifier \"undeclared_name\""):
+        transform(spec, analyze(src), tmp_path / "out" / "t.cu")
+    assert not (tmp_path / "out" / "t.cu").exists()

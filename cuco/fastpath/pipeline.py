@@ -16,7 +16,7 @@ from cuco.fastpath.llm_loop import StageLog, TransformFailed, llm_transform
 from cuco.fastpath.rewrite import RewriteError, no_host_collective_left, rewrite
 from cuco.llm import LLMClient
 from cuco.program.blocks import evolve_blocks
-from cuco.runner.build import BuildResult, build
+from cuco.runner.build import BuildResult, build, first_error
 from cuco.runner.record import EvalRecord
 from cuco.workload.spec import WorkloadSpec
 
@@ -53,7 +53,14 @@ class TransformResult:
 
 def transform(spec: WorkloadSpec, analysis: Analysis, target: Path, llm: LLMFallback | None = None,
               verify: Evaluator | None = None) -> TransformResult:
-    """Rewrite the analysed program into TARGET, build it and, given VERIFY, run it at L3."""
+    """Build the analysed program as it is (its own errors, its own line numbers), rewrite it into TARGET, build
+    that and, given VERIFY, run it at L3."""
+    source = Path(analysis.path)
+    if source.is_file():
+        given = build(source)
+        if not given.ok:
+            raise TransformError(str(source), "the program does not build as it is, so it is not rewritten: "
+                                 + first_error(given.log))
     target.parent.mkdir(parents=True, exist_ok=True)
     rewrites, stopped, stages = [], None, []
     try:
@@ -74,7 +81,6 @@ def transform(spec: WorkloadSpec, analysis: Analysis, target: Path, llm: LLMFall
         raise TransformError(str(target), "re-analysis still finds a host NCCL call")
     built = build(target)
     if not built.ok:
-        raise TransformError(str(target), "the rewritten program does not build: "
-                             + (built.log.strip().splitlines() or ["no output"])[0])
+        raise TransformError(str(target), "the rewritten program does not build: " + first_error(built.log))
     return TransformResult(analysis, target, code, len(evolve_blocks(code)), built, rewrites, stopped, stages,
                            verify(target) if verify is not None else None)

@@ -269,3 +269,11 @@ def build(src: Path, arch: str | None = None, toolchain: Toolchain | None = None
 
 def build_harness(arch: str | None = None) -> BuildResult:
     return build(HARNESS_SRC, arch)
+
+
+def first_error(log: str) -> str:
+    """The line of a compiler log a person reads first: its first error, else its first line."""
+    for line in log.splitlines():
+        if "error" in line.lower():
+            return line.strip()[:300]
+    return (log.strip().splitlines() or ["no output"])[0][:300]

@@ -18,7 +18,7 @@ from typing import Any
 from cuco.machine import fingerprint, load_machine
 from cuco.paths import atomic_write_json
 from cuco.runner.bounds import compute_bound, reference_timings
-from cuco.runner.build import build_harness
+from cuco.runner.build import build_harness, first_error
 from cuco.runner.cuda_checks import check_and_build
 from cuco.runner.job import Job, Stage
 from cuco.runner.launch import describe_exit, free_port, launch, make_gate_file
@@ -122,7 +122,7 @@ def _level1(record: EvalRecord, candidate: Path, kind: str, text: str, opts: Eva
             return _fail(record, "L1", "static checks of what the compiler sees failed: " + problems[0],
                          "\n".join(problems)), None, None
         if not built.ok:
-            return _fail(record, "L1", "nvcc build failed: " + _first_error(built.log), built.log), None, None
+            return _fail(record, "L1", "nvcc build failed: " + first_error(built.log), built.log), None, None
         library = str(built.library)
     else:
         try:
@@ -133,17 +133,10 @@ def _level1(record: EvalRecord, candidate: Path, kind: str, text: str, opts: Eva
     if opts.device == "cuda":
         hb = build_harness()
         if not hb.ok:
-            why = "the runner's harness failed to build: " + _first_error(hb.log)
+            why = "the runner's harness failed to build: " + first_error(hb.log)
             return _fail(record, "L1", why, hb.log), None, None
         harness = str(hb.library)
     return None, library, harness
-
-
-def _first_error(log: str) -> str:
-    for line in log.splitlines():
-        if "error" in line.lower():
-            return line.strip()[:300]
-    return (log.strip().splitlines() or ["no output"])[0][:300]
 
 
 def _interpret(spec, record: EvalRecord, res, stages, opts, baselines, references) -> EvalRecord:
