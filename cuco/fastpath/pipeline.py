@@ -17,6 +17,7 @@ from cuco.fastpath.rewrite import RewriteError, no_host_collective_left, rewrite
 from cuco.llm import LLMClient
 from cuco.program.blocks import evolve_blocks
 from cuco.runner.build import BuildResult, build, first_error
+from cuco.runner.toolchain import find_toolchain
 from cuco.runner.record import EvalRecord
 from cuco.workload.spec import WorkloadSpec
 
@@ -56,7 +57,7 @@ def transform(spec: WorkloadSpec, analysis: Analysis, target: Path, llm: LLMFall
     """Build the analysed program as it is (its own errors, its own line numbers), rewrite it into TARGET, build
     that and, given VERIFY, run it at L3."""
     source = Path(analysis.path)
-    if source.is_file():
+    if source.is_file() and not find_toolchain().missing():  # without nvcc the rewritten build says what is missing
         given = build(source)
         if not given.ok:
             raise TransformError(str(source), "the program does not build as it is, so it is not rewritten: "
