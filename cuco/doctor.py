@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import os
 import shutil
 import subprocess
 from typing import Any
@@ -83,8 +84,6 @@ def rows(facts: dict[str, Any]) -> list[tuple[str, str]]:
 
 def _environment() -> str:
     """The variables cuco reads that are set here (keys by name only): what changes its behaviour on this machine."""
-    import os
-
     from cuco.environment import VARIABLES
 
     shown = [f"{v.name}={'(set)' if 'KEY' in v.name else os.environ[v.name]}" for v in VARIABLES

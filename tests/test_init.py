@@ -14,6 +14,7 @@ from conftest import WORKLOADS
 
 from cuco.errors import CucoError
 from cuco.workload.scaffold import create_workload
+from cuco.workload.expr import eval_expr
 from cuco.workload.spec import load_workload
 
 # A program outside the candidate ABI: host buffers copied in, a kernel, an all-reduce, the result copied out.
@@ -87,6 +88,8 @@ def test_scaffold_of_a_shipped_seed_finds_its_workloads_buffers(tmp_path, seed):
     # symmetric wherever a collective touches the buffer: every one the shipped workload has symmetric among them
     assert {n for n, b in want.buffers.items() if b.symmetric} <= {n for n, b in got.buffers.items() if b.symmetric}
     assert got.bounds.flops == want.bounds.flops
+    env = {**want.shapes[0].params, "world": 2}
+    assert eval_expr(got.bounds.comm_bytes, env) == eval_expr(want.bounds.comm_bytes, env)
     assert made.warnings == []
 
 
@@ -102,6 +105,8 @@ def test_gemm_allgather_scaffold_sizes_bounds_and_tolerance(tmp_path):
     text = (made.root / "workload.toml").read_text()
     assert "description = \"TODO" in text and "world_size = 2  # TODO" in text
     assert all("# TODO" in line for line in text.splitlines() if line.startswith(("M = ", "K = ", "N = ")))
+    # written out, not left to the loader's defaults (which equal them): the user sees what to change
+    assert "[tolerance]\n" in text and "rtol = 0.02\n" in text and "[timing]\n" in text and "\ntrials = 2" in text
 
 
 def test_reference_stubs_say_what_to_write_and_raise_until_written(tmp_path):

@@ -15,17 +15,16 @@ import re
 from dataclasses import dataclass
 from pathlib import Path
 
+from cuco.dtypes import NCCL_DTYPES
 from cuco.fastpath.analyze import NCCL_SIGNATURES, Analysis, AnalysisError, Op, analyze
 from cuco.fastpath.peers import Call, PairingError, pair
 from cuco.workload.spec import WorkloadSpec
 
 # NCCL data types the device reductions handle, and their CUDA element types.
-ELEMENT = {"ncclBfloat16": "__nv_bfloat16", "ncclFloat": "float", "ncclFloat32": "float", "ncclHalf": "__half",
-           "ncclFloat16": "__half"}
-# Collectives that only move data (all-gather, all-to-all, send/recv) take any type: only its size matters.
-COPY_ELEMENT = {**ELEMENT, "ncclInt8": "int8_t", "ncclChar": "char", "ncclUint8": "uint8_t", "ncclInt32": "int32_t",
-                "ncclInt": "int32_t", "ncclUint32": "uint32_t", "ncclInt64": "int64_t", "ncclUint64": "uint64_t",
-                "ncclFloat64": "double", "ncclDouble": "double"}
+ELEMENT = {n: d.c_type for n, d in NCCL_DTYPES.items() if d.name in ("bf16", "f16", "f32")}
+# Collectives that only move data (all-gather, all-to-all, send/recv) take any type: only its size matters, so the
+# unsigned types no workload buffer has are moved too.
+COPY_ELEMENT = {**{n: d.c_type for n, d in NCCL_DTYPES.items()}, "ncclUint32": "uint32_t", "ncclUint64": "uint64_t"}
 INCLUDE = '#include "cuco_collectives.cuh"'
 REQUIREMENTS = """
 // Added by cuco transform: the device communicator that cuco_collectives.cuh needs.

@@ -9,14 +9,10 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
-from cuco.dtypes import DTYPES
+from cuco.dtypes import DTYPES, NCCL_DTYPES
 from cuco.fastpath.analyze import NCCL_SIGNATURES, Analysis, Op
 from cuco.workload.scaffold.program import Dim, Program, constant, dims, tidy
 
-# NCCL's element types as workload dtypes.
-NCCL_DTYPES = {"ncclInt8": "i8", "ncclChar": "i8", "ncclUint8": "u8", "ncclInt32": "i32", "ncclInt": "i32",
-               "ncclInt64": "i64", "ncclFloat16": "f16", "ncclHalf": "f16", "ncclFloat32": "f32", "ncclFloat": "f32",
-               "ncclFloat64": "f64", "ncclDouble": "f64", "ncclBfloat16": "bf16"}
 # Per NCCL call: the send buffer's and the receive buffer's elements as multiples of its count, and the elements
 # each rank must receive (C: the count), for the bound.
 NCCL_SIZES: dict[str, tuple[str | None, str | None, str]] = {
@@ -89,11 +85,12 @@ class Evidence:
         for arg, bufs, mult in ends:
             if arg not in sig or not bufs or mult is None:
                 continue
-            self.offer_dtype(bufs[0], NCCL_RANK, NCCL_DTYPES.get(op.args.get("dtype", "")), f"the type of {where}")
+            self.offer_dtype(bufs[0], NCCL_RANK, getattr(NCCL_DTYPES.get(op.args.get("dtype", "")), "name", None),
+                              f"the type of {where}")
             if not self.program.is_piece(call, sig.index(arg)):
                 expr = count.expr if mult == "1" else tidy(f"{mult} * ({count.expr})")
                 self.offer_shape(bufs[0], NCCL_RANK, [Dim(expr, count.params, count.unsure)], f"the count of {where}")
-        size = DTYPES[NCCL_DTYPES[op.args["dtype"]]].size if op.args.get("dtype") in NCCL_DTYPES else None
+        size = NCCL_DTYPES[op.args["dtype"]].size if op.args.get("dtype") in NCCL_DTYPES else None
         if timed and size and sizes[2] != "0" and self.countable(call, count, "comm_bytes", where):
             self.received.append(sizes[2].replace("C", f"({count.expr}) * {size}"))
 

@@ -13,15 +13,15 @@ import keyword
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from cuco.dtypes import DTYPES
 from cuco.fastpath.syntax import blank_macros, function_name, parser, text, walk
 
 # Identifiers and fields that hold the number of ranks in the programs cuco sees.
 WORLD_NAMES = frozenset({"nRanks", "nranks", "n_ranks", "numRanks", "num_ranks", "world", "world_size", "worldSize",
                          "nprocs", "nProcs", "nDev", "ndev"})
 # C types of sizeof(...) and the workload dtype they hold.
-C_TYPES = {"float": "f32", "double": "f64", "__nv_bfloat16": "bf16", "nv_bfloat16": "bf16", "bfloat16": "bf16",
-           "half": "f16", "__half": "f16", "int": "i32", "int32_t": "i32", "int64_t": "i64", "long long": "i64",
-           "int8_t": "i8", "char": "i8", "signed char": "i8", "uint8_t": "u8", "unsigned char": "u8"}
+C_TYPES = {**{d.c_type: d.name for d in DTYPES.values()}, "nv_bfloat16": "bf16", "bfloat16": "bf16", "half": "f16",
+           "int": "i32", "long long": "i64", "char": "i8", "signed char": "i8", "unsigned char": "u8"}
 BINARY = frozenset({"+", "-", "*", "/"})  # the operators workload expressions share with C
 MAX_DEPTH = 12  # declarations followed, one through another, before giving up
 

@@ -9,6 +9,7 @@ from __future__ import annotations
 import json
 
 from cuco.workload.scaffold.infer import WORLD, Buffer, Scaffold
+from cuco.workload.spec import Timing
 
 # Elementwise and norm tolerances by the outputs' element type, loosest first: (rtol, atol, norm_rtol).
 TOLERANCES = {"bf16": (0.02, 0.02, 0.01), "f16": (0.005, 0.005, 0.002), "f32": (1e-4, 1e-4, 1e-5),
@@ -83,7 +84,9 @@ def workload_toml(sc: Scaffold) -> str:
     for b in sc.buffers:
         lines += _buffer_table(b) + [""]
     lines += _tolerance(sc) + [""]
-    lines += ["[timing]", "warmup = 5", "iters = 30", "trials = 2  # correctness trials, each on fresh inputs",
-              "timeout_s = 300.0  # one candidate's whole evaluation", ""]
+    t = Timing()  # the loader's defaults, written out so that the user sees what to change
+    lines += ["[timing]", f"warmup = {t.warmup}", f"iters = {t.iters}",
+              f"trials = {t.trials}  # correctness trials, each on fresh inputs",
+              f"timeout_s = {t.timeout_s}  # one candidate's whole evaluation", ""]
     lines += _bounds(sc) + ["", "[candidates]", 'seed = "seed.cu"', ""]
     return "\n".join(lines)
