@@ -23,7 +23,9 @@ WORKLOADS = {"gemm_allgather": GEMM_AG, "allreduce_sum": ROOT / "cuco" / "worklo
              "reducescatter_sum": ROOT / "cuco" / "workloads" / "reducescatter_sum",
              "allgather_bf16": ROOT / "cuco" / "workloads" / "allgather_bf16",
              "alltoall_bf16": ROOT / "cuco" / "workloads" / "alltoall_bf16",
-             "sendrecv_ring": ROOT / "cuco" / "workloads" / "sendrecv_ring"}
+             "sendrecv_ring": ROOT / "cuco" / "workloads" / "sendrecv_ring",
+             "gemm_reducescatter": ROOT / "cuco" / "workloads" / "gemm_reducescatter",
+             "gemm_allreduce": ROOT / "cuco" / "workloads" / "gemm_allreduce"}
 # Host programs to rewrite: the workload seeds, and a program with a buffer of its own on allreduce_sum's buffers.
 PROGRAMS = {**{name: (wl, wl / "seed.cu") for name, wl in WORKLOADS.items()},
             "allreduce_scratch": (WORKLOADS["allreduce_sum"],
@@ -36,6 +38,8 @@ EXPECTED = {"gemm_allgather": "cuco::allGather(ctx, aFull->window, 0, a->ptr",
             "alltoall_bf16": "cuco::allToAll(ctx, y->window, 0, x->ptr, (n) * sizeof(__nv_bfloat16)",
             "sendrecv_ring": "cucoSends1.add(x->ptr, (n) * sizeof(__nv_bfloat16), next, y->window, 0)",
             "allreduce_scratch": "cuco::allReduce<__nv_bfloat16>(ctx, cucoWin_s_scratch, 0, cucoWin_s_scratch, 0, n",
+            "gemm_reducescatter": "cuco::reduceScatter<__nv_bfloat16>(ctx, partial->window, 0, c->ptr, (size_t)mLocal * N",
+            "gemm_allreduce": "cuco::allReduce<__nv_bfloat16>(ctx, c->window, 0, c->window, 0, (size_t)M * N",
             "halo_exchange": "cucoSends1.add(x->ptr, (n) * sizeof(__nv_bfloat16), right, y->window, 0)"}
 
 

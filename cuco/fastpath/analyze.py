@@ -45,6 +45,8 @@ BLAS: dict[str, tuple[tuple[int, ...], tuple[int, ...]]] = {
     "cublasHgemm": ((7, 9), (12,)),
     "cublasLtMatmul": ((3, 5), (8,)),
     "cuco_gemm_bf16": ((1, 2), (3,)),
+    "cuco_gemm_bf16_accumulate": ((1, 2, 3), (3,)),
+    "cuco_gemm_bf16_batched": ((1, 3), (4,)),
 }
 # The candidate contract's context (cuco.h): a pointer parameter, but not a buffer.
 CONTEXT_TYPE = "cuco_ctx_t"

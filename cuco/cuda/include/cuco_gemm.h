@@ -17,4 +17,24 @@ static inline cublasStatus_t cuco_gemm_bf16(cublasHandle_t h, const void* A, con
                       CUDA_R_16BF, (int)k, &beta, C, CUDA_R_16BF, (int)n, CUBLAS_COMPUTE_32F, CUBLAS_GEMM_DEFAULT);
 }
 
+// C = A @ B + C: the sum is formed in fp32 in cuBLAS's epilogue and rounded once, so a partial product that
+// arrived from a peer is reduced without a kernel of its own.
+static inline cublasStatus_t cuco_gemm_bf16_accumulate(cublasHandle_t h, const void* A, const void* B, void* C,
+                                                       int64_t m, int64_t k, int64_t n) {
+  const float alpha = 1.0f, beta = 1.0f;
+  return cublasGemmEx(h, CUBLAS_OP_N, CUBLAS_OP_N, (int)n, (int)m, (int)k, &alpha, B, CUDA_R_16BF, (int)n, A,
+                      CUDA_R_16BF, (int)k, &beta, C, CUDA_R_16BF, (int)n, CUBLAS_COMPUTE_32F, CUBLAS_GEMM_DEFAULT);
+}
+
+// `batch` products with one B: C + i * strideC = (A + i * strideA) @ B, strides in elements. One launch for
+// the same rows of every rank's block, as a chunked reduce-scatter produces them.
+static inline cublasStatus_t cuco_gemm_bf16_batched(cublasHandle_t h, const void* A, int64_t strideA, const void* B,
+                                                    void* C, int64_t strideC, int64_t m, int64_t k, int64_t n,
+                                                    int batch) {
+  const float alpha = 1.0f, beta = 0.0f;
+  return cublasGemmStridedBatchedEx(h, CUBLAS_OP_N, CUBLAS_OP_N, (int)n, (int)m, (int)k, &alpha, B, CUDA_R_16BF,
+                                    (int)n, 0, A, CUDA_R_16BF, (int)k, strideA, &beta, C, CUDA_R_16BF, (int)n,
+                                    strideC, batch, CUBLAS_COMPUTE_32F, CUBLAS_GEMM_DEFAULT);
+}
+
 #endif  // CUCO_GEMM_H_

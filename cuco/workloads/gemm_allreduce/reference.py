@@ -1,0 +1,31 @@
+"""GEMM + AllReduce reference: every rank's C = sum over ranks p of A_p @ B_p, in fp32."""
+
+from __future__ import annotations
+
+import torch
+
+
+def make_inputs(p: dict[str, int], world: int, rank: int, gen: torch.Generator, device) -> dict[str, torch.Tensor]:
+    m, k, n = p["M"], p["K"] // world, p["N"]
+    # Scaled so that the sum over ranks has entries of order one whatever K is.
+    a = torch.randn(m, k, generator=gen, device=device, dtype=torch.float32) / p["K"] ** 0.25
+    b = torch.randn(k, n, generator=gen, device=device, dtype=torch.float32) / p["K"] ** 0.25
+    return {"a": a.to(torch.bfloat16), "b": b.to(torch.bfloat16)}
+
+
+def reference(p: dict[str, int], world: int, rank: int, inputs: list[dict[str, torch.Tensor]]) -> dict[str, torch.Tensor]:
+    return {"c": sum(inp["a"].float() @ inp["b"].float() for inp in inputs)}
+
+
+def compute_alone(p, world, rank, inputs, bufs, group):
+    """This rank's partial product through cuBLAS (torch.matmul): the bound's compute half."""
+    a, b, c = bufs["a"], bufs["b"], bufs["c"]
+    return lambda: torch.matmul(a, b, out=c)
+
+
+def comm_alone(p, world, rank, inputs, bufs, group):
+    """NCCL's all-reduce of one partial product alone: reported beside the bound."""
+    import torch.distributed as dist
+
+    out = torch.empty_like(bufs["c"])
+    return lambda: dist.all_reduce(out, group=group)

@@ -1,0 +1,33 @@
+"""GEMM + ReduceScatter reference: rank r's C_r = rows r of sum over ranks p of A_p @ B_p, in fp32."""
+
+from __future__ import annotations
+
+import torch
+
+
+def make_inputs(p: dict[str, int], world: int, rank: int, gen: torch.Generator, device) -> dict[str, torch.Tensor]:
+    m, k, n = p["M"], p["K"] // world, p["N"]
+    # Scaled so that the sum over ranks has entries of order one whatever K is.
+    a = torch.randn(m, k, generator=gen, device=device, dtype=torch.float32) / p["K"] ** 0.25
+    b = torch.randn(k, n, generator=gen, device=device, dtype=torch.float32) / p["K"] ** 0.25
+    return {"a": a.to(torch.bfloat16), "b": b.to(torch.bfloat16)}
+
+
+def reference(p: dict[str, int], world: int, rank: int, inputs: list[dict[str, torch.Tensor]]) -> dict[str, torch.Tensor]:
+    m = p["M"] // world
+    rows = slice(rank * m, (rank + 1) * m)
+    return {"c": sum(inp["a"][rows].float() @ inp["b"].float() for inp in inputs)}
+
+
+def compute_alone(p, world, rank, inputs, bufs, group):
+    """This rank's whole partial product through cuBLAS (torch.matmul): the bound's compute half."""
+    a, b, partial = bufs["a"], bufs["b"], bufs["partial"]
+    return lambda: torch.matmul(a, b, out=partial)
+
+
+def comm_alone(p, world, rank, inputs, bufs, group):
+    """NCCL's reduce-scatter of the partial products alone: reported beside the bound."""
+    import torch.distributed as dist
+
+    partial, out = bufs["partial"], torch.empty_like(bufs["c"])
+    return lambda: dist.reduce_scatter_tensor(out, partial, group=group)
