@@ -17,7 +17,7 @@ import tempfile
 from pathlib import Path
 
 import record
-from evolve_gemm_allgather import summarize
+from evolve_workload import summarize
 
 ROOT = record.ROOT
 

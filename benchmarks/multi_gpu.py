@@ -1,6 +1,6 @@
 """cuco beyond two GPUs in one command, on a machine with 4 or 8 GPUs.
 
-1. `python benchmarks/gemm_allgather.py --world W` for each W of 4 and 8 the machine holds: `cuco doctor`, the
+1. `python benchmarks/gemm_workload.py --world W` for each W of 4 and 8 the machine holds: `cuco doctor`, the
    baselines and every shipped candidate at every shape (that script records its own table).
 2. `pytest -m gpu tests/test_world_sizes.py`: every shipped candidate verified at world 4 and 8.
 3. With 4 GPUs or more: `cuco evolve gemm_allgather` at world 2 with one evaluation slot and then with two (two
@@ -22,7 +22,7 @@ import time
 from pathlib import Path
 
 import record
-from evolve_gemm_allgather import summarize
+from evolve_workload import summarize
 
 ROOT = record.ROOT
 STEPS = ("tables", "tests", "slots")
@@ -47,7 +47,7 @@ def main() -> int:
     gpus = torch.cuda.device_count()
     steps: dict[str, dict] = {}
     for world in (w for w in (4, 8) if w <= gpus and "tables" in args.steps):
-        rc, _, secs = run(sys.executable, "benchmarks/gemm_allgather.py", "--world", str(world), "--out", str(args.out))
+        rc, _, secs = run(sys.executable, "benchmarks/gemm_workload.py", "--world", str(world), "--out", str(args.out))
         steps[f"gemm_allgather world {world}"] = {"ok": rc == 0, "seconds": round(secs)}
     if "tests" in args.steps:
         rc, out, secs = run(sys.executable, "-m", "pytest", "-q", "-m", "gpu", "tests/test_world_sizes.py")

@@ -1,6 +1,6 @@
 """Time chosen design points of GEMM+AllGather's strategy kernel at one full shape, beside the seed.
 
-Where `evolve_gemm_allgather.py` measures what the search finds, this measures the design space itself:
+Where `evolve_workload.py` measures what the search finds, this measures the design space itself:
 every accepted point whose label matches one of the patterns, through the full cascade (L0-L4, verified at
 the small and the full shape), on this machine's GPUs. Writes
 benchmarks/results/strategy_sweep-<shape>.json and .md.

@@ -1,10 +1,11 @@
-"""`cuco evolve gemm_allgather` with the directive proposer at every shape, on this GPU machine.
+"""`cuco evolve WORKLOAD` with the directive proposer at every shape, on this GPU machine.
 
-Writes benchmarks/results/evolve_gemm_allgather-w2.json and .md: per shape, the seed's time,
-the best program's design point, time, bound, efficiency and speedup over the seed, and the evaluation
-at which the best appeared. Each search's console output goes to results/archive/ beside the dated tables.
+Writes benchmarks/results/evolve_<workload>-w2.json and .md: per shape, the seed's time, the best program's
+design point, time, bound, efficiency and speedup over the seed, and the evaluation at which the best appeared.
+Each search's console output goes to results/archive/ beside the dated tables. The plan defaults to 40
+evaluations at the workload's first shape and 12 at each other one.
 
-    python benchmarks/evolve_gemm_allgather.py [--plan 8k:40 4k:12 ...] [--runs DIR] [--out DIR]
+    python benchmarks/evolve_workload.py [--workload gemm_allgather] [--plan 8k:40 4k:12 ...] [--runs DIR] [--out DIR]
 """
 
 from __future__ import annotations
@@ -43,8 +44,8 @@ def summarize(db_path: Path) -> dict:
             "eval_seconds_mean": sum(r["eval_seconds"] or 0 for r in rows) / max(1, len(rows)), "candidates": rows}
 
 
-def prebuild() -> None:
-    """Compile every design point of the strategy at once: the search then pays no compile."""
+def prebuild(workload: str) -> None:
+    """Compile every design point of the workload's strategies at once: the search then pays no compile."""
     import tempfile
     import time
 
@@ -53,13 +54,13 @@ def prebuild() -> None:
     from cuco.workload import load_workload, resolve_workload
 
     t0 = time.monotonic()
-    ok, n = build_all(load_workload(resolve_workload("gemm_allgather")).strategies["ag_gemm"],
-                      Path(tempfile.mkdtemp()))
-    print(f"prebuilt {ok}/{n} design points in {time.monotonic() - t0:.0f} s", flush=True)
+    for name, strategy in load_workload(resolve_workload(workload)).strategies.items():
+        ok, n = build_all(strategy, Path(tempfile.mkdtemp()))
+        print(f"{name}: prebuilt {ok}/{n} design points in {time.monotonic() - t0:.0f} s", flush=True)
 
 
 def write(args, info: dict, results: dict) -> None:
-    lines = [f"# cuco evolve gemm_allgather (directive proposer, no LLM) on {info['device']} ({info['links']})", "",
+    lines = [f"# cuco evolve {args.workload} (directive proposer, no LLM) on {info['device']} ({info['links']})", "",
              f"Date {info['date']}, commit {info['commit']}. Each shape is its own run (seed 0); times are the "
              "slowest rank's median in ms as `cuco eval` measures them; bound = max(cuBLAS alone, bytes / peer "
              "bandwidth).", "", f"Command: `{info['command']}`", "",
@@ -70,13 +71,13 @@ def write(args, info: dict, results: dict) -> None:
         lines.append(f"| {shape} | {r['evaluations']} ({r['failed']}) | {r['seed_ms']:.3f} | {b['label']} | "
                      f"{b['median_ms']:.3f} | {b['bound_ms']:.3f} | {r['best_over_bound']:.2f}x | "
                      f"{r['speedup_over_seed']:.2f}x | {r['best_found_at']} |")
-    record.save(args.out, "evolve_gemm_allgather-w2", info, {"results": results}, lines, with_time=True)
+    record.save(args.out, f"evolve_{args.workload}-w2", info, {"results": results}, lines, with_time=True)
 
 
 def main() -> int:
     ap = argparse.ArgumentParser()
-    ap.add_argument("--plan", nargs="*", default=["8k:40", "4k:12", "8k_ffn:12", "1k:12", "decode:12"],
-                    help="SHAPE:EVALUATIONS pairs")
+    ap.add_argument("--workload", default="gemm_allgather")
+    ap.add_argument("--plan", nargs="*", default=None, help="SHAPE:EVALUATIONS pairs")
     ap.add_argument("--runs", type=Path, default=Path("/tmp/cuco-evolve-runs"))
     ap.add_argument("--out", type=Path, default=ROOT / "benchmarks" / "results")
     args = ap.parse_args()
@@ -84,16 +85,20 @@ def main() -> int:
         return 1
     sys.path.insert(0, str(ROOT))
     from cuco.machine import load_machine
+    from cuco.workload import load_workload, resolve_workload
 
+    if args.plan is None:
+        shapes = load_workload(resolve_workload(args.workload)).shapes
+        args.plan = [f"{s.name}:{40 if i == 0 else 12}" for i, s in enumerate(shapes)]
     info = record.meta(load_machine(), plan=args.plan)  # one date for the run: its file is rewritten per shape
-    prebuild()
+    prebuild(args.workload)
     results = {}
     for item in args.plan:
         shape, n = item.split(":")
         run_dir = args.runs / shape
-        proc = record.cuco("evolve", "gemm_allgather", "--shape", shape, "--generations", n, "--run-dir",
+        proc = record.cuco("evolve", args.workload, "--shape", shape, "--generations", n, "--run-dir",
                            str(run_dir), "--seed", "0")
-        log = args.out / "archive" / f"{record.stamp('evolve_gemm_allgather-w2', info, with_time=True)}-{shape}.log"
+        log = args.out / "archive" / f"{record.stamp(f'evolve_{args.workload}-w2', info, with_time=True)}-{shape}.log"
         log.parent.mkdir(parents=True, exist_ok=True)
         log.write_text(proc.stdout + proc.stderr)
         results[shape] = summarize(run_dir / "cuco.db")

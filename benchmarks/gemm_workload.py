@@ -1,10 +1,10 @@
-"""GEMM + AllGather on this GPU machine: baselines, bounds and every shipped candidate at every shape.
+"""A built-in workload on this GPU machine: baselines, bounds and every shipped candidate at every shape.
 
-Runs `cuco doctor`, `cuco baseline gemm_allgather`, then `cuco eval` of each shipped candidate that is
-not a baseline, through the real CLI, and writes benchmarks/results/gemm_allgather-w<world>.json
-and .md (time, bound, efficiency and speedups per candidate and shape, with date, device and commit).
+Runs `cuco doctor`, `cuco baseline WORKLOAD`, then `cuco eval` of each shipped candidate that is not a baseline,
+through the real CLI, and writes benchmarks/results/<workload>-w<world>.json and .md (time, bound, efficiency and
+speedups over each baseline per candidate and shape, with date, device and commit).
 
-    python benchmarks/gemm_allgather.py [--world 2] [--iters 30] [--shape 8k ...]
+    python benchmarks/gemm_workload.py [--workload gemm_allgather] [--world 2] [--iters 30] [--shape 8k ...]
 """
 
 from __future__ import annotations
@@ -22,6 +22,7 @@ RESULTS = ROOT / "benchmarks" / "results"
 
 def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--workload", default="gemm_allgather")
     ap.add_argument("--world", type=int, default=2)
     ap.add_argument("--iters", type=int, default=None)
     ap.add_argument("--shape", action="append", default=[])
@@ -33,14 +34,14 @@ def main() -> int:
     from cuco.paths import cuco_home
     from cuco.workload import load_workload, resolve_workload
 
-    spec = load_workload(resolve_workload("gemm_allgather"), args.world)
+    spec = load_workload(resolve_workload(args.workload), args.world)
     common = ["--world", str(args.world), "--device", "cuda"] + [x for s in args.shape for x in ("--shape", s)]
     if args.iters:
         common += ["--iters", str(args.iters)]
     record.cuco("doctor")
     machine = load_machine()
-    record.cuco("baseline", "gemm_allgather", *common)
-    records = json.loads((cuco_home() / "baselines" / f"gemm_allgather-w{args.world}-cuda.json").read_text())
+    record.cuco("baseline", spec.name, *common)
+    records = json.loads((cuco_home() / "baselines" / f"{spec.name}-w{args.world}-cuda.json").read_text())
     tmp = cuco_home() / "bench"
     tmp.mkdir(exist_ok=True)
     for name in spec.candidates:
@@ -48,7 +49,7 @@ def main() -> int:
             continue
         out = tmp / f"{name}.json"
         out.unlink(missing_ok=True)
-        proc = record.cuco("eval", "gemm_allgather", name, "--out", str(out), *common)
+        proc = record.cuco("eval", spec.name, name, "--out", str(out), *common)
         if out.is_file():
             records[name] = json.loads(out.read_text())
         else:  # cannot run here: cuco said why in its last line; a row of the table, not the end of it
@@ -57,20 +58,20 @@ def main() -> int:
 
     info = record.meta(machine, args.world, peer_bw_gbps=machine.get("peer_bw_gbps"),
                        gemm_bf16_tflops=machine.get("gemm_bf16_tflops"))
-    record.save(args.out, f"gemm_allgather-w{args.world}", info, {"records": records}, markdown(spec, info, records))
+    record.save(args.out, f"{spec.name}-w{args.world}", info, {"records": records}, markdown(spec, info, records))
     return 0 if all(r["ok"] for r in records.values()) else 1
 
 
 def markdown(spec, meta: dict, records: dict) -> list[str]:
-    lines = [f"# GEMM + AllGather on {meta['device']} ({meta['links']})", "",
+    lines = [f"# {spec.name} on {meta['device']} ({meta['links']}): {spec.description}", "",
              f"Date {meta['date']}, commit {meta['commit']}, world {meta['world']}; peer link "
              f"{meta['peer_bw_gbps']:.0f} GB/s per direction, bf16 GEMM {meta['gemm_bf16_tflops']:.0f} TFLOP/s "
              f"(measured by cuco doctor). Times in ms: the slowest rank per iteration, median (p10-p90) over the "
              f"timed iterations, L2 flushed, all ranks released by one gate. Bound = max(cuBLAS alone, bytes / "
              f"peer bandwidth); efficiency = bound / time.", "", f"Command: `{meta['command']}`", ""]
-    lines += ["| shape (M,K,N) | candidate | verified | median ms (p10-p90) | bound ms | efficiency | "
-              "vs seed | vs two-stream | vs async-TP |", "|---|---|---|---|---|---|---|---|---|"]
-    refs = ["seed", "host_two_stream", "torch_async_tp"]
+    refs = list(spec.baselines)
+    lines += ["| shape | candidate | verified | median ms (p10-p90) | bound ms | efficiency | "
+              + " | ".join(f"vs {r}" for r in refs) + " |", "|---" * (6 + len(refs)) + "|"]
     for shape in spec.shapes:
         label = f"{shape.name} ({shape.label()})"
         for name, rec in records.items():
@@ -78,7 +79,7 @@ def markdown(spec, meta: dict, records: dict) -> list[str]:
             t = s.get("timing")
             if not t:
                 err = (rec.get("error") or "not run")[:80].replace("|", "/")
-                lines.append(f"| {label} | {name} | no: {rec.get('failed_level')} {err} | | | | | | |")
+                lines.append(f"| {label} | {name} | no: {rec.get('failed_level')} {err} |" + " |" * (3 + len(refs)))
                 continue
             sp = []
             for r in refs:
@@ -87,8 +88,8 @@ def markdown(spec, meta: dict, records: dict) -> list[str]:
             lines.append(f"| {label} | {name} | {'yes' if rec['ok'] else 'no'} | {t['median_ms']:.3f} "
                          f"({t['p10_ms']:.3f}-{t['p90_ms']:.3f}) | {s['bound']['bound_ms']:.3f} | "
                          f"{s.get('efficiency', 0):.2f} | " + " | ".join(sp) + " |")
-    lines += ["", "References per shape (ms, slowest rank, median): cuBLAS alone on the gathered A, NCCL all-gather "
-              "alone, the communication bound.", "", "| shape | cuBLAS alone | NCCL all-gather alone | comm bound |",
+    lines += ["", "References per shape (ms, slowest rank, median): the computation alone (cuBLAS), the collective "
+              "alone (NCCL), the communication bound.", "", "| shape | compute alone | NCCL alone | comm bound |",
               "|---|---|---|---|"]
     for shape in spec.shapes:
         for rec in records.values():
