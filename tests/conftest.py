@@ -38,6 +38,8 @@ def pytest_collection_modifyitems(config, items):
     for item in items:
         m = item.get_closest_marker("gpu")
         if m is not None:
+            # One xdist worker runs every GPU test (with -n and --dist loadgroup): they share the machine's GPUs.
+            item.add_marker(pytest.mark.xdist_group("gpu"))
             need = m.args[0] if m.args else 1
             if n < need:
                 item.add_marker(pytest.mark.skip(reason=f"needs {need} GPUs, found {n}"))
