@@ -9,9 +9,11 @@ them, through the buffers they write and read, in program order within each func
 from __future__ import annotations
 
 import json
+import re
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
+from cuco.fastpath.places import Pointers, pointer_params
 from cuco.fastpath.syntax import blank_macros, function_name, parser, text, walk
 
 # Argument names by position, from nccl.h (2.28).
@@ -48,8 +50,6 @@ BLAS: dict[str, tuple[tuple[int, ...], tuple[int, ...]]] = {
     "cuco_gemm_bf16_accumulate": ((1, 2, 3), (3,)),
     "cuco_gemm_bf16_batched": ((1, 3), (4,)),
 }
-# The candidate contract's context (cuco.h): a pointer parameter, but not a buffer.
-CONTEXT_TYPE = "cuco_ctx_t"
 
 
 class AnalysisError(ValueError):
@@ -69,6 +69,7 @@ class Op:
     stream: str | None = None
     span: tuple[int, int] = (0, 0)  # bytes of the call; for NCCL calls with the check macro around it, if any
     wrapper: str | None = None  # that check macro (CUCO_NCCL, NCCLCHECK, ...)
+    loops: list[int] = field(default_factory=list)  # lines of the loops around the call, outermost first
 
 
 @dataclass
@@ -82,6 +83,10 @@ class Analysis:
     # Per function, the integers it defines once (name -> the expression's text) and those it assigns again, in a
     # loop or later (name -> None): what a peer expression like `next` stands for, or that it cannot be known.
     scalars: dict[str, dict[str, str | None]] = field(default_factory=dict, repr=False)
+    # Per function, where its local pointers point (buffer and byte offset), or why the rules cannot say.
+    pointers: dict[str, Pointers] = field(default_factory=dict, repr=False)
+    # Edges a loop carries from one iteration to the next: producer op, consumer op, buffer, the loop's line.
+    carried: list[tuple[int, int, str, int]] = field(default_factory=list)
 
     @property
     def nccl(self) -> list[Op]:
@@ -89,7 +94,7 @@ class Analysis:
 
     def to_json(self) -> str:
         return json.dumps({"path": self.path, "ops": [asdict(o) for o in self.ops], "edges": self.edges,
-                           "buffers": self.buffers, "warnings": self.warnings}, indent=1)
+                           "carried": self.carried, "buffers": self.buffers, "warnings": self.warnings}, indent=1)
 
 
 def _statement(call) -> tuple[tuple[int, int], str | None]:
@@ -108,6 +113,7 @@ class _Resolver:
 
     def __init__(self) -> None:
         self.alias: dict[str, str] = {}
+        self.handles: dict[str, str] = {}  # variable holding cuco_buffer(ctx, "x") -> "x"; its window is X->window
         self.allocated: dict[str, str] = {}
         self.pointer_params: set[str] = set()  # of the function being read: buffers passed in by the caller
 
@@ -124,6 +130,7 @@ class _Resolver:
                     lit = next((n for n in walk(call) if n.type == "string_content"), None)
                     if ident is not None and lit is not None:
                         self.alias[text(ident)] = text(lit)
+                        self.handles[text(ident)] = text(lit)
                     break
             else:
                 if ident is not None:  # a pointer derived from a known buffer stays that buffer
@@ -178,13 +185,6 @@ def _const_params(functions: list) -> dict[str, list[bool]]:
     return out
 
 
-def _pointer_params(fn) -> set[str]:
-    return {text(i) for p in walk(fn.child_by_field_name("declarator"))
-            if p.type == "parameter_declaration" and CONTEXT_TYPE not in text(p)
-            for d in [p.child_by_field_name("declarator")] if d is not None and d.type == "pointer_declarator"
-            for i in walk(d) if i.type == "identifier"}
-
-
 class _Calls:
     """Turns each call of one program into an Op, in program order, remembering what later calls need."""
 
@@ -194,18 +194,27 @@ class _Calls:
         self.const = _const_params(functions)
         self.blas_streams: dict[str, str] = {}
         self.scalars: dict[str, dict[str, str | None]] = {}
+        self.warnings: list[str] = []
 
     def add(self, kind: str, name: str, node, fname: str, args: dict[str, str], reads: list[str] | None = None,
             writes: list[str] | None = None, stream: str | None = None, span=None, wrapper=None) -> None:
         self.ops.append(Op(len(self.ops), kind, name, node.start_point.row + 1, fname, args, reads or [],
-                           writes or [], stream, span or (0, 0), wrapper))
+                           writes or [], stream, span or (0, 0), wrapper, _loops(node)))
 
     def buffers(self, args: list, positions) -> list[str]:
-        return [b for i in positions if i is not None and i < len(args) for b in [self.res.buffer_of(args[i])] if b]
+        out = []
+        for i in positions:
+            b = self.res.buffer_of(args[i]) if i is not None and i < len(args) else None
+            if b:
+                out.append(b)
+                if any(n.type == "subscript_expression" and not _fixed_index(n) for n in walk(args[i])):
+                    self.warnings.append(f"line {args[i].start_point.row + 1}: `{text(args[i])}` picks one of several "
+                                         f"buffers at run time; this table names them all `{b}`")
+        return out
 
     def function(self, fn) -> None:
         fname = function_name(fn)
-        self.res.pointer_params = _pointer_params(fn)
+        self.res.pointer_params = pointer_params(fn)
         scalars = self.scalars.setdefault(fname, {})
         for node in walk(fn):
             if node.type == "declaration":
@@ -294,6 +303,38 @@ def _learn_scalars(node, scalars: dict[str, str | None]) -> None:
             scalars[text(target)] = None  # written through its address (ncclCommCount(comm, &n))
 
 
+def _fixed_index(node) -> bool:
+    """`bufs[1]`: a subscript by a literal, the same element every time."""
+    indices = node.child_by_field_name("indices")
+    return indices is not None and indices.named_child_count == 1 and indices.named_children[0].type == "number_literal"
+
+
+LOOPS = ("for_statement", "while_statement", "do_statement", "for_range_loop")
+
+
+def _loops(node) -> list[int]:
+    lines = []
+    while node is not None and node.type != "function_definition":
+        if node.type in LOOPS:
+            lines.append(node.start_point.row + 1)
+        node = node.parent
+    return lines[::-1]
+
+
+def _carried(ops: list[Op]) -> list[tuple[int, int, str, int]]:
+    """Edges from one iteration of a loop to the next: an op of the loop that reads a buffer no earlier op of the
+    loop's body wrote reads what the body's last writer of it left in the previous iteration."""
+    out = []
+    for fname, line in dict.fromkeys((o.function, ln) for o in ops for ln in o.loops):
+        body = [o for o in ops if o.function == fname and line in o.loops]
+        for o in body:
+            for b in o.reads:
+                writers = [w for w in body if b in w.writes]
+                if writers and not any(w.index < o.index for w in writers):
+                    out.append((writers[-1].index, o.index, b, line))
+    return out
+
+
 def _edges(ops: list[Op]) -> list[tuple[int, int, str]]:
     """Producer -> consumer through a buffer: the last op that wrote it before an op that reads it, per function."""
     edges = []
@@ -308,6 +349,16 @@ def _edges(ops: list[Op]) -> list[tuple[int, int, str]]:
     return edges
 
 
+def _unsure_pointers(ops: list[Op], pointers: dict[str, Pointers]) -> list[str]:
+    """Pointers the calls use that are assigned again: the table names the buffer of their first definition."""
+    out = []
+    for fname, ptrs in pointers.items():
+        used = " ".join(v for o in ops if o.function == fname for v in o.args.values())
+        out += [f"{why}: this table names the buffer of its first definition"
+                for name, why in ptrs.reassigned.items() if re.search(rf"\b{name}\b", used)]
+    return out
+
+
 def analyze(path: Path, source: bytes | None = None) -> Analysis:
     raw = source if source is not None else Path(path).read_bytes()
     functions, warnings = _parse(path, raw)
@@ -315,7 +366,12 @@ def analyze(path: Path, source: bytes | None = None) -> Analysis:
     for fn in functions:
         calls.function(fn)
     buffers = {**{v: "workload" for v in calls.res.alias.values()}, **calls.res.allocated}
-    analysis = Analysis(str(path), calls.ops, _edges(calls.ops), buffers, warnings, raw, calls.scalars)
+    # After every function is read: a buffer allocated in setup is known where run uses it.
+    pointers = {function_name(fn): Pointers(fn, calls.res.handles, set(calls.res.allocated),
+                                            calls.scalars.get(function_name(fn), {})) for fn in functions}
+    warnings += calls.warnings + _unsure_pointers(calls.ops, pointers)
+    analysis = Analysis(str(path), calls.ops, _edges(calls.ops), buffers, warnings, raw, calls.scalars, pointers,
+                        _carried(calls.ops))
     if not analysis.nccl:
         raise AnalysisError(f"{path}: no NCCL call found: nothing to move onto the GPU (cuco transform starts from "
                             "a program whose communication is host-issued NCCL)")

@@ -18,6 +18,7 @@ from pathlib import Path
 from cuco.dtypes import NCCL_DTYPES
 from cuco.fastpath.analyze import NCCL_SIGNATURES, Analysis, AnalysisError, Op, analyze
 from cuco.fastpath.peers import Call, PairingError, pair
+from cuco.fastpath.places import Unplaced
 from cuco.workload.spec import WorkloadSpec
 
 # NCCL data types the device reductions handle, and their CUDA element types.
@@ -49,8 +50,8 @@ class _Windows:
     (X->window), or a buffer the program allocates itself with cudaMalloc, which moves to ncclMemAlloc plus a
     symmetric window registration (cuco::symmetricAlloc) kept in a new static variable."""
 
-    def __init__(self, aliases: dict[str, str], spec: WorkloadSpec, analysis: Analysis) -> None:
-        self.aliases, self.spec = aliases, spec
+    def __init__(self, spec: WorkloadSpec, analysis: Analysis) -> None:
+        self.spec, self.analysis = spec, analysis
         self.allocs = {o.args["buffer"]: o for o in analysis.ops if o.kind == "alloc"}
         self.frees = [o for o in analysis.ops if o.kind == "free"]
         self.moved: dict[str, str] = {}  # program buffer -> the variable holding its window
@@ -62,23 +63,30 @@ class _Windows:
             tables = " and ".join(f"[buffers.{name}]" for name in self.not_symmetric)
             raise RewriteError(f"{self.spec.source}: peers must reach {where}: add `symmetric = true` under {tables}")
 
-    def __call__(self, expr: str, role: str, op: Op) -> str:
-        m = re.fullmatch(r"\s*(\w+)\s*->\s*ptr\s*", expr)
-        if m and m.group(1) in self.aliases:
-            name = self.aliases[m.group(1)]
+    def __call__(self, expr: str, role: str, op: Op) -> tuple[str, str]:
+        """The window and byte offset peers reach `expr` by: the buffer the analysis traced it to."""
+        pointers = self.analysis.pointers.get(op.function)
+        place = pointers.reach(expr) if pointers is not None else None
+        if isinstance(place, Unplaced):
+            raise RewriteError(f"line {op.line}: {op.name}'s {role} buffer: {place.reason}")
+        if place is None:
+            raise RewriteError(f"line {op.line}: {op.name}'s {role} buffer `{expr}` is neither a workload buffer "
+                               "(X->ptr with X = cuco_buffer(ctx, \"name\"), or a pointer defined from one) nor one "
+                               "the program allocates with cudaMalloc: the rules cannot place it in a window")
+        reason = pointers.same_on_every_rank(place.offset)
+        if reason:
+            raise RewriteError(f"line {op.line}: {op.name}'s {role} buffer `{expr}` lies at an offset that depends on "
+                               f"{reason}")
+        if place.buffer is not None:
+            name = place.buffer
             if name not in self.spec.buffers or not self.spec.buffers[name].symmetric:
                 self.not_symmetric.setdefault(name, f"line {op.line}: {op.name}'s {role} buffer")
-            return f"{m.group(1)}->window"
-        key = re.sub(r"\s+", "", expr)
-        alloc = self.allocs.get(key)
-        if alloc is None:
-            raise RewriteError(f"line {op.line}: {op.name}'s {role} buffer `{expr}` is neither a workload buffer "
-                               "(X->ptr with X = cuco_buffer(ctx, \"name\")) nor one the program allocates with "
-                               "cudaMalloc: the rules cannot place it in a window")
+            return f"{place.base}->window", place.offset
+        alloc = self.allocs[place.base]
         if alloc.name != "cudaMalloc":
             raise RewriteError(f"line {op.line}: {op.name}'s {role} buffer `{expr}` comes from {alloc.name} (line "
                                f"{alloc.line}); the rules move only cudaMalloc buffers into windows")
-        return self.moved.setdefault(key, "cucoWin_" + re.sub(r"\W+", "_", key).strip("_"))
+        return self.moved.setdefault(place.base, "cucoWin_" + re.sub(r"\W+", "_", place.base).strip("_")), place.offset
 
     def edits(self) -> list[tuple[tuple[int, int], str]]:
         """cudaMalloc -> cuco::symmetricAlloc and cudaFree -> cuco::symmetricFree of every moved buffer."""
@@ -103,18 +111,18 @@ def _replacement(op: Op, window: _Windows) -> str:
     if "op" in a and a["op"] != "ncclSum":
         raise RewriteError(f"line {op.line}: {op.name} with {a['op']} is not covered by the rules (ncclSum only)")
     if op.name == "ncclAllGather":
-        win = window(a["recv"], "receive", op)
-        return f"cuco::allGather(ctx, {win}, 0, {a['send']}, ({a['count']}) * sizeof({elem}), {a['stream']})"
+        win, off = window(a["recv"], "receive", op)
+        return f"cuco::allGather(ctx, {win}, {off}, {a['send']}, ({a['count']}) * sizeof({elem}), {a['stream']})"
     if op.name == "ncclReduceScatter":
-        win = window(a["send"], "send", op)
-        return f"cuco::reduceScatter<{elem}>(ctx, {win}, 0, {a['recv']}, {a['count']}, {a['stream']})"
+        win, off = window(a["send"], "send", op)
+        return f"cuco::reduceScatter<{elem}>(ctx, {win}, {off}, {a['recv']}, {a['count']}, {a['stream']})"
     if op.name == "ncclAllReduce":
-        send = window(a["send"], "send", op)
-        recv = window(a["recv"], "receive", op)
-        return f"cuco::allReduce<{elem}>(ctx, {send}, 0, {recv}, 0, {a['count']}, {a['stream']})"
+        send, send_off = window(a["send"], "send", op)
+        recv, recv_off = window(a["recv"], "receive", op)
+        return f"cuco::allReduce<{elem}>(ctx, {send}, {send_off}, {recv}, {recv_off}, {a['count']}, {a['stream']})"
     if op.name == "ncclAlltoAll":
-        win = window(a["recv"], "receive", op)
-        return f"cuco::allToAll(ctx, {win}, 0, {a['send']}, ({a['count']}) * sizeof({elem}), {a['stream']})"
+        win, off = window(a["recv"], "receive", op)
+        return f"cuco::allToAll(ctx, {win}, {off}, {a['send']}, ({a['count']}) * sizeof({elem}), {a['stream']})"
     raise RewriteError(f"line {op.line}: {op.name} is not covered by the rules yet (all-gather, reduce-scatter, "
                        "all-reduce, all-to-all and grouped send/recv are)")
 
@@ -150,9 +158,9 @@ def _group(ops: list[Op], number: int, window: _Windows, scalars: dict[str, str 
             raise RewriteError(f"line {snd.line}: ncclSend on {snd.args.get('dtype')} is not covered by the rules")
         if (snd.args.get("count"), snd.args.get("dtype")) != (rcv.args.get("count"), rcv.args.get("dtype")):
             raise RewriteError(f"line {snd.line}: ncclSend and its ncclRecv (line {rcv.line}) differ in count or type")
-        win = window(rcv.args["recv"], "receive", rcv)
+        win, off = window(rcv.args["recv"], "receive", rcv)
         out.append((snd, f"{batch}.add({snd.args['send']}, ({snd.args['count']}) * sizeof({elem}), "
-                         f"{snd.args['peer']}, {win}, 0)", True))
+                         f"{snd.args['peer']}, {win}, {off})", True))
         out.append((rcv, f"(void)0 /* ncclRecv: filled by the peer's {batch} */", False))
     out.append((end, f"cuco::sendBatch(ctx, {batch}, {streams.pop()})", True))
     return out
@@ -167,8 +175,7 @@ def rewrite(program: Path | Analysis, spec: WorkloadSpec) -> Rewrite:
     if "cuco_dev_requirements" in text:
         raise RewriteError(f"{path}: already states device-communicator requirements; merging them with the "
                            "collectives' is not covered by the rules")
-    aliases = dict(re.findall(r"(\w+)\s*=\s*cuco_buffer\(\s*\w+\s*,\s*\"(\w+)\"\s*\)", text))
-    window = _Windows(aliases, spec, analysis)
+    window = _Windows(spec, analysis)
     # (call, replacement, whether it returns a cudaError_t to check), in program order, so that the first
     # thing the rules cannot do is the one reported.
     calls: list[tuple[Op, str, bool]] = []

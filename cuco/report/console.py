@@ -80,14 +80,17 @@ def analysis_table(a) -> Table:
     """The fast path's analysis: every operation in program order, what it reads and writes, its stream."""
     t = Table(title=f"{a.path}: {len(a.nccl)} NCCL calls, {len(a.edges)} producer/consumer edges",
               title_justify="left")
-    for col in ("#", "line", "function", "kind", "call", "reads", "writes", "stream", "details"):
+    for col in ("#", "line", "function", "loop", "kind", "call", "reads", "writes", "stream", "details"):
         t.add_column(col)
     consumers: dict[int, list[str]] = {}
     for src, dst, buf in a.edges:
         consumers.setdefault(src, []).append(f"-> #{dst} ({buf})")
+    for src, dst, buf, line in a.carried:
+        consumers.setdefault(src, []).append(f"-> #{dst} ({buf}, next iteration of the loop at line {line})")
     for o in a.ops:
         details = ", ".join(f"{k}={v}" for k, v in o.args.items() if k not in ("send", "recv", "stream"))
         details += (" " if details else "") + " ".join(consumers.get(o.index, []))
-        t.add_row(str(o.index), str(o.line), o.function, o.kind, o.name, ", ".join(o.reads), ", ".join(o.writes),
+        loop = f"line {o.loops[-1]}" if o.loops else ""
+        t.add_row(str(o.index), str(o.line), o.function, loop, o.kind, o.name, ", ".join(o.reads), ", ".join(o.writes),
                   o.stream or "", details)
     return t
