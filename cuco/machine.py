@@ -7,7 +7,7 @@ import platform
 import shutil
 import subprocess
 from datetime import datetime, timezone
-from typing import Any
+from typing import Any, Callable
 
 from cuco.paths import atomic_write_json, machine_file
 
@@ -23,6 +23,18 @@ def load_machine() -> dict[str, Any]:
 
 def save_machine(facts: dict[str, Any]) -> None:
     atomic_write_json(machine_file(), facts, indent=1)
+
+
+def ensure_bound_facts(say: Callable[[str], None] = lambda line: None) -> dict[str, Any]:
+    """The facts a GPU bound needs (peer-link bandwidth, GEMM rate), measured once on this machine if `cuco doctor`
+    has not: on a cluster, each node measures its own."""
+    facts = load_machine()
+    if facts.get("peer_bw_gbps") is None:
+        say("measuring peer-link bandwidth for the bounds (once; see cuco doctor)")
+        facts["peer_bw_gbps"] = measure_peer_bandwidth()
+        facts["gemm_bf16_tflops"] = facts.get("gemm_bf16_tflops") or measure_gemm_tflops()
+        save_machine(facts)
+    return facts
 
 
 def gpu_inventory() -> list[dict[str, Any]]:

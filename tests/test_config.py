@@ -26,6 +26,8 @@ def test_set_values_are_coerced_from_the_annotations():
     ("search.islands=x", "search.islands: expected int, got str 'x'"),
     ("llm.models=[1]", "llm.models: expected str, got int 1"),
     ("eval.device=gpu", "eval.device: expected auto, cuda or cpu"),
+    ("search.backend=slurm", "search.backend: expected local or ray, got 'slurm'"),
+    ("ray.retries=-1", "ray.retries: must be >= 0, got -1"),
     ("search.nope=1", "unknown key 'search.nope'"),
     ("config.x=1", "unknown key 'config.x'"),
     ("islands", "expected SECTION.KEY=VALUE"),
@@ -76,11 +78,11 @@ def test_every_environment_variable_read_is_documented():
 def test_every_run_toml_key_is_documented():
     from dataclasses import fields
 
-    from cuco.evolve.config import EvalConfig, SearchConfig
+    from cuco.evolve.config import EvalConfig, RayConfig, SearchConfig
     from cuco.llm.config import LLMConfig
 
     documented = (ROOT / "docs" / "configuration.md").read_text()
-    for section, cls in (("search", SearchConfig), ("eval", EvalConfig), ("llm", LLMConfig)):
+    for section, cls in (("search", SearchConfig), ("eval", EvalConfig), ("llm", LLMConfig), ("ray", RayConfig)):
         part = documented.split(f"### [{section}]")[1].split("###")[0]
         assert all(f"| `{f.name}` |" in part for f in fields(cls)), section
 

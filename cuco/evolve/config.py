@@ -52,7 +52,10 @@ class SearchConfig:
     embedding_model: str = "text-embedding-3-small"
     """novelty = openai: the embeddings model."""
     slots: int = 0
-    """Evaluations in parallel (0: as many disjoint GPU groups as the machine has; CPU: cores / world)."""
+    """Evaluations in parallel (0: as many disjoint GPU groups as the machine, or the Ray cluster, has; CPU: cores
+    / world)."""
+    backend: str = "local"
+    """Where evaluations run: local (this machine) or ray (tasks on a Ray cluster, see [ray])."""
 
 
 @dataclass
@@ -79,10 +82,22 @@ class EvalConfig:
 
 
 @dataclass
+class RayConfig:
+    """The Ray cluster evaluations run on when search.backend is ray (pip install "cuco-codesign[ray]")."""
+
+    address: str = ""
+    """The cluster to join: host:port of its head, auto for the one `ray start` made this machine part of (or
+    RAY_ADDRESS), empty to start one on this machine."""
+    retries: int = 1
+    """Times an evaluation whose node dies is run again on another node before it is recorded as failed."""
+
+
+@dataclass
 class RunConfig:
     search: SearchConfig = field(default_factory=SearchConfig)
     eval: EvalConfig = field(default_factory=EvalConfig)
     llm: LLMConfig = field(default_factory=LLMConfig)
+    ray: RayConfig = field(default_factory=RayConfig)
 
     def to_json(self) -> str:
         return json.dumps(asdict(self), indent=1, sort_keys=True)
@@ -97,6 +112,10 @@ class RunConfig:
             raise CucoError(where, f"search.selection: expected power_law, weighted or hill_climbing, got {s.selection!r}")
         if s.novelty not in ("auto", "local", "openai", "off"):
             raise CucoError(where, f"search.novelty: expected auto, local, openai or off, got {s.novelty!r}")
+        if s.backend not in ("local", "ray"):
+            raise CucoError(where, f"search.backend: expected local or ray, got {s.backend!r}")
+        if self.ray.retries < 0:
+            raise CucoError(where, f"ray.retries: must be >= 0, got {self.ray.retries}")
         if not 0.0 <= s.explore_fraction <= 1.0:
             raise CucoError(where, f"search.explore_fraction: must be within [0, 1], got {s.explore_fraction}")
         if self.llm.budget_usd < 0 or self.llm.patch_retries < 0 or self.llm.max_tokens < 1:
@@ -104,7 +123,7 @@ class RunConfig:
         self.eval.check(where)
 
 
-SECTIONS = ("search", "eval", "llm")
+SECTIONS = ("search", "eval", "llm", "ray")
 
 
 def load_config(path: Path | None) -> RunConfig:
@@ -120,7 +139,8 @@ def load_config(path: Path | None) -> RunConfig:
     top = Section(data, path, "")
     cfg = RunConfig(search=load_dataclass(SearchConfig, top.table("search")),
                     eval=load_dataclass(EvalConfig, top.table("eval")),
-                    llm=load_dataclass(LLMConfig, top.table("llm")))
+                    llm=load_dataclass(LLMConfig, top.table("llm")),
+                    ray=load_dataclass(RayConfig, top.table("ray")))
     for model, price in cfg.llm.pricing.items():
         if len(price) != 2:
             raise CucoError(str(path), f"llm.pricing.{model}: expected [input, output] dollars per million tokens")

@@ -139,7 +139,7 @@ class EvalRecord:
     was measured. The optional fields after `env` are set by the levels that ran (`build` by a CUDA L1, `seed`,
     `sandbox` and `seconds` by the launch, `note` by a pass with a caveat) and absent from the JSON before."""
     _OMIT: ClassVar[frozenset[str]] = frozenset({"build", "bounds_error", "nccl_env", "work_dir", "seconds",
-                                                 "seed", "sandbox", "note"})
+                                                 "seed", "sandbox", "note", "node"})
     workload: str = ""
     candidate: str = ""
     candidate_name: str = ""
@@ -163,6 +163,7 @@ class EvalRecord:
     seed: int | None = None
     sandbox: str | None = None
     note: str | None = None
+    node: dict[str, Any] | None = None  # on a cluster: the host, Ray node and GPUs that evaluated it
 
     def to_dict(self) -> dict[str, Any]:
         """Today's JSON layout, key for key. The judge's seed may be null once the launch ran (no rank
