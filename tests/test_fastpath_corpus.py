@@ -120,3 +120,22 @@ def test_the_analysis_records_loops_what_they_carry_and_where_it_is_unsure():
     assert not any("bufs[0]" in w for w in a.warnings)  # a literal index names one buffer
     swapped = analyze(HERE / "corpus" / "swapped_pointers.cu")
     assert any(w.startswith("`src` is assigned again at line 17") for w in swapped.warnings)
+
+
+@pytest.mark.parametrize("offset,why", [
+    ("(half) * sizeof(__nv_bfloat16)", None),  # half = n / 2, n = cuco_param(ctx, "N"): the shape's
+    ("ctx->nRanks * 4", None),
+    ("x->bytes / 2", None),
+    ("ctx->rank * n", "the rank (ctx->rank)"),
+    ("(dev) * 8", "`ctx->cudaDevice`"),  # dev = ctx->cudaDevice: another number on every rank
+    ("x->ptr", "`x->ptr`"),
+    ("i * 2", "`i`, which the program assigns more than once"),
+    ("s->runs % 2", "`s->runs`"),
+    ("next_offset(n)", "a call of next_offset()"),
+])
+def test_a_window_offset_must_be_the_same_on_every_rank(offset, why):
+    from cuco.fastpath.places import why_offset_varies
+
+    scalars = {"n": 'cuco_param(ctx, "N")', "half": "n / 2", "dev": "ctx->cudaDevice", "i": None}
+    got = why_offset_varies(offset, scalars, {"x": "x"})
+    assert (got is None) if why is None else (got is not None and why in got), got

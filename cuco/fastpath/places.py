@@ -18,6 +18,9 @@ from cuco.fastpath.syntax import parser, text, walk
 
 # Calls an offset may contain: pure functions of the shape (cuco.h) and of types.
 PURE_CALLS = ("cuco_param", "sizeof")
+# Fields an offset may read, the same on every rank: the context's world size, a workload buffer's size and shape
+# (cuco.h). ctx->rank, ctx->cudaDevice, a buffer's ptr differ between ranks.
+SAME_ON_EVERY_RANK = {"ctx": ("nRanks",), "buffer": ("bytes", "ndim", "shape", "dtype")}
 MAX_DEPTH = 16  # definitions followed through at most this many names
 CONTEXT_TYPE = "cuco_ctx_t"
 
@@ -31,10 +34,6 @@ class Place:
     base: str
     buffer: str | None
     offset: str = "0"
-
-    @property
-    def workload(self) -> bool:
-        return self.buffer is not None
 
 
 @dataclass(frozen=True)
@@ -165,7 +164,7 @@ class Pointers:
 
     def same_on_every_rank(self, offset: str) -> str | None:
         """None if the offset is the same on every rank, else why the rules cannot show it."""
-        return _rank_invariant(offset, self.scalars, self.handles)
+        return why_offset_varies(offset, self.scalars, self.handles)
 
 
 def pointer_params(fn) -> set[str]:
@@ -211,7 +210,7 @@ def _element_type(node, types: dict[str, str]) -> str | None:
     return None
 
 
-def _rank_invariant(offset: str, scalars: dict[str, str | None], handles: dict[str, str]) -> str | None:
+def why_offset_varies(offset: str, scalars: dict[str, str | None], handles: dict[str, str]) -> str | None:
     """Expands the names an offset uses through their one definition; refuses the rank, loop variables, anything
     assigned more than once, and calls other than pure ones. Workload buffers (`x->bytes`) are the same size on
     every rank."""
@@ -234,10 +233,13 @@ def _rank_invariant(offset: str, scalars: dict[str, str | None], handles: dict[s
     for call in re.findall(r"([A-Za-z_]\w*)\s*\(", expr):
         if call not in PURE_CALLS and not _is_type(call):
             return f"a call of {call}(), whose value the rules cannot know to be the same on every rank"
-    names = [n for n in re.findall(r"(?<![\w>.])([A-Za-z_]\w*(?:\s*(?:->|\.)\s*\w+)*)", expr)
-             if n.split("-")[0].split(".")[0].strip() not in (*PURE_CALLS, "ctx", *handles) and not _is_type(n)]
-    if names:
-        return f"`{names[0]}`, which the rules cannot follow to one value on every rank"
+    for name in re.findall(r"(?<![\w>.])([A-Za-z_]\w*(?:\s*(?:->|\.)\s*\w+)*)", expr):
+        parts = re.split(r"\s*(?:->|\.)\s*", name)
+        owner = "ctx" if parts[0] == "ctx" else "buffer" if parts[0] in handles else None
+        if parts[0] in PURE_CALLS or _is_type(name):
+            continue
+        if owner is None or len(parts) != 2 or parts[1] not in SAME_ON_EVERY_RANK[owner]:
+            return f"`{name}`, which the rules cannot follow to one value on every rank"
     return None
 
 
