@@ -189,9 +189,10 @@ def eval_cmd(workload: str = typer.Argument(..., help="Built-in workload name or
     path = _candidate(spec, candidate)
     dev = _device(ecfg.device, spec.world_size)
     opts = _options(spec, dev, shape, small_shape, level, gpus, ecfg)
+    opts.name = candidate if candidate in spec.candidates else None
     with console.status(f"evaluating {path.name} on {dev}"):
         record = evaluate(spec, path, opts, _load_baselines(spec, dev))
-    saved = save_record(record, _record_path(out, spec, path.stem))
+    saved = save_record(record, _record_path(out, spec, opts.name or path.stem))
     if as_json:
         print(json.dumps(record.to_dict(), indent=1))
     else:
@@ -221,6 +222,7 @@ def baseline(workload: str = typer.Argument(..., help="Built-in workload name or
         if dev == "cpu" and path.suffix == ".cu":
             console.print(f"[dim]{name}: CUDA candidate, skipped on the CPU[/]")
             continue
+        opts.name = name
         with console.status(f"baseline {name}"):
             records[name] = evaluate(spec, path, opts)
         save_record(records[name], _record_path(None, spec, f"baseline-{name}"))
@@ -454,7 +456,7 @@ def _slots(cfg, spec, shape: str):
         cluster = RayBackend.connect(cfg.ray.address, cfg.eval.device, spec.world_size, cfg.ray.retries)
         return cluster.device, cluster.slots(cfg.search.slots), cluster.evaluator(cfg, shape), \
             f"on a Ray cluster ({cluster.device})"
-    from cuco.evolve.slots import make_slots
+    from cuco.evolve.slots import local_evaluator, make_slots
 
     dev = _device(cfg.eval.device, spec.world_size)
     if dev == "cuda":
@@ -463,19 +465,7 @@ def _slots(cfg, spec, shape: str):
         slots = make_slots(dev, spec.world_size, cfg.search.slots)
     except ValueError as exc:
         raise CucoError("search.slots", str(exc)) from None
-    return dev, slots, _evaluator(dev, cfg, shape), f"on {dev}"
-
-
-def _evaluator(device: str, cfg, shape: str):
-    from cuco.runner.cascade import EvalOptions, evaluate
-    from cuco.runner.record import EvalRecord
-
-    def run(spec, src: Path, slot, work: Path) -> EvalRecord:
-        opts = EvalOptions(device=device, shapes=[shape], gpus=list(slot.gpus), timeout_s=cfg.eval.timeout_s,
-                           warmup=cfg.eval.warmup, iters=cfg.eval.iters, work_dir=work)
-        return evaluate(spec, src, opts)
-
-    return run
+    return dev, slots, local_evaluator(dev, cfg.eval, shape), f"on {dev}"
 
 
 def main() -> None:

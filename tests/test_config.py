@@ -49,7 +49,8 @@ def test_run_toml_is_checked_against_the_same_annotations(tmp_path):
 def test_eval_settings_default_to_the_workload_for_every_command(monkeypatch):
     """evolve and eval build their options from one EvalConfig: unset fields are the workload's [timing]."""
     import cuco.runner.cascade as cascade
-    from cuco.cli import _eval_config, _evaluator
+    from cuco.cli import _eval_config
+    from cuco.evolve.slots import local_evaluator
 
     ecfg = _eval_config(None)
     assert (ecfg.warmup, ecfg.iters, ecfg.timeout_s) == (None, None, None)
@@ -60,7 +61,7 @@ def test_eval_settings_default_to_the_workload_for_every_command(monkeypatch):
         return {}
 
     monkeypatch.setattr(cascade, "evaluate", capture)
-    _evaluator("cpu", RunConfig(), "tiny")(None, ROOT, type("Slot", (), {"gpus": ()})(), ROOT)
+    local_evaluator("cpu", RunConfig().eval, "tiny")(None, ROOT, type("Slot", (), {"gpus": ()})(), ROOT)
     assert seen == {"warmup": None, "iters": None, "timeout_s": None}
 
 

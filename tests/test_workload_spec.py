@@ -127,6 +127,27 @@ def test_nccl_env_reaches_every_rank_and_the_record(tmp_path):
     assert rec.nccl_env == {"NCCL_PROTO": "Simple"}
 
 
+def test_a_candidate_declared_with_nccl_settings_runs_under_them_by_its_name_only(tmp_path):
+    """The same program under another NCCL protocol, as a baseline: the workload declares the settings, and they
+    apply when the candidate is evaluated by that name, never to the file as such."""
+    root = tmp_path / "wl"
+    shutil.copytree(ROOT / "cuco" / "workloads" / "cpu_allgather_matmul", root)
+    toml = root / "workload.toml"
+    toml.write_text(toml.read_text().replace("[candidates]\n", '[candidates]\nseed_ll = { file = "seed.py", '
+                                             'nccl_env = { NCCL_PROTO = "LL" } }\n', 1))
+    ref = root / "reference.py"
+    ref.write_text(ref.read_text() + "\n\n_make_inputs = make_inputs\n\n\ndef make_inputs(*args):\n"
+                   "    import os\n\n    assert os.environ.get('NCCL_PROTO') == 'LL', 'not under seed_ll settings'\n"
+                   "    return _make_inputs(*args)\n")
+    spec = load_workload(root)
+    assert spec.candidate_env == {"seed_ll": {"NCCL_PROTO": "LL"}} and spec.candidates["seed_ll"] == spec.seed_path
+    rec = evaluate(spec, spec.seed_path, EvalOptions(device="cpu", max_level="L2", name="seed_ll"))
+    assert rec.ok, rec.error
+    assert rec.nccl_env == {"NCCL_PROTO": "LL"} and rec.candidate_name == "seed_ll"
+    plain = evaluate(spec, spec.seed_path, EvalOptions(device="cpu", max_level="L2"))
+    assert not plain.ok and "not under seed_ll settings" in (plain.error or "") + plain.diagnostics
+
+
 # (test id, old fragment, new fragment, substrings the one-line error must contain: key and reason)
 BAD_TOML = [
     # missing required keys
@@ -189,6 +210,12 @@ BAD_TOML = [
     ("nccl-env-pinned", "[timing]\n", "[nccl_env]\nNCCL_NVLS_ENABLE = 1\n\n[timing]\n",
      ["nccl_env.NCCL_NVLS_ENABLE", "set by the runner"]),
     ("nccl-env-table-value", "[timing]\n", "[nccl_env]\nNCCL_ALGO = [1]\n\n[timing]\n", ["nccl_env.NCCL_ALGO"]),
+    ("candidate-env-pinned", 'base = "cand.py"\n', 'base = { file = "cand.py", nccl_env = { NCCL_NVLS_ENABLE = 1 } }\n',
+     ["candidates.base.nccl_env.NCCL_NVLS_ENABLE", "set by the runner"]),
+    ("candidate-table-unknown-key", 'base = "cand.py"\n', 'base = { file = "cand.py", env = { A = "1" } }\n',
+     ["candidates.base.env", "unknown key"]),
+    ("candidate-table-no-file", 'base = "cand.py"\n', 'base = { nccl_env = { NCCL_PROTO = "LL" } }\n',
+     ["candidates.base.file", "missing required key"]),
     # world size
     ("world-size-zero", "world_size = 2\n", "world_size = 0\n", ["world_size", "at least 1"]),
 ]

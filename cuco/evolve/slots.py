@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import os
 from dataclasses import dataclass
+from pathlib import Path
 
 
 @dataclass(frozen=True)
@@ -23,3 +24,16 @@ def make_slots(device: str, world: int, requested: int = 0) -> list[Slot]:
         return [Slot(i, tuple(range(i * world, (i + 1) * world))) for i in range(n)]
     n = requested if requested > 0 else max(1, (os.cpu_count() or 1) // world)
     return [Slot(i, ()) for i in range(n)]
+
+
+def local_evaluator(device: str, eval_cfg, shape: str):
+    """The search's evaluator on this machine: the cascade on the slot's GPUs (or CPU processes), at `shape`."""
+    from cuco.runner.cascade import EvalOptions, evaluate
+    from cuco.runner.record import EvalRecord
+
+    def run(spec, src: Path, slot: Slot, work: Path) -> EvalRecord:
+        opts = EvalOptions(device=device, shapes=[shape], gpus=list(slot.gpus), timeout_s=eval_cfg.timeout_s,
+                           warmup=eval_cfg.warmup, iters=eval_cfg.iters, work_dir=work)
+        return evaluate(spec, src, opts)
+
+    return run

@@ -41,6 +41,7 @@ class EvalOptions:
     warmup: int | None = None
     iters: int | None = None
     work_dir: Path | None = None
+    name: str | None = None  # the workload's name for the candidate (default: its file's stem)
 
 
 def _fail(record: EvalRecord, level: str, error: str, diagnostics: str = "") -> EvalRecord:
@@ -56,7 +57,7 @@ def evaluate(spec: WorkloadSpec, candidate: Path, opts: EvalOptions,
     text = candidate.read_text(errors="replace")
     kind = "cuda" if candidate.suffix == ".cu" else "python"
     record = EvalRecord(
-        workload=spec.name, candidate=str(candidate), candidate_name=candidate.stem, kind=kind,
+        workload=spec.name, candidate=str(candidate), candidate_name=opts.name or candidate.stem, kind=kind,
         sha256=hashlib.sha256(text.encode()).hexdigest(), world=spec.world_size, device=opts.device,
         started=datetime.now(timezone.utc).isoformat(timespec="seconds"), env=fingerprint())
     # L0
@@ -91,12 +92,15 @@ def evaluate(spec: WorkloadSpec, candidate: Path, opts: EvalOptions,
     work = Path(opts.work_dir or tempfile.mkdtemp(prefix="cuco-eval-"))
     work.mkdir(parents=True, exist_ok=True)
     gate_file = make_gate_file(work) if opts.device == "cuda" and harness else None
+    # The workload's NCCL settings, then those it declares for this candidate by name (workload.toml only: a
+    # candidate cannot choose its own).
+    env = {**spec.nccl_env, **spec.candidate_env.get(opts.name or "", {})}
     job = Job(workload_root=str(spec.root), world=spec.world_size, candidate=str(candidate.resolve()), kind=kind,
               device=opts.device, stages=stages, out_dir=str(work), host_port=free_port(),
               library=library, harness=harness, gate_file=gate_file, gpus=list(opts.gpus), warmup=opts.warmup,
-              iters=opts.iters, env=dict(spec.nccl_env))
-    if spec.nccl_env:
-        record.nccl_env = dict(spec.nccl_env)
+              iters=opts.iters, env=env)
+    if env:
+        record.nccl_env = env
     if not temporary:
         record.work_dir = str(work)
     try:

@@ -112,6 +112,8 @@ class WorkloadSpec:
     notes: str = ""
     source: Path = field(default=Path())
     nccl_env: dict[str, str] = field(default_factory=dict)
+    # Candidates declared with NCCL settings of their own (name -> settings), applied over nccl_env.
+    candidate_env: dict[str, dict[str, str]] = field(default_factory=dict)
 
     @property
     def reference_path(self) -> Path:
@@ -268,11 +270,20 @@ def _load_measurement(top: _Section, params: tuple[str, ...]) -> tuple[Tolerance
     return tolerance, timing, bounds
 
 
-def _load_candidates(top: _Section, root: Path) -> tuple[dict[str, Path], list[str]]:
+def _load_candidates(top: _Section, root: Path) -> tuple[dict[str, Path], list[str], dict[str, dict[str, str]]]:
+    """[candidates]: name = "file", or name = { file = "file", nccl_env = { NCCL_X = ... } } for a program that
+    runs under NCCL settings of its own (the same seed under another protocol, as a baseline), beside
+    [nccl_env]."""
     csec = top.table("candidates")
-    candidates = {}
+    candidates, envs = {}, {}
     for cname in csec.data:
-        rel = csec.get(cname, str)
+        if isinstance(csec.data[cname], dict):
+            sub = csec.table(cname)
+            rel = sub.get("file", str)
+            envs[cname] = _load_nccl_env(sub.table("nccl_env"))
+            sub.done()
+        else:
+            rel = csec.get(cname, str)
         cpath = root / rel
         if not cpath.is_file():
             raise csec.fail(cname, f"candidate file {rel!r} does not exist")
@@ -283,7 +294,7 @@ def _load_candidates(top: _Section, root: Path) -> tuple[dict[str, Path], list[s
     for b in baselines:
         if b not in candidates:
             raise top.fail("baselines", f"{b!r} is not a key of [candidates]")
-    return candidates, list(baselines)
+    return candidates, list(baselines), envs
 
 
 def load_workload(root: Path, world_size: int | None = None) -> WorkloadSpec:
@@ -301,7 +312,7 @@ def load_workload(root: Path, world_size: int | None = None) -> WorkloadSpec:
     small = _load_shapes(top, "small_shapes", params, required=False)
     buffers = _load_buffers(top, params)
     tolerance, timing, bounds = _load_measurement(top, params)
-    candidates, baselines = _load_candidates(top, root)
+    candidates, baselines, candidate_env = _load_candidates(top, root)
     strategies = _load_strategies(top.table("strategies"), root)
     nccl_env = _load_nccl_env(top.table("nccl_env"))
     top.done()
@@ -312,7 +323,8 @@ def load_workload(root: Path, world_size: int | None = None) -> WorkloadSpec:
                         world_size=world if world_size is None else world_size, params=params, shapes=shapes,
                         small_shapes=small, buffers=buffers, tolerance=tolerance, timing=timing, bounds=bounds,
                         candidates=candidates, baselines=baselines, strategies=strategies,
-                        notes=notes_path.read_text() if notes_path.is_file() else "", source=path, nccl_env=nccl_env)
+                        notes=notes_path.read_text() if notes_path.is_file() else "", source=path, nccl_env=nccl_env,
+                        candidate_env=candidate_env)
     if spec.world_size < 1:
         raise CucoError(str(path), f"world_size: must be at least 1, got {spec.world_size}")
     spec.check_world(spec.world_size)
