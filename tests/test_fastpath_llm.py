@@ -105,8 +105,9 @@ def test_cli_hands_what_the_rules_cannot_do_to_the_llm(tmp_path):
 
     from conftest import ROOT
 
-    seed = tmp_path / "seed_cast.cu"  # a cast around the receive buffer: the rules cannot place it in a window
-    seed.write_text(SEED.replace("ncclAllGather(a->ptr, aFull->ptr,", "ncclAllGather(a->ptr, (void*)aFull->ptr,"))
+    seed = tmp_path / "seed_choice.cu"  # the receive buffer chosen by a condition: the rules cannot place it
+    seed.write_text(SEED.replace("ncclAllGather(a->ptr, aFull->ptr,",
+                                 "ncclAllGather(a->ptr, ctx->nRanks > 1 ? aFull->ptr : a->ptr,"))
     with FakeLLM([reply(STAGE_A), reply(STAGE_B)], repeat_last=False) as fake:
         cfg = tmp_path / "run.toml"
         cfg.write_text(f'[llm]\nprovider = "openai_compatible"\nmodel = "coder"\nbase_url = "{fake.url}/v1"\n'
