@@ -21,8 +21,14 @@ from cuco.workload.spec import WorkloadSpec
 
 
 def _task(job: Job) -> dict[str, Any]:
-    """Runs on the node Ray chose: the GPU indices are those Ray made visible to the task (CUDA_VISIBLE_DEVICES)."""
+    """Runs on the node Ray chose: the GPU indices are those Ray made visible to the task (CUDA_VISIBLE_DEVICES).
+    Ray sets OMP_NUM_THREADS to the task's CPU count; the ranks get the launcher's own default instead, so that a
+    candidate is timed alike on either backend."""
+    import os
+
     import ray
+
+    os.environ.pop("OMP_NUM_THREADS", None)
 
     ctx = ray.get_runtime_context()
     gpus = list(range(job.world)) if job.device == "cuda" else []
