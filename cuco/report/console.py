@@ -13,12 +13,18 @@ def fmt_ms(v: float | None) -> str:
     return "-" if v is None else f"{v:.4f}" if v < 1 else f"{v:.3f}"
 
 
+def _param_names(shapes) -> str:
+    """The shape parameters' names, as the column's header (M,K,N for a GEMM workload)."""
+    first = next(iter(shapes), None)
+    return ",".join(first.params) if first is not None and first.params else "params"
+
+
 def eval_table(record: EvalRecord) -> Table:
     status = "[green]passed[/]" if record.ok else f"[red]failed at {record.failed_level}[/]"
     title = (f"{record.workload} / {record.candidate_name} ({record.kind}, {record.device}, "
              f"world {record.world}): {status}, level reached {record.level_reached or '-'}")
     t = Table(title=title, title_justify="left")
-    for col in ("shape", "M,K,N", "per-rank median ms", "median ms", "p10-p90 ms", "spread", "bound ms",
+    for col in ("shape", _param_names(record.shapes.values()), "per-rank median ms", "median ms", "p10-p90 ms", "spread", "bound ms",
                 "efficiency", "speedup"):
         t.add_column(col, justify="left" if col in ("shape", "speedup") else "right")
     for name, s in record.shapes.items():
@@ -54,7 +60,7 @@ def baseline_table(workload: str, records: dict[str, EvalRecord]) -> Table:
     t = Table(title=f"{workload}: baselines and bounds (ms, slowest rank, median)", title_justify="left")
     names = list(records)
     t.add_column("shape")
-    t.add_column("M,K,N")
+    t.add_column(_param_names(s for r in records.values() for s in r.shapes.values()))
     for n in names:
         t.add_column(n, justify="right")
     for col in ("compute alone", "collective alone", "comm bound", "bound"):

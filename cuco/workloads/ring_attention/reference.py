@@ -1,0 +1,109 @@
+"""Ring attention reference: causal GQA attention of this rank's zig-zag chunks against the whole sequence, in fp32,
+block by block with an online softmax so that 128K tokens fit in memory."""
+
+from __future__ import annotations
+
+import math
+
+import torch
+
+# Query rows per block of the reference: keeps the fp32 scores of one block of one KV group within a few GB at 128K.
+QUERY_BLOCK = 2048
+
+
+def chunk_len(p: dict[str, int], world: int) -> int:
+    return p["S"] // (2 * world)
+
+
+def positions(p: dict[str, int], world: int, rank: int) -> torch.Tensor:
+    """Global token positions of this rank's rows: chunk rank, then chunk 2 * world - 1 - rank."""
+    c = chunk_len(p, world)
+    first, second = rank * c, (2 * world - 1 - rank) * c
+    return torch.cat([torch.arange(first, first + c), torch.arange(second, second + c)])
+
+
+def make_inputs(p: dict[str, int], world: int, rank: int, gen: torch.Generator, device) -> dict[str, torch.Tensor]:
+    rows, h, kv, d = p["S"] // world, p["H"], p["KV"], p["D"]
+    return {name: torch.randn(rows, heads, d, generator=gen, device=device, dtype=torch.float32).to(torch.bfloat16)
+            for name, heads in (("q", h), ("k", kv), ("v", kv))}
+
+
+def _sequence(p, world, inputs, name):
+    """K or V of the whole sequence in token order, from every rank's zig-zag chunks."""
+    out = torch.empty(p["S"], *inputs[0][name].shape[1:], dtype=torch.float32, device=inputs[0][name].device)
+    for r, inp in enumerate(inputs):
+        out[positions(p, world, r).to(out.device)] = inp[name].float()
+    return out
+
+
+def reference(p: dict[str, int], world: int, rank: int, inputs: list[dict[str, torch.Tensor]]) -> dict[str, torch.Tensor]:
+    q = inputs[rank]["q"].float()  # [rows, H, D]
+    k, v = _sequence(p, world, inputs, "k"), _sequence(p, world, inputs, "v")  # [S, KV, D]
+    pos = positions(p, world, rank).to(q.device)
+    group, scale = p["H"] // p["KV"], 1.0 / math.sqrt(p["D"])
+    o = torch.empty_like(q)
+    lse = torch.empty(p["H"], q.shape[0], dtype=torch.float32, device=q.device)
+    for g in range(p["KV"]):
+        heads = slice(g * group, (g + 1) * group)
+        for lo in range(0, q.shape[0], QUERY_BLOCK):
+            rows = slice(lo, lo + QUERY_BLOCK)
+            qp = pos[rows]
+            keys = int(qp.max()) + 1  # no key after the last query of the block is visible
+            s = torch.einsum("qhd,kd->hqk", q[rows, heads], k[:keys, g]) * scale
+            s.masked_fill_(torch.arange(keys, device=q.device)[None, None, :] > qp[None, :, None], float("-inf"))
+            block_lse = torch.logsumexp(s, dim=-1)  # [group, rows]
+            o[rows, heads] = torch.einsum("hqk,kd->qhd", torch.exp(s - block_lse[..., None]), v[:keys, g])
+            lse[heads, rows] = block_lse
+    return {"o": o, "lse": lse}
+
+
+def _flash(q, k, v, causal: bool, scale: float):
+    """One block through torch's flash-attention kernel, which returns the log-sum-exp ([1, H, L] each)."""
+    if q.is_cuda:
+        out = torch.ops.aten._scaled_dot_product_flash_attention(q, k, v, 0.0, causal, False, scale=scale)
+    else:
+        out = torch.ops.aten._scaled_dot_product_flash_attention_for_cpu(q, k, v, 0.0, causal, scale=scale)
+    return out[0], out[1]
+
+
+def compute_alone(p, world, rank, inputs, bufs, group):
+    """This rank's attention work, block for block as the ring does it, with every rank's K and V already in hand
+    (the same kernel, no communication): the bound's compute half."""
+    c, scale, dev = chunk_len(p, world), 1.0 / math.sqrt(p["D"]), bufs["q"].device
+
+    def heads(x):  # [L, heads, D] -> [1, H, L, D], each KV head repeated for its group of query heads
+        return x.transpose(0, 1).repeat_interleave(p["H"] // x.shape[1], dim=0).unsqueeze(0)
+
+    q = heads(bufs["q"])
+    blocks = [(heads(inp["k"].to(dev)), heads(inp["v"].to(dev))) for inp in inputs]
+    mine = (rank, 2 * world - 1 - rank)
+
+    def run():
+        for src, (k, v) in enumerate(blocks):
+            theirs = (src, 2 * world - 1 - src)
+            for i, qi in enumerate(mine):
+                for j, kj in enumerate(theirs):
+                    if kj <= qi:
+                        rows, cols = slice(i * c, (i + 1) * c), slice(j * c, (j + 1) * c)
+                        _flash(q[:, :, rows], k[:, :, cols], v[:, :, cols], kj == qi, scale)
+
+    return run
+
+
+def comm_alone(p, world, rank, inputs, bufs, group):
+    """The ring's sends and receives of K and V alone, world - 1 steps: reported beside the bound."""
+    import torch.distributed as dist
+
+    k, v = bufs["k"], bufs["v"]
+    nxt, prv = (rank + 1) % world, (rank - 1) % world
+    send, recv = torch.cat([k, v]), torch.empty_like(torch.cat([k, v]))
+
+    def ring():
+        cur = send
+        for _ in range(world - 1):
+            reqs = dist.batch_isend_irecv([dist.P2POp(dist.isend, cur, nxt, group), dist.P2POp(dist.irecv, recv, prv, group)])
+            for r in reqs:
+                r.wait()
+            cur = recv.clone()
+
+    return ring

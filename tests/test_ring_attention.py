@@ -1,0 +1,44 @@
+"""The ring-attention workload on CPUs: its fp32 reference against torch's causal attention, and the host-driven
+ring seed (gloo send/recv, torch's flash-attention kernel, log-sum-exp merges) against the reference."""
+
+from __future__ import annotations
+
+import importlib.util
+import math
+
+import torch
+
+from conftest import WORKLOADS
+from cuco.runner.cascade import EvalOptions, evaluate
+from cuco.workload import load_workload
+
+ROOT = WORKLOADS / "ring_attention"
+
+
+def _reference():
+    spec = importlib.util.spec_from_file_location("ring_reference", ROOT / "reference.py")
+    mod = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(mod)
+    return mod
+
+
+def test_the_reference_is_causal_gqa_attention_with_its_log_sum_exp():
+    """At world 1 the zig-zag chunks are the sequence in order: plain causal attention over it."""
+    ref = _reference()
+    p = {"S": 40, "H": 4, "KV": 2, "D": 16}
+    inputs = [ref.make_inputs(p, 1, 0, torch.Generator().manual_seed(1), "cpu")]
+    got = ref.reference(p, 1, 0, inputs)
+    q = inputs[0]["q"].float().transpose(0, 1)  # [H, S, D]
+    k, v = (inputs[0][n].float().transpose(0, 1).repeat_interleave(2, dim=0) for n in ("k", "v"))
+    scores = q @ k.transpose(1, 2) / math.sqrt(p["D"])
+    scores.masked_fill_(torch.ones(40, 40, dtype=torch.bool).triu(1), float("-inf"))
+    want = torch.softmax(scores, -1) @ v
+    assert torch.allclose(got["o"].transpose(0, 1), want, atol=1e-5)
+    assert torch.allclose(got["lse"], torch.logsumexp(scores, -1), atol=1e-5)
+
+
+def test_the_host_ring_seed_matches_the_reference_at_worlds_2_and_4():
+    for world in (2, 4):
+        spec = load_workload(ROOT, world)
+        rec = evaluate(spec, spec.seed_path, EvalOptions(device="cpu", max_level="L2", small_shapes=["s96"]))
+        assert rec.ok, (world, rec.error)
