@@ -79,9 +79,13 @@ class RayBackend:
         resources = {"num_gpus": self.world, "num_cpus": 1} if self.device == "cuda" else {"num_cpus": self.world}
         task = ray.remote(max_retries=self.retries, **resources)(_task)
 
+        files: dict[Path, dict[str, bytes]] = {}  # the workload's files, read once for the whole run
+
         def run(spec: WorkloadSpec, src: Path, slot: Slot, work: Path) -> EvalRecord:
-            job = Job(spec.name, spec.world_size, src.read_text(), src.suffix, shape, self.device,
-                      workload_files(spec.root), cfg.eval.timeout_s, cfg.eval.warmup, cfg.eval.iters)
+            if spec.root not in files:
+                files[spec.root] = workload_files(spec.root)
+            job = Job(spec.name, spec.world_size, src.read_text(), src.suffix, shape, self.device, files[spec.root],
+                      cfg.eval.timeout_s, cfg.eval.warmup, cfg.eval.iters)
             try:
                 record = EvalRecord.from_dict(ray.get(task.remote(job)))
             except ray.exceptions.RayError as exc:  # the node died on every try, or the task could not run

@@ -13,7 +13,7 @@ import re
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
-from cuco.fastpath.places import Pointers, pointer_params
+from cuco.fastpath.places import Pointers, fixed_index, pointer_params
 from cuco.fastpath.syntax import blank_macros, function_name, parser, text, walk
 
 # Argument names by position, from nccl.h (2.28).
@@ -47,6 +47,7 @@ BLAS: dict[str, tuple[tuple[int, ...], tuple[int, ...]]] = {
     "cublasHgemm": ((7, 9), (12,)),
     "cublasLtMatmul": ((3, 5), (8,)),
     "cuco_gemm_bf16": ((1, 2), (3,)),
+    "cuco_gemm_bf16_beta": ((1, 2, 3), (3,)),
     "cuco_gemm_bf16_accumulate": ((1, 2, 3), (3,)),
     "cuco_gemm_bf16_batched": ((1, 3), (4,)),
 }
@@ -207,7 +208,7 @@ class _Calls:
             b = self.res.buffer_of(args[i]) if i is not None and i < len(args) else None
             if b:
                 out.append(b)
-                if any(n.type == "subscript_expression" and not _fixed_index(n) for n in walk(args[i])):
+                if any(n.type == "subscript_expression" and fixed_index(n) is None for n in walk(args[i])):
                     self.warnings.append(f"line {args[i].start_point.row + 1}: `{text(args[i])}` picks one of several "
                                          f"buffers at run time; this table names them all `{b}`")
         return out
@@ -301,12 +302,6 @@ def _learn_scalars(node, scalars: dict[str, str | None]) -> None:
         target = node.child_by_field_name("argument")
         if target is not None and target.type == "identifier":
             scalars[text(target)] = None  # written through its address (ncclCommCount(comm, &n))
-
-
-def _fixed_index(node) -> bool:
-    """`bufs[1]`: a subscript by a literal, the same element every time."""
-    indices = node.child_by_field_name("indices")
-    return indices is not None and indices.named_child_count == 1 and indices.named_children[0].type == "number_literal"
 
 
 LOOPS = ("for_statement", "while_statement", "do_statement", "for_range_loop")

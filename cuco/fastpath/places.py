@@ -123,14 +123,14 @@ class Pointers:
             return self.known.get(text(node))
         if node.type == "subscript_expression":
             arr, indices = node.child_by_field_name("argument"), node.child_by_field_name("indices")
-            index = indices.named_children[0] if indices is not None and indices.named_child_count == 1 else None
             key = text(arr).replace(" ", "") if arr is not None else ""
-            fixed = index is not None and index.type == "number_literal" and text(index).isdigit()
-            if key in self.elements and fixed and int(text(index)) < len(self.elements[key]):
-                return self.elements[key][int(text(index))]  # bufs[1] of an array never assigned again
+            fixed = fixed_index(node)
+            if key in self.elements and fixed is not None and fixed < len(self.elements[key]):
+                return self.elements[key][fixed]  # bufs[1] of an array never assigned again
             if key in self.elements:
-                return Unplaced(f"`{text(node)}` picks one of the buffers of `{key}` by "
-                                f"`{text(index) if index is not None else text(indices)}`: which one is chosen at run time")
+                index = text(indices)[1:-1].strip() if indices is not None else "?"
+                return Unplaced(f"`{text(node)}` picks one of the buffers of `{key}` by `{index}`: which one is "
+                                "chosen at run time")
             if key in self.known:
                 return self.known[key]
             if key in self.allocated:
@@ -165,6 +165,13 @@ class Pointers:
     def same_on_every_rank(self, offset: str) -> str | None:
         """None if the offset is the same on every rank, else why the rules cannot show it."""
         return why_offset_varies(offset, self.scalars, self.handles)
+
+
+def fixed_index(node) -> int | None:
+    """The index of `bufs[1]`, a subscript by a literal (the same element every time); None for any other."""
+    indices = node.child_by_field_name("indices")
+    index = indices.named_children[0] if indices is not None and indices.named_child_count == 1 else None
+    return int(text(index)) if index is not None and index.type == "number_literal" and text(index).isdigit() else None
 
 
 def pointer_params(fn) -> set[str]:

@@ -10,20 +10,23 @@
 #include <cublas_v2.h>
 #include <stdint.h>
 
-static inline cublasStatus_t cuco_gemm_bf16(cublasHandle_t h, const void* A, const void* B, void* C, int64_t m,
-                                            int64_t k, int64_t n) {
-  const float alpha = 1.0f, beta = 0.0f;
+// C = A @ B + beta * C, row-major; the sum is formed in fp32 in cuBLAS's epilogue and rounded once.
+static inline cublasStatus_t cuco_gemm_bf16_beta(cublasHandle_t h, const void* A, const void* B, void* C, int64_t m,
+                                                 int64_t k, int64_t n, float beta) {
+  const float alpha = 1.0f;
   return cublasGemmEx(h, CUBLAS_OP_N, CUBLAS_OP_N, (int)n, (int)m, (int)k, &alpha, B, CUDA_R_16BF, (int)n, A,
                       CUDA_R_16BF, (int)k, &beta, C, CUDA_R_16BF, (int)n, CUBLAS_COMPUTE_32F, CUBLAS_GEMM_DEFAULT);
 }
 
-// C = A @ B + C: the sum is formed in fp32 in cuBLAS's epilogue and rounded once, so a partial product that
-// arrived from a peer is reduced without a kernel of its own.
+static inline cublasStatus_t cuco_gemm_bf16(cublasHandle_t h, const void* A, const void* B, void* C, int64_t m,
+                                            int64_t k, int64_t n) {
+  return cuco_gemm_bf16_beta(h, A, B, C, m, k, n, 0.0f);
+}
+
+// C = A @ B + C: a partial product that arrived from a peer is reduced without a kernel of its own.
 static inline cublasStatus_t cuco_gemm_bf16_accumulate(cublasHandle_t h, const void* A, const void* B, void* C,
                                                        int64_t m, int64_t k, int64_t n) {
-  const float alpha = 1.0f, beta = 1.0f;
-  return cublasGemmEx(h, CUBLAS_OP_N, CUBLAS_OP_N, (int)n, (int)m, (int)k, &alpha, B, CUDA_R_16BF, (int)n, A,
-                      CUDA_R_16BF, (int)k, &beta, C, CUDA_R_16BF, (int)n, CUBLAS_COMPUTE_32F, CUBLAS_GEMM_DEFAULT);
+  return cuco_gemm_bf16_beta(h, A, B, C, m, k, n, 1.0f);
 }
 
 // `batch` products with one B: C + i * strideC = (A + i * strideA) @ B, strides in elements. One launch for
