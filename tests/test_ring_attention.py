@@ -10,6 +10,7 @@ import torch
 
 from conftest import WORKLOADS
 from cuco.runner.cascade import EvalOptions, evaluate
+from cuco.runner.verify import compare
 from cuco.workload import load_workload
 
 ROOT = WORKLOADS / "ring_attention"
@@ -42,3 +43,21 @@ def test_the_host_ring_seed_matches_the_reference_at_worlds_2_and_4():
         spec = load_workload(ROOT, world)
         rec = evaluate(spec, spec.seed_path, EvalOptions(device="cpu", max_level="L2", small_shapes=["s96"]))
         assert rec.ok, (world, rec.error)
+
+
+def test_each_output_is_held_to_its_own_tolerance():
+    """o's atol follows each row's size, lse is held tight: bf16 rounding of a row over few keys passes, a row's
+    log-sum-exp that left out 1% of its keys does not."""
+    spec = load_workload(ROOT)
+    o_tol, lse_tol = spec.tolerance_for("o"), spec.tolerance_for("lse")
+    assert (o_tol.atol_scale, o_tol.rtol) == ("row", spec.tolerance.rtol)
+    few_keys = torch.tensor([[1.0, -1.0, 1.0, -1.0, 1.0, -1.0, 1.0, 0.001]])  # a row averaging few keys
+    ref = torch.cat([few_keys, torch.full((99, 8), 0.01)])  # and many rows averaging thousands
+    out = ref.clone()
+    out[0, 7] += 0.008  # two bf16 steps at the size of that row's values
+    assert not compare("o", out, ref, o_tol.rtol, o_tol.atol, o_tol.norm_rtol).ok  # rms of the whole: too tight
+    assert compare("o", out, ref, o_tol.rtol, o_tol.atol, o_tol.norm_rtol, o_tol.atol_scale).ok
+    lse = torch.full((4, 64), math.log(8192.0))
+    args = (lse_tol.rtol, lse_tol.atol, lse_tol.norm_rtol, lse_tol.atol_scale)
+    assert compare("lse", lse + 1e-5, lse, *args).ok
+    assert not compare("lse", lse + math.log(1 - 0.01), lse, *args).ok

@@ -180,6 +180,12 @@ BAD_TOML = [
     ("unknown-role", 'role = "output"\n', 'role = "result"\n', ["buffers.c.role", "unknown role", "result"]),
     ("no-output-buffer", 'role = "output"\n', 'role = "scratch"\n', ["buffers", "output"]),
     ("bad-determinism", "rtol = 0.02\n", 'rtol = 0.02\ndeterminism = "sometimes"\n', ["tolerance.determinism"]),
+    ("bad-atol-scale", "rtol = 0.02\n", 'rtol = 0.02\natol_scale = "column"\n', ["tolerance.atol_scale", "row"]),
+    ("tolerance-of-an-input", "symmetric = true\n", "symmetric = true\natol = 0.1\n",
+     ["buffers.a.atol", "only an output"]),
+    ("output-atol-not-a-number", 'role = "output"\n', 'role = "output"\natol = "loose"\n', ["buffers.c.atol"]),
+    ("output-bad-atol-scale", 'role = "output"\n', 'role = "output"\natol_scale = "cols"\n',
+     ["buffers.c.atol_scale"]),
     # unknown keys are rejected, not ignored
     ("unknown-key-top", 'name = "tiny"\n', 'name = "tiny"\ncolour = "blue"\n', ["colour", "unknown key"]),
     ("unknown-key-timing", "iters = 2\n", "iters = 2\niterz = 3\n", ["timing.iterz", "unknown key"]),

@@ -230,12 +230,14 @@ class Host:
                                traceback=traceback.format_exc(limit=6))
 
 
-def scrub_environment(scratch: Path) -> None:
-    """Caches and temporary files go to the host's scratch folder; keys of the driver's stay out."""
+def scrub_environment(scratch: Path, tmp: Path) -> None:
+    """Caches go to the host's scratch folder and temporary files to the folder all ranks share (processes of one
+    program find each other's sockets in TMPDIR); keys of the driver's stay out."""
     for key in list(os.environ):
         if any(w in key.upper() for w in ("KEY", "TOKEN", "SECRET", "PASSWORD")) or key == "CUCO_HOME":
             del os.environ[key]
-    for var, sub in (("TMPDIR", ""), ("TRITON_CACHE_DIR", "triton"), ("XDG_CACHE_HOME", "cache"),
+    os.environ["TMPDIR"] = str(tmp)
+    for var, sub in (("TRITON_CACHE_DIR", "triton"), ("XDG_CACHE_HOME", "cache"),
                      ("CUDA_CACHE_PATH", "nv"), ("TORCHINDUCTOR_CACHE_DIR", "inductor")):
         os.environ[var] = str(scratch / sub)
     os.environ["PYTHONDONTWRITEBYTECODE"] = "1"
@@ -247,9 +249,9 @@ def main(argv: list[str]) -> int:
     die_with_parent(os.getppid())
     chan = Channel(socket.socket(fileno=int(argv[0])))
     hello = chan.expect("hello")
-    scratch = Path(hello.data["scratch"])
-    scrub_environment(scratch)
-    confinement = confine(scratch)
+    scratch, tmp = Path(hello.data["scratch"]), Path(hello.data["tmp"])
+    scrub_environment(scratch, tmp)
+    confinement = confine(scratch, tmp)
     host = Host(chan, hello)
     try:
         host.init()

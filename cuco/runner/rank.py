@@ -35,6 +35,8 @@ class HostProcess:
     def start(cls, job: Job, rank: int) -> "HostProcess":
         scratch = Path(job.out_dir) / f"host{rank}"
         scratch.mkdir(parents=True, exist_ok=True)
+        shared_tmp = Path(job.out_dir) / "tmp"  # every rank's TMPDIR: torch's symmetric memory meets peers there
+        shared_tmp.mkdir(exist_ok=True)
         chan, child = Channel.pair()
         env = {k: v for k, v in os.environ.items() if k != JUDGE_PORT_ENV}  # the judges' group is theirs alone
         proc = subprocess.Popen([sys.executable, "-m", "cuco.runner.host", str(child.fileno())],
@@ -49,7 +51,7 @@ class HostProcess:
         chan.send("hello", fds=page_fds, rank=rank, world=job.world, candidate_kind=job.kind, device=job.device,
                   candidate=job.candidate, library=job.library, harness=job.harness,
                   gpu=(job.gpus[rank] if job.gpus else rank) if job.device == "cuda" else None,
-                  store_port=job.host_port, scratch=str(scratch))
+                  store_port=job.host_port, scratch=str(scratch), tmp=str(shared_tmp))
         for fd in page_fds:
             os.close(fd)
         return cls(proc, chan, scratch, gate, done)

@@ -4,9 +4,10 @@ The candidate runs in a process of its own (the host), started by its rank's jud
 candidate's code is loaded the host confines itself:
 - Landlock (Linux 5.13+, unprivileged): the whole filesystem becomes read-only except /dev (GPU device
   files, /dev/shm for NCCL), /proc (CUDA's initialisation fails without it; other processes' entries
-  stay closed by the kernel's own checks, below) and the host's own scratch folder, so the run
-  directory, the search's store, the baselines and CUCO_HOME cannot be written; signals to processes
-  outside the sandbox are refused where the kernel supports it (Landlock ABI 6).
+  stay closed by the kernel's own checks, below), the host's own scratch folder and the temporary folder
+  the evaluation's ranks share, so the run directory, the search's store, the baselines and CUCO_HOME
+  cannot be written; signals to processes outside the sandbox are refused where the kernel supports it
+  (Landlock ABI 6).
 - no capabilities (bounding set, ambient and effective sets emptied, no_new_privs): even as root the host
   can neither ptrace nor read the judge's memory (the judge is not dumpable), nor regain them by exec.
 The judge makes itself a child subreaper, so every process the candidate starts, detached or not, stays
@@ -151,10 +152,11 @@ def _drop_capabilities() -> bool:
 SYSTEM_WRITABLE = (Path("/dev"), Path("/proc"))
 
 
-def confine(scratch: Path) -> Confinement:
-    """Confine this process (the candidate's host) for the rest of its life; call before loading the candidate."""
+def confine(*writable: Path) -> Confinement:
+    """Confine this process (the candidate's host) for the rest of its life, writing only beneath WRITABLE (its
+    scratch folders) and SYSTEM_WRITABLE; call before loading the candidate."""
     abi = landlock_abi()
-    scoped = _landlock([Path(scratch), *SYSTEM_WRITABLE], abi) if abi else False
+    scoped = _landlock([*map(Path, writable), *SYSTEM_WRITABLE], abi) if abi else False
     return Confinement(abi, _drop_capabilities(), scoped)
 
 

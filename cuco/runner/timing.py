@@ -23,6 +23,9 @@ from typing import Any, Callable
 CLOCK_EVENT_EPS_MS = 0.02  # an event time longer than the judge's own by more than this is impossible
 CLOCK_REL_SLACK = 0.2  # of the judge's median
 CLOCK_ABS_SLACK_MS = 0.02
+# The spin before a reference's start event: 2e6 clock cycles, 1 ms at the 2 GHz of an H100/H200 SM, far more than
+# torch needs to launch a GEMM or a collective (tens of microseconds).
+LAUNCH_COVER_CYCLES = 2_000_000
 
 
 @dataclass
@@ -60,7 +63,9 @@ def cross_check(event_ms: list[float], judge_ms: list[float], null_ms: list[floa
 
 def time_references_cuda(run: Callable[[], None], before: Callable[[], None], barrier: Callable[[], None],
                          stream, warmup: int, iters: int) -> list[float]:
-    """CUDA events around trusted reference code, every rank started after a host barrier."""
+    """CUDA events around trusted reference code, every rank started after a host barrier. The stream first
+    spins for a while, so that the run's launches are all queued when its start event fires: a small GEMM takes
+    less time on the GPU than torch takes to launch it, and the bound must not include that."""
     import torch
 
     for _ in range(warmup):
@@ -75,6 +80,7 @@ def time_references_cuda(run: Callable[[], None], before: Callable[[], None], ba
         torch.cuda.synchronize()
         barrier()
         start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+        torch.cuda._sleep(LAUNCH_COVER_CYCLES)
         start.record(stream)
         run()
         end.record(stream)

@@ -21,8 +21,10 @@ class Check:
     bad: int = 0
 
 
-def compare(name: str, out: torch.Tensor, ref: torch.Tensor, rtol: float, atol: float, norm_rtol: float) -> Check:
-    """Dtype-aware comparison: NaN/Inf fail, every element within rtol*|ref| + atol*rms(ref), small norm error."""
+def compare(name: str, out: torch.Tensor, ref: torch.Tensor, rtol: float, atol: float, norm_rtol: float,
+            atol_scale: str = "tensor") -> Check:
+    """Dtype-aware comparison: NaN/Inf fail, every element within rtol*|ref| + atol*rms(ref), small norm error.
+    The rms is the whole reference's, or with atol_scale "row" that of the element's vector along the last dimension."""
     if tuple(out.shape) != tuple(ref.shape):
         return Check(False, f"{name}: shape {tuple(out.shape)} but the reference has {tuple(ref.shape)}")
     if not out.dtype.is_floating_point:
@@ -35,8 +37,11 @@ def compare(name: str, out: torch.Tensor, ref: torch.Tensor, rtol: float, atol: 
         return Check(False, f"{name}: {nonfinite} of {o.numel()} elements are NaN/Inf "
                             f"(unwritten or invalid; first at flat index {first})", None, nonfinite)
     diff = (o - r).abs()
-    rms = float(r.pow(2).mean().sqrt()) if r.numel() else 0.0
-    allowed = rtol * r.abs() + atol * max(rms, 1e-30)
+    if atol_scale == "row" and r.dim() > 0 and r.shape[-1] > 0:
+        rms = r.pow(2).mean(dim=-1, keepdim=True).sqrt().clamp_min(1e-30)
+    else:
+        rms = max(float(r.pow(2).mean().sqrt()) if r.numel() else 0.0, 1e-30)
+    allowed = rtol * r.abs() + atol * rms
     bad_mask = diff > allowed
     bad = int(bad_mask.sum())
     norm_ref = float(r.norm())

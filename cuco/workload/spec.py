@@ -7,7 +7,7 @@ rejected rather than ignored: a misspelled tolerance must not silently fall back
 from __future__ import annotations
 
 import sys
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 
 from cuco.dtypes import DTYPES
@@ -23,6 +23,8 @@ else:  # pragma: no cover
     import tomli as tomllib
 
 ROLES = ("input", "output", "scratch")
+ATOL_SCALES = ("tensor", "row")
+OUTPUT_TOLERANCE = ("rtol", "atol", "norm_rtol", "atol_scale")  # keys an output buffer may set for itself
 
 
 @dataclass(frozen=True)
@@ -34,6 +36,8 @@ class BufferSpec:
     dtype: str
     shape: tuple[str | int, ...]
     symmetric: bool = False
+    # An output's own [tolerance] keys (rtol, atol, norm_rtol, atol_scale), over the workload's.
+    tolerance: tuple[tuple[str, float | str], ...] = ()
 
     def dims(self, env: dict[str, int]) -> tuple[int, ...]:
         return tuple(eval_expr(d, env) for d in self.shape)
@@ -65,6 +69,9 @@ class Tolerance:
     atol: float = 0.02
     norm_rtol: float = 0.01
     determinism: str = "bitwise"  # "bitwise": two runs on the same inputs must agree exactly; "tolerance"
+    # What atol is a fraction of: the rms of the whole output ("tensor"), or of each vector along its last
+    # dimension ("row": for outputs whose rows differ in size by orders, as attention's over few or many keys).
+    atol_scale: str = "tensor"
 
 
 @dataclass(frozen=True)
@@ -123,6 +130,10 @@ class WorkloadSpec:
     def seed_path(self) -> Path | None:
         """The host-driven starting point: the candidate named "seed"."""
         return self.candidates.get("seed")
+
+    def tolerance_for(self, output: str) -> Tolerance:
+        """The workload's [tolerance] with the output's own keys over it."""
+        return replace(self.tolerance, **dict(self.buffers[output].tolerance))
 
     def shape(self, name: str) -> Shape:
         for s in self.shapes + self.small_shapes:
@@ -238,8 +249,14 @@ def _load_buffer(sec: _Section, name: str, params: tuple[str, ...]) -> BufferSpe
             if unknown:
                 raise sec.fail("shape", f"unknown parameter {sorted(unknown)[0]!r} in {d!r}")
     symmetric = sec.get("symmetric", bool, False)
+    tolerance = tuple((key, sec.get(key, str if key == "atol_scale" else float)) for key in OUTPUT_TOLERANCE
+                      if key in sec.data)
+    if tolerance and role != "output":
+        raise sec.fail(tolerance[0][0], "only an output has a tolerance")
+    if dict(tolerance).get("atol_scale", "tensor") not in ATOL_SCALES:
+        raise sec.fail("atol_scale", f"expected one of {', '.join(ATOL_SCALES)}")
     sec.done()
-    return BufferSpec(name, role, dtype, tuple(dims), symmetric)
+    return BufferSpec(name, role, dtype, tuple(dims), symmetric, tolerance)
 
 
 def _load_buffers(top: _Section, params: tuple[str, ...]) -> dict[str, BufferSpec]:
@@ -256,6 +273,8 @@ def _load_measurement(top: _Section, params: tuple[str, ...]) -> tuple[Tolerance
     tolerance = _load_dataclass(Tolerance, top.table("tolerance"))
     if tolerance.determinism not in ("bitwise", "tolerance"):
         raise top.fail("tolerance.determinism", "expected \"bitwise\" or \"tolerance\"")
+    if tolerance.atol_scale not in ATOL_SCALES:
+        raise top.fail("tolerance.atol_scale", f"expected one of {', '.join(ATOL_SCALES)}")
     timing = _load_dataclass(Timing, top.table("timing"))
     if timing.trials < 2:
         raise top.fail("timing.trials", "at least 2 trials on fresh inputs are required")
