@@ -11,10 +11,10 @@ ROOT = Path(__file__).resolve().parents[1]
 WORKLOADS = ROOT / "cuco" / "workloads"
 GEMM_AG = WORKLOADS / "gemm_allgather"
 # The benchmarked collectives: a host NCCL seed each, and the device programs the library offers for it (the
-# GEMM workloads are programs around a collective, not collectives; the CPU example and ring attention have
-# Python seeds).
+# GEMM workloads and the KV transfer are programs around communication, not collectives; the CPU example and
+# ring attention have Python seeds).
 COLLECTIVES = sorted(p.parent for p in WORKLOADS.glob("*/workload.toml")
-                     if (p.parent / "seed.cu").is_file() and not p.parent.name.startswith("gemm_"))
+                     if (p.parent / "seed.cu").is_file() and not p.parent.name.startswith(("gemm_", "kv_transfer")))
 
 
 @pytest.fixture(autouse=True, scope="session")

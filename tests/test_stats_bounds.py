@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from conftest import GEMM_AG
+from conftest import GEMM_AG, WORKLOADS
 from cuco.runner.bounds import compute_bound
 from cuco.runner.stats import slowest_rank, summarize
 from cuco.workload import load_workload
@@ -42,3 +42,13 @@ def test_world_size_changes_bytes():
     spec = load_workload(GEMM_AG, world_size=4)
     b = compute_bound(spec, spec.shape("8k"), 4, "cuda", 1.0, None, {"peer_bw_gbps": 100.0})
     assert b["comm_bytes"] == 3 * 2048 * 8192 * 2
+
+
+def test_communication_that_follows_the_compute_adds_to_the_bound():
+    """KV transfer: the last layer's K and V exist only once prefill is over, so their transfer comes after it."""
+    spec = load_workload(WORKLOADS / "kv_transfer")
+    b = compute_bound(spec, spec.shape("8k"), 2, "cuda", 5.0, None, {"peer_bw_gbps": 400.0})
+    layer = 2 * 8192 * 8 * 128 * 2
+    assert b["comm_bytes"] == 32 * layer
+    assert b["serial_comm_ms"] == pytest.approx(layer / 400e9 * 1e3)
+    assert b["bound_ms"] == pytest.approx(5.0 + layer / 400e9 * 1e3)

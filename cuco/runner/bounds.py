@@ -1,4 +1,5 @@
-"""The physical bound beside every number: compute alone, communication alone, and their max.
+"""The physical bound beside every number: compute alone, communication alone, and their max (plus the bytes that
+can move only once the compute is over, where a workload has such).
 
 Compute alone is measured: the workload's best-library version of the compute, timed by judges that run
 no candidate, once per machine, workload and shape, and cached in CUCO_HOME; its fastest iteration.
@@ -18,6 +19,7 @@ from typing import Any
 from cuco.machine import fingerprint
 from cuco.paths import atomic_write_json, cuco_home
 from cuco.runner.job import Job, Stage
+from cuco.runner.timing import REFERENCE_TIMING
 from cuco.workload.expr import eval_expr
 from cuco.workload.spec import Shape, WorkloadSpec
 
@@ -32,6 +34,10 @@ def compute_bound(spec: WorkloadSpec, shape: Shape, world: int, device: str, com
         comm_ms, comm_source = comm_bytes / (bw * 1e9) * 1e3, f"{comm_bytes / 1e6:.1f} MB at {bw:.0f} GB/s"
     else:
         comm_ms, comm_source = comm_alone_ms, "measured collective alone"
+    serial_bytes = eval_expr(spec.bounds.serial_comm_bytes, env)
+    serial_ms = None
+    if serial_bytes and comm_ms is not None and comm_bytes:
+        serial_ms = comm_ms * serial_bytes / comm_bytes
     tflops = machine.get("gemm_bf16_tflops")
     parts = [v for v in (compute_ms, comm_ms) if v is not None]
     return {
@@ -41,7 +47,8 @@ def compute_bound(spec: WorkloadSpec, shape: Shape, world: int, device: str, com
         "comm_source": comm_source,
         "comm_bytes": comm_bytes,
         "flops": flops,
-        "bound_ms": max(parts) if parts else None,
+        "serial_comm_ms": serial_ms,
+        "bound_ms": max(parts) + (serial_ms or 0.0) if parts else None,
     }
 
 
@@ -57,7 +64,7 @@ def _machine_key(device: str) -> dict[str, Any]:
 def _workload_key(spec: WorkloadSpec, device: str) -> str:
     """What every shape's references depend on: the machine, the workload's reference and buffers, its timing."""
     h = hashlib.sha256()
-    h.update(json.dumps([_machine_key(device), spec.name, spec.world_size,
+    h.update(json.dumps([REFERENCE_TIMING, _machine_key(device), spec.name, spec.world_size,
                          [(b.name, b.role, b.dtype, b.shape) for b in spec.buffers.values()],
                          spec.timing.warmup, spec.timing.iters, spec.timing.l2_flush, dict(spec.nccl_env)],
                         sort_keys=True, default=str).encode())

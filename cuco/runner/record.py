@@ -85,13 +85,15 @@ class Timing:
 @dataclass
 class Bound:
     """The physical bound of a shape (`bounds.compute_bound`): the larger of the compute alone and the
-    communication alone, each measured or derived from the machine's facts."""
+    communication alone, each measured or derived from the machine's facts, plus the communication that can only
+    follow the compute."""
     compute_ms: float | None = None
     compute_floor_ms: float | None = None
     comm_ms: float | None = None
     comm_source: str = ""
     comm_bytes: float | None = None
     flops: float | None = None
+    serial_comm_ms: float | None = None
     bound_ms: float | None = None
 
     def to_dict(self) -> dict[str, Any]:

@@ -23,6 +23,8 @@ from typing import Any, Callable
 CLOCK_EVENT_EPS_MS = 0.02  # an event time longer than the judge's own by more than this is impossible
 CLOCK_REL_SLACK = 0.2  # of the judge's median
 CLOCK_ABS_SLACK_MS = 0.02
+# How the bound's references are timed: part of their cache key, so that a change here measures them again.
+REFERENCE_TIMING = "events after a launch-covering spin"
 # The spin before a reference's start event: 2e6 clock cycles, 1 ms at the 2 GHz of an H100/H200 SM, far more than
 # torch needs to launch a GEMM or a collective (tens of microseconds).
 LAUNCH_COVER_CYCLES = 2_000_000

@@ -13,6 +13,12 @@ def poison(t: torch.Tensor) -> None:
     t.view(torch.uint8).fill_(POISON_BYTE) if t.is_contiguous() else t.fill_(float("nan"))
 
 
+def poisoned(t: torch.Tensor) -> torch.Tensor:
+    """Per element: does it still hold the poison, every byte POISON_BYTE?"""
+    b = t.contiguous().view(torch.uint8).view(*t.shape, t.element_size())
+    return (b == POISON_BYTE).all(dim=-1)
+
+
 @dataclass
 class Check:
     ok: bool
@@ -24,12 +30,22 @@ class Check:
 def compare(name: str, out: torch.Tensor, ref: torch.Tensor, rtol: float, atol: float, norm_rtol: float,
             atol_scale: str = "tensor") -> Check:
     """Dtype-aware comparison: NaN/Inf fail, every element within rtol*|ref| + atol*rms(ref), small norm error.
-    The rms is the whole reference's, or with atol_scale "row" that of the element's vector along the last dimension."""
+    The rms is the whole reference's, or with atol_scale "row" that of the element's vector along the last dimension.
+    A NaN in the reference marks an element the candidate must not write: it must still hold the poison."""
     if tuple(out.shape) != tuple(ref.shape):
         return Check(False, f"{name}: shape {tuple(out.shape)} but the reference has {tuple(ref.shape)}")
     if not out.dtype.is_floating_point:
         bad = int((out != ref.to(out.dtype)).sum())
         return Check(bad == 0, f"{name}: {bad} of {out.numel()} elements differ" if bad else "", 0.0, bad)
+    keep = torch.isnan(ref)  # where the reference is NaN the output must still hold the poison: nothing wrote there
+    if bool(keep.any()):
+        written = keep & ~poisoned(out)
+        n = int(written.sum())
+        if n:
+            first = int(torch.nonzero(written.flatten())[0])
+            return Check(False, f"{name}: {n} elements written where the buffer must be left untouched (first at "
+                                f"flat index {first})", None, n)
+        out, ref = out.masked_fill(keep, 0), ref.masked_fill(keep, 0)
     o, r = out.double(), ref.double()
     nonfinite = int((~torch.isfinite(o)).sum())
     if nonfinite:

@@ -1,0 +1,69 @@
+"""KV-transfer reference: the decode rank's pool holds every layer's K = X Wk_l and V = X Wv_l (fp32) at the pages
+its block table names; every other element of every rank's pool is NaN, which the judge reads as "must still
+hold the poison": nothing may write there."""
+
+from __future__ import annotations
+
+import torch
+
+
+def pages(p: dict[str, int]) -> int:
+    return (p["S"] + p["PAGE"] - 1) // p["PAGE"]
+
+
+def make_inputs(p: dict[str, int], world: int, rank: int, gen: torch.Generator, device) -> dict[str, torch.Tensor]:
+    s, hid, cols, layers = p["S"], p["HID"], p["KV"] * p["D"], p["L"]
+
+    def randn(*shape, scale=1.0):
+        return (torch.randn(*shape, generator=gen, device=device, dtype=torch.float32) * scale).to(torch.bfloat16)
+
+    if p["LAYOUT"] == 2:
+        table = torch.randperm(p["POOL"], generator=gen, device=device)[:pages(p)]
+    else:
+        table = torch.arange(pages(p), device=device)
+    # Weights scaled by 1/sqrt(HID): K and V of order one, as after a real model's projections.
+    return {"x": randn(s, hid), "wk": randn(layers, hid, cols, scale=hid ** -0.5),
+            "wv": randn(layers, hid, cols, scale=hid ** -0.5), "block_table": table.to(torch.int32)}
+
+
+def reference(p: dict[str, int], world: int, rank: int, inputs: list[dict[str, torch.Tensor]]) -> dict[str, torch.Tensor]:
+    s, page, cols = p["S"], p["PAGE"], p["KV"] * p["D"]
+    pool = torch.full((p["L"], p["POOL"], 2 * page, cols), float("nan"), device=inputs[0]["x"].device)
+    if rank != world - 1:
+        return {"pool": pool}
+    prefill, table = inputs[0], inputs[rank]["block_table"].long()
+    x = prefill["x"].float()
+    token = torch.arange(s, device=x.device)
+    page_of, slot = table[token // page], token % page
+    for layer in range(p["L"]):
+        pool[layer, page_of, slot] = x @ prefill["wk"][layer].float()
+        pool[layer, page_of, page + slot] = x @ prefill["wv"][layer].float()
+    return {"pool": pool}
+
+
+def compute_alone(p, world, rank, inputs, bufs, group):
+    """The prefill rank's projections alone, through cuBLAS (torch.matmul), into the contiguous staging buffer."""
+    if rank != 0:
+        return lambda: None
+    x, wk, wv, stage = bufs["x"], bufs["wk"], bufs["wv"], bufs["kv_stage"]
+
+    def run():
+        for layer in range(p["L"]):
+            torch.matmul(x, wk[layer], out=stage[layer, 0])
+            torch.matmul(x, wv[layer], out=stage[layer, 1])
+    return run
+
+
+def comm_alone(p, world, rank, inputs, bufs, group):
+    """NCCL moving every layer's contiguous K and V from the prefill rank to the decode rank, in one send."""
+    import torch.distributed as dist
+
+    stage, decode = bufs["kv_stage"], world - 1
+    if decode == 0 or rank not in (0, decode):
+        return lambda: None
+    op = dist.isend if rank == 0 else dist.irecv
+
+    def run():
+        for req in dist.batch_isend_irecv([dist.P2POp(op, stage, decode if rank == 0 else 0, group)]):
+            req.wait()
+    return run

@@ -1,0 +1,76 @@
+"""The KV-transfer workload on CPUs: its reference, a host-driven program verified against it, and the judge
+catching a program that writes pool pages the block table does not name."""
+
+from __future__ import annotations
+
+import importlib.util
+
+import pytest
+import torch
+
+from conftest import WORKLOADS, gpu_count
+from cuco.runner.build import build
+from cuco.runner.cascade import EvalOptions, evaluate
+from cuco.workload import load_workload
+
+ROOT = WORKLOADS / "kv_transfer"
+
+
+def _reference():
+    spec = importlib.util.spec_from_file_location("kv_reference", ROOT / "reference.py")
+    mod = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(mod)
+    return mod
+
+
+def test_the_reference_fills_the_named_pages_and_nothing_else():
+    ref = _reference()
+    p = load_workload(ROOT).shape("s_odd").params  # 37 tokens: two full pages and 5 slots of a third
+    inputs = [ref.make_inputs(p, 2, r, torch.Generator().manual_seed(r), "cpu") for r in range(2)]
+    prefill, decode = (ref.reference(p, 2, r, inputs)["pool"] for r in range(2))
+    assert prefill.isnan().all()  # the prefill rank's pool is never written
+    table = inputs[1]["block_table"].long()
+    assert len(set(table.tolist())) == 3 and table.max() < p["POOL"]
+    x = inputs[0]["x"].float()
+    k2, v2 = x @ inputs[0]["wk"][2].float(), x @ inputs[0]["wv"][2].float()
+    assert torch.allclose(decode[2, table[1], :16], k2[16:32]) and torch.allclose(decode[2, table[1], 16:], v2[16:32])
+    assert torch.allclose(decode[2, table[2], :5], k2[32:]) and decode[2, table[2], 5:16].isnan().all()
+    unnamed = [q for q in range(p["POOL"]) if q not in table.tolist()]
+    assert decode[:, unnamed].isnan().all()
+
+
+def test_the_host_program_is_correct_and_a_write_outside_the_named_pages_is_caught(tmp_path):
+    spec = load_workload(ROOT)
+    opts = dict(device="cpu", max_level="L2", small_shapes=["s_odd"], timeout_s=120)
+    rec = evaluate(spec, spec.candidates["torch_host"], EvalOptions(**opts, work_dir=tmp_path / "honest"))
+    assert rec.ok, rec.error
+    # The same program, but it clears the whole pool first, as a careless one might.
+    src = spec.candidates["torch_host"].read_text()
+    careless = tmp_path / "clears_pool.py"
+    careless.write_text(src.replace("    decode, page = ctx.world - 1, p[\"PAGE\"]\n",
+                                    "    decode, page = ctx.world - 1, p[\"PAGE\"]\n    pool.zero_()\n"))
+    rec = evaluate(spec, careless, EvalOptions(**opts, work_dir=tmp_path / "careless"))
+    assert not rec.ok and rec.failed_level == "L2"
+    assert "pool" in rec.error and "must be left untouched" in rec.error
+
+
+CU_PROGRAMS = ["seed", "host_pipeline"]
+
+
+@pytest.mark.nvcc
+@pytest.mark.parametrize("name", CU_PROGRAMS)
+def test_the_cuda_programs_build(name):
+    res = build(load_workload(ROOT).candidates[name])
+    assert res.ok, res.log
+
+
+@pytest.mark.gpu(1)
+@pytest.mark.nvcc
+@pytest.mark.parametrize("name", CU_PROGRAMS)
+def test_the_cuda_programs_are_correct_on_gpus(name, tmp_path):
+    """Every shape, L3: at world 2 where two GPUs are present (prefill on 0, decode on 1), else at world 1."""
+    world = max(1, min(2, gpu_count()))
+    spec = load_workload(ROOT, world)
+    rec = evaluate(spec, spec.candidates[name], EvalOptions(device="cuda", max_level="L3", gpus=list(range(world)),
+                                                            work_dir=tmp_path / "w"))
+    assert rec.ok, rec.error
