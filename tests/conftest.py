@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import importlib.util
 import os
 from pathlib import Path
 
@@ -11,10 +12,19 @@ ROOT = Path(__file__).resolve().parents[1]
 WORKLOADS = ROOT / "cuco" / "workloads"
 GEMM_AG = WORKLOADS / "gemm_allgather"
 # The benchmarked collectives: a host NCCL seed each, and the device programs the library offers for it (the
-# GEMM workloads and the KV transfer are programs around communication, not collectives; the CPU example and
-# ring attention have Python seeds).
+# GEMM workloads, the KV transfer and the MoE layer are programs around communication, not collectives; the CPU
+# example and ring attention have Python seeds).
 COLLECTIVES = sorted(p.parent for p in WORKLOADS.glob("*/workload.toml")
-                     if (p.parent / "seed.cu").is_file() and not p.parent.name.startswith(("gemm_", "kv_transfer")))
+                     if (p.parent / "seed.cu").is_file()
+                     and not p.parent.name.startswith(("gemm_", "kv_transfer", "moe_")))
+
+
+def workload_reference(name: str):
+    """A built-in workload's reference.py, as a module."""
+    spec = importlib.util.spec_from_file_location(f"{name}_reference", WORKLOADS / name / "reference.py")
+    mod = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(mod)
+    return mod
 
 
 @pytest.fixture(autouse=True, scope="session")

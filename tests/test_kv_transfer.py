@@ -3,28 +3,18 @@ catching a program that writes pool pages the block table does not name."""
 
 from __future__ import annotations
 
-import importlib.util
 
-import pytest
 import torch
 
-from conftest import WORKLOADS, gpu_count
-from cuco.runner.build import build
+from conftest import WORKLOADS, workload_reference
 from cuco.runner.cascade import EvalOptions, evaluate
 from cuco.workload import load_workload
 
 ROOT = WORKLOADS / "kv_transfer"
 
 
-def _reference():
-    spec = importlib.util.spec_from_file_location("kv_reference", ROOT / "reference.py")
-    mod = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(mod)
-    return mod
-
-
 def test_the_reference_fills_the_named_pages_and_nothing_else():
-    ref = _reference()
+    ref = workload_reference("kv_transfer")
     p = load_workload(ROOT).shape("s_odd").params  # 37 tokens: two full pages and 5 slots of a third
     inputs = [ref.make_inputs(p, 2, r, torch.Generator().manual_seed(r), "cpu") for r in range(2)]
     prefill, decode = (ref.reference(p, 2, r, inputs)["pool"] for r in range(2))
@@ -53,24 +43,3 @@ def test_the_host_program_is_correct_and_a_write_outside_the_named_pages_is_caug
     assert not rec.ok and rec.failed_level == "L2"
     assert "pool" in rec.error and "must be left untouched" in rec.error
 
-
-CU_PROGRAMS = ["seed", "host_pipeline"]
-
-
-@pytest.mark.nvcc
-@pytest.mark.parametrize("name", CU_PROGRAMS)
-def test_the_cuda_programs_build(name):
-    res = build(load_workload(ROOT).candidates[name])
-    assert res.ok, res.log
-
-
-@pytest.mark.gpu(1)
-@pytest.mark.nvcc
-@pytest.mark.parametrize("name", CU_PROGRAMS)
-def test_the_cuda_programs_are_correct_on_gpus(name, tmp_path):
-    """Every shape, L3: at world 2 where two GPUs are present (prefill on 0, decode on 1), else at world 1."""
-    world = max(1, min(2, gpu_count()))
-    spec = load_workload(ROOT, world)
-    rec = evaluate(spec, spec.candidates[name], EvalOptions(device="cuda", max_level="L3", gpus=list(range(world)),
-                                                            work_dir=tmp_path / "w"))
-    assert rec.ok, rec.error

@@ -3,12 +3,11 @@ ring seed (gloo send/recv, torch's flash-attention kernel, log-sum-exp merges) a
 
 from __future__ import annotations
 
-import importlib.util
 import math
 
 import torch
 
-from conftest import WORKLOADS
+from conftest import WORKLOADS, workload_reference
 from cuco.runner.cascade import EvalOptions, evaluate
 from cuco.runner.verify import compare
 from cuco.workload import load_workload
@@ -16,16 +15,9 @@ from cuco.workload import load_workload
 ROOT = WORKLOADS / "ring_attention"
 
 
-def _reference():
-    spec = importlib.util.spec_from_file_location("ring_reference", ROOT / "reference.py")
-    mod = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(mod)
-    return mod
-
-
 def test_the_reference_is_causal_gqa_attention_with_its_log_sum_exp():
     """At world 1 the zig-zag chunks are the sequence in order: plain causal attention over it."""
-    ref = _reference()
+    ref = workload_reference("ring_attention")
     p = {"S": 40, "H": 4, "KV": 2, "D": 16}
     inputs = [ref.make_inputs(p, 1, 0, torch.Generator().manual_seed(1), "cpu")]
     got = ref.reference(p, 1, 0, inputs)

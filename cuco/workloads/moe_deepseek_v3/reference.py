@@ -1,0 +1,101 @@
+"""DeepSeek-V3 MoE layer reference: each rank's tokens routed to their top-k experts (softmax-normalised weights
+over the chosen logits), each expert a SwiGLU FFN living on rank e // (E / world), outputs combined by weight;
+in fp32, from every rank's inputs (the experts' weights are spread over the ranks)."""
+
+from __future__ import annotations
+
+import torch
+
+
+def routing(logits: torch.Tensor, topk: int) -> tuple[torch.Tensor, torch.Tensor]:
+    """Per token: the top-k experts by logit, in descending order, and their weights (softmax over those logits)."""
+    vals, idx = logits.float().topk(topk, dim=-1)
+    return idx, torch.softmax(vals, dim=-1)
+
+
+def make_inputs(p: dict[str, int], world: int, rank: int, gen: torch.Generator, device) -> dict[str, torch.Tensor]:
+    t, hid, e, k, ff = p["T"], p["HID"], p["E"], p["TOPK"], p["FF"]
+    local = e // world
+
+    def randn(*shape, scale=1.0):
+        return (torch.randn(*shape, generator=gen, device=device, dtype=torch.float32) * scale).to(torch.bfloat16)
+
+    # Routing: each token's k experts drawn without replacement, E // 16 hot experts HOT times as likely as the
+    # rest (and, when skewed, one expert that no token picks); the logits then rank exactly those k first.
+    share = torch.ones(e, device=device)
+    if p["HOT"] > 1:
+        order = torch.randperm(e, generator=gen, device=device)
+        share[order[: max(1, e // 16)]] = float(p["HOT"])
+        share[order[-1]] = 0.0
+    chosen = torch.multinomial(share.expand(t, e), k, replacement=False, generator=gen)
+    logits = torch.randn(t, e, generator=gen, device=device) - 8.0
+    logits.scatter_(1, chosen, torch.randn(t, k, generator=gen, device=device))
+    # Weights scaled by fan-in: hidden activations of order one through both projections.
+    return {"x": randn(t, hid), "logits": logits, "w13": randn(local, hid, 2 * ff, scale=hid ** -0.5),
+            "w2": randn(local, ff, hid, scale=ff ** -0.5)}
+
+
+def expert_ffn(x: torch.Tensor, w13: torch.Tensor, w2: torch.Tensor) -> torch.Tensor:
+    """SwiGLU: (silu(x Wg) * (x Wu)) Wd, with w13 = [Wg | Wu]."""
+    g, u = (x @ w13).chunk(2, dim=-1)
+    return (torch.nn.functional.silu(g) * u) @ w2
+
+
+def reference(p: dict[str, int], world: int, rank: int, inputs: list[dict[str, torch.Tensor]]) -> dict[str, torch.Tensor]:
+    mine = inputs[rank]
+    x = mine["x"].float()
+    idx, weight = routing(mine["logits"], p["TOPK"])
+    local = p["E"] // world
+    y = torch.zeros_like(x)
+    for e in idx.unique().tolist():
+        owner = inputs[e // local]
+        tok, slot = (idx == e).nonzero(as_tuple=True)
+        out = expert_ffn(x[tok], owner["w13"][e % local].float(), owner["w2"][e % local].float())
+        y.index_add_(0, tok, out * weight[tok, slot, None])
+    return {"y": y}
+
+
+def compute_alone(p, world, rank, inputs, bufs, group):
+    """The expert FFNs alone on the tokens this rank's experts receive from every rank, one cuBLAS call per
+    projection per expert (torch.matmul), the tokens already in place: the bound's compute half."""
+    local = p["E"] // world
+    counts = torch.zeros(local, dtype=torch.long)
+    for inp in inputs:
+        idx, _ = routing(inp["logits"], p["TOPK"])
+        mine = idx[(idx // local) == rank] % local
+        counts += torch.bincount(mine.cpu(), minlength=local)
+    w13, w2 = bufs["w13"], bufs["w2"]
+    xs = [torch.randn(int(n), p["HID"], device=w13.device).to(torch.bfloat16) for n in counts.tolist()]
+
+    def run():
+        for e, xe in enumerate(xs):
+            if len(xe):
+                g, u = torch.matmul(xe, w13[e]).chunk(2, dim=-1)
+                torch.matmul(torch.nn.functional.silu(g) * u, w2[e])
+    return run
+
+
+def comm_alone(p, world, rank, inputs, bufs, group):
+    """NCCL's all-to-allv of the dispatch (one row per token and chosen expert on another rank) and of the
+    combine back, with this routing's counts: reported beside the bound."""
+    import torch.distributed as dist
+
+    local, hid = p["E"] // world, p["HID"]
+    send = [0] * world  # rows this rank sends to each rank
+    recv = [0] * world
+    for src, inp in enumerate(inputs):
+        owner = routing(inp["logits"], p["TOPK"])[0] // local
+        for dst in range(world):
+            n = int((owner == dst).sum())
+            if src == rank:
+                send[dst] = n
+            if dst == rank:
+                recv[src] = n
+    send[rank] = recv[rank] = 0  # a rank's own tokens stay where they are
+    device = bufs["x"].device
+    out_d, in_d = (torch.empty(sum(c), hid, dtype=torch.bfloat16, device=device) for c in (recv, send))
+
+    def run():
+        dist.all_to_all_single(out_d, in_d, recv, send, group=group)
+        dist.all_to_all_single(in_d, out_d, send, recv, group=group)
+    return run

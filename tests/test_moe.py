@@ -1,0 +1,52 @@
+"""The MoE workload on CPUs: its reference against a token-by-token computation, the routing skew its inputs
+carry, and the host-driven PyTorch program (all_to_all_single both ways) verified against the reference."""
+
+from __future__ import annotations
+
+import torch
+import torch.nn.functional as F
+
+from conftest import WORKLOADS, workload_reference
+from cuco.runner.cascade import EvalOptions, evaluate
+from cuco.workload import load_workload
+
+ROOT = WORKLOADS / "moe_deepseek_v3"
+
+
+def test_the_reference_is_each_tokens_weighted_sum_of_its_experts():
+    ref = workload_reference("moe_deepseek_v3")
+    p = load_workload(ROOT).shape("s_odd").params
+    inputs = [ref.make_inputs(p, 2, r, torch.Generator().manual_seed(7 + r), "cpu") for r in range(2)]
+    local = p["E"] // 2
+    for rank in range(2):
+        got = ref.reference(p, 2, rank, inputs)["y"]
+        logits = inputs[rank]["logits"]
+        for t in range(p["T"]):
+            top = logits[t].topk(p["TOPK"])
+            weight = torch.softmax(top.values, dim=0)
+            want = torch.zeros(p["HID"])
+            for w, e in zip(weight, top.indices.tolist()):
+                owner = inputs[e // local]
+                g, u = (inputs[rank]["x"][t].float() @ owner["w13"][e % local].float()).chunk(2)
+                want += w * ((F.silu(g) * u) @ owner["w2"][e % local].float())
+            assert torch.allclose(got[t], want, atol=1e-5), (rank, t)
+
+
+def test_skewed_routing_has_hot_experts_and_one_no_token_picks():
+    ref = workload_reference("moe_deepseek_v3")
+    p = dict(load_workload(ROOT).shape("t4096_hot5").params, HID=8, FF=8)  # the routing of the full shape
+    logits = ref.make_inputs(p, 2, 0, torch.Generator().manual_seed(3), "cpu")["logits"]
+    idx, weight = ref.routing(logits, p["TOPK"])
+    assert torch.allclose(weight.sum(-1), torch.ones(p["T"]))
+    load = torch.bincount(idx.flatten(), minlength=p["E"]).float()
+    assert (load == 0).sum() == 1
+    busiest = load.topk(p["E"] // 16).values.mean()
+    assert busiest > 3 * load[load > 0].median()  # HOT = 5: the hot sixteenth takes several times its share
+    uniform = ref.make_inputs(dict(p, HOT=1), 2, 0, torch.Generator().manual_seed(3), "cpu")["logits"]
+    assert (torch.bincount(ref.routing(uniform, p["TOPK"])[0].flatten(), minlength=p["E"]) > 0).all()
+
+
+def test_the_host_program_is_correct():
+    spec = load_workload(ROOT)
+    rec = evaluate(spec, spec.candidates["torch_host"], EvalOptions(device="cpu", max_level="L2", timeout_s=120))
+    assert rec.ok, rec.error
