@@ -124,6 +124,13 @@ def test_store_baselines_and_results_are_not_writable_from_the_candidate(tmp_pat
     assert not (tmp_path / "new_file").exists()
 
 
+def test_the_ranks_share_their_temporary_folder(tmp_path, no_static_checks):
+    """Processes of one program find each other's sockets in TMPDIR (torch's symmetric memory does): every rank's
+    is the same writable folder, outside everything the sandbox keeps read-only."""
+    rec = evaluate(load_workload(GEMM_AG), CHEATS / "shared_tmp.py", _opts(tmp_path, max_level="L2"))
+    assert rec.ok, rec.error
+
+
 def test_the_seed_never_reaches_a_file_the_candidate_can_read_while_it_runs(tmp_path):
     """Job file and progress carry no seed; the result files get it only after the candidate's processes are gone."""
     rec = evaluate(load_workload(GEMM_AG), ROOT / "cuco" / "workloads" / "gemm_allgather" / "candidates" / "torch_host.py",
