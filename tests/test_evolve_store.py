@@ -9,15 +9,15 @@ import sqlite3
 
 import pytest
 
-from conftest import GEMM_AG, ROOT
+from conftest import GEMM_AG, ROOT, WORKLOADS
 from cuco.designspace import DesignPoint, Directive, violations
 from cuco.evolve.database import MIGRATIONS, Database
 from cuco.evolve.novelty import code_hash
-from cuco.evolve.proposers import ProposalContext
+from cuco.evolve.proposers import ProposalContext, SearchStopped
 from cuco.runner.record import EvalRecord
 from cuco.evolve.proposers.directive import DirectiveProposer
 from cuco.evolve.selection import hill_climbing, power_law, weighted
-from cuco.evolve.strategy import accepted_points, materialize
+from cuco.evolve.strategy import accepted_points, directive_for, materialize
 from cuco.workload import load_workload
 
 CPU_WL = ROOT / "cuco" / "workloads" / "cpu_allgather_matmul"
@@ -123,3 +123,22 @@ def test_directive_proposer_needs_strategies(tmp_path):
     spec.strategies = {}
     with pytest.raises(ValueError, match="no strategy kernels"):
         DirectiveProposer(spec)
+
+
+def test_directive_proposer_goes_on_in_another_strategy_when_the_parents_is_spent(tmp_path):
+    """gemm_reducescatter ships two strategies: with every ring point tried, a ring parent still gets a proposal,
+    from the other strategy; only when both are spent does the search stop."""
+    spec = load_workload(WORKLOADS / "gemm_reducescatter")
+    proposer = DirectiveProposer(spec)
+    db = Database(tmp_path / "c.db")
+    points = accepted_points(spec.strategies["rs_ring"])
+    directive = directive_for(spec.strategies["rs_ring"], points[0], "").to_json()
+    parent = db.get(db.add(code="ring", code_hash=code_hash("ring", "cuda"), language="cuda", parent_id=None, island=0,
+                           generation=0, proposer="test", phase="explore", directive=directive,
+                           label=points[0].label()))
+    tried = {p.label() for p in points}
+    prop = asyncio.run(proposer.propose(ProposalContext(parent, [], "exploit", random.Random(0), tried)))
+    assert prop.directive.strategy == "rs_gemm" and prop.directive.point.label() not in tried
+    tried |= {p.label() for p in accepted_points(spec.strategies["rs_gemm"])}
+    with pytest.raises(SearchStopped, match="every strategy"):
+        asyncio.run(proposer.propose(ProposalContext(parent, [], "exploit", random.Random(0), tried)))

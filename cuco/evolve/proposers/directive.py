@@ -51,12 +51,19 @@ class DirectiveProposer:
         want = (2, 3) if wide else (1,)
         return [q for q in allowed if dist(q) in want]
 
+    def _fresh(self, name: str, ctx: ProposalContext) -> list[DesignPoint]:
+        return [p for p in self.points[name] if p.label() not in ctx.tried]
+
     async def propose(self, ctx: ProposalContext) -> Proposal:
         strategy = self._strategy_of(ctx)
+        fresh = self._fresh(strategy.name, ctx)
+        if not fresh:  # the parent's strategy is spent: go on in another that has untried points
+            others = [n for n in sorted(self.spec.strategies) if self._fresh(n, ctx)]
+            if not others:
+                raise SearchStopped("every design point of every strategy has been tried")
+            strategy = self.spec.strategies[others[ctx.rng.randrange(len(others))]]
+            fresh = self._fresh(strategy.name, ctx)
         allowed = self.points[strategy.name]
-        fresh = [p for p in allowed if p.label() not in ctx.tried]
-        if not fresh:
-            raise SearchStopped(f"every design point of strategy {strategy.name} has been tried")
         rng = ctx.rng
         parent_point = None
         if ctx.parent.directive:
