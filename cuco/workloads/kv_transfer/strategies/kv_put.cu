@@ -1,0 +1,245 @@
+/*************************************************************************
+ * KV-cache transfer by stores from the prefill rank straight into the decode rank's pages (LSA).
+ *
+ * The prefill rank (0) computes each layer's K and V with cuBLAS into its contiguous staging; a put kernel reads
+ * the decode rank's block table through its window and stores every token's K and V row into the page and slot
+ * it names, in the decode rank's pool: no staging on the decode side, no scatter pass, no host. Each unit of
+ * every put kernel bumps the decode rank's counter once its stores are issued; the decode rank's stream waits
+ * until the counter has reached this run's count (nothing on the decode side can start earlier).
+ * The design point (cuco/evolve/strategy.py): backend lsa, sync global (one counter, one wait);
+ *   placement  deferred: every layer's GEMMs, then the puts, on one stream;
+ *              stream_overlap: the puts of a group on side stream 0 while the next group is multiplied, cuBLAS
+ *              held to fewer SMs (cublasSetSmCountTarget) so that the puts have SMs to run on
+ *   issuer     CUCO_ISSUER_CTA / CUCO_ISSUER_WARP: the put kernel's unit that owns a contiguous slice of rows
+ *   chunks     CUCO_CHUNKS: layers per put kernel (1 = one per layer; more = fewer, larger puts)
+ *
+ * A barrier opens each run's first put kernel: the prefill rank stores into no pool before the decode rank has
+ * finished its previous run and the runner has poisoned its pool for this one. Counters only grow (zeroed once,
+ * in setup): it reaches epoch * groups * units once this run's puts have all landed.
+ * Requires: pool and block_table symmetric; all ranks in one LSA team; one side stream (stream_overlap);
+ * KV*D a multiple of 8 (rows of 16-byte vectors).
+ *************************************************************************/
+#include <cuda_bf16.h>
+
+#include "cuco.h"
+#include "cuco_collectives.cuh"
+#include "cuco_gemm.h"
+#include "cuco_strategy.cuh"
+
+// ---- The design point --------------------------------------------------------------------------------
+
+#if !defined(CUCO_BACKEND_LSA) || !defined(CUCO_SYNC_GLOBAL)
+#error "the put strategy is backend lsa, sync global"
+#endif
+#if defined(CUCO_PLACEMENT_DEFERRED) + defined(CUCO_PLACEMENT_STREAM_OVERLAP) != 1
+#error "placement deferred or stream_overlap"
+#endif
+#if defined(CUCO_ISSUER_CTA) + defined(CUCO_ISSUER_WARP) != 1
+#error "define exactly one issuer"
+#endif
+#if !defined(CUCO_CHUNKS) || CUCO_CHUNKS < 1 || CUCO_CHUNKS > 16
+#error "CUCO_CHUNKS must be 1..16"
+#endif
+
+using cuco::Issuer;
+#if defined(CUCO_ISSUER_CTA)
+constexpr Issuer kIssuer = Issuer::Cta;
+#else
+constexpr Issuer kIssuer = Issuer::Warp;
+#endif
+#if defined(CUCO_PLACEMENT_STREAM_OVERLAP)
+constexpr bool kOverlap = true;
+#else
+constexpr bool kOverlap = false;
+#endif
+constexpr int kLayersPerPut = CUCO_CHUNKS;
+
+// ---- Constants ---------------------------------------------------------------------------------------
+
+// The put kernel's shape; kPutCtas is also the device communicator's lsaBarrierCount (CTA b uses barrier b).
+// Stores need no round trip before the next one, so a few CTAs keep NVLink busy (as in the GEMM+ReduceScatter
+// ring): 8 of 512 threads, 6% of an H100's or H200's SMs, kept from the GEMMs.
+constexpr int kPutCtas = 8;
+constexpr int kPutThreads = CUCO_COLL_THREADS;
+constexpr int kReservedSms = kPutCtas;
+constexpr int kUnitsPerPut = cuco::IssuerUnit<kIssuer>::perKernel(kPutCtas, kPutThreads);
+constexpr int kMaxGroups = 128;  // put kernels of a run (events): 128 layers at one layer per put
+constexpr int kVec = 8;          // bf16 values per 16-byte vector
+using Elem = __nv_bfloat16;
+
+#define CHECK(call)     \
+  do {                  \
+    if (call) return 1; \
+  } while (0)
+
+// The arrival counter lives in the device communicator's resource buffer (not a workload buffer: the runner poisons
+// those before every trial). Filled in during ncclDevCommCreate.
+static ncclDevResourceRequirements flagsReq;
+static ncclDevResourceHandle_t flagsHandle;
+
+struct State {
+  cublasHandle_t blas;
+  cudaEvent_t fork, join, groupReady[kMaxGroups];
+  unsigned long long epoch;  // runs so far
+};
+
+struct Shape {
+  int64_t S, L, HID, cols, page, pool, groups;
+};
+
+static Shape shapeOf(const cuco_ctx_t* ctx) {
+  Shape sh;
+  sh.S = cuco_param(ctx, "S"), sh.L = cuco_param(ctx, "L"), sh.HID = cuco_param(ctx, "HID");
+  sh.cols = cuco_param(ctx, "KV") * cuco_param(ctx, "D"), sh.page = cuco_param(ctx, "PAGE");
+  sh.pool = cuco_param(ctx, "POOL");
+  sh.groups = (sh.L + kLayersPerPut - 1) / kLayersPerPut;
+  return sh;
+}
+
+// ---- The put kernel ----------------------------------------------------------------------------------
+
+// Layers [l0, l1): every token's K and V row of staging into the decode rank's pool at the page its block table
+// names. The rows (layer, half, token) are cut into one contiguous slice per unit; a unit's lanes stride over
+// the slice's 16-byte vectors. Then each unit bumps the decode rank's counter. startBarrier: all ranks meet first.
+template <Issuer I>
+__global__ void __launch_bounds__(kPutThreads) putKernel(ncclDevComm devComm, ncclDevResourceHandle_t flagsHandle,
+                                                         ncclWindow_t poolWin, ncclWindow_t tableWin, int decode,
+                                                         const uint4* stage, int l0, int l1, int64_t S, int64_t page,
+                                                         int64_t pool, int64_t rowVecs, int startBarrier) {
+  using Unit = cuco::IssuerUnit<I>;
+  if (startBarrier) {
+    ncclLsaBarrierSession<ncclCoopCta> bar{ncclCoopCta(), devComm, ncclTeamLsa(devComm), devComm.lsaBarrier,
+                                           blockIdx.x};
+    // acq_rel: the decode rank's previous run and this run's poisoning of its pool are done before our stores.
+    bar.sync(ncclCoopCta(), cuda::memory_order_acq_rel);
+  }
+  const cuco::Worker me = Unit::self();
+  const int32_t* table = (const int32_t*)ncclGetLsaPointer(tableWin, 0, decode);
+  uint4* dst = (uint4*)ncclGetLsaPointer(poolWin, 0, decode);
+  const int64_t total = (int64_t)(l1 - l0) * 2 * S * rowVecs, per = (total + me.count - 1) / me.count;
+  const int64_t lo = per * me.index, hi = lo + per < total ? lo + per : total;
+  const uint4* src = stage + (int64_t)l0 * 2 * S * rowVecs;
+  for (int64_t i = lo + me.lane; i < hi; i += me.lanes) {
+    const int64_t row = i / rowVecs, v = i % rowVecs;  // row = (layer - l0, half, token)
+    const int64_t t = row % S, half = (row / S) % 2, layer = l0 + row / (2 * S);
+    const int64_t slot = (layer * pool + __ldg(&table[t / page])) * 2 * page + half * page + t % page;
+    dst[slot * rowVecs + v] = src[i];
+  }
+  Unit::sync();  // every thread of the unit has issued its stores before lane 0 releases them
+  if (me.lane == 0) cuco::bumpCounter(devComm, flagsHandle, decode, 0);
+}
+
+// ---- The prefill rank's work -------------------------------------------------------------------------
+
+static int gemms(cuco_ctx_t* ctx, State* s, const Shape& sh, int l0, int l1) {
+  const Elem* x = (const Elem*)cuco_buffer(ctx, "x")->ptr;
+  const Elem* wk = (const Elem*)cuco_buffer(ctx, "wk")->ptr;
+  const Elem* wv = (const Elem*)cuco_buffer(ctx, "wv")->ptr;
+  Elem* stage = (Elem*)cuco_buffer(ctx, "kv_stage")->ptr;
+  for (int64_t l = l0; l < l1; l++) {
+    Elem* kv = stage + l * 2 * sh.S * sh.cols;
+    CUCO_CUBLAS(ctx, cuco_gemm_bf16(s->blas, x, wk + l * sh.HID * sh.cols, kv, sh.S, sh.HID, sh.cols));
+    CUCO_CUBLAS(ctx, cuco_gemm_bf16(s->blas, x, wv + l * sh.HID * sh.cols, kv + sh.S * sh.cols, sh.S, sh.HID, sh.cols));
+  }
+  return 0;
+}
+
+static int put(cuco_ctx_t* ctx, const Shape& sh, cudaStream_t st, int g, bool first) {
+  const int l0 = g * kLayersPerPut, l1 = (int)(l0 + kLayersPerPut < sh.L ? l0 + kLayersPerPut : sh.L);
+  putKernel<kIssuer><<<kPutCtas, kPutThreads, 0, st>>>(
+      ctx->devComm, flagsHandle, cuco_buffer(ctx, "pool")->window, cuco_buffer(ctx, "block_table")->window,
+      ctx->nRanks - 1, (const uint4*)cuco_buffer(ctx, "kv_stage")->ptr, l0, l1, sh.S, sh.page, sh.pool,
+      sh.cols / kVec, first);
+  CUCO_CUDA(ctx, cudaGetLastError());
+  return 0;
+}
+
+static int prefill(cuco_ctx_t* ctx, State* s, const Shape& sh) {
+  if (!kOverlap) {
+    CHECK(gemms(ctx, s, sh, 0, (int)sh.L));
+    for (int g = 0; g < sh.groups; g++) CHECK(put(ctx, sh, ctx->stream, g, g == 0));
+    return 0;
+  }
+  cudaStream_t side = ctx->sideStreams[0];
+  for (int g = 0; g < sh.groups; g++) {
+    const int l0 = g * kLayersPerPut;
+    CHECK(gemms(ctx, s, sh, l0, (int)(l0 + kLayersPerPut < sh.L ? l0 + kLayersPerPut : sh.L)));
+    CUCO_CUDA(ctx, cudaEventRecord(s->groupReady[g], ctx->stream));
+    CUCO_CUDA(ctx, cudaStreamWaitEvent(side, s->groupReady[g], 0));
+    CHECK(put(ctx, sh, side, g, g == 0));
+  }
+  return 0;
+}
+
+// ---- Entry points ----------------------------------------------------------------------------------
+
+CUCO_EXPORT void cuco_dev_requirements(const cuco_ctx_t* ctx, ncclDevCommRequirements* reqs) {
+  reqs->lsaBarrierCount = kPutCtas;
+  cuco::counterRequirements(reqs, &flagsReq, &flagsHandle, 1);
+}
+
+CUCO_EXPORT int cuco_setup(cuco_ctx_t* ctx) {
+  const Shape sh = shapeOf(ctx);
+  if (kOverlap && ctx->nSideStreams < 1) CUCO_FAIL(ctx, "needs one side stream");
+  if (!ctx->hasDevComm || ctx->devComm.lsaSize != ctx->nRanks)
+    CUCO_FAIL(ctx, "all ranks must share one LSA team (one NVLink domain)");
+  if (!cuco_buffer(ctx, "pool")->symmetric || !cuco_buffer(ctx, "block_table")->symmetric)
+    CUCO_FAIL(ctx, "pool and block_table must be symmetric");
+  if (sh.groups > kMaxGroups) CUCO_FAIL(ctx, "at most %d put groups, got %ld", kMaxGroups, (long)sh.groups);
+  if (sh.cols % kVec) CUCO_FAIL(ctx, "KV*D must be a multiple of %d", kVec);
+  State* s = new State();
+  ctx->state = s;
+  int sms = 0;
+  CUCO_CUDA(ctx, cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, ctx->cudaDevice));
+  CUCO_CUBLAS(ctx, cublasCreate(&s->blas));
+  CUCO_CUBLAS(ctx, cublasSetStream(s->blas, ctx->stream));
+  if (kOverlap) CUCO_CUBLAS(ctx, cublasSetSmCountTarget(s->blas, sms - kReservedSms));
+  CUCO_CUDA(ctx, cudaEventCreateWithFlags(&s->fork, cudaEventDisableTiming));
+  CUCO_CUDA(ctx, cudaEventCreateWithFlags(&s->join, cudaEventDisableTiming));
+  for (int g = 0; g < kMaxGroups; g++) CUCO_CUDA(ctx, cudaEventCreateWithFlags(&s->groupReady[g], cudaEventDisableTiming));
+  cuco::zeroCountersKernel<<<1, cuco::kSmallKernelThreads, 0, ctx->stream>>>(ctx->devComm, flagsHandle, 1);
+  CUCO_CUDA(ctx, cudaGetLastError());
+  // Every rank's counters are zero before any bump.
+  cuco::barrierKernel<<<1, cuco::kSmallKernelThreads, 0, ctx->stream>>>(ctx->devComm);
+  CUCO_CUDA(ctx, cudaGetLastError());
+  CUCO_CUDA(ctx, cudaStreamSynchronize(ctx->stream));
+  return 0;
+}
+
+CUCO_EXPORT int cuco_run(cuco_ctx_t* ctx) {
+  State* s = (State*)ctx->state;
+  const Shape sh = shapeOf(ctx);
+  s->epoch++;
+  if (kOverlap) {
+    CUCO_CUDA(ctx, cudaEventRecord(s->fork, ctx->stream));
+    CUCO_CUDA(ctx, cudaStreamWaitEvent(ctx->sideStreams[0], s->fork, 0));
+  }
+  if (ctx->rank == 0) {
+    CHECK(prefill(ctx, s, sh));
+  } else {
+    // The other side of the first put kernel's barrier: one CTA per LSA barrier it syncs.
+    cuco::barrierKernel<<<kPutCtas, cuco::kSmallKernelThreads, 0, ctx->stream>>>(ctx->devComm);
+    CUCO_CUDA(ctx, cudaGetLastError());
+  }
+  if (ctx->rank == ctx->nRanks - 1) {
+    const unsigned long long target = s->epoch * sh.groups * (unsigned long long)kUnitsPerPut;
+    cuco::awaitCounterKernel<<<1, cuco::kSmallKernelThreads, 0, ctx->stream>>>(ctx->devComm, flagsHandle, 0, target);
+    CUCO_CUDA(ctx, cudaGetLastError());
+  }
+  if (kOverlap) {
+    CUCO_CUDA(ctx, cudaEventRecord(s->join, ctx->sideStreams[0]));
+    CUCO_CUDA(ctx, cudaStreamWaitEvent(ctx->stream, s->join, 0));
+  }
+  return 0;
+}
+
+CUCO_EXPORT int cuco_teardown(cuco_ctx_t* ctx) {
+  State* s = (State*)ctx->state;
+  CUCO_CUBLAS(ctx, cublasDestroy(s->blas));
+  CUCO_CUDA(ctx, cudaEventDestroy(s->fork));
+  CUCO_CUDA(ctx, cudaEventDestroy(s->join));
+  for (int g = 0; g < kMaxGroups; g++) CUCO_CUDA(ctx, cudaEventDestroy(s->groupReady[g]));
+  delete s;
+  ctx->state = NULL;
+  return 0;
+}
