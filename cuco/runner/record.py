@@ -87,6 +87,7 @@ class Bound:
     """The physical bound of a shape (`bounds.compute_bound`): the larger of the compute alone and the
     communication alone, each measured or derived from the machine's facts, plus the communication that can only
     follow the compute."""
+    _OMIT: ClassVar[frozenset[str]] = frozenset({"serial_comm_ms"})  # only workloads with such communication
     compute_ms: float | None = None
     compute_floor_ms: float | None = None
     comm_ms: float | None = None
@@ -97,7 +98,7 @@ class Bound:
     bound_ms: float | None = None
 
     def to_dict(self) -> dict[str, Any]:
-        return _plain(self, frozenset())
+        return _plain(self, self._OMIT)
 
     @classmethod
     def from_dict(cls, data: dict[str, Any]) -> Bound:
