@@ -2,8 +2,8 @@
  * MoE layer with expert parallelism, host-driven, as users write it today (the starting point of co-design).
  *
  * 1. route: top-k experts per token by logit (one warp per token), weights softmax-normalised over them;
- * 2. a stable radix sort of the token-expert pairs by expert (CUB), so the pairs for each rank, and within it
- *    for each expert, are contiguous; the tokens' rows gathered in that order;
+ * 2. a stable counting sort of the token-expert pairs by expert, so the pairs for each rank, and within it for
+ *    each expert, are contiguous; the tokens' rows gathered in that order;
  * 3. every rank's per-expert counts all-gathered, copied to the host, and waited for;
  * 4. dispatch: ncclSend/ncclRecv of each rank's rows (the all-to-allv), into `dispatch`, source-major;
  * 5. the received rows regrouped expert-major; per local expert, cuBLAS [n, HID] x [HID, 2 FF], SwiGLU,
@@ -17,7 +17,6 @@
  * Evolve blocks: the state and the entry points' bodies; includes and signatures are frozen.
  *************************************************************************/
 
-#include <cub/device/device_radix_sort.cuh>
 #include <cuda_bf16.h>
 
 #include "cuco.h"
@@ -28,6 +27,8 @@ constexpr int kMaxRanks = 8;
 constexpr int kMaxTopK = 16;    // DeepSeek-V3 picks 8
 constexpr int kThreads = 256;
 constexpr int kVec = 8;         // bf16 values per 16-byte vector; HID and FF are multiples of 8 at every shape
+constexpr int kSortChunk = 1024;  // pairs per block of the counting sort (one thread each)
+constexpr int kMaxExperts = 1024;  // the sort's scan runs one thread per expert in one block; DeepSeek-V3 has 256
 
 // Top-k of one token's logits (one warp per token): largest first, ties to the lower expert index.
 __global__ void routeTopK(const float* logits, int32_t* expert, float* weight, int T, int E, int K) {
@@ -63,12 +64,57 @@ __global__ void routeTopK(const float* logits, int32_t* expert, float* weight, i
   }
 }
 
-__global__ void iota(int32_t* out, int n) {
-  for (int i = blockIdx.x * blockDim.x + threadIdx.x; i < n; i += gridDim.x * blockDim.x) out[i] = i;
+// The stable counting sort of the pairs by expert, in three passes over chunks of kSortChunk pairs:
+// chunkCounts[c][e] = pairs of chunk c with expert e (integer atomics: the counts do not depend on their order).
+__global__ void countChunks(const int32_t* expert, int n, int E, int32_t* chunkCounts) {
+  __shared__ int32_t count[kMaxExperts];
+  for (int e = threadIdx.x; e < E; e += blockDim.x) count[e] = 0;
+  __syncthreads();
+  const int i = blockIdx.x * kSortChunk + threadIdx.x;
+  if (i < n) atomicAdd(&count[expert[i]], 1);
+  __syncthreads();
+  for (int e = threadIdx.x; e < E; e += blockDim.x) chunkCounts[(int64_t)blockIdx.x * E + e] = count[e];
 }
 
-__global__ void countExperts(const int32_t* expert, int n, int32_t* counts) {
-  for (int i = blockIdx.x * blockDim.x + threadIdx.x; i < n; i += gridDim.x * blockDim.x) atomicAdd(&counts[expert[i]], 1);
+// offsets[c][e]: where chunk c's pairs of expert e start in the sorted order (expert-major, then chunk order);
+// totals[e]: the pairs of expert e. One block, one thread per expert.
+__global__ void scanChunks(const int32_t* chunkCounts, int chunks, int E, int32_t* offsets, int32_t* totals) {
+  __shared__ int32_t start[kMaxExperts];
+  const int e = threadIdx.x;
+  int32_t total = 0;
+  if (e < E)
+    for (int c = 0; c < chunks; c++) total += chunkCounts[(int64_t)c * E + e];
+  if (e < E) start[e] = total;
+  __syncthreads();
+  if (e == 0) {  // exclusive scan over at most kMaxExperts totals
+    int32_t run = 0;
+    for (int x = 0; x < E; x++) {
+      const int32_t t = start[x];
+      start[x] = run;
+      run += t;
+    }
+  }
+  __syncthreads();
+  if (e < E) {
+    totals[e] = total;
+    int32_t at = start[e];
+    for (int c = 0; c < chunks; c++) {
+      offsets[(int64_t)c * E + e] = at;
+      at += chunkCounts[(int64_t)c * E + e];
+    }
+  }
+}
+
+// order[offsets[c][e] + (earlier pairs of chunk c with expert e)] = i: stable, so every run sorts alike.
+__global__ void placePairs(const int32_t* expert, int n, int E, const int32_t* offsets, int32_t* order) {
+  __shared__ int32_t mine[kSortChunk];
+  const int i = blockIdx.x * kSortChunk + threadIdx.x;
+  mine[threadIdx.x] = i < n ? expert[i] : -1;
+  __syncthreads();
+  if (i >= n) return;
+  int32_t rank = 0;
+  for (int j = 0; j < (int)threadIdx.x; j++) rank += mine[j] == mine[threadIdx.x];
+  order[offsets[(int64_t)blockIdx.x * E + mine[threadIdx.x]] + rank] = i;
 }
 
 // dst[i] = src[index[i] / div] for rows of rowVecs 16-byte vectors; inverse[index[i]] = i where asked.
@@ -111,11 +157,9 @@ static int blocksFor(int64_t n) { return (int)((n + kThreads - 1) / kThreads < 6
 
 struct State {
   cublasHandle_t blas;
-  int32_t *expert, *sortedExpert, *pairs, *order, *slot, *segments;
+  int32_t *expert, *chunkCounts, *chunkOffsets, *order, *slot, *segments;
   float* weight;
   __nv_bfloat16 *sendRows, *grouped, *h13, *h, *out;
-  void* sortTemp;
-  size_t sortTempBytes;
   int32_t *hostCounts, *hostSegments;  // pinned
 };
 // EVOLVE-BLOCK-END
@@ -126,6 +170,7 @@ CUCO_EXPORT int cuco_setup(cuco_ctx_t* ctx) {
   const int64_t K = cuco_param(ctx, "TOPK"), FF = cuco_param(ctx, "FF"), world = ctx->nRanks;
   if (world > kMaxRanks) CUCO_FAIL(ctx, "at most %d ranks, got %ld", kMaxRanks, (long)world);
   if (K > kMaxTopK) CUCO_FAIL(ctx, "TOPK at most %d, got %ld", kMaxTopK, (long)K);
+  if (E > kMaxExperts) CUCO_FAIL(ctx, "at most %d experts, got %ld", kMaxExperts, (long)E);
   if (HID % kVec || FF % kVec) CUCO_FAIL(ctx, "HID and FF must be multiples of %d", kVec);
   State* s = new State();
   ctx->state = s;
@@ -133,8 +178,9 @@ CUCO_EXPORT int cuco_setup(cuco_ctx_t* ctx) {
   CUCO_CUBLAS(ctx, cublasCreate(&s->blas));
   CUCO_CUBLAS(ctx, cublasSetStream(s->blas, ctx->stream));
   CUCO_CUDA(ctx, cudaMalloc(&s->expert, pairs * sizeof(int32_t)));
-  CUCO_CUDA(ctx, cudaMalloc(&s->sortedExpert, pairs * sizeof(int32_t)));
-  CUCO_CUDA(ctx, cudaMalloc(&s->pairs, pairs * sizeof(int32_t)));
+  const int64_t chunks = (pairs + kSortChunk - 1) / kSortChunk;
+  CUCO_CUDA(ctx, cudaMalloc(&s->chunkCounts, chunks * E * sizeof(int32_t)));
+  CUCO_CUDA(ctx, cudaMalloc(&s->chunkOffsets, chunks * E * sizeof(int32_t)));
   CUCO_CUDA(ctx, cudaMalloc(&s->order, pairs * sizeof(int32_t)));
   CUCO_CUDA(ctx, cudaMalloc(&s->slot, pairs * sizeof(int32_t)));
   CUCO_CUDA(ctx, cudaMalloc(&s->segments, 2 * 3 * world * E * sizeof(int32_t)));
@@ -146,10 +192,6 @@ CUCO_EXPORT int cuco_setup(cuco_ctx_t* ctx) {
   CUCO_CUDA(ctx, cudaMalloc(&s->out, rows * HID * sizeof(__nv_bfloat16)));
   CUCO_CUDA(ctx, cudaMallocHost(&s->hostCounts, world * E * sizeof(int32_t)));
   CUCO_CUDA(ctx, cudaMallocHost(&s->hostSegments, 2 * 3 * world * E * sizeof(int32_t)));
-  s->sortTempBytes = 0;
-  CUCO_CUDA(ctx, cub::DeviceRadixSort::SortPairs(nullptr, s->sortTempBytes, s->expert, s->sortedExpert, s->pairs,
-                                                 s->order, (int)pairs));
-  CUCO_CUDA(ctx, cudaMalloc(&s->sortTemp, s->sortTempBytes));
   return 0;
   // EVOLVE-BLOCK-END
 }
@@ -175,12 +217,12 @@ CUCO_EXPORT int cuco_run(cuco_ctx_t* ctx) {
   routeTopK<<<blocksFor(T * 32), kThreads, 0, st>>>((const float*)cuco_buffer(ctx, "logits")->ptr, s->expert,
                                                     s->weight, (int)T, (int)E, (int)K);
   CUCO_CUDA(ctx, cudaGetLastError());
-  iota<<<blocksFor(pairs), kThreads, 0, st>>>(s->pairs, (int)pairs);
+  const int chunks = (int)((pairs + kSortChunk - 1) / kSortChunk);
+  countChunks<<<chunks, kSortChunk, 0, st>>>(s->expert, (int)pairs, (int)E, s->chunkCounts);
   CUCO_CUDA(ctx, cudaGetLastError());
-  CUCO_CUDA(ctx, cub::DeviceRadixSort::SortPairs(s->sortTemp, s->sortTempBytes, s->expert, s->sortedExpert, s->pairs,
-                                                 s->order, (int)pairs, 0, 32, st));
-  CUCO_CUDA(ctx, cudaMemsetAsync(mine, 0, E * sizeof(int32_t), st));
-  countExperts<<<blocksFor(pairs), kThreads, 0, st>>>(s->expert, (int)pairs, mine);
+  scanChunks<<<1, kMaxExperts, 0, st>>>(s->chunkCounts, chunks, (int)E, s->chunkOffsets, mine);
+  CUCO_CUDA(ctx, cudaGetLastError());
+  placePairs<<<chunks, kSortChunk, 0, st>>>(s->expert, (int)pairs, (int)E, s->chunkOffsets, s->order);
   CUCO_CUDA(ctx, cudaGetLastError());
   gatherRows<<<blocksFor(pairs * rowVecs), kThreads, 0, st>>>((const uint4*)x, (uint4*)s->sendRows, s->order, (int)K,
                                                               (int)pairs, rowVecs, s->slot);
@@ -278,9 +320,9 @@ CUCO_EXPORT int cuco_teardown(cuco_ctx_t* ctx) {
   // EVOLVE-BLOCK-START
   State* s = (State*)ctx->state;
   CUCO_CUBLAS(ctx, cublasDestroy(s->blas));
-  for (void* p : {(void*)s->expert, (void*)s->sortedExpert, (void*)s->pairs, (void*)s->order, (void*)s->slot,
+  for (void* p : {(void*)s->expert, (void*)s->chunkCounts, (void*)s->chunkOffsets, (void*)s->order, (void*)s->slot,
                   (void*)s->segments, (void*)s->weight, (void*)s->sendRows, (void*)s->grouped, (void*)s->h13,
-                  (void*)s->h, (void*)s->out, s->sortTemp})
+                  (void*)s->h, (void*)s->out})
     CUCO_CUDA(ctx, cudaFree(p));
   CUCO_CUDA(ctx, cudaFreeHost(s->hostCounts));
   CUCO_CUDA(ctx, cudaFreeHost(s->hostSegments));
