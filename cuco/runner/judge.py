@@ -208,6 +208,9 @@ class Judge:
         for name in self.inputs():
             self.exchange[f"stage:{name}"].copy_(mine[name])
         self.sync()
+        # Every rank has finished its previous run before any rank's buffers are restaged: a peer may still be
+        # reading this rank's symmetric buffers at the end of its run (a one-shot all-reduce loads them last).
+        self.barrier()
         self.send("stage")
         self.call("staged", "staging inputs")
 

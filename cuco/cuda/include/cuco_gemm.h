@@ -10,12 +10,18 @@
 #include <cublas_v2.h>
 #include <stdint.h>
 
-// C = A @ B + beta * C, row-major; the sum is formed in fp32 in cuBLAS's epilogue and rounded once.
+// C = A @ B + beta * C, row-major, where the rows of B and C are `ld` elements apart (ld >= n: n columns of wider
+// matrices, B + c0 and C + c0 for columns c0..c0+n); the sum is formed in fp32 in cuBLAS's epilogue and rounded once.
+static inline cublasStatus_t cuco_gemm_bf16_ld(cublasHandle_t h, const void* A, const void* B, void* C, int64_t m,
+                                               int64_t k, int64_t n, int64_t ld, float beta) {
+  const float alpha = 1.0f;
+  return cublasGemmEx(h, CUBLAS_OP_N, CUBLAS_OP_N, (int)n, (int)m, (int)k, &alpha, B, CUDA_R_16BF, (int)ld, A,
+                      CUDA_R_16BF, (int)k, &beta, C, CUDA_R_16BF, (int)ld, CUBLAS_COMPUTE_32F, CUBLAS_GEMM_DEFAULT);
+}
+
 static inline cublasStatus_t cuco_gemm_bf16_beta(cublasHandle_t h, const void* A, const void* B, void* C, int64_t m,
                                                  int64_t k, int64_t n, float beta) {
-  const float alpha = 1.0f;
-  return cublasGemmEx(h, CUBLAS_OP_N, CUBLAS_OP_N, (int)n, (int)m, (int)k, &alpha, B, CUDA_R_16BF, (int)n, A,
-                      CUDA_R_16BF, (int)k, &beta, C, CUDA_R_16BF, (int)n, CUBLAS_COMPUTE_32F, CUBLAS_GEMM_DEFAULT);
+  return cuco_gemm_bf16_ld(h, A, B, C, m, k, n, n, beta);
 }
 
 static inline cublasStatus_t cuco_gemm_bf16(cublasHandle_t h, const void* A, const void* B, void* C, int64_t m,

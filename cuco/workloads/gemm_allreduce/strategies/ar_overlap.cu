@@ -1,0 +1,175 @@
+/*************************************************************************
+ * GEMM + AllReduce (decode) strategy kernel: the GEMM in column chunks, each chunk's all-reduce overlapped with
+ * the next chunk's GEMM.
+ *
+ * A decode GEMM ([M, K/world] x [K/world, N], M small) is bound by reading B, so it is cut along N: chunk j's
+ * columns of B are read once, by chunk j's GEMM alone, and the chunks together cost what the whole GEMM does.
+ * After chunk j's GEMM (main stream) a small kernel bumps counter j on every rank; side stream 0 waits until
+ * every rank's chunk j has landed in its `partial` slot, then adds chunk j of every rank's slot (rank order, fp32)
+ * into c, row by row, while the main stream multiplies chunk j+1. cuBLAS is held to fewer SMs
+ * (cublasSetSmCountTarget) so that the waits and additions have SMs to run on.
+ * The design point (cuco/evolve/strategy.py): backend lsa (loads through NCCL windows), placement
+ * stream_overlap, sync chunk (a counter per chunk);
+ *   issuer  CUCO_ISSUER_CTA / CUCO_ISSUER_WARP: the addition's unit, which owns whole rows of a chunk
+ *   chunks  CUCO_CHUNKS: column chunks (1 = the GEMM whole, then the addition)
+ *
+ * Slots alternate between runs, and every run ends with its side stream joined: when a rank's counter j shows
+ * that every peer has finished run e-1's chunk j, those peers have also finished reading run e-2's slot (their
+ * run e-2 was joined before run e-1 began), which run e now overwrites. Counters only grow (zeroed once, in
+ * setup): counter j reaches epoch * world once every rank's chunk j of this run is in its slot.
+ * Requires: partial symmetric with two slots of M x N; N a multiple of 8 (rows of 16-byte packs); all ranks in one
+ * LSA team; one side stream.
+ *************************************************************************/
+#include <cuda_bf16.h>
+
+#include "cuco.h"
+#include "cuco_collectives.cuh"
+#include "cuco_gemm.h"
+#include "cuco_strategy.cuh"
+
+// ---- The design point --------------------------------------------------------------------------------
+
+#if !defined(CUCO_BACKEND_LSA) || !defined(CUCO_PLACEMENT_STREAM_OVERLAP) || !defined(CUCO_SYNC_CHUNK)
+#error "the overlapped all-reduce is backend lsa, placement stream_overlap, sync chunk"
+#endif
+#if defined(CUCO_ISSUER_CTA) + defined(CUCO_ISSUER_WARP) != 1
+#error "define exactly one issuer"
+#endif
+#if !defined(CUCO_CHUNKS) || CUCO_CHUNKS < 1 || CUCO_CHUNKS > 16
+#error "CUCO_CHUNKS must be 1..16"
+#endif
+
+using cuco::Issuer;
+#if defined(CUCO_ISSUER_CTA)
+constexpr Issuer kIssuer = Issuer::Cta;
+#else
+constexpr Issuer kIssuer = Issuer::Warp;
+#endif
+constexpr int kChunks = CUCO_CHUNKS;
+
+// ---- Constants ---------------------------------------------------------------------------------------
+
+// The addition's CTAs: few, because they run beside the GEMM on SMs kept from it; 8 of 512 threads are 128
+// warps, one per row of the M = 128 decode shape.
+constexpr int kAddCtas = 8;
+constexpr int kAddThreads = CUCO_COLL_THREADS;
+// SMs kept from cuBLAS: the addition's, and one for the wait kernel on the side stream.
+constexpr int kReservedSms = kAddCtas + 1;
+constexpr int kMaxRanks = CUCO_COLL_MAX_RANKS;  // cuco::reduceRange takes at most this many inputs
+constexpr int kSlots = 2;                       // partial's slots (workload.toml), used by alternate runs
+constexpr int kMaxChunks = 16;                  // CUCO_CHUNKS's bound: the counter array is this long at every point
+using Elem = __nv_bfloat16;                     // a, b, c and partial hold bf16 (workload.toml)
+constexpr int64_t kPackElems = 16 / sizeof(Elem);
+
+// Chunk counters live in the device communicator's resource buffer (not a workload buffer: the runner poisons
+// those before every trial). Filled in during ncclDevCommCreate.
+static ncclDevResourceRequirements flagsReq;
+static ncclDevResourceHandle_t flagsHandle;
+
+struct State {
+  cublasHandle_t blas;
+  cudaEvent_t fork, join;
+  unsigned long long epoch;      // runs so far: this run writes slot (epoch - 1) % kSlots
+  char* peerPartial[kMaxRanks];  // every rank's partial, mapped into this rank's address space
+};
+
+struct Inputs {
+  const Elem* in[kMaxRanks];
+  int n;
+};
+
+// ---- Kernels -----------------------------------------------------------------------------------------
+
+// Chunk j of this rank's slot is complete (the GEMM before it on the stream): bump counter j on every rank.
+__global__ void signalChunk(ncclDevComm devComm, ncclDevResourceHandle_t flagsHandle, int j) {
+  if (threadIdx.x < devComm.lsaSize) cuco::bumpCounter(devComm, flagsHandle, threadIdx.x, j);
+}
+
+// Columns [c0, c1) of every row of c = the sum over ranks of their slots; each unit adds whole rows.
+template <Issuer I>
+__global__ void __launch_bounds__(kAddThreads) addColumns(Inputs in, Elem* c, int64_t M, int64_t N, int64_t c0,
+                                                          int64_t c1) {
+  const cuco::Worker me = cuco::IssuerUnit<I>::self();
+  for (int64_t m = me.index; m < M; m += me.count) {
+    const Elem* row[kMaxRanks];
+    for (int p = 0; p < in.n; p++) row[p] = in.in[p] + m * N;
+    Elem* out = c + m * N;
+    cuco::reduceRange<Elem>(row, in.n, &out, 1, c0, c1, me.lane, me.lanes);
+  }
+}
+
+// ---- Entry points ----------------------------------------------------------------------------------
+
+CUCO_EXPORT void cuco_dev_requirements(const cuco_ctx_t* ctx, ncclDevCommRequirements* reqs) {
+  reqs->lsaBarrierCount = 1;  // setup's barrier
+  cuco::counterRequirements(reqs, &flagsReq, &flagsHandle, kMaxChunks);
+}
+
+CUCO_EXPORT int cuco_setup(cuco_ctx_t* ctx) {
+  if (ctx->nSideStreams < 1) CUCO_FAIL(ctx, "needs one side stream");
+  if (ctx->nRanks > kMaxRanks) CUCO_FAIL(ctx, "at most %d ranks", kMaxRanks);
+  if (!ctx->hasDevComm || ctx->devComm.lsaSize != ctx->nRanks)
+    CUCO_FAIL(ctx, "all ranks must share one LSA team (one NVLink domain)");
+  cuco_buffer_t* partial = cuco_buffer(ctx, "partial");
+  if (!partial->symmetric) CUCO_FAIL(ctx, "partial must be symmetric");
+  if (cuco_param(ctx, "N") % kPackElems) CUCO_FAIL(ctx, "N must be a multiple of %ld", (long)kPackElems);
+  State* s = new State();
+  ctx->state = s;
+  int sms = 0;
+  CUCO_CUDA(ctx, cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, ctx->cudaDevice));
+  CUCO_CUBLAS(ctx, cublasCreate(&s->blas));
+  CUCO_CUBLAS(ctx, cublasSetStream(s->blas, ctx->stream));
+  CUCO_CUBLAS(ctx, cublasSetSmCountTarget(s->blas, sms - kReservedSms));
+  CUCO_CUDA(ctx, cudaEventCreateWithFlags(&s->fork, cudaEventDisableTiming));
+  CUCO_CUDA(ctx, cudaEventCreateWithFlags(&s->join, cudaEventDisableTiming));
+  CUCO_CUDA(ctx, cuco::windowPointers(partial->window, ctx->nRanks, s->peerPartial, ctx->stream));
+  cuco::zeroCountersKernel<<<1, cuco::kSmallKernelThreads, 0, ctx->stream>>>(ctx->devComm, flagsHandle, kMaxChunks);
+  CUCO_CUDA(ctx, cudaGetLastError());
+  // Every rank's counters are zero before any bump.
+  cuco::barrierKernel<<<1, cuco::kSmallKernelThreads, 0, ctx->stream>>>(ctx->devComm);
+  CUCO_CUDA(ctx, cudaGetLastError());
+  CUCO_CUDA(ctx, cudaStreamSynchronize(ctx->stream));
+  return 0;
+}
+
+CUCO_EXPORT int cuco_run(cuco_ctx_t* ctx) {
+  State* s = (State*)ctx->state;
+  const int64_t M = cuco_param(ctx, "M"), K = cuco_param(ctx, "K"), N = cuco_param(ctx, "N");
+  const size_t slotOffset = (s->epoch++ % kSlots) * (size_t)M * N * sizeof(Elem);
+  const unsigned long long target = s->epoch * (unsigned long long)ctx->nRanks;
+  const Elem* a = (const Elem*)cuco_buffer(ctx, "a")->ptr;
+  const Elem* b = (const Elem*)cuco_buffer(ctx, "b")->ptr;
+  Elem* mine = (Elem*)((char*)cuco_buffer(ctx, "partial")->ptr + slotOffset);
+  Elem* c = (Elem*)cuco_buffer(ctx, "c")->ptr;
+  Inputs in;
+  in.n = ctx->nRanks;
+  for (int p = 0; p < ctx->nRanks; p++) in.in[p] = (const Elem*)(s->peerPartial[p] + slotOffset);
+  cudaStream_t side = ctx->sideStreams[0];
+  CUCO_CUDA(ctx, cudaEventRecord(s->fork, ctx->stream));
+  CUCO_CUDA(ctx, cudaStreamWaitEvent(side, s->fork, 0));
+  for (int j = 0; j < kChunks; j++) {
+    size_t c0, c1;
+    cuco::packSlice((size_t)N, kPackElems, j, kChunks, &c0, &c1);
+    if (c1 == c0) continue;
+    CUCO_CUBLAS(ctx, cuco_gemm_bf16_ld(s->blas, a, b + c0, mine + c0, M, K / ctx->nRanks, (int64_t)(c1 - c0), N, 0.0f));
+    signalChunk<<<1, cuco::kSmallKernelThreads, 0, ctx->stream>>>(ctx->devComm, flagsHandle, j);
+    CUCO_CUDA(ctx, cudaGetLastError());
+    cuco::awaitCounterKernel<<<1, cuco::kSmallKernelThreads, 0, side>>>(ctx->devComm, flagsHandle, j, target);
+    CUCO_CUDA(ctx, cudaGetLastError());
+    addColumns<kIssuer><<<kAddCtas, kAddThreads, 0, side>>>(in, c, M, N, (int64_t)c0, (int64_t)c1);
+    CUCO_CUDA(ctx, cudaGetLastError());
+  }
+  CUCO_CUDA(ctx, cudaEventRecord(s->join, side));
+  CUCO_CUDA(ctx, cudaStreamWaitEvent(ctx->stream, s->join, 0));
+  return 0;
+}
+
+CUCO_EXPORT int cuco_teardown(cuco_ctx_t* ctx) {
+  State* s = (State*)ctx->state;
+  CUCO_CUBLAS(ctx, cublasDestroy(s->blas));
+  CUCO_CUDA(ctx, cudaEventDestroy(s->fork));
+  CUCO_CUDA(ctx, cudaEventDestroy(s->join));
+  delete s;
+  ctx->state = NULL;
+  return 0;
+}
