@@ -13,7 +13,7 @@ from conftest import GEMM_AG, ROOT, WORKLOADS
 from cuco.designspace import DesignPoint, Directive, violations
 from cuco.evolve.database import MIGRATIONS, Database
 from cuco.evolve.novelty import code_hash
-from cuco.evolve.proposers import ProposalContext, SearchStopped
+from cuco.evolve.proposers import ProposalContext, SearchStopped, point_key
 from cuco.runner.record import EvalRecord
 from cuco.evolve.proposers.directive import DirectiveProposer
 from cuco.evolve.selection import hill_climbing, power_law, weighted
@@ -110,8 +110,8 @@ def test_directive_proposer_stays_in_the_accepted_space(tmp_path, phase):
     for k in range(30):
         prop = asyncio.run(proposer.propose(ProposalContext(parent, [], phase, random.Random(k), tried)))
         label = prop.directive.point.label()
-        assert label in allowed and label not in tried
-        tried.add(label)
+        assert label in allowed and point_key("ag_gemm", label) not in tried
+        tried.add(point_key("ag_gemm", label))
         cid = db.add(code=prop.code, code_hash=code_hash(prop.code, "cuda"), language="cuda", parent_id=parent.id,
                      island=0, generation=1, proposer="directive", phase=phase, directive=prop.directive.to_json(),
                      label=label)
@@ -136,9 +136,9 @@ def test_directive_proposer_goes_on_in_another_strategy_when_the_parents_is_spen
     parent = db.get(db.add(code="ring", code_hash=code_hash("ring", "cuda"), language="cuda", parent_id=None, island=0,
                            generation=0, proposer="test", phase="explore", directive=directive,
                            label=points[0].label()))
-    tried = {p.label() for p in points}
+    tried = {point_key("rs_ring", p.label()) for p in points}
     prop = asyncio.run(proposer.propose(ProposalContext(parent, [], "exploit", random.Random(0), tried)))
-    assert prop.directive.strategy == "rs_gemm" and prop.directive.point.label() not in tried
-    tried |= {p.label() for p in accepted_points(spec.strategies["rs_gemm"])}
+    assert prop.directive.strategy == "rs_gemm" and point_key("rs_gemm", prop.directive.point.label()) not in tried
+    tried |= {point_key("rs_gemm", p.label()) for p in accepted_points(spec.strategies["rs_gemm"])}
     with pytest.raises(SearchStopped, match="every strategy"):
         asyncio.run(proposer.propose(ProposalContext(parent, [], "exploit", random.Random(0), tried)))

@@ -18,7 +18,7 @@ from cuco.evolve.config import RunConfig
 from cuco.evolve.database import Candidate, Database
 from cuco.evolve.embedding import make_embedder
 from cuco.evolve.novelty import code_hash
-from cuco.evolve.proposers import PROPOSERS, Proposal, ProposalContext, ProposalFailed, SearchStopped
+from cuco.evolve.proposers import PROPOSERS, Proposal, ProposalContext, ProposalFailed, SearchStopped, point_key
 from cuco.evolve.proposers import directive as _directive  # noqa: F401  (registers the proposer)
 from cuco.evolve.proposers import llm as _llm  # noqa: F401  (registers the proposer)
 from cuco.evolve.selection import hill_climbing, power_law, weighted
@@ -141,7 +141,8 @@ class Evolution:
         island = k % self.cfg.search.islands
         parent = self.select_parent(island, rng)
         inspirations = [c for c in self.db.archive() if c.id != parent.id][: self.cfg.search.inspirations]
-        tried = {c.label for c in self.db.all() if c.label}
+        tried = {point_key(Directive.from_json(c.directive).strategy if c.directive else None, c.label)
+                 for c in self.db.all() if c.label}
         for _ in range(NOVELTY_RETRIES):
             ctx = ProposalContext(parent, inspirations, self.phase(k), rng, tried, self.db.best())
             try:
@@ -155,7 +156,8 @@ class Evolution:
             h = code_hash(prop.code, prop.language)
             if self.db.has_code(h):
                 self.on_event(Event("reject", None, f"duplicate of an earlier candidate: {prop.note}"), self)
-                tried.add(prop.directive.point.label() if prop.directive.point else h)
+                tried.add(point_key(prop.directive.strategy, prop.directive.point.label()) if prop.directive.point
+                          else h)
                 continue
             label = prop.directive.point.label() if prop.directive.point else None
             vec = await self.embedder.embed(prop.code) if self.embedder else None

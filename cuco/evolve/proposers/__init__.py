@@ -23,6 +23,11 @@ class ProposalFailed(Exception):
     """This attempt produced nothing usable (the reason is stored); the search may ask again."""
 
 
+def point_key(strategy: str | None, label: str) -> str:
+    """A design point as the search's tried set holds it: two strategies may accept the same point."""
+    return f"{strategy}:{label}" if strategy else label
+
+
 class SearchStopped(Exception):
     """No more proposals: the design space is exhausted, the budget is spent, or the LLM keeps failing."""
 
@@ -35,7 +40,7 @@ class ProposalContext:
     inspirations: list[Candidate]
     phase: str  # "explore" | "exploit"
     rng: object  # random.Random, seeded per proposal index
-    tried: set[str]  # design-point labels already in the database
+    tried: set[str]  # design points already in the database, as point_key gives them
     best: Candidate | None = None  # the run's best so far
 
 

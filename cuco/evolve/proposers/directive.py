@@ -12,7 +12,7 @@ from typing import Any
 
 from cuco.designspace import DesignPoint, Directive
 from cuco.designspace.dimensions import DIMENSIONS
-from cuco.evolve.proposers import Proposal, ProposalContext, SearchStopped, register
+from cuco.evolve.proposers import Proposal, ProposalContext, SearchStopped, point_key, register
 from cuco.evolve.strategy import accepted_points, directive_for, materialize
 from cuco.workload.spec import StrategySpec, WorkloadSpec
 
@@ -52,7 +52,7 @@ class DirectiveProposer:
         return [q for q in allowed if dist(q) in want]
 
     def _fresh(self, name: str, ctx: ProposalContext) -> list[DesignPoint]:
-        return [p for p in self.points[name] if p.label() not in ctx.tried]
+        return [p for p in self.points[name] if point_key(name, p.label()) not in ctx.tried]
 
     async def propose(self, ctx: ProposalContext) -> Proposal:
         strategy = self._strategy_of(ctx)
@@ -84,11 +84,11 @@ class DirectiveProposer:
                 point, how = rng.choice(fresh), "random restart"
             else:
                 near = self._neighbours(parent_point, allowed, ctx.phase == "explore", rng)
-                near = [q for q in near if q.label() not in ctx.tried] or near
+                near = [q for q in near if point_key(strategy.name, q.label()) not in ctx.tried] or near
                 if not near:
                     continue
                 point, how = rng.choice(near), ("wide step" if ctx.phase == "explore" else "neighbour")
-            if point in allowed and point.label() not in ctx.tried:
+            if point in allowed and point_key(strategy.name, point.label()) not in ctx.tried:
                 text = f"{how} from {parent_point.label() if parent_point else 'the seed'}"
                 return Proposal(materialize(strategy, point), self.language[strategy.name],
                                 directive_for(strategy, point, text), ctx.parent, text)
