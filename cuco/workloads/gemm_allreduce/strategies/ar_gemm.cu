@@ -19,6 +19,7 @@
 
 #include "cuco.h"
 #include "cuco_collectives.cuh"
+#include "cuco_design_point.cuh"
 #include "cuco_gemm.h"
 #include "cuco_strategy.cuh"
 
@@ -30,25 +31,15 @@
 #if !defined(CUCO_PLACEMENT_DEFERRED) || !defined(CUCO_SYNC_GLOBAL)
 #error "the one-shot all-reduce is placement deferred, sync global"
 #endif
-#if defined(CUCO_ISSUER_CTA) + defined(CUCO_ISSUER_WARP) != 1
-#error "define exactly one issuer"
-#endif
-#if !defined(CUCO_CHUNKS) || CUCO_CHUNKS < 1 || CUCO_CHUNKS > 16
-#error "CUCO_CHUNKS must be 1..16"
-#endif
 
 using cuco::Issuer;
-#if defined(CUCO_ISSUER_CTA)
-constexpr Issuer kIssuer = Issuer::Cta;
-#else
-constexpr Issuer kIssuer = Issuer::Warp;
-#endif
+using cuco::kIssuer;
 #if defined(CUCO_BACKEND_LSA)
 constexpr bool kLsa = true;
 #else
 constexpr bool kLsa = false;
 #endif
-constexpr int kChunks = CUCO_CHUNKS;
+using cuco::kChunks;
 
 // ---- Constants ---------------------------------------------------------------------------------------
 

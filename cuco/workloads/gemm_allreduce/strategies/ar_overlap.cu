@@ -24,6 +24,7 @@
 
 #include "cuco.h"
 #include "cuco_collectives.cuh"
+#include "cuco_design_point.cuh"
 #include "cuco_gemm.h"
 #include "cuco_strategy.cuh"
 
@@ -32,20 +33,10 @@
 #if !defined(CUCO_BACKEND_LSA) || !defined(CUCO_PLACEMENT_STREAM_OVERLAP) || !defined(CUCO_SYNC_CHUNK)
 #error "the overlapped all-reduce is backend lsa, placement stream_overlap, sync chunk"
 #endif
-#if defined(CUCO_ISSUER_CTA) + defined(CUCO_ISSUER_WARP) != 1
-#error "define exactly one issuer"
-#endif
-#if !defined(CUCO_CHUNKS) || CUCO_CHUNKS < 1 || CUCO_CHUNKS > 16
-#error "CUCO_CHUNKS must be 1..16"
-#endif
 
 using cuco::Issuer;
-#if defined(CUCO_ISSUER_CTA)
-constexpr Issuer kIssuer = Issuer::Cta;
-#else
-constexpr Issuer kIssuer = Issuer::Warp;
-#endif
-constexpr int kChunks = CUCO_CHUNKS;
+using cuco::kIssuer;
+using cuco::kChunks;
 
 // ---- Constants ---------------------------------------------------------------------------------------
 
@@ -57,7 +48,7 @@ constexpr int kAddThreads = CUCO_COLL_THREADS;
 constexpr int kReservedSms = kAddCtas + 1;
 constexpr int kMaxRanks = CUCO_COLL_MAX_RANKS;  // cuco::reduceRange takes at most this many inputs
 constexpr int kSlots = 2;                       // partial's slots (workload.toml), used by alternate runs
-constexpr int kMaxChunks = 16;                  // CUCO_CHUNKS's bound: the counter array is this long at every point
+using cuco::kMaxChunks;
 using Elem = __nv_bfloat16;                     // a, b, c and partial hold bf16 (workload.toml)
 constexpr int64_t kPackElems = 16 / sizeof(Elem);
 

@@ -28,6 +28,7 @@
 
 #include "cuco.h"
 #include "cuco_collectives.cuh"
+#include "cuco_design_point.cuh"
 #include "cuco_gemm.h"
 #include "cuco_strategy.cuh"
 
@@ -41,12 +42,6 @@
 #endif
 #if defined(CUCO_SYNC_GLOBAL) + defined(CUCO_SYNC_CHUNK) != 1
 #error "define exactly one sync scope"
-#endif
-#if defined(CUCO_ISSUER_CTA) + defined(CUCO_ISSUER_WARP) != 1
-#error "define exactly one issuer"
-#endif
-#if !defined(CUCO_CHUNKS) || CUCO_CHUNKS < 1 || CUCO_CHUNKS > 16
-#error "CUCO_CHUNKS must be 1..16"
 #endif
 
 enum class Backend { Lsa, Ce };
@@ -69,12 +64,8 @@ constexpr Sync kSync = Sync::Global;
 #else
 constexpr Sync kSync = Sync::Chunk;
 #endif
-#if defined(CUCO_ISSUER_CTA)
-constexpr Issuer kIssuer = Issuer::Cta;
-#else
-constexpr Issuer kIssuer = Issuer::Warp;
-#endif
-constexpr int kChunks = CUCO_CHUNKS;
+using cuco::kIssuer;
+using cuco::kChunks;
 static_assert(kPlacement == Placement::StreamOverlap || kSync == Sync::Global,
               "placement deferred reads everything at once: sync global (cuco/designspace/constraints.py)");
 
@@ -92,7 +83,7 @@ constexpr int kReduceCtas = kPlacement == Placement::Deferred ? CUCO_COLL_CTAS :
 // wait, barrier) that must run while a GEMM holds the rest.
 constexpr int kReservedSms = kOverlapReduceCtas + 1;
 constexpr int kMaxRanks = CUCO_COLL_MAX_RANKS;  // cuco::reduceRange takes at most this many inputs
-constexpr int kMaxChunks = 16;                  // CUCO_CHUNKS's bound: the counter array is this long at every point
+using cuco::kMaxChunks;
 static_assert(kChunks <= kMaxChunks, "a chunk counter per chunk");
 using Elem = __nv_bfloat16;  // a, b, c, partial and staging hold bf16 (workload.toml)
 constexpr size_t kPackElems = 16 / sizeof(Elem);  // a 16-byte pack: the reduction's widest access

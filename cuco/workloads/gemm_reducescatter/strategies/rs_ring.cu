@@ -26,6 +26,7 @@
 
 #include "cuco.h"
 #include "cuco_collectives.cuh"
+#include "cuco_design_point.cuh"
 #include "cuco_gemm.h"
 #include "cuco_strategy.cuh"
 
@@ -34,20 +35,10 @@
 #if !defined(CUCO_BACKEND_LSA) || !defined(CUCO_PLACEMENT_FUSED) || !defined(CUCO_SYNC_CHUNK)
 #error "the ring is backend lsa, placement fused, sync chunk"
 #endif
-#if defined(CUCO_ISSUER_CTA) + defined(CUCO_ISSUER_WARP) != 1
-#error "define exactly one issuer"
-#endif
-#if !defined(CUCO_CHUNKS) || CUCO_CHUNKS < 1 || CUCO_CHUNKS > 16
-#error "CUCO_CHUNKS must be 1..16"
-#endif
 
 using cuco::Issuer;
-#if defined(CUCO_ISSUER_CTA)
-constexpr Issuer kIssuer = Issuer::Cta;
-#else
-constexpr Issuer kIssuer = Issuer::Warp;
-#endif
-constexpr int kChunks = CUCO_CHUNKS;
+using cuco::kIssuer;
+using cuco::kChunks;
 
 // ---- Constants ---------------------------------------------------------------------------------------
 
@@ -60,7 +51,7 @@ constexpr int kPutThreads = CUCO_COLL_THREADS;
 constexpr int kReservedSms = kPutCtas + 1;
 constexpr int kUnitsPerPut = cuco::IssuerUnit<kIssuer>::perKernel(kPutCtas, kPutThreads);
 constexpr int kMaxRanks = CUCO_COLL_MAX_RANKS;
-constexpr int kMaxChunks = 16;  // CUCO_CHUNKS's bound: the counter array is this long at every point
+using cuco::kMaxChunks;
 using Elem = __nv_bfloat16;     // a, b, c and staging hold bf16 (workload.toml)
 
 #define CHECK(call)     \

@@ -23,6 +23,7 @@
 
 #include "cuco.h"
 #include "cuco_collectives.cuh"
+#include "cuco_design_point.cuh"
 #include "cuco_gemm.h"
 #include "cuco_strategy.cuh"
 
@@ -34,25 +35,15 @@
 #if defined(CUCO_PLACEMENT_DEFERRED) + defined(CUCO_PLACEMENT_STREAM_OVERLAP) != 1
 #error "placement deferred or stream_overlap"
 #endif
-#if defined(CUCO_ISSUER_CTA) + defined(CUCO_ISSUER_WARP) != 1
-#error "define exactly one issuer"
-#endif
-#if !defined(CUCO_CHUNKS) || CUCO_CHUNKS < 1 || CUCO_CHUNKS > 16
-#error "CUCO_CHUNKS must be 1..16"
-#endif
 
 using cuco::Issuer;
-#if defined(CUCO_ISSUER_CTA)
-constexpr Issuer kIssuer = Issuer::Cta;
-#else
-constexpr Issuer kIssuer = Issuer::Warp;
-#endif
+using cuco::kIssuer;
 #if defined(CUCO_PLACEMENT_STREAM_OVERLAP)
 constexpr bool kOverlap = true;
 #else
 constexpr bool kOverlap = false;
 #endif
-constexpr int kLayersPerPut = CUCO_CHUNKS;
+constexpr int kLayersPerPut = cuco::kChunks;
 
 // ---- Constants ---------------------------------------------------------------------------------------
 
