@@ -5,6 +5,7 @@
  *   ChunkCounter          a counter per chunk in the device communicator's resource buffer, bumped by peers
  *                         and waited on with acquire loads; counters only grow, so they are zeroed once
  *   small kernels         an LSA barrier across all ranks, the LSA pointers of a window, zeroing counters
+ *                         (resetCounters: zeroed on every rank before any rank goes on)
  *
  * Requires: the device communicator has at least one LSA barrier; all ranks in one LSA team.
  *************************************************************************/
@@ -102,6 +103,17 @@ __device__ inline void awaitCounter(const ncclDevComm& devComm, ncclDevResourceH
 __global__ void awaitCounterKernel(ncclDevComm devComm, ncclDevResourceHandle_t handle, int i,
                                    unsigned long long target) {
   awaitCounter(devComm, handle, i, target);
+}
+
+// Zero this rank's first `n` counters, then meet every rank (so no rank bumps a counter a peer has yet to zero),
+// and wait for both: a strategy's setup, once.
+inline cudaError_t resetCounters(const ncclDevComm& devComm, ncclDevResourceHandle_t handle, int n, cudaStream_t st) {
+  zeroCountersKernel<<<1, kSmallKernelThreads, 0, st>>>(devComm, handle, n);
+  cudaError_t err = cudaGetLastError();
+  if (err != cudaSuccess) return err;
+  barrierKernel<<<1, kSmallKernelThreads, 0, st>>>(devComm);
+  err = cudaGetLastError();
+  return err != cudaSuccess ? err : cudaStreamSynchronize(st);
 }
 
 // Every rank's LSA pointer of `win` (offset 0), copied to the host: collective-free, but it synchronizes `st`.

@@ -114,12 +114,7 @@ CUCO_EXPORT int cuco_setup(cuco_ctx_t* ctx) {
   CUCO_CUDA(ctx, cudaEventCreateWithFlags(&s->fork, cudaEventDisableTiming));
   CUCO_CUDA(ctx, cudaEventCreateWithFlags(&s->join, cudaEventDisableTiming));
   CUCO_CUDA(ctx, cuco::windowPointers(partial->window, ctx->nRanks, s->peerPartial, ctx->stream));
-  cuco::zeroCountersKernel<<<1, cuco::kSmallKernelThreads, 0, ctx->stream>>>(ctx->devComm, flagsHandle, kMaxChunks);
-  CUCO_CUDA(ctx, cudaGetLastError());
-  // Every rank's counters are zero before any bump.
-  cuco::barrierKernel<<<1, cuco::kSmallKernelThreads, 0, ctx->stream>>>(ctx->devComm);
-  CUCO_CUDA(ctx, cudaGetLastError());
-  CUCO_CUDA(ctx, cudaStreamSynchronize(ctx->stream));
+  CUCO_CUDA(ctx, cuco::resetCounters(ctx->devComm, flagsHandle, kMaxChunks, ctx->stream));
   return 0;
 }
 

@@ -188,12 +188,7 @@ CUCO_EXPORT int cuco_setup(cuco_ctx_t* ctx) {
   CUCO_CUDA(ctx, cudaEventCreateWithFlags(&s->fork, cudaEventDisableTiming));
   CUCO_CUDA(ctx, cudaEventCreateWithFlags(&s->join, cudaEventDisableTiming));
   for (int g = 0; g < kMaxGroups; g++) CUCO_CUDA(ctx, cudaEventCreateWithFlags(&s->groupReady[g], cudaEventDisableTiming));
-  cuco::zeroCountersKernel<<<1, cuco::kSmallKernelThreads, 0, ctx->stream>>>(ctx->devComm, flagsHandle, 1);
-  CUCO_CUDA(ctx, cudaGetLastError());
-  // Every rank's counters are zero before any bump.
-  cuco::barrierKernel<<<1, cuco::kSmallKernelThreads, 0, ctx->stream>>>(ctx->devComm);
-  CUCO_CUDA(ctx, cudaGetLastError());
-  CUCO_CUDA(ctx, cudaStreamSynchronize(ctx->stream));
+  CUCO_CUDA(ctx, cuco::resetCounters(ctx->devComm, flagsHandle, 1, ctx->stream));
   return 0;
 }
 
