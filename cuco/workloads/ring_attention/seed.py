@@ -1,8 +1,7 @@
-"""Host-driven ring attention, as ring-flash-attention's zig-zag variant does it: world steps; at each, the K and V
-block in hand is sent on to the next rank while the previous rank's arrives (batched isend/irecv), attention runs
-on the block in hand through torch's flash-attention kernel, and its output merges into this rank's by the
-log-sum-exp. The next block is waited for before the next step: the transfer overlaps one step's attention only
-as far as the host's waits allow.
+"""Host-driven ring attention as users first write it: world steps; at each, the K and V block in hand goes to the
+next rank and the previous rank's arrives (batched isend/irecv), and only once both are done does attention run
+on the block now in hand (torch's flash-attention kernel), its output merged into this rank's by the
+log-sum-exp. Communication and attention never overlap; candidates/host_pipeline.py overlaps them.
 
 Zig-zag: rank r holds sequence chunks r and 2*world-1-r. A query chunk sees a key chunk whole if it comes earlier,
 causally if it is the same chunk, not at all if it comes later.
@@ -41,11 +40,12 @@ def run(ctx):
     acc_lse = torch.full((1, h, rows), float("-inf"), dtype=torch.float32, device=q.device)
     mine = (rank, 2 * world - 1 - rank)
     for step in range(world):
-        cur, nxt = ring[step % 2], ring[(step + 1) % 2]
-        reqs = []
-        if step < world - 1:
-            reqs = dist.batch_isend_irecv([dist.P2POp(dist.isend, cur, (rank + 1) % world, ctx.group),
-                                           dist.P2POp(dist.irecv, nxt, (rank - 1) % world, ctx.group)])
+        cur = ring[step % 2]
+        if step > 0:  # the block from the previous rank, in full, before any attention on it
+            prev = ring[(step - 1) % 2]
+            for req in dist.batch_isend_irecv([dist.P2POp(dist.isend, prev, (rank + 1) % world, ctx.group),
+                                               dist.P2POp(dist.irecv, cur, (rank - 1) % world, ctx.group)]):
+                req.wait()
         src = (rank - step) % world
         kh, vh = _heads(cur[0], h), _heads(cur[1], h)
         for i, qi in enumerate(mine):
@@ -58,8 +58,6 @@ def run(ctx):
                 acc[:, :, r] = acc[:, :, r] * torch.exp(acc_lse[:, :, r] - new)[..., None] + \
                     out.float() * torch.exp(blk - new)[..., None]
                 acc_lse[:, :, r] = new
-        for req in reqs:
-            req.wait()
     o.copy_(acc[0].transpose(0, 1))
     lse.copy_(acc_lse[0])
     # EVOLVE-BLOCK-END
