@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import importlib.util
 import os
 from pathlib import Path
 
@@ -11,20 +10,17 @@ import pytest
 ROOT = Path(__file__).resolve().parents[1]
 WORKLOADS = ROOT / "cuco" / "workloads"
 GEMM_AG = WORKLOADS / "gemm_allgather"
-# The benchmarked collectives: a host NCCL seed each, and the device programs the library offers for it (the
-# GEMM workloads, the KV transfer and the MoE layer are programs around communication, not collectives; the CPU
-# example and ring attention have Python seeds).
-COLLECTIVES = sorted(p.parent for p in WORKLOADS.glob("*/workload.toml")
-                     if (p.parent / "seed.cu").is_file()
-                     and not p.parent.name.startswith(("gemm_", "kv_transfer", "moe_")))
+def _is_collective(root: Path) -> bool:
+    """A benchmarked collective: a host NCCL seed and no compute of its own, so its bound is the communication's
+    alone (the GEMM workloads, the KV transfer and the MoE layer time a compute; the CPU example and ring attention
+    have Python seeds)."""
+    from cuco.runner.judge import load_reference
+    from cuco.workload import load_workload
+
+    return (root / "seed.cu").is_file() and not hasattr(load_reference(load_workload(root)), "compute_alone")
 
 
-def workload_reference(name: str):
-    """A built-in workload's reference.py, as a module."""
-    spec = importlib.util.spec_from_file_location(f"{name}_reference", WORKLOADS / name / "reference.py")
-    mod = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(mod)
-    return mod
+COLLECTIVES = sorted(p.parent for p in WORKLOADS.glob("*/workload.toml") if _is_collective(p.parent))
 
 
 @pytest.fixture(autouse=True, scope="session")

@@ -3,18 +3,18 @@ catching a program that writes pool pages the block table does not name."""
 
 from __future__ import annotations
 
-
 import torch
 
-from conftest import WORKLOADS, workload_reference
+from conftest import WORKLOADS
 from cuco.runner.cascade import EvalOptions, evaluate
+from cuco.runner.judge import load_reference
 from cuco.workload import load_workload
 
 ROOT = WORKLOADS / "kv_transfer"
 
 
 def test_the_reference_fills_the_named_pages_and_nothing_else():
-    ref = workload_reference("kv_transfer")
+    ref = load_reference(load_workload(ROOT))
     p = load_workload(ROOT).shape("s_odd").params  # 37 tokens: two full pages and 5 slots of a third
     inputs = [ref.make_inputs(p, 2, r, torch.Generator().manual_seed(r), "cpu") for r in range(2)]
     prefill, decode = (ref.reference(p, 2, r, inputs)["pool"] for r in range(2))

@@ -6,15 +6,16 @@ from __future__ import annotations
 import torch
 import torch.nn.functional as F
 
-from conftest import WORKLOADS, workload_reference
+from conftest import WORKLOADS
 from cuco.runner.cascade import EvalOptions, evaluate
+from cuco.runner.judge import load_reference
 from cuco.workload import load_workload
 
 ROOT = WORKLOADS / "moe_deepseek_v3"
 
 
 def test_the_reference_is_each_tokens_weighted_sum_of_its_experts():
-    ref = workload_reference("moe_deepseek_v3")
+    ref = load_reference(load_workload(ROOT))
     p = load_workload(ROOT).shape("s_odd").params
     inputs = [ref.make_inputs(p, 2, r, torch.Generator().manual_seed(7 + r), "cpu") for r in range(2)]
     local = p["E"] // 2
@@ -33,7 +34,7 @@ def test_the_reference_is_each_tokens_weighted_sum_of_its_experts():
 
 
 def test_skewed_routing_has_hot_experts_and_one_no_token_picks():
-    ref = workload_reference("moe_deepseek_v3")
+    ref = load_reference(load_workload(ROOT))
     p = dict(load_workload(ROOT).shape("t4096_hot5").params, HID=8, FF=8)  # the routing of the full shape
     logits = ref.make_inputs(p, 2, 0, torch.Generator().manual_seed(3), "cpu")["logits"]
     idx, weight = ref.routing(logits, p["TOPK"])

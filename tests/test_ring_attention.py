@@ -7,8 +7,9 @@ import math
 
 import torch
 
-from conftest import WORKLOADS, workload_reference
+from conftest import WORKLOADS
 from cuco.runner.cascade import EvalOptions, evaluate
+from cuco.runner.judge import load_reference
 from cuco.runner.verify import compare
 from cuco.workload import load_workload
 
@@ -17,7 +18,7 @@ ROOT = WORKLOADS / "ring_attention"
 
 def test_the_reference_is_causal_gqa_attention_with_its_log_sum_exp():
     """At world 1 the zig-zag chunks are the sequence in order: plain causal attention over it."""
-    ref = workload_reference("ring_attention")
+    ref = load_reference(load_workload(ROOT))
     p = {"S": 40, "H": 4, "KV": 2, "D": 16}
     inputs = [ref.make_inputs(p, 1, 0, torch.Generator().manual_seed(1), "cpu")]
     got = ref.reference(p, 1, 0, inputs)
