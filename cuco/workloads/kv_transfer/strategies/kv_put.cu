@@ -13,7 +13,7 @@
  *   issuer     CUCO_ISSUER_CTA / CUCO_ISSUER_WARP: the put kernel's unit that owns a contiguous slice of rows
  *   chunks     CUCO_CHUNKS: layers per put kernel (1 = one per layer; more = fewer, larger puts)
  *
- * A barrier opens each run's first put kernel: the prefill rank stores into no pool before the decode rank has
+ * A barrier opens each run on the put stream: the prefill rank stores into no pool before the decode rank has
  * finished its previous run and the runner has poisoned its pool for this one. Counters only grow (zeroed once,
  * in setup): it reaches epoch * groups * units once this run's puts have all landed.
  * Requires: pool and block_table symmetric; all ranks in one LSA team; one side stream (stream_overlap);
@@ -47,15 +47,17 @@ constexpr int kLayersPerPut = cuco::kChunks;
 
 // ---- Constants ---------------------------------------------------------------------------------------
 
-// The put kernel's shape; kPutCtas is also the device communicator's lsaBarrierCount (CTA b uses barrier b).
-// Stores need no round trip before the next one, so a few CTAs keep NVLink busy (as in the GEMM+ReduceScatter
-// ring): 8 of 512 threads, 6% of an H100's or H200's SMs, kept from the GEMMs.
-constexpr int kPutCtas = 8;
+// The put kernel's shape. Deferred, the puts have the GPU to themselves: the collective library's grid, which
+// reaches about 87% of the peer link (benchmarks/results/collectives.md). Overlapped, they share it with cuBLAS,
+// held to all SMs but kOverlapSms: 32 CTAs of 512 threads, two per kept SM (an SM holds 2048 threads).
 constexpr int kPutThreads = CUCO_COLL_THREADS;
-constexpr int kReservedSms = kPutCtas;
+constexpr int kPutCtas = kOverlap ? 32 : CUCO_COLL_CTAS;
+constexpr int kOverlapSms = 16;
 constexpr int kUnitsPerPut = cuco::IssuerUnit<kIssuer>::perKernel(kPutCtas, kPutThreads);
 constexpr int kMaxGroups = 128;  // put kernels of a run (events): 128 layers at one layer per put
 constexpr int kVec = 8;          // bf16 values per 16-byte vector
+constexpr int kWarp = 32;
+constexpr int kUnroll = 4;       // 16-byte loads in flight per lane: one 2 KB row (KV*D = 1024) per warp per pass
 using Elem = __nv_bfloat16;
 
 #define CHECK(call)     \
@@ -90,31 +92,36 @@ static Shape shapeOf(const cuco_ctx_t* ctx) {
 // ---- The put kernel ----------------------------------------------------------------------------------
 
 // Layers [l0, l1): every token's K and V row of staging into the decode rank's pool at the page its block table
-// names. The rows (layer, half, token) are cut into one contiguous slice per unit; a unit's lanes stride over
-// the slice's 16-byte vectors. Then each unit bumps the decode rank's counter. startBarrier: all ranks meet first.
+// names. The rows (layer, half, token) are cut into one contiguous slice per unit; the unit's warps take the
+// slice's rows in turn (the page lookup once per row), a warp's lanes the row's 16-byte vectors, kUnroll loads
+// in flight before their stores. Then each unit bumps the decode rank's counter.
 template <Issuer I>
 __global__ void __launch_bounds__(kPutThreads) putKernel(ncclDevComm devComm, ncclDevResourceHandle_t flagsHandle,
                                                          ncclWindow_t poolWin, ncclWindow_t tableWin, int decode,
                                                          const uint4* stage, int l0, int l1, int64_t S, int64_t page,
-                                                         int64_t pool, int64_t rowVecs, int startBarrier) {
+                                                         int64_t pool, int rowVecs) {
   using Unit = cuco::IssuerUnit<I>;
-  if (startBarrier) {
-    ncclLsaBarrierSession<ncclCoopCta> bar{ncclCoopCta(), devComm, ncclTeamLsa(devComm), devComm.lsaBarrier,
-                                           blockIdx.x};
-    // acq_rel: the decode rank's previous run and this run's poisoning of its pool are done before our stores.
-    bar.sync(ncclCoopCta(), cuda::memory_order_acq_rel);
-  }
   const cuco::Worker me = Unit::self();
+  const int warp = me.lane / kWarp, warps = (me.lanes + kWarp - 1) / kWarp, lane = me.lane % kWarp;
   const int32_t* table = (const int32_t*)ncclGetLsaPointer(tableWin, 0, decode);
   uint4* dst = (uint4*)ncclGetLsaPointer(poolWin, 0, decode);
-  const int64_t total = (int64_t)(l1 - l0) * 2 * S * rowVecs, per = (total + me.count - 1) / me.count;
-  const int64_t lo = per * me.index, hi = lo + per < total ? lo + per : total;
+  const int64_t rows = (int64_t)(l1 - l0) * 2 * S, per = (rows + me.count - 1) / me.count;
+  const int64_t lo = per * me.index, hi = lo + per < rows ? lo + per : rows;
   const uint4* src = stage + (int64_t)l0 * 2 * S * rowVecs;
-  for (int64_t i = lo + me.lane; i < hi; i += me.lanes) {
-    const int64_t row = i / rowVecs, v = i % rowVecs;  // row = (layer - l0, half, token)
+  for (int64_t row = lo + warp; row < hi; row += warps) {  // row = (layer - l0, half, token)
     const int64_t t = row % S, half = (row / S) % 2, layer = l0 + row / (2 * S);
     const int64_t slot = (layer * pool + __ldg(&table[t / page])) * 2 * page + half * page + t % page;
-    dst[slot * rowVecs + v] = src[i];
+    const uint4* from = src + row * rowVecs;
+    uint4* to = dst + slot * rowVecs;
+    for (int c = lane; c < rowVecs; c += kWarp * kUnroll) {
+      uint4 v[kUnroll];
+#pragma unroll
+      for (int u = 0; u < kUnroll; u++)
+        if (c + u * kWarp < rowVecs) v[u] = __ldg(&from[c + u * kWarp]);
+#pragma unroll
+      for (int u = 0; u < kUnroll; u++)
+        if (c + u * kWarp < rowVecs) to[c + u * kWarp] = v[u];
+    }
   }
   Unit::sync();  // every thread of the unit has issued its stores before lane 0 releases them
   if (me.lane == 0) cuco::bumpCounter(devComm, flagsHandle, decode, 0);
@@ -135,12 +142,12 @@ static int gemms(cuco_ctx_t* ctx, State* s, const Shape& sh, int l0, int l1) {
   return 0;
 }
 
-static int put(cuco_ctx_t* ctx, const Shape& sh, cudaStream_t st, int g, bool first) {
+static int put(cuco_ctx_t* ctx, const Shape& sh, cudaStream_t st, int g) {
   const int l0 = g * kLayersPerPut, l1 = (int)(l0 + kLayersPerPut < sh.L ? l0 + kLayersPerPut : sh.L);
   putKernel<kIssuer><<<kPutCtas, kPutThreads, 0, st>>>(
       ctx->devComm, flagsHandle, cuco_buffer(ctx, "pool")->window, cuco_buffer(ctx, "block_table")->window,
       ctx->nRanks - 1, (const uint4*)cuco_buffer(ctx, "kv_stage")->ptr, l0, l1, sh.S, sh.page, sh.pool,
-      sh.cols / kVec, first);
+      (int)(sh.cols / kVec));
   CUCO_CUDA(ctx, cudaGetLastError());
   return 0;
 }
@@ -148,7 +155,7 @@ static int put(cuco_ctx_t* ctx, const Shape& sh, cudaStream_t st, int g, bool fi
 static int prefill(cuco_ctx_t* ctx, State* s, const Shape& sh) {
   if (!kOverlap) {
     CHECK(gemms(ctx, s, sh, 0, (int)sh.L));
-    for (int g = 0; g < sh.groups; g++) CHECK(put(ctx, sh, ctx->stream, g, g == 0));
+    for (int g = 0; g < sh.groups; g++) CHECK(put(ctx, sh, ctx->stream, g));
     return 0;
   }
   cudaStream_t side = ctx->sideStreams[0];
@@ -157,7 +164,7 @@ static int prefill(cuco_ctx_t* ctx, State* s, const Shape& sh) {
     CHECK(gemms(ctx, s, sh, l0, (int)(l0 + kLayersPerPut < sh.L ? l0 + kLayersPerPut : sh.L)));
     CUCO_CUDA(ctx, cudaEventRecord(s->groupReady[g], ctx->stream));
     CUCO_CUDA(ctx, cudaStreamWaitEvent(side, s->groupReady[g], 0));
-    CHECK(put(ctx, sh, side, g, g == 0));
+    CHECK(put(ctx, sh, side, g));
   }
   return 0;
 }
@@ -165,7 +172,7 @@ static int prefill(cuco_ctx_t* ctx, State* s, const Shape& sh) {
 // ---- Entry points ----------------------------------------------------------------------------------
 
 CUCO_EXPORT void cuco_dev_requirements(const cuco_ctx_t* ctx, ncclDevCommRequirements* reqs) {
-  reqs->lsaBarrierCount = kPutCtas;
+  reqs->lsaBarrierCount = 1;
   cuco::counterRequirements(reqs, &flagsReq, &flagsHandle, 1);
 }
 
@@ -184,7 +191,7 @@ CUCO_EXPORT int cuco_setup(cuco_ctx_t* ctx) {
   CUCO_CUDA(ctx, cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, ctx->cudaDevice));
   CUCO_CUBLAS(ctx, cublasCreate(&s->blas));
   CUCO_CUBLAS(ctx, cublasSetStream(s->blas, ctx->stream));
-  if (kOverlap) CUCO_CUBLAS(ctx, cublasSetSmCountTarget(s->blas, sms - kReservedSms));
+  if (kOverlap) CUCO_CUBLAS(ctx, cublasSetSmCountTarget(s->blas, sms - kOverlapSms));
   CUCO_CUDA(ctx, cudaEventCreateWithFlags(&s->fork, cudaEventDisableTiming));
   CUCO_CUDA(ctx, cudaEventCreateWithFlags(&s->join, cudaEventDisableTiming));
   for (int g = 0; g < kMaxGroups; g++) CUCO_CUDA(ctx, cudaEventCreateWithFlags(&s->groupReady[g], cudaEventDisableTiming));
@@ -200,13 +207,11 @@ CUCO_EXPORT int cuco_run(cuco_ctx_t* ctx) {
     CUCO_CUDA(ctx, cudaEventRecord(s->fork, ctx->stream));
     CUCO_CUDA(ctx, cudaStreamWaitEvent(ctx->sideStreams[0], s->fork, 0));
   }
-  if (ctx->rank == 0) {
-    CHECK(prefill(ctx, s, sh));
-  } else {
-    // The other side of the first put kernel's barrier: one CTA per LSA barrier it syncs.
-    cuco::barrierKernel<<<kPutCtas, cuco::kSmallKernelThreads, 0, ctx->stream>>>(ctx->devComm);
-    CUCO_CUDA(ctx, cudaGetLastError());
-  }
+  // Every rank meets at the run's barrier; the prefill rank's on its put stream, ahead of the first put.
+  cuco::barrierKernel<<<1, cuco::kSmallKernelThreads, 0, kOverlap && ctx->rank == 0 ? ctx->sideStreams[0] : ctx->stream>>>(
+      ctx->devComm);
+  CUCO_CUDA(ctx, cudaGetLastError());
+  if (ctx->rank == 0) CHECK(prefill(ctx, s, sh));
   if (ctx->rank == ctx->nRanks - 1) {
     const unsigned long long target = s->epoch * sh.groups * (unsigned long long)kUnitsPerPut;
     cuco::awaitCounterKernel<<<1, cuco::kSmallKernelThreads, 0, ctx->stream>>>(ctx->devComm, flagsHandle, 0, target);
