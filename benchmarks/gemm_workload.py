@@ -72,7 +72,8 @@ def markdown(spec, meta: dict, records: dict) -> list[str]:
     refs = list(spec.baselines)
     lines += ["| shape | candidate | verified | median ms (p10-p90) | bound ms | efficiency | "
               + " | ".join(f"vs {r}" for r in refs) + " |", "|---" * (6 + len(refs)) + "|"]
-    for shape in spec.shapes:
+    measured = [s for s in spec.shapes if any(s.name in r.get("shapes", {}) for r in records.values())]
+    for shape in measured or spec.shapes:
         label = f"{shape.name} ({shape.label()})"
         for name, rec in records.items():
             s = rec.get("shapes", {}).get(shape.name, {})
