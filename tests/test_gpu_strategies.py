@@ -1,5 +1,6 @@
 """On GPUs: every strategy kernel of every built-in workload is correct, and its results bitwise deterministic run to
-run (the judge's determinism check), at every design point it accepts, on the workload's small and odd shapes. At
+run (the judge's determinism check), at every design point it accepts, on the workload's small and odd shapes
+(CUDA strategies, and Python ones that move data between GPUs themselves). At
 world 2 where two GPUs are present, else at world 1 (each point's code runs, its transfers only to itself)."""
 
 from __future__ import annotations
@@ -15,8 +16,10 @@ pytestmark = [pytest.mark.gpu(1), pytest.mark.nvcc]
 WORLD = max(1, min(2, gpu_count()))
 
 SPECS = {p.parent.name: load_workload(p.parent, WORLD) for p in sorted(WORKLOADS.glob("*/workload.toml"))}
+GPU_BACKENDS = {"lsa", "ce", "gin"}  # a Python strategy with one of these moves data between GPUs itself
 CASES = [(wl, name, point) for wl, spec in SPECS.items() for name, strategy in spec.strategies.items()
-         if strategy.path.suffix == ".cu" for point in accepted_points(strategy)]
+         if strategy.path.suffix == ".cu" or GPU_BACKENDS & set(strategy.accepts["backend"])
+         for point in accepted_points(strategy)]
 
 
 @pytest.fixture(scope="module")
@@ -37,7 +40,7 @@ def prebuilt(tmp_path_factory):
 def test_strategy_point_is_correct(wl, name, point, tmp_path, prebuilt):
     prebuilt(wl, name)
     spec = SPECS[wl]
-    src = tmp_path / "candidate.cu"
+    src = tmp_path / f"candidate{spec.strategies[name].path.suffix}"
     src.write_text(materialize(spec.strategies[name], point))
     rec = evaluate(spec, src, EvalOptions(device="cuda", max_level="L2", small_shapes=[s.name for s in spec.small_shapes],
                                           gpus=list(range(WORLD)), timeout_s=60, work_dir=tmp_path / "w"))

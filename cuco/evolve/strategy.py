@@ -39,7 +39,9 @@ def directive_for(strategy: StrategySpec, point: DesignPoint, text: str) -> Dire
 
 def prebuild(strategy: StrategySpec, directory: Path, machine: dict[str, Any] | None = None) -> tuple[int, int]:
     """Compile every accepted point of a CUDA strategy at once (nvcc in parallel), filling the build cache so
-    that a search or a sweep pays no compile per candidate. Returns (built, total)."""
+    that a search or a sweep pays no compile per candidate. Returns (built, total): (0, 0) for a Python strategy."""
+    if strategy.path.suffix != ".cu":
+        return 0, 0
     import os
     from concurrent.futures import ThreadPoolExecutor
 
