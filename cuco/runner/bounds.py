@@ -104,7 +104,8 @@ def _measure(spec: WorkloadSpec, shapes: list[str], device: str, gpus: list[int]
             return "measuring the bound's references failed: " + (errors[0] if errors else "timeout" if res.timed_out
                                                                   else "a judge ended without a result")
         for st in results[0]["stages"]:
-            atomic_write_json(paths[st["shape"]], {k: v for k, v in st.items() if k.endswith("_per_rank_ms")})
+            atomic_write_json(paths[st["shape"]], {k: v for k, v in st.items()
+                                                   if k.endswith("_per_rank_ms") or k == "compute_alone_graphed"})
         return ""
     finally:
         shutil.rmtree(work, ignore_errors=True)

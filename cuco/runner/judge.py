@@ -35,7 +35,7 @@ from cuco.runner.job import JUDGE_PORT_ENV, Job, Stage
 from cuco.runner.launch import describe_exit
 from cuco.runner.rank import HostProcess
 from cuco.runner.sandbox import kill_descendants, remove_shm_files
-from cuco.runner.timing import cross_check, time_references_cpu, time_references_cuda
+from cuco.runner.timing import graphed, cross_check, time_references_cpu, time_references_cuda
 from cuco.runner.verify import Check, compare, poison, same
 from cuco.workload.spec import WorkloadSpec, load_workload
 
@@ -475,6 +475,8 @@ class Judge:
                 if key == "comm_alone" else None  # type: ignore[call-arg]
             self.mark(f"bounds: timing {key}")
             fn = factory(params, self.world, self.rank, inputs, bufs, group)
+            if self.cuda and key == "compute_alone":
+                fn, out["compute_alone_graphed"] = graphed(fn)
             iters = max(10, min(t.iters, 30))
             times = time_references_cuda(fn, before, self.barrier, stream, t.warmup, iters) if self.cuda \
                 else time_references_cpu(fn, before, self.barrier, t.warmup, iters)

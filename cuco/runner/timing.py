@@ -24,7 +24,7 @@ CLOCK_EVENT_EPS_MS = 0.02  # an event time longer than the judge's own by more t
 CLOCK_REL_SLACK = 0.2  # of the judge's median
 CLOCK_ABS_SLACK_MS = 0.02
 # How the bound's references are timed: part of their cache key, so that a change here measures them again.
-REFERENCE_TIMING = "events after a launch-covering spin"
+REFERENCE_TIMING = "events after a launch-covering spin; compute alone replayed as a CUDA graph"
 # The spin before a reference's start event: 2e6 clock cycles, 1 ms at the 2 GHz of an H100/H200 SM, far more than
 # torch needs to launch a GEMM or a collective (tens of microseconds).
 LAUNCH_COVER_CYCLES = 2_000_000
@@ -61,6 +61,28 @@ def cross_check(event_ms: list[float], judge_ms: list[float], null_ms: list[floa
                f"({nm:.4f} ms of it the runner's own overhead): {unexplained:.4f} ms unaccounted for, more than "
                f"the {allowed:.4f} ms allowed")
     return ClockCheck(jm, em, nm, unexplained, allowed, not msg, msg)
+
+
+def graphed(run: Callable[[], None]) -> tuple[Callable[[], None], bool]:
+    """The reference captured into a CUDA graph and replayed, or itself where it cannot be captured (a host sync,
+    an operation graphs refuse). A compute reference of many small kernels (an MoE layer's hundreds of per-expert
+    GEMMs at a few tokens each) takes longer for Python to launch than for the GPU to run, and a bound must count
+    the GPU's work: replayed, it launches once."""
+    import torch
+
+    main, side = torch.cuda.current_stream(), torch.cuda.Stream()
+    side.wait_stream(main)
+    try:
+        with torch.cuda.stream(side):
+            run()  # cuBLAS handles and workspaces exist before the capture
+        main.wait_stream(side)
+        graph = torch.cuda.CUDAGraph()
+        with torch.cuda.graph(graph):
+            run()
+    except Exception:  # noqa: BLE001  (any failure to capture: time it as it is)
+        torch.cuda.synchronize()
+        return run, False
+    return graph.replay, True
 
 
 def time_references_cuda(run: Callable[[], None], before: Callable[[], None], barrier: Callable[[], None],

@@ -99,7 +99,7 @@ def _pieces(rows, c):
 def run(ctx):
     q, k, v, o, lse = (ctx.buffers[n] for n in ("q", "k", "v", "o", "lse"))
     world, rank = ctx.world, ctx.rank
-    rows, c, scale = q.shape[0], q.shape[0] // 2, 1.0 / math.sqrt(q.shape[2])
+    c, scale = q.shape[0] // 2, 1.0 / math.sqrt(q.shape[2])
     acc = Accumulator(q)
     whole = DESIGN["chunks"] == 1  # noqa: F821
     if DESIGN["placement"] == "deferred":  # noqa: F821
