@@ -7,7 +7,8 @@
  * 3. every rank's per-expert counts all-gathered, copied to the host, and waited for;
  * 4. dispatch: ncclSend/ncclRecv of each rank's rows (the all-to-allv), into `dispatch`, source-major;
  * 5. the received rows regrouped expert-major; per local expert, cuBLAS [n, HID] x [HID, 2 FF], SwiGLU,
- *    cuBLAS [n, FF] x [FF, HID]; the outputs put back in the order they came;
+ *    cuBLAS [n, FF] x [FF, HID]; the outputs put back in the order they came (source-major, in a buffer of the
+ *    seed's own);
  * 6. combine: the reverse all-to-allv into `combine`, then y[t] = sum_j weight[t, j] * row(t, j), in fp32 and in
  *    the order j = 0..k-1 (bitwise the same every run).
  * All on ctx->stream; the host waits once, for the counts.
@@ -159,7 +160,7 @@ struct State {
   cublasHandle_t blas;
   int32_t *expert, *chunkCounts, *chunkOffsets, *order, *slot, *segments;
   float* weight;
-  __nv_bfloat16 *sendRows, *grouped, *h13, *h, *out;
+  __nv_bfloat16 *sendRows, *grouped, *h13, *h, *out, *back;
   int32_t *hostCounts, *hostSegments;  // pinned
 };
 // EVOLVE-BLOCK-END
@@ -190,6 +191,7 @@ CUCO_EXPORT int cuco_setup(cuco_ctx_t* ctx) {
   CUCO_CUDA(ctx, cudaMalloc(&s->h13, rows * 2 * FF * sizeof(__nv_bfloat16)));
   CUCO_CUDA(ctx, cudaMalloc(&s->h, rows * FF * sizeof(__nv_bfloat16)));
   CUCO_CUDA(ctx, cudaMalloc(&s->out, rows * HID * sizeof(__nv_bfloat16)));
+  CUCO_CUDA(ctx, cudaMalloc(&s->back, rows * HID * sizeof(__nv_bfloat16)));
   CUCO_CUDA(ctx, cudaMallocHost(&s->hostCounts, world * E * sizeof(int32_t)));
   CUCO_CUDA(ctx, cudaMallocHost(&s->hostSegments, 2 * 3 * world * E * sizeof(int32_t)));
   return 0;
@@ -297,14 +299,14 @@ CUCO_EXPORT int cuco_run(cuco_ctx_t* ctx) {
       CUCO_CUBLAS(ctx, cuco_gemm_bf16(s->blas, s->h + expertAt[e] * FF, w2 + e * FF * HID, s->out + expertAt[e] * HID,
                                       n, FF, HID));
     }
-    moveSegments<<<segs, kThreads, 0, st>>>((const uint4*)s->out, (uint4*)dispatch, devBwd, rowVecs);
+    moveSegments<<<segs, kThreads, 0, st>>>((const uint4*)s->out, (uint4*)s->back, devBwd, rowVecs);
     CUCO_CUDA(ctx, cudaGetLastError());
   }
 
   // 6. Combine: the outputs back to the ranks their tokens came from, then the weighted sum per token.
   CUCO_NCCL(ctx, ncclGroupStart());
   for (int p = 0, sendAt = 0, recvAt = 0; p < world; p++) {
-    CUCO_NCCL(ctx, ncclSend(dispatch + recvAt * HID, recvN[p] * HID, ncclBfloat16, p, ctx->comm, st));
+    CUCO_NCCL(ctx, ncclSend(s->back + recvAt * HID, recvN[p] * HID, ncclBfloat16, p, ctx->comm, st));
     CUCO_NCCL(ctx, ncclRecv(combine + sendAt * HID, sendN[p] * HID, ncclBfloat16, p, ctx->comm, st));
     sendAt += (int)sendN[p];
     recvAt += (int)recvN[p];
@@ -322,7 +324,7 @@ CUCO_EXPORT int cuco_teardown(cuco_ctx_t* ctx) {
   CUCO_CUBLAS(ctx, cublasDestroy(s->blas));
   for (void* p : {(void*)s->expert, (void*)s->chunkCounts, (void*)s->chunkOffsets, (void*)s->order, (void*)s->slot,
                   (void*)s->segments, (void*)s->weight, (void*)s->sendRows, (void*)s->grouped, (void*)s->h13,
-                  (void*)s->h, (void*)s->out})
+                  (void*)s->h, (void*)s->out, (void*)s->back})
     CUCO_CUDA(ctx, cudaFree(p));
   CUCO_CUDA(ctx, cudaFreeHost(s->hostCounts));
   CUCO_CUDA(ctx, cudaFreeHost(s->hostSegments));
