@@ -9,6 +9,9 @@
  *   swiglu         h = silu(g) * u over rows of [g | u]
  *   combineRows    y[t] = sum_j weight[t, j] * row(t, j) in fp32, j in order
  *   Routing, route  the first four, launched in order on one stream, over buffers sized for T tokens
+ *   Layout, layout  expert parallelism's moves as runs of rows, from every rank's counts (host code): where each
+ *                   rank's sorted rows land in the experts' owners' expert-major order, and where the experts'
+ *                   outputs go back in the sources' sorted order
  *************************************************************************/
 #ifndef CUCO_MOE_CUH_
 #define CUCO_MOE_CUH_
@@ -22,6 +25,7 @@ namespace moe {
 
 constexpr int kMaxTopK = 16;     // DeepSeek-V3 picks 8
 constexpr int kThreads = 256;
+constexpr int kMaxGroups = 16;  // groups of local experts a layout may have
 constexpr int kSortChunk = 1024;  // pairs per block of the counting sort (one thread each)
 constexpr int kMaxExperts = 1024;  // the sort's scan runs one thread per expert in one block; DeepSeek-V3 has 256
 
@@ -188,6 +192,89 @@ inline cudaError_t route(const Routing& r, const float* logits, const __nv_bfloa
   gatherRows<<<blocksFor(pairs * rowVecs), kThreads, 0, st>>>((const uint4*)x, (uint4*)sorted, r.order, (int)K,
                                                               (int)pairs, rowVecs, r.slot);
   return cudaGetLastError();
+}
+
+// ---- The moves of expert parallelism, laid out on the host ----------------------------------------------
+
+// Rows [src, src + n) of the sending buffer go to rank dst's window at row dstRow; then dst's counter is bumped.
+struct Run {
+  int32_t src, dst, dstRow, n, counter;
+};
+
+// How the experts are split: E experts, `local` per rank over `world` ranks, in `groups` groups of consecutive
+// local experts; the dispatch signals one counter per group (perGroup) or counter 0, the combine combineCounter.
+struct Split {
+  int64_t E, local;
+  int world, groups;
+  bool perGroup;
+  int combineCounter;
+};
+
+// One rank's runs: the dispatch's [0, nDispatch) (this rank's sorted rows, the receivers' group 0 first), then the
+// combine's, group g's from combineAt[g] (its experts' outputs back to the sources); where each local expert's rows
+// start in this rank's expert-major order (expertAt, local + 1 entries); and the runs each of this rank's counters
+// receives (dispatchIn per counter, combineIn).
+struct Layout {
+  int nDispatch, nRuns;
+  int combineAt[kMaxGroups + 1];
+  int64_t expertAt[kMaxExperts + 1];
+  unsigned long long dispatchIn[kMaxGroups], combineIn;
+};
+
+// Group g holds local experts [groupStart(g), groupStart(g + 1)).
+inline int64_t groupStart(const Split& sp, int g) { return g * sp.local / sp.groups; }
+
+inline int groupOf(const Split& sp, int64_t e) {
+  int g = sp.groups - 1;
+  while (groupStart(sp, g) > e) g--;
+  return g;
+}
+
+// Row of rank p's expert-major order where source q's first pair for p's local expert e lands: after every pair of
+// p's earlier experts, and after the pairs of earlier sources for e. c[s][x]: rank s's pairs for global expert x.
+inline int64_t landing(const int32_t* c, const Split& sp, int p, int q, int64_t e) {
+  int64_t at = 0;
+  for (int64_t x = 0; x < e; x++)
+    for (int s = 0; s < sp.world; s++) at += c[(int64_t)s * sp.E + p * sp.local + x];
+  for (int s = 0; s < q; s++) at += c[(int64_t)s * sp.E + p * sp.local + e];
+  return at;
+}
+
+// Row of rank q's sorted order where its first pair for global expert x starts.
+inline int64_t sortedStart(const int32_t* c, const Split& sp, int q, int64_t x) {
+  int64_t at = 0;
+  for (int64_t y = 0; y < x; y++) at += c[(int64_t)q * sp.E + y];
+  return at;
+}
+
+// `runs` holds at least 2 * world * local entries (one per rank and local expert, each way).
+inline void layout(const Split& sp, int me, const int32_t* c, Run* runs, Layout* L) {
+  int n = 0;
+  for (int g = 0; g < sp.groups; g++)
+    for (int p = 0; p < sp.world; p++)
+      for (int64_t e = groupStart(sp, g); e < groupStart(sp, g + 1); e++)
+        if (const int32_t rows = c[(int64_t)me * sp.E + p * sp.local + e])
+          runs[n++] = {(int32_t)sortedStart(c, sp, me, p * sp.local + e), p, (int32_t)landing(c, sp, p, me, e), rows,
+                       sp.perGroup ? g : 0};
+  L->nDispatch = n;
+  for (int g = 0; g < sp.groups; g++) {
+    L->combineAt[g] = n;
+    for (int q = 0; q < sp.world; q++)
+      for (int64_t e = groupStart(sp, g); e < groupStart(sp, g + 1); e++)
+        if (const int32_t rows = c[(int64_t)q * sp.E + me * sp.local + e])
+          runs[n++] = {(int32_t)landing(c, sp, me, q, e), q, (int32_t)sortedStart(c, sp, q, me * sp.local + e), rows,
+                       sp.combineCounter};
+  }
+  L->combineAt[sp.groups] = L->nRuns = n;
+  for (int64_t e = 0; e < sp.local; e++) L->expertAt[e] = landing(c, sp, me, 0, e);
+  L->expertAt[sp.local] = landing(c, sp, me, sp.world, sp.local - 1);
+  for (int g = 0; g < kMaxGroups; g++) L->dispatchIn[g] = 0;
+  L->combineIn = 0;
+  for (int q = 0; q < sp.world; q++)
+    for (int64_t e = 0; e < sp.local; e++) {
+      if (c[(int64_t)q * sp.E + me * sp.local + e]) L->dispatchIn[sp.perGroup ? groupOf(sp, e) : 0]++;  // into me
+      if (c[(int64_t)me * sp.E + q * sp.local + e]) L->combineIn++;  // my pairs, back from rank q's expert e
+    }
 }
 
 }  // namespace moe
