@@ -56,7 +56,7 @@ constexpr int kOverlapSms = 16;
 constexpr int kUnitsPerPut = cuco::IssuerUnit<kIssuer>::perKernel(kPutCtas, kPutThreads);
 constexpr int kMaxGroups = 128;  // put kernels of a run (events): 128 layers at one layer per put
 constexpr int kVec = 8;          // bf16 values per 16-byte vector
-constexpr int kWarp = 32;
+constexpr int kWarp = cuco::kWarpSize;
 constexpr int kUnroll = 4;       // 16-byte loads in flight per lane: one 2 KB row (KV*D = 1024) per warp per pass
 using Elem = __nv_bfloat16;
 

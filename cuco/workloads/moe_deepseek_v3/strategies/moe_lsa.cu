@@ -256,13 +256,12 @@ CUCO_EXPORT int cuco_run(cuco_ctx_t* ctx) {
   if (L.nRuns) CUCO_CUDA(ctx, cudaMemcpyAsync(s->runs, s->hostRuns, L.nRuns * sizeof(Run), cudaMemcpyHostToDevice, st));
 
   // 3. Dispatch; each group of experts once its rows are in; its outputs back to their ranks.
-  const Elem* sendRows = s->sendRows;
   cudaStream_t dispatchStream = kOverlap ? ctx->sideStreams[0] : st, combineStream = kOverlap ? ctx->sideStreams[1] : st;
   if (kOverlap) {
     CUCO_CUDA(ctx, cudaEventRecord(s->fork, st));
     CUCO_CUDA(ctx, cudaStreamWaitEvent(dispatchStream, s->fork, 0));
   }
-  CHECK(put(ctx, s, sh, dispatchStream, "dispatch", sendRows, 0, L.nDispatch));
+  CHECK(put(ctx, s, sh, dispatchStream, "dispatch", s->sendRows, 0, L.nDispatch));
   for (int g = 0; g < sh.split.groups; g++) {
     if (kPerGroup || g == 0) CHECK(await(ctx, g, s->dispatchSeen[g]));
     CHECK(experts(ctx, s, sh, L, cuco::moe::groupStart(sh.split, g), cuco::moe::groupStart(sh.split, g + 1)));

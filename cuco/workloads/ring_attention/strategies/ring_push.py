@@ -64,7 +64,7 @@ def _attend_block(acc, q, k, v, key_chunks, world, rank, c, scale, whole):
     for i, qi in enumerate((rank, 2 * world - 1 - rank)):
         rows = slice(i * c, (i + 1) * c)
         seen = [j for j, kj in enumerate(key_chunks) if kj <= qi]
-        if whole and len(seen) == len(key_chunks) > 1 and all(kj < qi for kj in key_chunks):
+        if whole and len(key_chunks) > 1 and all(kj < qi for kj in key_chunks):  # the block whole: one call
             acc.add(rows, *_attend(q[rows], k, v, False, scale))
             continue
         for j in seen:
