@@ -20,6 +20,8 @@
 #include <cuda_runtime.h>
 #include <stdint.h>
 
+#include <vector>
+
 namespace cuco {
 namespace moe {
 
@@ -230,50 +232,51 @@ inline int groupOf(const Split& sp, int64_t e) {
   return g;
 }
 
-// Row of rank p's expert-major order where source q's first pair for p's local expert e lands: after every pair of
-// p's earlier experts, and after the pairs of earlier sources for e. c[s][x]: rank s's pairs for global expert x.
-inline int64_t landing(const int32_t* c, const Split& sp, int p, int q, int64_t e) {
-  int64_t at = 0;
-  for (int64_t x = 0; x < e; x++)
-    for (int s = 0; s < sp.world; s++) at += c[(int64_t)s * sp.E + p * sp.local + x];
-  for (int s = 0; s < q; s++) at += c[(int64_t)s * sp.E + p * sp.local + e];
-  return at;
-}
-
-// Row of rank q's sorted order where its first pair for global expert x starts.
-inline int64_t sortedStart(const int32_t* c, const Split& sp, int q, int64_t x) {
-  int64_t at = 0;
-  for (int64_t y = 0; y < x; y++) at += c[(int64_t)q * sp.E + y];
-  return at;
-}
-
 // `runs` holds at least 2 * world * local entries (one per rank and local expert, each way).
 inline void layout(const Split& sp, int me, const int32_t* c, Run* runs, Layout* L) {
+  const int64_t E = sp.E, local = sp.local;
+  auto count = [&](int q, int p, int64_t e) { return (int64_t)c[(int64_t)q * E + p * local + e]; };
+  // sorted[q][x]: row of rank q's sorted order where its pairs for global expert x start; owned[p][e]: row of rank
+  // p's expert-major order where its local expert e starts. Prefix sums, once per layout.
+  std::vector<int64_t> sorted(sp.world * (E + 1), 0), owned(sp.world * (local + 1), 0);
+  for (int q = 0; q < sp.world; q++)
+    for (int64_t x = 0; x < E; x++) sorted[q * (E + 1) + x + 1] = sorted[q * (E + 1) + x] + c[(int64_t)q * E + x];
+  for (int p = 0; p < sp.world; p++)
+    for (int64_t e = 0; e < local; e++) {
+      int64_t n = 0;
+      for (int q = 0; q < sp.world; q++) n += count(q, p, e);
+      owned[p * (local + 1) + e + 1] = owned[p * (local + 1) + e] + n;
+    }
+  // Where source q's first pair for rank p's local expert e lands: after the pairs of earlier sources for e.
+  auto landing = [&](int p, int q, int64_t e) {
+    int64_t at = owned[p * (local + 1) + e];
+    for (int s = 0; s < q; s++) at += count(s, p, e);
+    return at;
+  };
   int n = 0;
   for (int g = 0; g < sp.groups; g++)
     for (int p = 0; p < sp.world; p++)
       for (int64_t e = groupStart(sp, g); e < groupStart(sp, g + 1); e++)
-        if (const int32_t rows = c[(int64_t)me * sp.E + p * sp.local + e])
-          runs[n++] = {(int32_t)sortedStart(c, sp, me, p * sp.local + e), p, (int32_t)landing(c, sp, p, me, e), rows,
+        if (const int32_t rows = (int32_t)count(me, p, e))
+          runs[n++] = {(int32_t)sorted[me * (E + 1) + p * local + e], p, (int32_t)landing(p, me, e), rows,
                        sp.perGroup ? g : 0};
   L->nDispatch = n;
   for (int g = 0; g < sp.groups; g++) {
     L->combineAt[g] = n;
     for (int q = 0; q < sp.world; q++)
       for (int64_t e = groupStart(sp, g); e < groupStart(sp, g + 1); e++)
-        if (const int32_t rows = c[(int64_t)q * sp.E + me * sp.local + e])
-          runs[n++] = {(int32_t)landing(c, sp, me, q, e), q, (int32_t)sortedStart(c, sp, q, me * sp.local + e), rows,
+        if (const int32_t rows = (int32_t)count(q, me, e))
+          runs[n++] = {(int32_t)landing(me, q, e), q, (int32_t)sorted[q * (E + 1) + me * local + e], rows,
                        sp.combineCounter};
   }
   L->combineAt[sp.groups] = L->nRuns = n;
-  for (int64_t e = 0; e < sp.local; e++) L->expertAt[e] = landing(c, sp, me, 0, e);
-  L->expertAt[sp.local] = landing(c, sp, me, sp.world, sp.local - 1);
+  for (int64_t e = 0; e <= local; e++) L->expertAt[e] = owned[me * (local + 1) + e];
   for (int g = 0; g < kMaxGroups; g++) L->dispatchIn[g] = 0;
   L->combineIn = 0;
   for (int q = 0; q < sp.world; q++)
-    for (int64_t e = 0; e < sp.local; e++) {
-      if (c[(int64_t)q * sp.E + me * sp.local + e]) L->dispatchIn[sp.perGroup ? groupOf(sp, e) : 0]++;  // into me
-      if (c[(int64_t)me * sp.E + q * sp.local + e]) L->combineIn++;  // my pairs, back from rank q's expert e
+    for (int64_t e = 0; e < local; e++) {
+      if (count(q, me, e)) L->dispatchIn[sp.perGroup ? groupOf(sp, e) : 0]++;  // into me
+      if (count(me, q, e)) L->combineIn++;  // my pairs, back from rank q's expert e
     }
 }
 
