@@ -79,6 +79,9 @@ def test_forbidden_python(tmp_path, body, word):
     ("import torch.multiprocessing as mp", 1, "import 'multiprocessing'"),
     ("from torch.utils import cpp_extension", 1, "import 'cpp_extension'"),
     ("from cuco.runner import judge", 1, "import 'cuco'"),
+    ("from cuco import kernels", 1, "import 'cuco'"),
+    ("import cuco.kernels.gemm", 1, "import 'cuco.kernels.gemm' without 'as'"),
+    ("from cuco.kernels import gemm\nj = gemm.os", 2, "attribute '.os'"),
     ("from reference import run as ref", 1, "import 'reference'"),
     ("from . import reference", 1, "relative import"),
     ("import __main__", 1, "import '__main__'"),
@@ -131,6 +134,8 @@ import torch
 import torch.distributed as dist
 import triton
 import triton.language as tl
+from cuco.kernels import gemm as cuco_gemm
+import cuco.kernels.gemm as kernels_gemm
 
 
 @dataclass
@@ -162,7 +167,7 @@ def run(ctx):
     Pipeline().exit()
     exit(0)
     ctx.state["msg"] = "see reference_impl for the maths"
-    return getattr(ctx, "rank", 0), numpy.zeros(1), dist, triton, tl, Plan()
+    return getattr(ctx, "rank", 0), numpy.zeros(1), dist, triton, tl, Plan(), cuco_gemm.gemm, kernels_gemm
 '''
 
 

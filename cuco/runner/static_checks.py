@@ -99,7 +99,13 @@ def _strip_c(text: str) -> str:
     return re.sub(r'"(?:\\.|[^"\\\n])*"', '""', text)
 
 
+# cuco's device-side library for Python candidates (Triton kernels), as cuco/cuda/include is for CUDA ones.
+KERNELS = "cuco.kernels"
+
+
 def _module_problem(dotted: str) -> tuple[str, str] | None:
+    if dotted == KERNELS or dotted.startswith(KERNELS + "."):
+        return None
     for part in dotted.split("."):
         if part in FORBIDDEN_MODULES:
             return part, FORBIDDEN_MODULES[part]
@@ -115,6 +121,10 @@ def _import_problems(node: ast.Import | ast.ImportFrom) -> list[tuple[str, str]]
         dotted = [node.module or ""] + [f"{node.module}.{a.name}" for a in node.names]
     else:
         dotted = [a.name for a in node.names]
+        # `import cuco.kernels.gemm` binds the name cuco, and cuco's other modules hang off it
+        found += [(f"import {a.name!r} without 'as'", "it binds the name cuco, which reaches the runner: "
+                   f"write `import {a.name} as ...` or `from {a.name} import ...`")
+                  for a in node.names if a.name.startswith(KERNELS) and a.asname is None]
     for name in dotted:
         hit = _module_problem(name)
         if hit and (f"import {hit[0]!r}", hit[1]) not in found:

@@ -1,0 +1,122 @@
+"""The fused placement's own GEMM (cuco/kernels/gemm.py, Triton) against cuBLAS, at every shipped GEMM workload's
+per-rank GEMM, on one GPU.
+
+The fused placement replaces cuBLAS by a kernel cuco controls (tiles that wait for their rows, programs that push
+them); that pays only if the plain kernel stands beside cuBLAS. For each per-rank shape the table gives cuBLAS
+(torch.matmul into a preallocated output), the library's own choice of tiles, and the best of a sweep of tile
+configurations, each checked against cuBLAS's result before it is timed. Times: the median of
+triton.testing.do_bench (L2 flushed before each run), random bf16 inputs.
+Writes benchmarks/results/triton_gemm.json and .md.
+
+    python benchmarks/triton_gemm.py [--world 2] [--out DIR] [--no-sweep]
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+from dataclasses import asdict
+from pathlib import Path
+
+import record
+
+ROOT = record.ROOT
+# The per-rank GEMM of each workload at world w, from its shape (M, K, N): the column-parallel all-gather GEMM
+# multiplies every row by this rank's column slice; the row-parallel ones multiply this rank's K slice.
+PER_RANK = {
+    "gemm_allgather": lambda M, K, N, w: (M, K, N // w),
+    "gemm_reducescatter": lambda M, K, N, w: (M, K // w, N),
+    "gemm_allreduce": lambda M, K, N, w: (M, K // w, N),
+}
+# (block_m, block_n, block_k, group_m, num_stages, num_warps): Hopper tile shapes worth trying for bf16.
+SWEEP_LARGE = [(128, 256, 64, 8, 3, 8), (128, 256, 64, 8, 4, 8), (256, 128, 64, 8, 3, 8), (128, 128, 64, 8, 4, 8),
+               (128, 128, 64, 8, 4, 4), (128, 128, 128, 8, 3, 8), (128, 64, 64, 8, 4, 4)]
+SWEEP_SMALL = [(64, 128, 64, 1, 4, 4), (64, 64, 128, 1, 4, 4), (64, 32, 128, 1, 4, 4), (64, 64, 256, 1, 3, 4),
+               (64, 128, 128, 1, 3, 4), (64, 256, 64, 1, 4, 4), (16, 64, 256, 1, 4, 4), (16, 128, 128, 1, 4, 4),
+               (32, 64, 256, 1, 4, 4)]
+
+
+def main() -> int:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--world", type=int, default=2, help="ranks the per-rank shapes are cut for")
+    ap.add_argument("--out", type=Path, default=ROOT / "benchmarks" / "results")
+    ap.add_argument("--no-sweep", action="store_true", help="time only cuBLAS and the library's own tiles")
+    args = ap.parse_args()
+    sys.path.insert(0, str(ROOT))
+    import torch
+    import triton.testing
+
+    from cuco.kernels.gemm import GemmConfig, config_for, gemm
+    from cuco.workload import load_workload
+
+    if not torch.cuda.is_available():
+        sys.exit("triton_gemm: needs a CUDA GPU")
+    dev = torch.device("cuda")
+    shapes: dict[tuple[int, int, int], list[str]] = {}
+    for wl, cut in PER_RANK.items():
+        for s in load_workload(ROOT / "cuco" / "workloads" / wl).shapes:
+            shapes.setdefault(cut(s.params["M"], s.params["K"], s.params["N"], args.world), []).append(f"{wl}/{s.name}")
+
+    def bench(fn) -> float:
+        return float(triton.testing.do_bench(fn, warmup=25, rep=100, return_mode="median"))
+
+    rows = []
+    for (m, k, n), names in sorted(shapes.items(), key=lambda kv: -kv[0][0] * kv[0][1] * kv[0][2]):
+        a, b = torch.randn(m, k, device=dev).bfloat16(), torch.randn(k, n, device=dev).bfloat16()
+        ref, c = (torch.empty(m, n, device=dev, dtype=torch.bfloat16) for _ in range(2))
+        cublas = bench(lambda: torch.matmul(a, b, out=ref))
+        tried = {}
+        sweep = [] if args.no_sweep else [GemmConfig(*t) for t in (SWEEP_SMALL if m <= 256 else SWEEP_LARGE)]
+        for cfg in [config_for(m, n, k), *sweep]:
+            if cfg in tried:
+                continue
+            c.fill_(float("nan"))
+            try:
+                gemm(a, b, c, config=cfg)
+                torch.cuda.synchronize()
+            except Exception as exc:  # a tile shape this GPU cannot hold (shared memory): recorded, not timed
+                tried[cfg] = {"error": f"{type(exc).__name__}: {str(exc).splitlines()[0][:120]}"}
+                continue
+            err = ((c.float() - ref.float()).norm() / ref.float().norm()).item()
+            if not err < 1e-2:  # NaN fails too
+                tried[cfg] = {"error": f"wrong result: relative error {err:.3g}"}
+                continue
+            tried[cfg] = {"ms": bench(lambda: gemm(a, b, c, config=cfg)), "rel_err": err}
+        own = tried[config_for(m, n, k)]
+        timed = [(v["ms"], cfg) for cfg, v in tried.items() if "ms" in v]
+        best_ms, best_cfg = min(timed, key=lambda t: t[0]) if timed else (None, None)
+        tflops = 2 * m * k * n / 1e9
+        rows.append({"shape": [m, k, n], "workloads": names, "cublas_ms": cublas, "cublas_tflops": tflops / cublas,
+                     "own_config": asdict(config_for(m, n, k)), "own_ms": own.get("ms"), "own_error": own.get("error"),
+                     "best_config": asdict(best_cfg) if best_cfg else None, "best_ms": best_ms,
+                     "tried": [{"config": asdict(cfg), **v} for cfg, v in tried.items()]})
+        print(f"{m}x{k}x{n}: cuBLAS {cublas:.4f} ms, own {own.get('ms') or own.get('error')}, best {best_ms}",
+              flush=True)
+
+    info = record.meta({"gpus": [{"name": torch.cuda.get_device_name()}]}, world=1, per_rank_of_world=args.world)
+
+    def pct(x):
+        return f"{x:.0%}" if x else "-"
+
+    def ms(x, why=None):
+        return f"{x:.4f}" if x else (why or "-")
+
+    def tiles(c):
+        return "{block_m}x{block_n}x{block_k} g{group_m} s{num_stages} w{num_warps}".format(**c) if c else "-"
+
+    lines = [f"# Triton GEMM (cuco/kernels/gemm.py) vs cuBLAS, per-rank shapes at world {args.world}",
+             "", f"{info['date']}, {info['device']}, commit {info['commit']}; median of do_bench, L2 flushed, bf16.",
+             "", "| M,K,N | workloads | cuBLAS ms (TFLOP/s) | own tiles ms | of cuBLAS | best tiles ms | of cuBLAS | "
+             "best tiles |", "|---|---|---|---|---|---|---|---|"]
+    for r in rows:
+        m, k, n = r["shape"]
+        own, best = r["own_ms"], r["best_ms"]
+        lines.append(f"| {m},{k},{n} | {', '.join(r['workloads'])} | {r['cublas_ms']:.4f} ({r['cublas_tflops']:.0f}) | "
+                     f"{ms(own, r['own_error'])} | {pct(own and r['cublas_ms'] / own)} | {ms(best)} | "
+                     f"{pct(best and r['cublas_ms'] / best)} | {tiles(r['best_config'])} |")
+    record.save(args.out, "triton_gemm", info, {"rows": rows}, lines)
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

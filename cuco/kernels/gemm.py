@@ -1,0 +1,266 @@
+"""A persistent Triton GEMM (C = A @ B, row-major, fp32 accumulation) with the two hooks of the fused placement.
+
+- Arrival: the rows of A that live on other ranks land in `a_all` while the kernel runs. Each chunk of rows
+  has a counter in `flags`, bumped by whoever delivers it (a peer's push, a copy engine's stream write); a tile
+  first computes on this rank's own rows, then, for the others, waits (acquire, system scope) until every
+  chunk its rows touch has reached the target. No chunked GEMM launches: the tile is the unit of overlap.
+- Push: programs of the same launch beyond the GEMM's copy this rank's rows into every peer's `a_all`, chunk
+  by chunk, and release the peer's counter for the chunk. The all-gather of A runs inside the GEMM kernel.
+
+The grid never exceeds the SM count, so every program is resident at once: a tile that waits for a chunk
+never keeps the program that pushes it from running. Shapes whose rows or strides break TMA's 16-byte
+rule take the pointer path (masked loads) of the same kernel.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import torch
+import triton
+import triton.language as tl
+from triton.tools.tensor_descriptor import TensorDescriptor
+
+TMA_ALIGN = 16  # bytes: TMA's rule for a descriptor's base address and row stride
+PUSH_ROWS, PUSH_COLS = 16, 512  # elements a push program moves per step: 16 KiB of bf16, 16-byte accesses
+
+
+@dataclass(frozen=True)
+class GemmConfig:
+    block_m: int
+    block_n: int
+    block_k: int
+    group_m: int  # row blocks that share a column band, so that B's tiles are reused from L2
+    num_stages: int
+    num_warps: int
+
+
+def config_for(m: int, n: int, k: int) -> GemmConfig:
+    """Tile shape by problem size: wide tiles where there are enough of them to fill the SMs, narrower ones
+    where there are not (few rows, as in decode), so that every SM holds a tile."""
+    if m <= 64:
+        return GemmConfig(64, 64, 128, 1, 4, 4)
+    if m <= 256:
+        return GemmConfig(64, 128, 64, 1, 4, 4)
+    if m * n <= 2048 * 4096:
+        return GemmConfig(128, 128, 64, 8, 4, 8)
+    return GemmConfig(128, 256, 64, 8, 3, 8)
+
+
+@dataclass
+class Arrival:
+    """Where the rows from other ranks land, and the counters that say they have.
+
+    `a_all` holds every row of A ([M, K]); rows [own_row0, own_row0 + rows of a_own) are this rank's. Row r
+    belongs to shard r // shard_rows and, inside it, to chunk (r % shard_rows) // ceil(shard_rows / chunks);
+    flags[shard * chunks + chunk] reaches `target` once that chunk is in a_all.
+    """
+
+    a_all: torch.Tensor
+    own_row0: int
+    shard_rows: int
+    chunks: int
+    flags: torch.Tensor  # int32, shards * chunks counters; they only grow, so a target per run needs no reset
+    target: int
+
+
+@dataclass
+class Push:
+    """This rank's rows sent to every peer by `programs` extra programs of the GEMM's launch.
+
+    dest_ptrs[p] is the address, on peer p, of row own_row0 of its a_all (rows K elements apart); flag_ptrs[p]
+    the address of its flags. Each chunk is released to the peer once its rows are stored there."""
+
+    dest_ptrs: torch.Tensor  # int64, one per peer
+    flag_ptrs: torch.Tensor  # int64, one per peer
+    shard: int  # this rank's shard index: its chunks' counters are flags[shard * chunks + c]
+    programs: int = 4
+
+
+def interpreted() -> bool:
+    """Triton's CPU interpreter (TRITON_INTERPRET=1 at import) runs the kernels on the host: no TMA, no PTX."""
+    return type(_gemm_kernel).__name__ == "InterpretedFunction"
+
+
+def sm_count(device: torch.device) -> int:
+    if device.type != "cuda":
+        return 4
+    return torch.cuda.get_device_properties(device).multi_processor_count
+
+
+@triton.jit
+def _grouped(t, blocks_m, blocks_n, GROUP_M: tl.constexpr):
+    """Tile t's (row block, column block): GROUP_M row blocks walk a column band together (L2 reuse of B)."""
+    per_group = GROUP_M * blocks_n
+    first = (t // per_group) * GROUP_M
+    size = tl.minimum(blocks_m - first, GROUP_M)
+    return first + (t % per_group) % size, (t % per_group) // size
+
+
+@triton.jit
+def _tile(a_desc, a_ptr, a_row, b_desc, b_ptr, c_desc, c_ptr, c_row, col, M_a, M, N, K,
+          BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr, TMA: tl.constexpr):
+    """One output tile: rows [c_row, c_row + BLOCK_M) of C from rows [a_row, ...) of A (M_a rows in all)."""
+    acc = tl.zeros((BLOCK_M, BLOCK_N), dtype=tl.float32)
+    if TMA:
+        for k in range(0, K, BLOCK_K):
+            acc = tl.dot(a_desc.load([a_row, k]), b_desc.load([k, col]), acc)
+        c_desc.store([c_row, col], acc.to(c_desc.dtype))
+    else:
+        ra = a_row + tl.arange(0, BLOCK_M)
+        rn = col + tl.arange(0, BLOCK_N)
+        rk = tl.arange(0, BLOCK_K)
+        for k in range(0, K, BLOCK_K):
+            a = tl.load(a_ptr + ra[:, None] * K + (k + rk)[None, :],
+                        mask=(ra[:, None] < M_a) & ((k + rk)[None, :] < K), other=0.0)
+            b = tl.load(b_ptr + (k + rk)[:, None] * N + rn[None, :],
+                        mask=((k + rk)[:, None] < K) & (rn[None, :] < N), other=0.0)
+            acc = tl.dot(a, b, acc)
+        rc = c_row + tl.arange(0, BLOCK_M)
+        tl.store(c_ptr + rc[:, None] * N + rn[None, :], acc.to(c_ptr.dtype.element_ty),
+                 mask=(rc[:, None] < M) & (rn[None, :] < N))
+
+
+@triton.jit
+def _wait_rows(flags, row, row_end, shard_rows, chunks, rows_per_chunk, target, FENCE: tl.constexpr):
+    """Spin until every chunk that rows [row, row_end) touch has arrived. The acquire (system scope: the
+    writer may be a peer GPU or a copy engine) orders this program's later reads after the chunk's stores;
+    the proxy fence then lets TMA, which reads through the async proxy, see them too."""
+    r = row
+    while r < row_end:
+        s = r // shard_rows
+        c = (r - s * shard_rows) // rows_per_chunk
+        while tl.atomic_add(flags + s * chunks + c, 0, sem="acquire", scope="sys") < target:
+            pass
+        r = tl.minimum(s * shard_rows + (c + 1) * rows_per_chunk, (s + 1) * shard_rows)
+    if FENCE:
+        tl.inline_asm_elementwise("fence.proxy.async.global;\n mov.u32 $0, $1;", "=r,r", [target],
+                                  dtype=tl.int32, is_pure=False, pack=1)
+
+
+@triton.jit
+def _push(a_own, dest_ptrs, flag_ptrs, q, push_progs, npeers, own_rows, K, shard, chunks, rows_per_chunk,
+          PUSH_ROWS: tl.constexpr, PUSH_COLS: tl.constexpr):
+    """Push program q: chunks in order (every peer's chunk 0 first), stored, then released on the peer."""
+    rr = tl.arange(0, PUSH_ROWS)
+    cc = tl.arange(0, PUSH_COLS)
+    for item in range(q, npeers * chunks, push_progs):
+        c = item // npeers
+        p = item % npeers
+        dest = tl.load(dest_ptrs + p).to(tl.pointer_type(a_own.dtype.element_ty))
+        end = tl.minimum((c + 1) * rows_per_chunk, own_rows)
+        for r0 in range(c * rows_per_chunk, end, PUSH_ROWS):
+            rows = r0 + rr
+            for k0 in range(0, K, PUSH_COLS):
+                cols = k0 + cc
+                mask = (rows[:, None] < end) & (cols[None, :] < K)
+                off = rows[:, None] * K + cols[None, :]
+                tl.store(dest + off, tl.load(a_own + off, mask=mask), mask=mask)
+        # Every thread's stores precede the barrier; the release (system scope, cumulative) publishes them
+        # to the peer together with the count.
+        tl.debug_barrier()
+        flag = tl.load(flag_ptrs + p).to(tl.pointer_type(tl.int32))
+        tl.atomic_add(flag + shard * chunks + c, 1, sem="release", scope="sys")
+
+
+@triton.jit
+def _gemm_kernel(a_own_desc, a_all_desc, b_desc, c_desc, a_own, a_all, b, c,
+                 flags, dest_ptrs, flag_ptrs,
+                 M, N, K, own_row0, own_rows, push_rows, shard_rows, chunks, rows_per_chunk, target,
+                 gemm_progs, push_progs, npeers, shard,
+                 BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr, GROUP_M: tl.constexpr,
+                 TMA: tl.constexpr, GATED: tl.constexpr, PUSH: tl.constexpr, FENCE: tl.constexpr,
+                 PUSH_ROWS: tl.constexpr, PUSH_COLS: tl.constexpr):
+    pid = tl.program_id(0)
+    if PUSH and pid >= gemm_progs:
+        _push(a_own, dest_ptrs, flag_ptrs, pid - gemm_progs, push_progs, npeers, push_rows, K, shard, chunks,
+              rows_per_chunk, PUSH_ROWS, PUSH_COLS)
+    else:
+        blocks_m = tl.cdiv(M, BLOCK_M)
+        blocks_n = tl.cdiv(N, BLOCK_N)
+        own_block0 = own_row0 // BLOCK_M
+        own_blocks = tl.cdiv(own_rows, BLOCK_M)
+        n_own = own_blocks * blocks_n
+        # This rank's rows first: they are here from the start.
+        for t in range(pid, n_own, gemm_progs):
+            pm, pn = _grouped(t, own_blocks, blocks_n, GROUP_M)
+            _tile(a_own_desc, a_own, pm * BLOCK_M, b_desc, b, c_desc, c, own_row0 + pm * BLOCK_M, pn * BLOCK_N,
+                  own_rows, M, N, K, BLOCK_M, BLOCK_N, BLOCK_K, TMA)
+        # Then the others', in ring order from the next shard on, each tile once its rows have arrived. The
+        # round robin goes on where the first loop stopped, so no program idles while another has two tiles.
+        other_blocks = blocks_m - own_blocks
+        for t in range((pid + gemm_progs - n_own % gemm_progs) % gemm_progs, other_blocks * blocks_n, gemm_progs):
+            j, pn = _grouped(t, other_blocks, blocks_n, GROUP_M)
+            row = ((own_block0 + own_blocks + j) % blocks_m) * BLOCK_M
+            if GATED:
+                _wait_rows(flags, row, tl.minimum(row + BLOCK_M, M), shard_rows, chunks, rows_per_chunk, target,
+                           FENCE)
+            _tile(a_all_desc, a_all, row, b_desc, b, c_desc, c, row, pn * BLOCK_N, M, M, N, K,
+                  BLOCK_M, BLOCK_N, BLOCK_K, TMA)
+
+
+def _tma_ok(*tensors: torch.Tensor) -> bool:
+    return all(t.data_ptr() % TMA_ALIGN == 0 and (t.stride(0) * t.element_size()) % TMA_ALIGN == 0
+               and t.stride(1) == 1 for t in tensors)
+
+
+def _descriptor(t: torch.Tensor, block: list[int], tma: bool):
+    return TensorDescriptor.from_tensor(t, block) if tma else t
+
+
+def _launch(a_own, a_all, b, c, *, own_row0, own_rows, arrival, push, config, programs):
+    """One launch; its first loop covers rows [own_row0, own_row0 + own_rows) of a_own, which `push` sends."""
+    m, k = a_all.shape
+    n = b.shape[1]
+    cfg = config or config_for(m, n, k)
+    tma = not interpreted() and _tma_ok(a_own, a_all, b, c)
+    sms = programs or sm_count(c.device)
+    push_progs = push.programs if push else 0
+    gemm_progs = max(1, sms - push_progs)
+    dummy = torch.zeros(1, dtype=torch.int64, device=c.device)
+    gated = arrival is not None
+    flags = arrival.flags if gated else dummy.view(torch.int32)
+    shard_rows = arrival.shard_rows if gated else max(m, 1)
+    chunks = arrival.chunks if gated else 1
+    a_all_desc = _descriptor(a_all, [cfg.block_m, cfg.block_k], tma)
+    _gemm_kernel[(gemm_progs + push_progs,)](
+        _descriptor(a_own, [cfg.block_m, cfg.block_k], tma) if own_rows else a_all_desc, a_all_desc,
+        _descriptor(b, [cfg.block_k, cfg.block_n], tma), _descriptor(c, [cfg.block_m, cfg.block_n], tma),
+        a_own, a_all, b, c, flags,
+        push.dest_ptrs if push else dummy, push.flag_ptrs if push else dummy,
+        m, n, k, own_row0, own_rows, a_own.shape[0], shard_rows, chunks, triton.cdiv(shard_rows, chunks),
+        arrival.target if gated else 0, gemm_progs, push_progs, push.dest_ptrs.numel() if push else 0,
+        push.shard if push else 0,
+        BLOCK_M=cfg.block_m, BLOCK_N=cfg.block_n, BLOCK_K=cfg.block_k, GROUP_M=cfg.group_m, TMA=tma,
+        GATED=gated, PUSH=push is not None, FENCE=tma and gated, PUSH_ROWS=PUSH_ROWS, PUSH_COLS=PUSH_COLS,
+        num_stages=cfg.num_stages, num_warps=cfg.num_warps)
+    return c
+
+
+def gemm(a: torch.Tensor, b: torch.Tensor, c: torch.Tensor, *, config: GemmConfig | None = None,
+         programs: int | None = None) -> torch.Tensor:
+    """c = a @ b, no communication: the plain form, to be measured beside cuBLAS."""
+    return _launch(a, a, b, c, own_row0=0, own_rows=a.shape[0], arrival=None, push=None, config=config,
+                   programs=programs)
+
+
+def gemm_gathered(a_own: torch.Tensor, b: torch.Tensor, c: torch.Tensor, arrival: Arrival,
+                  push: Push | None = None, *, config: GemmConfig | None = None,
+                  programs: int | None = None) -> torch.Tensor:
+    """c = all-gathered A @ b, the other ranks' rows consumed as they arrive (and, with `push`, this rank's sent).
+
+    This rank's tiles read a_own in place when its rows start and end on a tile boundary; otherwise (odd
+    shapes) they are copied into a_all first, on the stream, and their counters set, so that a tile that
+    straddles two shards finds all of its rows there.
+    """
+    cfg = config or config_for(arrival.a_all.shape[0], b.shape[1], b.shape[0])
+    own_rows = a_own.shape[0]
+    if arrival.own_row0 % cfg.block_m == 0 and (own_rows % cfg.block_m == 0 or
+                                                 arrival.own_row0 + own_rows == arrival.a_all.shape[0]):
+        return _launch(a_own, arrival.a_all, b, c, own_row0=arrival.own_row0, own_rows=own_rows, arrival=arrival,
+                       push=push, config=cfg, programs=programs)
+    arrival.a_all[arrival.own_row0:arrival.own_row0 + own_rows].copy_(a_own)
+    shard = arrival.own_row0 // arrival.shard_rows
+    arrival.flags[shard * arrival.chunks:(shard + 1) * arrival.chunks].fill_(arrival.target)
+    return _launch(a_own, arrival.a_all, b, c, own_row0=arrival.own_row0, own_rows=0, arrival=arrival, push=push,
+                   config=cfg, programs=programs)
