@@ -4,7 +4,8 @@ per-rank GEMM, on one GPU.
 The fused placement replaces cuBLAS by a kernel cuco controls (tiles that wait for their rows, programs that push
 them); that pays only if the plain kernel stands beside cuBLAS. For each per-rank shape the table gives cuBLAS
 (torch.matmul into a preallocated output), the library's own choice of tiles, and the best of a sweep of tile
-configurations, each checked against cuBLAS's result before it is timed. Times: the median of
+configurations, each launched with a program per tile and with one per SM (persistent), each checked against
+cuBLAS's result before it is timed. Times: the median of
 triton.testing.do_bench (L2 flushed before each run), random bf16 inputs.
 Writes benchmarks/results/triton_gemm.json and .md.
 
@@ -31,9 +32,10 @@ PER_RANK = {
 # (block_m, block_n, block_k, group_m, num_stages, num_warps): Hopper tile shapes worth trying for bf16.
 SWEEP_LARGE = [(128, 256, 64, 8, 3, 8), (128, 256, 64, 8, 4, 8), (256, 128, 64, 8, 3, 8), (128, 128, 64, 8, 4, 8),
                (128, 128, 64, 8, 4, 4), (128, 128, 128, 8, 3, 8), (128, 64, 64, 8, 4, 4)]
-SWEEP_SMALL = [(64, 128, 64, 1, 4, 4), (64, 64, 128, 1, 4, 4), (64, 32, 128, 1, 4, 4), (64, 64, 256, 1, 3, 4),
-               (64, 128, 128, 1, 3, 4), (64, 256, 64, 1, 4, 4), (16, 64, 256, 1, 4, 4), (16, 128, 128, 1, 4, 4),
-               (32, 64, 256, 1, 4, 4)]
+SWEEP_SMALL = [(128, 64, 128, 1, 3, 4), (128, 32, 256, 1, 3, 4), (128, 64, 64, 1, 4, 4), (128, 128, 64, 1, 3, 8),
+               (64, 64, 256, 1, 3, 4), (64, 32, 256, 1, 3, 4), (64, 128, 64, 1, 4, 4), (32, 32, 256, 1, 4, 4),
+               (32, 64, 128, 1, 4, 4), (16, 64, 256, 1, 4, 4), (16, 32, 256, 1, 4, 4), (16, 128, 128, 1, 4, 4)]
+GRIDS = ("tiles", "sms")  # a program per tile (the plain default), or one per SM looping over tiles (persistent)
 
 
 def main() -> int:
@@ -44,6 +46,7 @@ def main() -> int:
     args = ap.parse_args()
     sys.path.insert(0, str(ROOT))
     import torch
+    import triton
     import triton.testing
 
     from cuco.kernels.gemm import GemmConfig, config_for, gemm
@@ -66,30 +69,34 @@ def main() -> int:
         ref, c = (torch.empty(m, n, device=dev, dtype=torch.bfloat16) for _ in range(2))
         cublas = bench(lambda: torch.matmul(a, b, out=ref))
         tried = {}
-        sweep = [] if args.no_sweep else [GemmConfig(*t) for t in (SWEEP_SMALL if m <= 256 else SWEEP_LARGE)]
-        for cfg in [config_for(m, n, k), *sweep]:
-            if cfg in tried:
+        sms = torch.cuda.get_device_properties(dev).multi_processor_count
+        fits = max(16, triton.next_power_of_2(m))  # taller tiles than the rows only compute padding
+        sweep = [] if args.no_sweep else [GemmConfig(*t) for t in (SWEEP_SMALL if m <= 256 else SWEEP_LARGE)
+                                          if t[0] <= fits]
+        for cfg, grid in [(config_for(m, n, k), "tiles"), *((c, g) for c in sweep for g in GRIDS)]:
+            if (cfg, grid) in tried:
                 continue
+            programs = sms if grid == "sms" else None
             c.fill_(float("nan"))
             try:
-                gemm(a, b, c, config=cfg)
+                gemm(a, b, c, config=cfg, programs=programs)
                 torch.cuda.synchronize()
             except Exception as exc:  # a tile shape this GPU cannot hold (shared memory): recorded, not timed
-                tried[cfg] = {"error": f"{type(exc).__name__}: {str(exc).splitlines()[0][:120]}"}
+                tried[cfg, grid] = {"error": f"{type(exc).__name__}: {str(exc).splitlines()[0][:120]}"}
                 continue
             err = ((c.float() - ref.float()).norm() / ref.float().norm()).item()
             if not err < 1e-2:  # NaN fails too
-                tried[cfg] = {"error": f"wrong result: relative error {err:.3g}"}
+                tried[cfg, grid] = {"error": f"wrong result: relative error {err:.3g}"}
                 continue
-            tried[cfg] = {"ms": bench(lambda: gemm(a, b, c, config=cfg)), "rel_err": err}
-        own = tried[config_for(m, n, k)]
-        timed = [(v["ms"], cfg) for cfg, v in tried.items() if "ms" in v]
-        best_ms, best_cfg = min(timed, key=lambda t: t[0]) if timed else (None, None)
+            tried[cfg, grid] = {"ms": bench(lambda: gemm(a, b, c, config=cfg, programs=programs)), "rel_err": err}
+        own = tried[config_for(m, n, k), "tiles"]
+        timed = [(v["ms"], cfg, grid) for (cfg, grid), v in tried.items() if "ms" in v]
+        best_ms, best_cfg, best_grid = min(timed, key=lambda t: t[0]) if timed else (None, None, None)
         tflops = 2 * m * k * n / 1e9
         rows.append({"shape": [m, k, n], "workloads": names, "cublas_ms": cublas, "cublas_tflops": tflops / cublas,
                      "own_config": asdict(config_for(m, n, k)), "own_ms": own.get("ms"), "own_error": own.get("error"),
-                     "best_config": asdict(best_cfg) if best_cfg else None, "best_ms": best_ms,
-                     "tried": [{"config": asdict(cfg), **v} for cfg, v in tried.items()]})
+                     "best_config": asdict(best_cfg) if best_cfg else None, "best_grid": best_grid, "best_ms": best_ms,
+                     "tried": [{"config": asdict(cfg), "grid": grid, **v} for (cfg, grid), v in tried.items()]})
         print(f"{m}x{k}x{n}: cuBLAS {cublas:.4f} ms, own {own.get('ms') or own.get('error')}, best {best_ms}",
               flush=True)
 
@@ -101,19 +108,21 @@ def main() -> int:
     def ms(x, why=None):
         return f"{x:.4f}" if x else (why or "-")
 
-    def tiles(c):
-        return "{block_m}x{block_n}x{block_k} g{group_m} s{num_stages} w{num_warps}".format(**c) if c else "-"
+    def tiles(c, grid):
+        if not c:
+            return "-"
+        return "{block_m}x{block_n}x{block_k} g{group_m} s{num_stages} w{num_warps}".format(**c) + f", {grid}"
 
     lines = [f"# Triton GEMM (cuco/kernels/gemm.py) vs cuBLAS, per-rank shapes at world {args.world}",
              "", f"{info['date']}, {info['device']}, commit {info['commit']}; median of do_bench, L2 flushed, bf16.",
              "", "| M,K,N | workloads | cuBLAS ms (TFLOP/s) | own tiles ms | of cuBLAS | best tiles ms | of cuBLAS | "
-             "best tiles |", "|---|---|---|---|---|---|---|---|"]
+             "best tiles, grid |", "|---|---|---|---|---|---|---|---|"]
     for r in rows:
         m, k, n = r["shape"]
         own, best = r["own_ms"], r["best_ms"]
         lines.append(f"| {m},{k},{n} | {', '.join(r['workloads'])} | {r['cublas_ms']:.4f} ({r['cublas_tflops']:.0f}) | "
                      f"{ms(own, r['own_error'])} | {pct(own and r['cublas_ms'] / own)} | {ms(best)} | "
-                     f"{pct(best and r['cublas_ms'] / best)} | {tiles(r['best_config'])} |")
+                     f"{pct(best and r['cublas_ms'] / best)} | {tiles(r['best_config'], r['best_grid'])} |")
     record.save(args.out, "triton_gemm", info, {"rows": rows}, lines)
     return 0
 

@@ -79,24 +79,39 @@ def test_gathered_rank_of_two(rank, m, k, n, chunks):
 def test_two_ranks_wait_on_each_other(m, k, n, chunks):
     """Two ranks' fused kernels at once on one GPU, each on half the SMs: each pushes its shard into the other's
     a_all and computes the other's rows only once they have arrived. Three epochs over two a_all buffers with
-    fresh inputs each: counters only grow, and a buffer is rewritten only after the kernel that read it ended."""
+    fresh inputs each: counters only grow, and a buffer is rewritten only after the kernel that read it ended.
+
+    Everything is allocated and each kernel loaded (a solo run against preset counters) before two kernels run
+    at once: a cudaMalloc or a lazy module load may wait for the device, i.e. for a kernel that spins on a push
+    the other rank has not been launched to make."""
     world, shard = 2, m // 2
     half = torch.cuda.get_device_properties(DEVICE).multi_processor_count // world
     a_all = [[_nan(m, k) for _ in range(2)] for _ in range(world)]
     flags = [torch.zeros(world * chunks, dtype=torch.int32, device=DEVICE) for _ in range(world)]
+    push = {(r, buf): Push(torch.tensor([a_all[1 - r][buf][r * shard].data_ptr()], device=DEVICE),
+                           torch.tensor([flags[1 - r].data_ptr()], device=DEVICE), shard=r, programs=2)
+            for r in range(world) for buf in range(2)}
     streams = [torch.cuda.Stream() for _ in range(world)]
-    torch.cuda.synchronize()
+
+    def launch(r, A, b, c, buf, target):
+        with torch.cuda.stream(streams[r]):
+            gemm_gathered(A[r * shard:(r + 1) * shard], b, c, Arrival(a_all[r][buf], r * shard, shard, chunks,
+                                                                      flags[r], target), push[r, buf], programs=half)
+
+    A, b, c = _rand(m, k), _rand(k, n), _nan(m, n)
+    for r in range(world):
+        flags[r][(1 - r) * chunks:(2 - r) * chunks] = 1
+        torch.cuda.synchronize()
+        launch(r, A, b, c, 0, 1)
+        torch.cuda.synchronize()
+    for f in flags:
+        f.zero_()
     for epoch in range(1, 4):
         A, bs = _rand(m, k), [_rand(k, n) for _ in range(world)]
         cs = [_nan(m, n) for _ in range(world)]
+        torch.cuda.synchronize()  # the inputs were drawn on the default stream
         for r in range(world):
-            p, buf = 1 - r, epoch % 2
-            push = Push(torch.tensor([a_all[p][buf][r * shard].data_ptr()], device=DEVICE),
-                        torch.tensor([flags[p].data_ptr()], device=DEVICE), shard=r, programs=2)
-            streams[r].wait_stream(torch.cuda.current_stream())  # the inputs were drawn on the default stream
-            with torch.cuda.stream(streams[r]):
-                gemm_gathered(A[r * shard:(r + 1) * shard], bs[r], cs[r],
-                              Arrival(a_all[r][buf], r * shard, shard, chunks, flags[r], epoch), push, programs=half)
+            launch(r, A, bs[r], cs[r], epoch % 2, epoch)
         torch.cuda.synchronize()
         for r in range(world):
             assert _rel_err(cs[r], A.float() @ bs[r].float()) < 1e-2, f"rank {r}, epoch {epoch}"

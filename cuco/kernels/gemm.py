@@ -7,8 +7,8 @@
 - Push: programs of the same launch beyond the GEMM's copy this rank's rows into every peer's `a_all`, chunk
   by chunk, and release the peer's counter for the chunk. The all-gather of A runs inside the GEMM kernel.
 
-The grid never exceeds the SM count, so every program is resident at once: a tile that waits for a chunk
-never keeps the program that pushes it from running. Shapes whose rows or strides break TMA's 16-byte
+A launch that waits never has more programs than SMs, so every program is resident at once: a tile that waits
+for a chunk never keeps the program that pushes it from running. Shapes whose rows or strides break TMA's 16-byte
 rule take the pointer path (masked loads) of the same kernel.
 """
 
@@ -36,14 +36,15 @@ class GemmConfig:
 
 
 def config_for(m: int, n: int, k: int) -> GemmConfig:
-    """Tile shape by problem size: wide tiles where there are enough of them to fill the SMs, narrower ones
-    where there are not (few rows, as in decode), so that every SM holds a tile."""
+    """Tile shape by problem size, from benchmarks/results/triton_gemm.md: 128x256 tiles wherever there are
+    rows for them; with few rows (decode), tiles as tall as M and narrow, so that B, the bulk of the bytes, is
+    read once and every SM holds tiles."""
+    if m <= 16:
+        return GemmConfig(16, 64, 256, 1, 4, 4)
     if m <= 64:
-        return GemmConfig(64, 64, 128, 1, 4, 4)
+        return GemmConfig(32, 32, 256, 1, 4, 4)
     if m <= 256:
-        return GemmConfig(64, 128, 64, 1, 4, 4)
-    if m * n <= 2048 * 4096:
-        return GemmConfig(128, 128, 64, 8, 4, 8)
+        return GemmConfig(128, 64, 128, 1, 3, 4)
     return GemmConfig(128, 256, 64, 8, 3, 8)
 
 
@@ -209,25 +210,28 @@ def _descriptor(t: torch.Tensor, block: list[int], tma: bool):
 
 
 def _launch(a_own, a_all, b, c, *, own_row0, own_rows, arrival, push, config, programs):
-    """One launch; its first loop covers rows [own_row0, own_row0 + own_rows) of a_own, which `push` sends."""
+    """One launch; its first loop covers rows [own_row0, own_row0 + own_rows) of a_own, which `push` sends.
+
+    Nothing here allocates device memory: a cudaMalloc may wait for the device, and a rank whose kernel spins on
+    a peer's push must never wait for that kernel. A plain GEMM takes a program per tile by default (the SMs
+    hold several of the small ones at once); a waiting one at most one per SM, so that all are resident."""
     m, k = a_all.shape
     n = b.shape[1]
     cfg = config or config_for(m, n, k)
     tma = not interpreted() and _tma_ok(a_own, a_all, b, c)
-    sms = programs or sm_count(c.device)
-    push_progs = push.programs if push else 0
-    gemm_progs = max(1, sms - push_progs)
-    dummy = torch.zeros(1, dtype=torch.int64, device=c.device)
     gated = arrival is not None
-    flags = arrival.flags if gated else dummy.view(torch.int32)
+    if programs is None:
+        programs = sm_count(c.device) if gated or push else triton.cdiv(m, cfg.block_m) * triton.cdiv(n, cfg.block_n)
+    push_progs = push.programs if push else 0
+    gemm_progs = max(1, programs - push_progs)
     shard_rows = arrival.shard_rows if gated else max(m, 1)
     chunks = arrival.chunks if gated else 1
     a_all_desc = _descriptor(a_all, [cfg.block_m, cfg.block_k], tma)
     _gemm_kernel[(gemm_progs + push_progs,)](
         _descriptor(a_own, [cfg.block_m, cfg.block_k], tma) if own_rows else a_all_desc, a_all_desc,
         _descriptor(b, [cfg.block_k, cfg.block_n], tma), _descriptor(c, [cfg.block_m, cfg.block_n], tma),
-        a_own, a_all, b, c, flags,
-        push.dest_ptrs if push else dummy, push.flag_ptrs if push else dummy,
+        a_own, a_all, b, c,
+        arrival.flags if gated else c, push.dest_ptrs if push else c, push.flag_ptrs if push else c,  # c: unused
         m, n, k, own_row0, own_rows, a_own.shape[0], shard_rows, chunks, triton.cdiv(shard_rows, chunks),
         arrival.target if gated else 0, gemm_progs, push_progs, push.dest_ptrs.numel() if push else 0,
         push.shard if push else 0,
