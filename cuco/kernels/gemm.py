@@ -8,7 +8,9 @@
   by chunk, and release the peer's counter for the chunk. The all-gather of A runs inside the GEMM kernel.
 
 A launch that waits never has more programs than SMs, so every program is resident at once: a tile that waits
-for a chunk never keeps the program that pushes it from running. Shapes whose rows or strides break TMA's 16-byte
+for a chunk never keeps the program that pushes it from running. A kernel's first launch compiles and loads it,
+and loading waits for the kernels running in the CUDA context: where two waiting kernels share a context (one
+GPU, as in the tests), each must have run once before they run together. Shapes whose rows or strides break TMA's 16-byte
 rule take the pointer path (masked loads) of the same kernel.
 """
 
@@ -164,7 +166,11 @@ def _push(a_own, dest_ptrs, flag_ptrs, q, push_progs, npeers, own_rows, K, shard
         tl.atomic_add(flag + shard * chunks + c, 1, sem="release", scope="sys")
 
 
-@triton.jit
+# Values that change from run to run or rank to rank are not specialised on: a new value would compile and load
+# a new module, and loading one waits for the kernels running in the context, among them, on one GPU, a peer's
+# kernel that spins until this one pushes.
+@triton.jit(do_not_specialize=["own_row0", "own_rows", "push_rows", "shard_rows", "chunks", "rows_per_chunk",
+                               "target", "gemm_progs", "push_progs", "npeers", "shard"])
 def _gemm_kernel(a_own_desc, a_all_desc, b_desc, c_desc, a_own, a_all, b, c,
                  flags, dest_ptrs, flag_ptrs,
                  M, N, K, own_row0, own_rows, push_rows, shard_rows, chunks, rows_per_chunk, target,
