@@ -7,7 +7,6 @@ two emulated ranks on one GPU wait on each other's pushes for real.
 
 from __future__ import annotations
 
-import dataclasses
 import os
 
 import pytest
@@ -38,22 +37,20 @@ def _rel_err(c: torch.Tensor, ref: torch.Tensor) -> float:
     return ((c.float() - ref).norm() / ref.norm()).item()
 
 
-@pytest.mark.parametrize("split", [1, 3])
 @pytest.mark.parametrize("m,k,n", [(96, 264, 100), (64, 64, 64), (33, 40, 17), (1, 72, 40)])
-def test_plain_gemm(m, k, n, split):
-    """Right, and the same bits whichever programs take which tiles and K slices (split-K sums in slice order)."""
-    cfg = dataclasses.replace(SMALL, split_k=split)
+def test_plain_gemm(m, k, n):
+    """Right, and the same bits whichever programs take which tiles."""
     a, b, c = _rand(m, k), _rand(k, n), _nan(m, n)
-    gemm(a, b, c, config=cfg, programs=3)
+    gemm(a, b, c, config=SMALL, programs=3)
     assert _rel_err(c, a.float() @ b.float()) < 1e-2
     first = c.clone()
-    gemm(a, b, c.fill_(float("nan")), config=cfg)
+    gemm(a, b, c.fill_(float("nan")), config=SMALL)
     assert torch.equal(c, first)
 
 
 @pytest.mark.parametrize("rank", [0, 1])
-@pytest.mark.parametrize("m,k,n,chunks,split", [(128, 64, 48, 2, 1), (96, 72, 40, 3, 2), (90, 40, 24, 4, 1)])
-def test_gathered_rank_of_two(rank, m, k, n, chunks, split):
+@pytest.mark.parametrize("m,k,n,chunks", [(128, 64, 48, 2), (96, 72, 40, 3), (90, 40, 24, 4)])
+def test_gathered_rank_of_two(rank, m, k, n, chunks):
     """Rank `rank` of two: the peer's shard is already in a_all (its counters at the target), its own rows are
     pushed into the peer's a_all and released there; 90 rows (45 a shard) are not tile-aligned."""
     shard, target = m // 2, 5
@@ -69,7 +66,7 @@ def test_gathered_rank_of_two(rank, m, k, n, chunks, split):
     push = Push(torch.tensor([peer_all[own].data_ptr()], device=DEVICE),
                 torch.tensor([peer_flags.data_ptr()], device=DEVICE), shard=rank, programs=2)
     gemm_gathered(A[own].clone(), b, c, Arrival(a_all, rank * shard, shard, chunks, flags, target), push,
-                  config=dataclasses.replace(SMALL, split_k=split), programs=5)
+                  config=SMALL, programs=5)
     if DEVICE.type == "cuda":
         torch.cuda.synchronize()
     assert _rel_err(c, A.float() @ b.float()) < 1e-2

@@ -35,19 +35,20 @@ class GemmConfig:
     group_m: int  # row blocks that share a column band, so that B's tiles are reused from L2
     num_stages: int
     num_warps: int
-    split_k: int = 1  # K slices per tile, for shapes with fewer tiles than SMs (decode); summed in a fixed order
 
 
 def config_for(m: int, n: int, k: int) -> GemmConfig:
-    """Tile shape by problem size, from benchmarks/results/triton_gemm.md: 128x256 tiles wherever there are
-    rows for them; with few rows (decode), tiles as tall as M and narrow, so that B, the bulk of the bytes, is
-    read once and every SM holds tiles."""
+    """Tile shape by problem size, from the sweep in benchmarks/results/triton_gemm.md: 128x256 tiles wherever there
+    are rows for them; with few rows (decode), tiles as tall as M and 64 wide, so that B, the bulk of the bytes, is
+    read about once and there are about as many tiles as a Hopper GPU has SMs (132)."""
     if m <= 16:
-        return GemmConfig(16, 64, 256, 1, 4, 4, 2)
+        return GemmConfig(16, 64, 256, 1, 4, 4)
     if m <= 64:
-        return GemmConfig(32, 64, 128, 1, 4, 4, 2)
+        return GemmConfig(32, 64, 128, 1, 4, 4)
     if m <= 256:
-        return GemmConfig(128, 64, 128, 1, 3, 4, 2)
+        if triton.cdiv(m, 128) * triton.cdiv(n, 64) >= 128:
+            return GemmConfig(128, 64, 128, 1, 3, 4)
+        return GemmConfig(64, 64, 256, 1, 3, 4)
     return GemmConfig(128, 256, 64, 8, 3, 8)
 
 
@@ -102,52 +103,25 @@ def _grouped(t, blocks_m, blocks_n, GROUP_M: tl.constexpr):
 
 
 @triton.jit
-def _tile(a_desc, a_ptr, a_row, b_desc, b_ptr, c_desc, c_ptr, c_row, col, M_a, M, N, K, ws, counters, tile, s,
-          BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr, SPLIT_K: tl.constexpr,
-          TMA: tl.constexpr):
-    """Slice s of SPLIT_K of one output tile: rows [c_row, c_row + BLOCK_M) of C from rows [a_row, ...) of A (M_a
-    rows in all), over K range s. With one slice the tile is stored; with several, each slice stores its fp32
-    partial in the workspace, and the last to finish (a counter per tile) sums all of them in slice order, so the
-    result is the same bits whichever slice ends last."""
-    k_step = tl.cdiv(tl.cdiv(K, SPLIT_K), BLOCK_K) * BLOCK_K
-    k0 = s * k_step
-    k1 = tl.minimum(k0 + k_step, K)
+def _tile(a_desc, a_ptr, a_row, b_desc, b_ptr, c_desc, c_ptr, c_row, col, M_a, M, N, K,
+          BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr, TMA: tl.constexpr):
+    """One output tile: rows [c_row, c_row + BLOCK_M) of C from rows [a_row, ...) of A (M_a rows in all)."""
     acc = tl.zeros((BLOCK_M, BLOCK_N), dtype=tl.float32)
     if TMA:
-        for k in range(k0, k1, BLOCK_K):
+        for k in range(0, K, BLOCK_K):
             acc = tl.dot(a_desc.load([a_row, k]), b_desc.load([k, col]), acc)
+        c_desc.store([c_row, col], acc.to(c_desc.dtype))
     else:
         ra = a_row + tl.arange(0, BLOCK_M)
         rn = col + tl.arange(0, BLOCK_N)
         rk = tl.arange(0, BLOCK_K)
-        for k in range(k0, k1, BLOCK_K):
+        for k in range(0, K, BLOCK_K):
             a = tl.load(a_ptr + ra[:, None] * K + (k + rk)[None, :],
-                        mask=(ra[:, None] < M_a) & ((k + rk)[None, :] < k1), other=0.0)
+                        mask=(ra[:, None] < M_a) & ((k + rk)[None, :] < K), other=0.0)
             b = tl.load(b_ptr + (k + rk)[:, None] * N + rn[None, :],
-                        mask=((k + rk)[:, None] < k1) & (rn[None, :] < N), other=0.0)
+                        mask=((k + rk)[:, None] < K) & (rn[None, :] < N), other=0.0)
             acc = tl.dot(a, b, acc)
-    if SPLIT_K > 1:
-        part = tl.arange(0, BLOCK_M)[:, None] * BLOCK_N + tl.arange(0, BLOCK_N)[None, :]
-        base = ws + tile * (SPLIT_K * BLOCK_M * BLOCK_N)  # int32: split-K serves shapes of few tiles
-        tl.store(base + s * BLOCK_M * BLOCK_N + part, acc)
-        tl.debug_barrier()  # every thread's partial before the release below publishes it
-        if tl.atomic_add(counters + tile, 1, sem="acq_rel", scope="gpu") == SPLIT_K - 1:
-            acc = tl.load(base + part, cache_modifier=".cg")  # .cg: from L2, where the other SMs' partials are
-            for j in range(1, SPLIT_K):
-                acc += tl.load(base + j * BLOCK_M * BLOCK_N + part, cache_modifier=".cg")
-            tl.atomic_xchg(counters + tile, 0)  # zero again for the next launch on this stream
-            _store(c_desc, c_ptr, c_row, col, acc, M, N, BLOCK_M, BLOCK_N, TMA)
-    else:
-        _store(c_desc, c_ptr, c_row, col, acc, M, N, BLOCK_M, BLOCK_N, TMA)
-
-
-@triton.jit
-def _store(c_desc, c_ptr, row, col, acc, M, N, BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, TMA: tl.constexpr):
-    if TMA:
-        c_desc.store([row, col], acc.to(c_desc.dtype))
-    else:
-        rc = row + tl.arange(0, BLOCK_M)
-        rn = col + tl.arange(0, BLOCK_N)
+        rc = c_row + tl.arange(0, BLOCK_M)
         tl.store(c_ptr + rc[:, None] * N + rn[None, :], acc.to(c_ptr.dtype.element_ty),
                  mask=(rc[:, None] < M) & (rn[None, :] < N))
 
@@ -200,12 +174,12 @@ def _push(a_own, dest_ptrs, flag_ptrs, q, push_progs, npeers, own_rows, K, shard
 @triton.jit(do_not_specialize=["own_row0", "own_rows", "push_rows", "shard_rows", "chunks", "rows_per_chunk",
                                "target", "gemm_progs", "push_progs", "npeers", "shard"])
 def _gemm_kernel(a_own_desc, a_all_desc, b_desc, c_desc, a_own, a_all, b, c,
-                 flags, dest_ptrs, flag_ptrs, ws, counters,
+                 flags, dest_ptrs, flag_ptrs,
                  M, N, K, own_row0, own_rows, push_rows, shard_rows, chunks, rows_per_chunk, target,
                  gemm_progs, push_progs, npeers, shard,
                  BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr, GROUP_M: tl.constexpr,
-                 SPLIT_K: tl.constexpr, TMA: tl.constexpr, GATED: tl.constexpr, PUSH: tl.constexpr,
-                 FENCE: tl.constexpr, PUSH_ROWS: tl.constexpr, PUSH_COLS: tl.constexpr):
+                 TMA: tl.constexpr, GATED: tl.constexpr, PUSH: tl.constexpr, FENCE: tl.constexpr,
+                 PUSH_ROWS: tl.constexpr, PUSH_COLS: tl.constexpr):
     pid = tl.program_id(0)
     if PUSH and pid >= gemm_progs:
         _push(a_own, dest_ptrs, flag_ptrs, pid - gemm_progs, push_progs, npeers, push_rows, K, shard, chunks,
@@ -215,25 +189,23 @@ def _gemm_kernel(a_own_desc, a_all_desc, b_desc, c_desc, a_own, a_all, b, c,
         blocks_n = tl.cdiv(N, BLOCK_N)
         own_block0 = own_row0 // BLOCK_M
         own_blocks = tl.cdiv(own_rows, BLOCK_M)
-        n_own = own_blocks * blocks_n * SPLIT_K  # work units: a tile's K slices are consecutive
+        n_own = own_blocks * blocks_n
         # This rank's rows first: they are here from the start.
-        for u in range(pid, n_own, gemm_progs):
-            pm, pn = _grouped(u // SPLIT_K, own_blocks, blocks_n, GROUP_M)
+        for t in range(pid, n_own, gemm_progs):
+            pm, pn = _grouped(t, own_blocks, blocks_n, GROUP_M)
             _tile(a_own_desc, a_own, pm * BLOCK_M, b_desc, b, c_desc, c, own_row0 + pm * BLOCK_M, pn * BLOCK_N,
-                  own_rows, M, N, K, ws, counters, u // SPLIT_K, u % SPLIT_K, BLOCK_M, BLOCK_N, BLOCK_K, SPLIT_K,
-                  TMA)
+                  own_rows, M, N, K, BLOCK_M, BLOCK_N, BLOCK_K, TMA)
         # Then the others', in ring order from the next shard on, each tile once its rows have arrived. The
-        # round robin goes on where the first loop stopped, so no program idles while another has two units.
+        # round robin goes on where the first loop stopped, so no program idles while another has two tiles.
         other_blocks = blocks_m - own_blocks
-        for u in range((pid + gemm_progs - n_own % gemm_progs) % gemm_progs, other_blocks * blocks_n * SPLIT_K,
-                       gemm_progs):
-            j, pn = _grouped(u // SPLIT_K, other_blocks, blocks_n, GROUP_M)
+        for t in range((pid + gemm_progs - n_own % gemm_progs) % gemm_progs, other_blocks * blocks_n, gemm_progs):
+            j, pn = _grouped(t, other_blocks, blocks_n, GROUP_M)
             row = ((own_block0 + own_blocks + j) % blocks_m) * BLOCK_M
             if GATED:
                 _wait_rows(flags, row, tl.minimum(row + BLOCK_M, M), shard_rows, chunks, rows_per_chunk, target,
                            FENCE)
-            _tile(a_all_desc, a_all, row, b_desc, b, c_desc, c, row, pn * BLOCK_N, M, M, N, K, ws, counters,
-                  n_own // SPLIT_K + u // SPLIT_K, u % SPLIT_K, BLOCK_M, BLOCK_N, BLOCK_K, SPLIT_K, TMA)
+            _tile(a_all_desc, a_all, row, b_desc, b, c_desc, c, row, pn * BLOCK_N, M, M, N, K,
+                  BLOCK_M, BLOCK_N, BLOCK_K, TMA)
 
 
 def _tma_ok(*tensors: torch.Tensor) -> bool:
@@ -245,53 +217,33 @@ def _descriptor(t: torch.Tensor, block: list[int], tma: bool):
     return TensorDescriptor.from_tensor(t, block) if tma else t
 
 
-_WORKSPACES: dict[tuple[int, int], tuple[torch.Tensor, torch.Tensor]] = {}
-
-
-def _workspace(device: torch.device, tiles: int, cfg: GemmConfig) -> tuple[torch.Tensor, torch.Tensor]:
-    """Split-K's fp32 partials and per-tile counters, one set per stream (launches on a stream never overlap;
-    the last slice of a tile zeroes its counter), grown when a larger shape comes."""
-    key = (device.index or 0, torch.cuda.current_stream(device).cuda_stream if device.type == "cuda" else 0)
-    ws, counters = _WORKSPACES.get(key, (None, None))
-    need = tiles * cfg.split_k * cfg.block_m * cfg.block_n
-    if ws is None or ws.numel() < need or counters.numel() < tiles:
-        ws = torch.empty(need, dtype=torch.float32, device=device)
-        counters = torch.zeros(tiles, dtype=torch.int32, device=device)
-        _WORKSPACES[key] = ws, counters
-    return ws, counters
-
-
 def _launch(a_own, a_all, b, c, *, own_row0, own_rows, arrival, push, config, programs):
     """One launch; its first loop covers rows [own_row0, own_row0 + own_rows) of a_own, which `push` sends.
 
-    Nothing here allocates device memory once a shape has run on a stream (the split-K workspace is kept): a
-    cudaMalloc may wait for the device, and a rank whose kernel spins on a peer's push must never wait for it. A
-    plain GEMM takes a program per work unit (tile and K slice) by default, as the SMs hold several of the small
-    ones at once; a waiting one at most one per SM, so that all are resident."""
+    Nothing here allocates device memory: a cudaMalloc may wait for the device, and a rank whose kernel spins on
+    a peer's push must never wait for that kernel. A plain GEMM takes a program per tile by default (the SMs
+    hold several of the small ones at once); a waiting one at most one per SM, so that all are resident."""
     m, k = a_all.shape
     n = b.shape[1]
     cfg = config or config_for(m, n, k)
     tma = not interpreted() and _tma_ok(a_own, a_all, b, c)
     gated = arrival is not None
-    tiles = triton.cdiv(m, cfg.block_m) * triton.cdiv(n, cfg.block_n)
     if programs is None:
-        programs = sm_count(c.device) if gated or push else tiles * cfg.split_k
+        programs = sm_count(c.device) if gated or push else triton.cdiv(m, cfg.block_m) * triton.cdiv(n, cfg.block_n)
     push_progs = push.programs if push else 0
     gemm_progs = max(1, programs - push_progs)
     shard_rows = arrival.shard_rows if gated else max(m, 1)
     chunks = arrival.chunks if gated else 1
-    ws, counters = _workspace(c.device, tiles, cfg) if cfg.split_k > 1 else (c, c)  # c: unused
     a_all_desc = _descriptor(a_all, [cfg.block_m, cfg.block_k], tma)
     _gemm_kernel[(gemm_progs + push_progs,)](
         _descriptor(a_own, [cfg.block_m, cfg.block_k], tma) if own_rows else a_all_desc, a_all_desc,
         _descriptor(b, [cfg.block_k, cfg.block_n], tma), _descriptor(c, [cfg.block_m, cfg.block_n], tma),
         a_own, a_all, b, c,
-        arrival.flags if gated else c, push.dest_ptrs if push else c, push.flag_ptrs if push else c, ws, counters,
+        arrival.flags if gated else c, push.dest_ptrs if push else c, push.flag_ptrs if push else c,  # c: unused
         m, n, k, own_row0, own_rows, a_own.shape[0], shard_rows, chunks, triton.cdiv(shard_rows, chunks),
         arrival.target if gated else 0, gemm_progs, push_progs, push.dest_ptrs.numel() if push else 0,
         push.shard if push else 0,
-        BLOCK_M=cfg.block_m, BLOCK_N=cfg.block_n, BLOCK_K=cfg.block_k, GROUP_M=cfg.group_m, SPLIT_K=cfg.split_k,
-        TMA=tma,
+        BLOCK_M=cfg.block_m, BLOCK_N=cfg.block_n, BLOCK_K=cfg.block_k, GROUP_M=cfg.group_m, TMA=tma,
         GATED=gated, PUSH=push is not None, FENCE=tma and gated, PUSH_ROWS=PUSH_ROWS, PUSH_COLS=PUSH_COLS,
         num_stages=cfg.num_stages, num_warps=cfg.num_warps)
     return c
