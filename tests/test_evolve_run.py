@@ -60,7 +60,8 @@ def test_phases_islands_and_best_written(tmp_path):
     assert {r[0] for r in con.execute("SELECT island FROM candidates")} == {0, 1}
     assert con.execute("SELECT COUNT(*) FROM island_members").fetchone()[0] > 0  # migrations happened
     best_id = con.execute("SELECT id FROM candidates WHERE ok = 1 ORDER BY score DESC LIMIT 1").fetchone()[0]
-    assert (tmp_path / "best" / "candidate.cu").read_text() == con.execute(
+    written = [p for p in (tmp_path / "best").glob("candidate.*") if p.suffix in (".cu", ".py")]  # strategies of both
+    assert len(written) == 1 and written[0].read_text() == con.execute(
         "SELECT code FROM candidates WHERE id = ?", (best_id,)).fetchone()[0]
 
 
