@@ -30,9 +30,12 @@ PER_RANK = {
     "gemm_reducescatter": lambda M, K, N, w: (M, K // w, N),
     "gemm_allreduce": lambda M, K, N, w: (M, K // w, N),
 }
-# (block_m, block_n, block_k, group_m, num_stages, num_warps): Hopper tile shapes worth trying for bf16.
+# (block_m, block_n, block_k, group_m, num_stages, num_warps[, flatten, warp_specialize]): Hopper tile shapes worth
+# trying for bf16.
 SWEEP_LARGE = [(128, 256, 64, 8, 3, 8), (128, 256, 64, 8, 4, 8), (256, 128, 64, 8, 3, 8), (128, 128, 64, 8, 4, 8),
-               (128, 128, 64, 8, 4, 4), (128, 128, 128, 8, 3, 8), (128, 64, 64, 8, 4, 4)]
+               (128, 128, 64, 8, 4, 4), (128, 128, 128, 8, 3, 8), (128, 64, 64, 8, 4, 4),
+               (128, 256, 64, 8, 3, 8, True), (128, 256, 64, 8, 3, 8, False, True), (128, 256, 64, 8, 3, 8, True, True),
+               (128, 128, 64, 8, 4, 4, False, True), (128, 256, 64, 8, 4, 8, True)]
 SWEEP_SMALL = [(128, 64, 128, 1, 3, 4), (128, 32, 256, 1, 3, 4), (128, 128, 64, 1, 3, 8), (64, 64, 256, 1, 3, 4),
                (64, 128, 64, 1, 4, 4), (32, 64, 128, 1, 4, 4), (32, 32, 256, 1, 4, 4), (16, 64, 256, 1, 4, 4),
                (16, 32, 256, 1, 4, 4), (16, 128, 128, 1, 4, 4)]
@@ -128,7 +131,8 @@ def main() -> int:
     def tiles(c, grid):
         if not c:
             return "-"
-        return "{block_m}x{block_n}x{block_k} g{group_m} s{num_stages} w{num_warps}".format(**c) + f", {grid}"
+        loop = "".join(f", {k.replace('_', ' ')}" for k in ("flatten", "warp_specialize") if c.get(k))
+        return "{block_m}x{block_n}x{block_k} g{group_m} s{num_stages} w{num_warps}".format(**c) + loop + f", {grid}"
 
     lines = [f"# Triton GEMM (cuco/kernels/gemm.py) vs cuBLAS, per-rank shapes at world {args.world}",
              "", f"{info['date']}, {info['device']}, commit {info['commit']}; median of 50 graph replays, L2 flushed "

@@ -35,6 +35,8 @@ class GemmConfig:
     group_m: int  # row blocks that share a column band, so that B's tiles are reused from L2
     num_stages: int
     num_warps: int
+    flatten: bool = False  # pipeline across tiles too (the next tile's loads under this one's epilogue)
+    warp_specialize: bool = False  # producer and consumer warps (Triton's automatic warp specialisation)
 
 
 def config_for(m: int, n: int, k: int) -> GemmConfig:
@@ -179,7 +181,8 @@ def _gemm_kernel(a_own_desc, a_all_desc, b_desc, c_desc, a_own, a_all, b, c,
                  gemm_progs, push_progs, npeers, shard,
                  BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr, GROUP_M: tl.constexpr,
                  TMA: tl.constexpr, GATED: tl.constexpr, PUSH: tl.constexpr, FENCE: tl.constexpr,
-                 PUSH_ROWS: tl.constexpr, PUSH_COLS: tl.constexpr):
+                 PUSH_ROWS: tl.constexpr, PUSH_COLS: tl.constexpr, FLATTEN: tl.constexpr,
+                 WARP_SPECIALIZE: tl.constexpr):
     pid = tl.program_id(0)
     if PUSH and pid >= gemm_progs:
         _push(a_own, dest_ptrs, flag_ptrs, pid - gemm_progs, push_progs, npeers, push_rows, K, shard, chunks,
@@ -191,7 +194,7 @@ def _gemm_kernel(a_own_desc, a_all_desc, b_desc, c_desc, a_own, a_all, b, c,
         own_blocks = tl.cdiv(own_rows, BLOCK_M)
         n_own = own_blocks * blocks_n
         # This rank's rows first: they are here from the start.
-        for t in range(pid, n_own, gemm_progs):
+        for t in tl.range(pid, n_own, gemm_progs, flatten=FLATTEN, warp_specialize=WARP_SPECIALIZE):
             pm, pn = _grouped(t, own_blocks, blocks_n, GROUP_M)
             _tile(a_own_desc, a_own, pm * BLOCK_M, b_desc, b, c_desc, c, own_row0 + pm * BLOCK_M, pn * BLOCK_N,
                   own_rows, M, N, K, BLOCK_M, BLOCK_N, BLOCK_K, TMA)
@@ -245,6 +248,7 @@ def _launch(a_own, a_all, b, c, *, own_row0, own_rows, arrival, push, config, pr
         push.shard if push else 0,
         BLOCK_M=cfg.block_m, BLOCK_N=cfg.block_n, BLOCK_K=cfg.block_k, GROUP_M=cfg.group_m, TMA=tma,
         GATED=gated, PUSH=push is not None, FENCE=tma and gated, PUSH_ROWS=PUSH_ROWS, PUSH_COLS=PUSH_COLS,
+        FLATTEN=cfg.flatten, WARP_SPECIALIZE=cfg.warp_specialize,
         num_stages=cfg.num_stages, num_warps=cfg.num_warps)
     return c
 
