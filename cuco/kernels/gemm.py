@@ -35,14 +35,13 @@ class GemmConfig:
     group_m: int  # row blocks that share a column band, so that B's tiles are reused from L2
     num_stages: int
     num_warps: int
-    flatten: bool = False  # pipeline across tiles too (the next tile's loads under this one's epilogue)
-    warp_specialize: bool = False  # producer and consumer warps (Triton's automatic warp specialisation)
+    flatten: bool = False  # pipeline across a program's tiles (the next tile's loads under this one's epilogue)
 
 
 def config_for(m: int, n: int, k: int) -> GemmConfig:
-    """Tile shape by problem size, from the sweep in benchmarks/results/triton_gemm.md: 128x256 tiles wherever there
-    are rows for them; with few rows (decode), tiles as tall as M and 64 wide, so that B, the bulk of the bytes, is
-    read about once and there are about as many tiles as a Hopper GPU has SMs (132)."""
+    """Tile shape by problem size, from the sweep in benchmarks/results/triton_gemm.md: 128x256 tiles, persistent and
+    flattened, wherever there are rows for them; with few rows (decode), tiles as tall as M and 64 wide, so that B,
+    the bulk of the bytes, is read about once and there are about as many tiles as a Hopper GPU has SMs (132)."""
     if m <= 16:
         return GemmConfig(16, 64, 256, 1, 4, 4)
     if m <= 64:
@@ -51,7 +50,7 @@ def config_for(m: int, n: int, k: int) -> GemmConfig:
         if triton.cdiv(m, 128) * triton.cdiv(n, 64) >= 128:
             return GemmConfig(128, 64, 128, 1, 3, 4)
         return GemmConfig(64, 64, 256, 1, 3, 4)
-    return GemmConfig(128, 256, 64, 8, 3, 8)
+    return GemmConfig(128, 256, 64, 8, 3, 8, flatten=True)
 
 
 @dataclass
@@ -181,8 +180,7 @@ def _gemm_kernel(a_own_desc, a_all_desc, b_desc, c_desc, a_own, a_all, b, c,
                  gemm_progs, push_progs, npeers, shard,
                  BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr, GROUP_M: tl.constexpr,
                  TMA: tl.constexpr, GATED: tl.constexpr, PUSH: tl.constexpr, FENCE: tl.constexpr,
-                 PUSH_ROWS: tl.constexpr, PUSH_COLS: tl.constexpr, FLATTEN: tl.constexpr,
-                 WARP_SPECIALIZE: tl.constexpr):
+                 PUSH_ROWS: tl.constexpr, PUSH_COLS: tl.constexpr, FLATTEN: tl.constexpr):
     pid = tl.program_id(0)
     if PUSH and pid >= gemm_progs:
         _push(a_own, dest_ptrs, flag_ptrs, pid - gemm_progs, push_progs, npeers, push_rows, K, shard, chunks,
@@ -194,7 +192,7 @@ def _gemm_kernel(a_own_desc, a_all_desc, b_desc, c_desc, a_own, a_all, b, c,
         own_blocks = tl.cdiv(own_rows, BLOCK_M)
         n_own = own_blocks * blocks_n
         # This rank's rows first: they are here from the start.
-        for t in tl.range(pid, n_own, gemm_progs, flatten=FLATTEN, warp_specialize=WARP_SPECIALIZE):
+        for t in tl.range(pid, n_own, gemm_progs, flatten=FLATTEN):
             pm, pn = _grouped(t, own_blocks, blocks_n, GROUP_M)
             _tile(a_own_desc, a_own, pm * BLOCK_M, b_desc, b, c_desc, c, own_row0 + pm * BLOCK_M, pn * BLOCK_N,
                   own_rows, M, N, K, BLOCK_M, BLOCK_N, BLOCK_K, TMA)
@@ -231,8 +229,9 @@ def _launch(a_own, a_all, b, c, *, own_row0, own_rows, arrival, push, config, pr
     cfg = config or config_for(m, n, k)
     tma = not interpreted() and _tma_ok(a_own, a_all, b, c)
     gated = arrival is not None
-    if programs is None:
-        programs = sm_count(c.device) if gated or push else triton.cdiv(m, cfg.block_m) * triton.cdiv(n, cfg.block_n)
+    if programs is None:  # flattened loops pay across a program's tiles: persistent too
+        persistent = gated or push or cfg.flatten
+        programs = sm_count(c.device) if persistent else triton.cdiv(m, cfg.block_m) * triton.cdiv(n, cfg.block_n)
     push_progs = push.programs if push else 0
     gemm_progs = max(1, programs - push_progs)
     shard_rows = arrival.shard_rows if gated else max(m, 1)
@@ -248,7 +247,7 @@ def _launch(a_own, a_all, b, c, *, own_row0, own_rows, arrival, push, config, pr
         push.shard if push else 0,
         BLOCK_M=cfg.block_m, BLOCK_N=cfg.block_n, BLOCK_K=cfg.block_k, GROUP_M=cfg.group_m, TMA=tma,
         GATED=gated, PUSH=push is not None, FENCE=tma and gated, PUSH_ROWS=PUSH_ROWS, PUSH_COLS=PUSH_COLS,
-        FLATTEN=cfg.flatten, WARP_SPECIALIZE=cfg.warp_specialize,
+        FLATTEN=cfg.flatten,
         num_stages=cfg.num_stages, num_warps=cfg.num_warps)
     return c
 
