@@ -144,7 +144,9 @@ def main() -> int:
 
     lines = [f"# Triton GEMM (cuco/kernels/gemm.py) vs cuBLAS, per-rank shapes at world {args.world}",
              "", f"{info['date']}, {info['device']}, commit {info['commit']}; median of 50 graph replays, L2 flushed "
-             "before each, bf16.",
+             "before each, bf16. cuBLAS and own tiles: medians of three alternating rounds. Best tiles: each timed "
+             "once, apart from cuBLAS (clocks drift by up to ~10% between far-apart timings): a guide for choosing "
+             "tiles, not a comparison.",
              "", "| M,K,N | workloads | cuBLAS ms (TFLOP/s) | own tiles ms | of cuBLAS | best tiles ms | of cuBLAS | "
              "best tiles, grid |", "|---|---|---|---|---|---|---|---|"]
     for r in rows:

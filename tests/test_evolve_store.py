@@ -101,7 +101,7 @@ def test_novelty_ignores_comments_and_layout():
 @pytest.mark.parametrize("phase", ["explore", "exploit"])
 def test_directive_proposer_stays_in_the_accepted_space(tmp_path, phase):
     spec = load_workload(GEMM_AG)
-    allowed = {p.label() for p in accepted_points(spec.strategies["ag_gemm"])}
+    allowed = {(n, p.label()) for n, s in spec.strategies.items() for p in accepted_points(s)}
     proposer = DirectiveProposer(spec)
     db = Database(tmp_path / "c.db")
     seed = db.get(_add(db, "seed", "nccl_host/deferred/global/cta/1"))
@@ -109,9 +109,9 @@ def test_directive_proposer_stays_in_the_accepted_space(tmp_path, phase):
     tried: set[str] = set()
     for k in range(30):
         prop = asyncio.run(proposer.propose(ProposalContext(parent, [], phase, random.Random(k), tried)))
-        label = prop.directive.point.label()
-        assert label in allowed and point_key("ag_gemm", label) not in tried
-        tried.add(point_key("ag_gemm", label))
+        name, label = prop.directive.strategy, prop.directive.point.label()
+        assert (name, label) in allowed and point_key(name, label) not in tried
+        tried.add(point_key(name, label))
         cid = db.add(code=prop.code, code_hash=code_hash(prop.code, "cuda"), language="cuda", parent_id=parent.id,
                      island=0, generation=1, proposer="directive", phase=phase, directive=prop.directive.to_json(),
                      label=label)
