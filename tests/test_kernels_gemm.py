@@ -16,8 +16,9 @@ from conftest import gpu_count
 if gpu_count() == 0:
     os.environ["TRITON_INTERPRET"] = "1"  # read when the kernels are decorated, i.e. at the import below
 torch = pytest.importorskip("torch")
-pytest.importorskip("triton")
-from cuco.kernels.gemm import Arrival, GemmConfig, Push, gemm, gemm_gathered  # noqa: E402
+triton = pytest.importorskip("triton")
+from cuco.kernels.gemm import (  # noqa: E402
+    Arrival, GemmConfig, Push, Scatter, gemm, gemm_gathered, gemm_reduce_scatter, scatter_counters)
 
 DEVICE = torch.device("cuda" if gpu_count() else "cpu")
 DTYPE = torch.bfloat16 if DEVICE.type == "cuda" else torch.float16
@@ -77,6 +78,44 @@ def test_gathered_rank_of_two(rank, m, k, n, chunks):
     assert peer_flags.tolist() == expect
 
 
+def _scatter_for(rank, world, shard, n, recv, counters, peers_recv, peers_counters, target):
+    """Rank `rank`'s Scatter: peers_recv[s] / peers_counters[s] stand for rank s's buffers."""
+    dest = [peers_recv[s][rank].data_ptr() if s != rank else 0 for s in range(world)]
+    flags = [peers_counters[s].data_ptr() if s != rank else 0 for s in range(world)]
+    return Scatter(rank, world, recv, counters, torch.tensor(dest, device=DEVICE), torch.tensor(flags, device=DEVICE),
+                   target)
+
+
+@pytest.mark.parametrize("rank", [0, 1])
+@pytest.mark.parametrize("m,k,n", [(128, 64, 48), (96, 72, 40), (90, 40, 24)])
+def test_reduce_scatter_rank_of_two(rank, m, k, n):
+    """Rank `rank` of two: the peer's partial of this rank's rows already landed (its counters at the target);
+    this rank's partial of the peer's rows is pushed into the peer's slot for it, one release per tile."""
+    world, shard, target = 2, m // 2, 3
+    peer = 1 - rank
+    a, b = _rand(m, k), _rand(k, n)
+    peer_part = _rand(m, n)  # the peer's a @ b, as it would send it
+    recv = _nan(world, shard, n)
+    recv[peer] = peer_part[rank * shard:(rank + 1) * shard]
+    counters = torch.full((scatter_counters(world, shard, n),), target, dtype=torch.int32, device=DEVICE)
+    peer_recv = _nan(world, shard, n)
+    peer_counters = torch.zeros(scatter_counters(world, shard, n), dtype=torch.int32, device=DEVICE)
+    bufs = {rank: recv, peer: peer_recv}
+    cnts = {rank: counters, peer: peer_counters}
+    out = _nan(shard, n)
+    gemm_reduce_scatter(a, b, out, _scatter_for(rank, world, shard, n, recv, counters, bufs, cnts, target),
+                        config=SMALL, programs=3)
+    own = slice(rank * shard, (rank + 1) * shard)
+    full = a.float() @ b.float()
+    parts = {rank: full[own], peer: peer_part[own].float()}
+    assert _rel_err(out, parts[0] + parts[1]) < 1e-2
+    assert _rel_err(peer_recv[rank], full[peer * shard:(peer + 1) * shard]) < 1e-2
+    assert torch.isnan(peer_recv[peer]).all(), "a push wrote into the slot of another sender"
+    tiles = triton.cdiv(shard, SMALL.block_m) * triton.cdiv(n, SMALL.block_n)
+    assert peer_counters[rank * tiles:(rank + 1) * tiles].tolist() == [1] * tiles
+    assert not peer_counters[(rank + 1) * tiles:].any() and not peer_counters[:rank * tiles].any()
+
+
 @pytest.mark.gpu(1)
 @pytest.mark.timeout(120)
 @pytest.mark.parametrize("m,k,n,chunks", [(8192, 1024, 2048, 4), (1024, 512, 384, 1), (96, 264, 200, 2)])
@@ -119,3 +158,54 @@ def test_two_ranks_wait_on_each_other(m, k, n, chunks):
         torch.cuda.synchronize()
         for r in range(world):
             assert _rel_err(cs[r], A.float() @ bs[r].float()) < 1e-2, f"rank {r}, epoch {epoch}"
+
+
+@pytest.mark.gpu(1)
+@pytest.mark.timeout(120)
+@pytest.mark.parametrize("m,k,n", [(8192, 1024, 2048), (256, 512, 384), (96, 136, 200)])
+def test_two_ranks_reduce_scatter_at_once(m, k, n):
+    """Two ranks' fused GEMM + reduce-scatter kernels at once on one GPU, each on half the SMs, over two recv
+    buffers by run parity: right every run, and the same bits when the same inputs come again."""
+    world, shard = 2, m // 2
+    half = torch.cuda.get_device_properties(DEVICE).multi_processor_count // world
+    recv = [[_nan(world, shard, n) for _ in range(2)] for _ in range(world)]
+    counters = [torch.zeros(scatter_counters(world, shard, n), dtype=torch.int32, device=DEVICE)
+                for _ in range(world)]
+    dest = {(r, buf): [recv[s][buf][r].data_ptr() if s != r else 0 for s in range(world)]
+            for r in range(world) for buf in range(2)}
+    ptrs = {key: torch.tensor(v, device=DEVICE) for key, v in dest.items()}
+    flag_ptrs = [torch.tensor([counters[s].data_ptr() if s != r else 0 for s in range(world)], device=DEVICE)
+                 for r in range(world)]
+    streams = [torch.cuda.Stream() for _ in range(world)]
+    outs = [_nan(shard, n) for _ in range(world)]
+
+    def launch(r, a, b, buf, target):
+        with torch.cuda.stream(streams[r]):
+            gemm_reduce_scatter(a, b, outs[r], Scatter(r, world, recv[r][buf], counters[r], ptrs[r, buf],
+                                                       flag_ptrs[r], target), programs=half)
+
+    a = [_rand(m, k) for _ in range(world)]
+    b = [_rand(k, n) for _ in range(world)]
+    for r in range(world):  # load the kernel alone first: peer counters preset to the target
+        counters[r].fill_(1)
+        torch.cuda.synchronize()
+        launch(r, a[r], b[r], 0, 1)
+        torch.cuda.synchronize()
+    for c in counters:
+        c.zero_()
+    seen = []
+    for run in range(1, 4):
+        if run < 3:
+            a = [_rand(m, k) for _ in range(world)]
+            b = [_rand(k, n) for _ in range(world)]
+        for o in outs:
+            o.fill_(float("nan"))
+        torch.cuda.synchronize()
+        for r in range(world):
+            launch(r, a[r], b[r], run % 2, run)
+        torch.cuda.synchronize()
+        total = sum(a[r].float() @ b[r].float() for r in range(world))
+        for r in range(world):
+            assert _rel_err(outs[r], total[r * shard:(r + 1) * shard]) < 1e-2, f"rank {r}, run {run}"
+        seen.append([o.clone() for o in outs])
+    assert all(torch.equal(x, y) for x, y in zip(seen[1], seen[2])), "the same inputs gave other bits"

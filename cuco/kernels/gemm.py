@@ -1,4 +1,4 @@
-"""A persistent Triton GEMM (C = A @ B, row-major, fp32 accumulation) with the two hooks of the fused placement.
+"""A persistent Triton GEMM (C = A @ B, row-major, fp32 accumulation) with the hooks of the fused placement.
 
 - Arrival: the rows of A that live on other ranks land in `a_all` while the kernel runs. Each chunk of rows
   has a counter in `flags`, bumped by whoever delivers it (a peer's push, a copy engine's stream write); a tile
@@ -6,6 +6,9 @@
   chunk its rows touch has reached the target. No chunked GEMM launches: the tile is the unit of overlap.
 - Push: programs of the same launch beyond the GEMM's copy this rank's rows into every peer's `a_all`, chunk
   by chunk, and release the peer's counter for the chunk. The all-gather of A runs inside the GEMM kernel.
+- Scatter (gemm_reduce_scatter): the row-parallel GEMM's epilogue stores each tile of another rank's rows into
+  that rank's memory and releases a counter per tile; the owner's own tiles come last and add the peers'
+  partials in rank order. The reduce-scatter runs inside the GEMM kernel.
 
 A launch that waits never has more programs than SMs, so every program is resident at once: a tile that waits
 for a chunk never keeps the program that pushes it from running. A kernel's first launch compiles and loads it,
@@ -83,6 +86,32 @@ class Push:
     programs: int = 4
 
 
+@dataclass
+class Scatter:
+    """Where each rank's rows of this rank's partial product go, and where the other ranks' partials of this
+    rank's rows land (the row-parallel GEMM's reduce-scatter, fused into its epilogue).
+
+    The product's M rows are `world` shards of shard_rows; rank r owns shard r. recv is this rank's receive buffer,
+    [world, shard_rows, N]: slot r holds rank r's partial of this rank's rows (this rank's own slot is unused).
+    counters[r * tiles + t] reaches `target` once rank r's tile t is in slot r (one counter per sender and tile:
+    they only grow, one per run; size them with scatter_counters). dest_ptrs[s] is the address, on rank s, of its
+    recv slot for this rank; flag_ptrs[s] the address of rank s's counters (this rank's entries are unused).
+    """
+
+    rank: int
+    world: int
+    recv: torch.Tensor
+    counters: torch.Tensor
+    dest_ptrs: torch.Tensor  # int64, one per rank
+    flag_ptrs: torch.Tensor  # int64, one per rank
+    target: int
+
+
+def scatter_counters(world: int, shard_rows: int, n: int) -> int:
+    """Counters a Scatter needs, whatever tiles its shape gets (16 rows and columns, the smallest tile edge)."""
+    return world * triton.cdiv(shard_rows, 16) * triton.cdiv(n, 16)
+
+
 def interpreted() -> bool:
     """Triton's CPU interpreter (TRITON_INTERPRET=1 at import) runs the kernels on the host: no TMA, no PTX."""
     return type(_gemm_kernel).__name__ == "InterpretedFunction"
@@ -104,14 +133,13 @@ def _grouped(t, blocks_m, blocks_n, GROUP_M: tl.constexpr):
 
 
 @triton.jit
-def _tile(a_desc, a_ptr, a_row, b_desc, b_ptr, c_desc, c_ptr, c_row, col, M_a, M, N, K,
-          BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr, TMA: tl.constexpr):
-    """One output tile: rows [c_row, c_row + BLOCK_M) of C from rows [a_row, ...) of A (M_a rows in all)."""
+def _acc(a_desc, a_ptr, a_row, b_desc, b_ptr, col, M_a, N, K,
+         BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr, TMA: tl.constexpr):
+    """The fp32 product of rows [a_row, a_row + BLOCK_M) of A (M_a rows in all) and columns [col, ...) of B."""
     acc = tl.zeros((BLOCK_M, BLOCK_N), dtype=tl.float32)
     if TMA:
         for k in range(0, K, BLOCK_K):
             acc = tl.dot(a_desc.load([a_row, k]), b_desc.load([k, col]), acc)
-        c_desc.store([c_row, col], acc.to(c_desc.dtype))
     else:
         ra = a_row + tl.arange(0, BLOCK_M)
         rn = col + tl.arange(0, BLOCK_N)
@@ -122,9 +150,27 @@ def _tile(a_desc, a_ptr, a_row, b_desc, b_ptr, c_desc, c_ptr, c_row, col, M_a, M
             b = tl.load(b_ptr + (k + rk)[:, None] * N + rn[None, :],
                         mask=((k + rk)[:, None] < K) & (rn[None, :] < N), other=0.0)
             acc = tl.dot(a, b, acc)
-        rc = c_row + tl.arange(0, BLOCK_M)
-        tl.store(c_ptr + rc[:, None] * N + rn[None, :], acc.to(c_ptr.dtype.element_ty),
-                 mask=(rc[:, None] < M) & (rn[None, :] < N))
+    return acc
+
+
+@triton.jit
+def _store_rows(ptr, row, col, rows, acc, N, BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr):
+    """Rows [row, row + BLOCK_M) of a tile into a row-major [rows, N] matrix at ptr, those below `rows` only."""
+    rc = row + tl.arange(0, BLOCK_M)
+    rn = col + tl.arange(0, BLOCK_N)
+    tl.store(ptr + rc[:, None] * N + rn[None, :], acc.to(ptr.dtype.element_ty),
+             mask=(rc[:, None] < rows) & (rn[None, :] < N))
+
+
+@triton.jit
+def _tile(a_desc, a_ptr, a_row, b_desc, b_ptr, c_desc, c_ptr, c_row, col, M_a, M, N, K,
+          BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr, TMA: tl.constexpr):
+    """One output tile: rows [c_row, c_row + BLOCK_M) of C from rows [a_row, ...) of A (M_a rows in all)."""
+    acc = _acc(a_desc, a_ptr, a_row, b_desc, b_ptr, col, M_a, N, K, BLOCK_M, BLOCK_N, BLOCK_K, TMA)
+    if TMA:
+        c_desc.store([c_row, col], acc.to(c_desc.dtype))
+    else:
+        _store_rows(c_ptr, c_row, col, M, acc, N, BLOCK_M, BLOCK_N)
 
 
 @triton.jit
@@ -209,6 +255,48 @@ def _gemm_kernel(a_own_desc, a_all_desc, b_desc, c_desc, a_own, a_all, b, c,
                   BLOCK_M, BLOCK_N, BLOCK_K, TMA)
 
 
+@triton.jit(do_not_specialize=["shard_rows", "world", "rank", "target", "programs"])
+def _gemm_rs_kernel(a_desc, b_desc, a, b, out, recv, counters, dest_ptrs, flag_ptrs,
+                    M, N, K, shard_rows, world, rank, target, programs,
+                    BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr, GROUP_M: tl.constexpr,
+                    TMA: tl.constexpr):
+    """The other ranks' shards first, in ring order from the next rank (ranks start on different owners), each
+    tile stored into its owner's recv slot and released there; this rank's shard last, each tile summed with the
+    peers' partials of it in rank order (the same bits whichever lands first), into out."""
+    pid = tl.program_id(0)
+    blocks_m = tl.cdiv(shard_rows, BLOCK_M)
+    blocks_n = tl.cdiv(N, BLOCK_N)
+    per_shard = blocks_m * blocks_n
+    for u in range(pid, world * per_shard, programs):
+        shard = (rank + 1 + u // per_shard) % world
+        t = u % per_shard
+        pm, pn = _grouped(t, blocks_m, blocks_n, GROUP_M)
+        row, col = pm * BLOCK_M, pn * BLOCK_N
+        acc = _acc(a_desc, a, shard * shard_rows + row, b_desc, b, col, M, N, K, BLOCK_M, BLOCK_N, BLOCK_K, TMA)
+        if shard != rank:
+            dest = tl.load(dest_ptrs + shard).to(tl.pointer_type(out.dtype.element_ty))
+            _store_rows(dest, row, col, shard_rows, acc, N, BLOCK_M, BLOCK_N)
+            tl.debug_barrier()  # every thread's stores before the release (system scope, cumulative)
+            flag = tl.load(flag_ptrs + shard).to(tl.pointer_type(tl.int32))
+            tl.atomic_add(flag + rank * per_shard + t, 1, sem="release", scope="sys")
+        else:
+            rc = row + tl.arange(0, BLOCK_M)
+            rn = col + tl.arange(0, BLOCK_N)
+            mask = (rc[:, None] < shard_rows) & (rn[None, :] < N)
+            total = tl.zeros((BLOCK_M, BLOCK_N), dtype=tl.float32)
+            for r in range(world):
+                if r == rank:
+                    total += acc
+                else:
+                    while tl.atomic_add(counters + r * per_shard + t, 0, sem="acquire", scope="sys") < target:
+                        pass
+                    # .cg: from L2, never a line this SM kept from the previous run
+                    part = tl.load(recv + r * shard_rows * N + rc[:, None] * N + rn[None, :], mask=mask, other=0.0,
+                                   cache_modifier=".cg")
+                    total += part.to(tl.float32)
+            _store_rows(out, row, col, shard_rows, total, N, BLOCK_M, BLOCK_N)
+
+
 def _tma_ok(*tensors: torch.Tensor) -> bool:
     return all(t.data_ptr() % TMA_ALIGN == 0 and (t.stride(0) * t.element_size()) % TMA_ALIGN == 0
                and t.stride(1) == 1 for t in tensors)
@@ -279,3 +367,26 @@ def gemm_gathered(a_own: torch.Tensor, b: torch.Tensor, c: torch.Tensor, arrival
     arrival.flags[shard * arrival.chunks:(shard + 1) * arrival.chunks].fill_(arrival.target)
     return _launch(a_own, arrival.a_all, b, c, own_row0=arrival.own_row0, own_rows=0, arrival=arrival, push=push,
                    config=cfg, programs=programs)
+
+
+def gemm_reduce_scatter(a: torch.Tensor, b: torch.Tensor, out: torch.Tensor, scatter: Scatter, *,
+                        config: GemmConfig | None = None, programs: int | None = None) -> torch.Tensor:
+    """out = this rank's shard of the sum over ranks of a @ b (a: this rank's K slice), the reduce-scatter done
+    by the GEMM's own tiles: pushed to their owners as they finish, summed by the owner's last tiles.
+
+    Grid: one program per SM at most (the owner's tiles wait for the peers'); nothing allocated."""
+    m, k = a.shape
+    n = b.shape[1]
+    shard_rows = m // scatter.world
+    cfg = config or config_for(shard_rows, n, k)
+    if scatter.counters.numel() < scatter.world * triton.cdiv(shard_rows, cfg.block_m) * triton.cdiv(n, cfg.block_n):
+        raise ValueError("Scatter.counters is too small for this shape: size it with scatter_counters()")
+    tma = not interpreted() and _tma_ok(a, b)
+    programs = programs or sm_count(out.device)
+    _gemm_rs_kernel[(programs,)](
+        _descriptor(a, [cfg.block_m, cfg.block_k], tma), _descriptor(b, [cfg.block_k, cfg.block_n], tma),
+        a, b, out, scatter.recv, scatter.counters, scatter.dest_ptrs, scatter.flag_ptrs,
+        m, n, k, shard_rows, scatter.world, scatter.rank, scatter.target, programs,
+        BLOCK_M=cfg.block_m, BLOCK_N=cfg.block_n, BLOCK_K=cfg.block_k, GROUP_M=cfg.group_m, TMA=tma,
+        num_stages=cfg.num_stages, num_warps=cfg.num_warps)
+    return out
