@@ -54,7 +54,7 @@ def test_plain_gemm(m, k, n):
 def test_gathered_rank_of_two(rank, m, k, n, chunks):
     """Rank `rank` of two: the peer's shard is already in a_all (its counters at the target), its own rows are
     pushed into the peer's a_all and released there; 90 rows (45 a shard) are not tile-aligned."""
-    shard, target = m // 2, 5
+    shard, target = m // 2, 1  # a first run: the work counter starts at zero
     A, b = _rand(m, k), _rand(k, n)
     own, peer = slice(rank * shard, (rank + 1) * shard), slice((1 - rank) * shard, (2 - rank) * shard)
     a_all = _nan(m, k)
@@ -66,7 +66,8 @@ def test_gathered_rank_of_two(rank, m, k, n, chunks):
     c = _nan(m, n)
     push = Push(torch.tensor([peer_all[own].data_ptr()], device=DEVICE),
                 torch.tensor([peer_flags.data_ptr()], device=DEVICE), shard=rank, programs=2)
-    gemm_gathered(A[own].clone(), b, c, Arrival(a_all, rank * shard, shard, chunks, flags, target), push,
+    work = torch.zeros(1, dtype=torch.int32, device=DEVICE)
+    gemm_gathered(A[own].clone(), b, c, Arrival(a_all, rank * shard, shard, chunks, flags, target, work), push,
                   config=SMALL, programs=5)
     if DEVICE.type == "cuda":
         torch.cuda.synchronize()
@@ -123,6 +124,7 @@ def test_two_ranks_wait_on_each_other(m, k, n, chunks):
     """Two ranks' fused kernels at once on one GPU, each on half the SMs: each pushes its shard into the other's
     a_all and computes the other's rows only once they have arrived. Three epochs over two a_all buffers with
     fresh inputs each: counters only grow, and a buffer is rewritten only after the kernel that read it ended.
+    Each rank's pushers join its GEMM once their rows are out (the shared work counter).
 
     Everything is allocated and each kernel loaded (a solo run against preset counters) before two kernels run
     at once: a cudaMalloc or a lazy module load may wait for the device, i.e. for a kernel that spins on a push
@@ -131,6 +133,7 @@ def test_two_ranks_wait_on_each_other(m, k, n, chunks):
     half = torch.cuda.get_device_properties(DEVICE).multi_processor_count // world
     a_all = [[_nan(m, k) for _ in range(2)] for _ in range(world)]
     flags = [torch.zeros(world * chunks, dtype=torch.int32, device=DEVICE) for _ in range(world)]
+    work = [torch.zeros(1, dtype=torch.int32, device=DEVICE) for _ in range(world)]
     push = {(r, buf): Push(torch.tensor([a_all[1 - r][buf][r * shard].data_ptr()], device=DEVICE),
                            torch.tensor([flags[1 - r].data_ptr()], device=DEVICE), shard=r, programs=2)
             for r in range(world) for buf in range(2)}
@@ -139,7 +142,8 @@ def test_two_ranks_wait_on_each_other(m, k, n, chunks):
     def launch(r, A, b, c, buf, target):
         with torch.cuda.stream(streams[r]):
             gemm_gathered(A[r * shard:(r + 1) * shard], b, c, Arrival(a_all[r][buf], r * shard, shard, chunks,
-                                                                      flags[r], target), push[r, buf], programs=half)
+                                                                      flags[r], target, work[r]), push[r, buf],
+                          programs=half)
 
     A, b, c = _rand(m, k), _rand(k, n), _nan(m, n)
     for r in range(world):
@@ -147,7 +151,7 @@ def test_two_ranks_wait_on_each_other(m, k, n, chunks):
         torch.cuda.synchronize()
         launch(r, A, b, c, 0, 1)
         torch.cuda.synchronize()
-    for f in flags:
+    for f in flags + work:
         f.zero_()
     for epoch in range(1, 4):
         A, bs = _rand(m, k), [_rand(k, n) for _ in range(world)]

@@ -70,7 +70,8 @@ class Arrival:
     shard_rows: int
     chunks: int
     flags: torch.Tensor  # int32, shards * chunks counters; they only grow, so a target per run needs no reset
-    target: int
+    target: int  # this run's number, 1, 2, ...: every run of a shape goes through gemm_gathered
+    work: torch.Tensor  # int32, one counter the programs take the others' tiles from; zeroed once, like flags
 
 
 @dataclass
@@ -221,38 +222,42 @@ def _push(a_own, dest_ptrs, flag_ptrs, q, push_progs, npeers, own_rows, K, shard
 @triton.jit(do_not_specialize=["own_row0", "own_rows", "push_rows", "shard_rows", "chunks", "rows_per_chunk",
                                "target", "gemm_progs", "push_progs", "npeers", "shard"])
 def _gemm_kernel(a_own_desc, a_all_desc, b_desc, c_desc, a_own, a_all, b, c,
-                 flags, dest_ptrs, flag_ptrs,
+                 flags, work, dest_ptrs, flag_ptrs,
                  M, N, K, own_row0, own_rows, push_rows, shard_rows, chunks, rows_per_chunk, target,
                  gemm_progs, push_progs, npeers, shard,
                  BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr, GROUP_M: tl.constexpr,
                  TMA: tl.constexpr, GATED: tl.constexpr, PUSH: tl.constexpr, FENCE: tl.constexpr,
                  PUSH_ROWS: tl.constexpr, PUSH_COLS: tl.constexpr, FLATTEN: tl.constexpr):
     pid = tl.program_id(0)
+    blocks_m = tl.cdiv(M, BLOCK_M)
+    blocks_n = tl.cdiv(N, BLOCK_N)
+    own_block0 = own_row0 // BLOCK_M
+    own_blocks = tl.cdiv(own_rows, BLOCK_M)
     if PUSH and pid >= gemm_progs:
         _push(a_own, dest_ptrs, flag_ptrs, pid - gemm_progs, push_progs, npeers, push_rows, K, shard, chunks,
               rows_per_chunk, PUSH_ROWS, PUSH_COLS)
     else:
-        blocks_m = tl.cdiv(M, BLOCK_M)
-        blocks_n = tl.cdiv(N, BLOCK_N)
-        own_block0 = own_row0 // BLOCK_M
-        own_blocks = tl.cdiv(own_rows, BLOCK_M)
-        n_own = own_blocks * blocks_n
         # This rank's rows first: they are here from the start.
-        for t in tl.range(pid, n_own, gemm_progs, flatten=FLATTEN):
+        for t in tl.range(pid, own_blocks * blocks_n, gemm_progs, flatten=FLATTEN):
             pm, pn = _grouped(t, own_blocks, blocks_n, GROUP_M)
             _tile(a_own_desc, a_own, pm * BLOCK_M, b_desc, b, c_desc, c, own_row0 + pm * BLOCK_M, pn * BLOCK_N,
                   own_rows, M, N, K, BLOCK_M, BLOCK_N, BLOCK_K, TMA)
-        # Then the others', in ring order from the next shard on, each tile once its rows have arrived. The
-        # round robin goes on where the first loop stopped, so no program idles while another has two tiles.
+    if GATED:
+        # Then the others', in ring order from the next shard on, each tile once its rows have arrived, taken one
+        # at a time from a shared counter by every program: a pusher joins once its rows are out, and no program
+        # idles while tiles are left. Each program's last take finds none, so a launch moves the counter by the
+        # tiles plus the programs, and run `target` starts where run target - 1 ended (counter zeroed once).
         other_blocks = blocks_m - own_blocks
-        for t in range((pid + gemm_progs - n_own % gemm_progs) % gemm_progs, other_blocks * blocks_n, gemm_progs):
+        n_other = other_blocks * blocks_n
+        base = (target - 1) * (n_other + gemm_progs + push_progs)
+        t = tl.atomic_add(work, 1, sem="relaxed", scope="gpu") - base
+        while t < n_other:
             j, pn = _grouped(t, other_blocks, blocks_n, GROUP_M)
             row = ((own_block0 + own_blocks + j) % blocks_m) * BLOCK_M
-            if GATED:
-                _wait_rows(flags, row, tl.minimum(row + BLOCK_M, M), shard_rows, chunks, rows_per_chunk, target,
-                           FENCE)
+            _wait_rows(flags, row, tl.minimum(row + BLOCK_M, M), shard_rows, chunks, rows_per_chunk, target, FENCE)
             _tile(a_all_desc, a_all, row, b_desc, b, c_desc, c, row, pn * BLOCK_N, M, M, N, K,
                   BLOCK_M, BLOCK_N, BLOCK_K, TMA)
+            t = tl.atomic_add(work, 1, sem="relaxed", scope="gpu") - base
 
 
 @triton.jit(do_not_specialize=["shard_rows", "world", "rank", "target", "programs"])
@@ -329,7 +334,8 @@ def _launch(a_own, a_all, b, c, *, own_row0, own_rows, arrival, push, config, pr
         _descriptor(a_own, [cfg.block_m, cfg.block_k], tma) if own_rows else a_all_desc, a_all_desc,
         _descriptor(b, [cfg.block_k, cfg.block_n], tma), _descriptor(c, [cfg.block_m, cfg.block_n], tma),
         a_own, a_all, b, c,
-        arrival.flags if gated else c, push.dest_ptrs if push else c, push.flag_ptrs if push else c,  # c: unused
+        arrival.flags if gated else c, arrival.work if gated else c,  # c: unused
+        push.dest_ptrs if push else c, push.flag_ptrs if push else c,
         m, n, k, own_row0, own_rows, a_own.shape[0], shard_rows, chunks, triton.cdiv(shard_rows, chunks),
         arrival.target if gated else 0, gemm_progs, push_progs, push.dest_ptrs.numel() if push else 0,
         push.shard if push else 0,

@@ -5,15 +5,17 @@ DESIGN (prepended by the directive proposer) picks the point:
   placement  fused: programs of the GEMM's own launch push this rank's rows to every peer, chunk by chunk;
              the GEMM's tiles compute the local rows first, then each peer row block once its chunk's counter
              has reached this run's number (acquire), so the tile, not a chunked cuBLAS call, is the unit
-             of overlap: no launch per chunk and no chunk-sized GEMMs
+             of overlap: no launch per chunk and no chunk-sized GEMMs; the pushing programs take the peers'
+             tiles too once their rows are out
   sync       chunk: one counter per (shard, chunk) on the receiver, bumped by the sender's release
   issuer     cta: each push program stores whole chunks, then releases them
   chunks     pieces each shard is sent in
 
 Invariants: the gathered rows land in one of two buffers, by the parity of the run, so a peer that is one run
 ahead never overwrites rows this rank's GEMM still reads (a rank two runs ahead is impossible: its previous run
-waited for this rank's pushes, which this rank's previous kernel, ended by then, made). Counters only grow
-(one per run per chunk), so they are zeroed once, in setup, before the rendezvous that every rank must reach.
+waited for this rank's pushes, which this rank's previous kernel, ended by then, made). Counters only grow (one
+per run per chunk), as does the work counter the programs take tiles from, so they are zeroed once, in setup,
+before the rendezvous that every rank must reach.
 Requires: all ranks on one NVLink domain (peer-mapped symmetric memory).
 """
 
@@ -42,6 +44,7 @@ def setup(ctx):
     row_bytes = k * a.element_size()
     ctx.state.update(
         run=0, flags=flags, a_all=gathered.view(2, m, k), shard=shard, chunks=chunks,
+        work=torch.zeros(1, dtype=torch.int32, device=a.device),
         pushes=[Push(torch.tensor([hg.buffer_ptrs[p] + (parity * m + rank * shard) * row_bytes for p in peers],
                                   dtype=torch.int64, device=a.device),
                      torch.tensor([hf.buffer_ptrs[p] for p in peers], dtype=torch.int64, device=a.device),
@@ -52,7 +55,8 @@ def run(ctx):
     st = ctx.state
     st["run"] += 1
     parity = st["run"] % 2
-    arrival = Arrival(st["a_all"][parity], ctx.rank * st["shard"], st["shard"], st["chunks"], st["flags"], st["run"])
+    arrival = Arrival(st["a_all"][parity], ctx.rank * st["shard"], st["shard"], st["chunks"], st["flags"], st["run"],
+                      st["work"])
     gemm_gathered(ctx.buffers["a"], ctx.buffers["b"], ctx.buffers["c"], arrival,
                   st["pushes"][parity] if ctx.world > 1 else None)
 
