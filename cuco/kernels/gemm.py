@@ -51,7 +51,7 @@ def config_for(m: int, n: int, k: int) -> GemmConfig:
         return GemmConfig(32, 64, 128, 1, 4, 4)
     if m <= 256:
         if triton.cdiv(m, 128) * triton.cdiv(n, 64) >= 128:
-            return GemmConfig(128, 64, 128, 1, 3, 4)
+            return GemmConfig(128, 64, 128, 1, 4, 4)
         return GemmConfig(64, 64, 256, 1, 3, 4)
     return GemmConfig(128, 256, 64, 8, 3, 8, flatten=True)
 
