@@ -7,6 +7,7 @@ two emulated ranks on one GPU wait on each other's pushes for real.
 
 from __future__ import annotations
 
+import dataclasses
 import os
 
 import pytest
@@ -18,7 +19,7 @@ if gpu_count() == 0:
 torch = pytest.importorskip("torch")
 triton = pytest.importorskip("triton")
 from cuco.kernels.gemm import (  # noqa: E402
-    Arrival, GemmConfig, Push, Scatter, gemm, gemm_gathered, gemm_reduce_scatter, scatter_counters)
+    Arrival, GemmConfig, Partials, Push, gemm, gemm_all_reduce, gemm_gathered, gemm_reduce_scatter, partials_counters)
 
 DEVICE = torch.device("cuda" if gpu_count() else "cpu")
 DTYPE = torch.bfloat16 if DEVICE.type == "cuda" else torch.float16
@@ -79,40 +80,43 @@ def test_gathered_rank_of_two(rank, m, k, n, chunks):
     assert peer_flags.tolist() == expect
 
 
-def _scatter_for(rank, world, shard, n, recv, counters, peers_recv, peers_counters, target):
-    """Rank `rank`'s Scatter: peers_recv[s] / peers_counters[s] stand for rank s's buffers."""
+def _partials_for(rank, world, recv, counters, peers_recv, peers_counters, target):
+    """Rank `rank`'s Partials: peers_recv[s] / peers_counters[s] stand for rank s's buffers."""
     dest = [peers_recv[s][rank].data_ptr() if s != rank else 0 for s in range(world)]
     flags = [peers_counters[s].data_ptr() if s != rank else 0 for s in range(world)]
-    return Scatter(rank, world, recv, counters, torch.tensor(dest, device=DEVICE), torch.tensor(flags, device=DEVICE),
-                   target)
+    return Partials(rank, world, recv, counters, torch.tensor(dest, device=DEVICE), torch.tensor(flags, device=DEVICE),
+                    target)
 
 
+SUMS = {"reduce_scatter": gemm_reduce_scatter, "all_reduce": gemm_all_reduce}
+
+
+@pytest.mark.parametrize("op", SUMS)
 @pytest.mark.parametrize("rank", [0, 1])
 @pytest.mark.parametrize("m,k,n", [(128, 64, 48), (96, 72, 40), (90, 40, 24)])
-def test_reduce_scatter_rank_of_two(rank, m, k, n):
-    """Rank `rank` of two: the peer's partial of this rank's rows already landed (its counters at the target);
-    this rank's partial of the peer's rows is pushed into the peer's slot for it, one release per tile."""
-    world, shard, target = 2, m // 2, 3
-    peer = 1 - rank
+def test_summed_rank_of_two(op, rank, m, k, n):
+    """Rank `rank` of two: the peer's partial of the rows this rank sums already landed (its counters at the
+    target); this rank's partial of the rows the peer sums is pushed into the peer's slot for it, one release per
+    tile. A reduce-scatter sums this rank's shard; an all-reduce every row, on both ranks."""
+    world, target, peer = 2, 3, 1 - rank
+    rows = m // 2 if op == "reduce_scatter" else m
+    mine = slice(rank * rows, (rank + 1) * rows) if op == "reduce_scatter" else slice(0, m)
+    theirs = slice(peer * rows, (peer + 1) * rows) if op == "reduce_scatter" else slice(0, m)
     a, b = _rand(m, k), _rand(k, n)
     peer_part = _rand(m, n)  # the peer's a @ b, as it would send it
-    recv = _nan(world, shard, n)
-    recv[peer] = peer_part[rank * shard:(rank + 1) * shard]
-    counters = torch.full((scatter_counters(world, shard, n),), target, dtype=torch.int32, device=DEVICE)
-    peer_recv = _nan(world, shard, n)
-    peer_counters = torch.zeros(scatter_counters(world, shard, n), dtype=torch.int32, device=DEVICE)
-    bufs = {rank: recv, peer: peer_recv}
-    cnts = {rank: counters, peer: peer_counters}
-    out = _nan(shard, n)
-    gemm_reduce_scatter(a, b, out, _scatter_for(rank, world, shard, n, recv, counters, bufs, cnts, target),
-                        config=SMALL, programs=3)
-    own = slice(rank * shard, (rank + 1) * shard)
+    recv = _nan(world, rows, n)
+    recv[peer] = peer_part[mine]
+    counters = torch.full((partials_counters(world, rows, n),), target, dtype=torch.int32, device=DEVICE)
+    peer_recv = _nan(world, rows, n)
+    peer_counters = torch.zeros(partials_counters(world, rows, n), dtype=torch.int32, device=DEVICE)
+    out = _nan(rows, n)
+    SUMS[op](a, b, out, _partials_for(rank, world, recv, counters, {rank: recv, peer: peer_recv},
+                                      {rank: counters, peer: peer_counters}, target), config=SMALL, programs=3)
     full = a.float() @ b.float()
-    parts = {rank: full[own], peer: peer_part[own].float()}
-    assert _rel_err(out, parts[0] + parts[1]) < 1e-2
-    assert _rel_err(peer_recv[rank], full[peer * shard:(peer + 1) * shard]) < 1e-2
+    assert _rel_err(out, full[mine] + peer_part[mine].float()) < 1e-2
+    assert _rel_err(peer_recv[rank], full[theirs]) < 1e-2
     assert torch.isnan(peer_recv[peer]).all(), "a push wrote into the slot of another sender"
-    tiles = triton.cdiv(shard, SMALL.block_m) * triton.cdiv(n, SMALL.block_n)
+    tiles = triton.cdiv(rows, SMALL.block_m) * triton.cdiv(n, SMALL.block_n)
     assert peer_counters[rank * tiles:(rank + 1) * tiles].tolist() == [1] * tiles
     assert not peer_counters[(rank + 1) * tiles:].any() and not peer_counters[:rank * tiles].any()
 
@@ -166,27 +170,26 @@ def test_two_ranks_wait_on_each_other(m, k, n, chunks):
 
 @pytest.mark.gpu(1)
 @pytest.mark.timeout(120)
-@pytest.mark.parametrize("m,k,n", [(8192, 1024, 2048), (256, 512, 384), (96, 136, 200)])
-def test_two_ranks_reduce_scatter_at_once(m, k, n):
-    """Two ranks' fused GEMM + reduce-scatter kernels at once on one GPU, each on half the SMs, over two recv
-    buffers by run parity: right every run, and the same bits when the same inputs come again."""
-    world, shard = 2, m // 2
+@pytest.mark.parametrize("op", SUMS)
+@pytest.mark.parametrize("m,k,n", [(8192, 1024, 2048), (256, 512, 384), (96, 136, 200), (8, 4096, 8192)])
+def test_two_ranks_sum_at_once(op, m, k, n):
+    """Two ranks' fused GEMM + reduce-scatter (or all-reduce) kernels at once on one GPU, each on half the SMs,
+    over two recv buffers by run parity: right every run, the same bits when the same inputs come again, and,
+    for the all-reduce, the same bits on both ranks."""
+    world = 2
+    rows = m // world if op == "reduce_scatter" else m
     half = torch.cuda.get_device_properties(DEVICE).multi_processor_count // world
-    recv = [[_nan(world, shard, n) for _ in range(2)] for _ in range(world)]
-    counters = [torch.zeros(scatter_counters(world, shard, n), dtype=torch.int32, device=DEVICE)
+    recv = [[_nan(world, rows, n) for _ in range(2)] for _ in range(world)]
+    counters = [torch.zeros(partials_counters(world, rows, n), dtype=torch.int32, device=DEVICE)
                 for _ in range(world)]
-    dest = {(r, buf): [recv[s][buf][r].data_ptr() if s != r else 0 for s in range(world)]
-            for r in range(world) for buf in range(2)}
-    ptrs = {key: torch.tensor(v, device=DEVICE) for key, v in dest.items()}
-    flag_ptrs = [torch.tensor([counters[s].data_ptr() if s != r else 0 for s in range(world)], device=DEVICE)
-                 for r in range(world)]
+    parts = {(r, buf): _partials_for(r, world, recv[r][buf], counters[r], {s: recv[s][buf] for s in range(world)},
+                                     dict(enumerate(counters)), 0) for r in range(world) for buf in range(2)}
     streams = [torch.cuda.Stream() for _ in range(world)]
-    outs = [_nan(shard, n) for _ in range(world)]
+    outs = [_nan(rows, n) for _ in range(world)]
 
     def launch(r, a, b, buf, target):
         with torch.cuda.stream(streams[r]):
-            gemm_reduce_scatter(a, b, outs[r], Scatter(r, world, recv[r][buf], counters[r], ptrs[r, buf],
-                                                       flag_ptrs[r], target), programs=half)
+            SUMS[op](a, b, outs[r], dataclasses.replace(parts[r, buf], target=target), programs=half)
 
     a = [_rand(m, k) for _ in range(world)]
     b = [_rand(k, n) for _ in range(world)]
@@ -210,6 +213,9 @@ def test_two_ranks_reduce_scatter_at_once(m, k, n):
         torch.cuda.synchronize()
         total = sum(a[r].float() @ b[r].float() for r in range(world))
         for r in range(world):
-            assert _rel_err(outs[r], total[r * shard:(r + 1) * shard]) < 1e-2, f"rank {r}, run {run}"
+            want = total[r * rows:(r + 1) * rows] if op == "reduce_scatter" else total
+            assert _rel_err(outs[r], want) < 1e-2, f"rank {r}, run {run}"
+        if op == "all_reduce":
+            assert torch.equal(outs[0], outs[1]), "the ranks' all-reduced results differ"
         seen.append([o.clone() for o in outs])
     assert all(torch.equal(x, y) for x, y in zip(seen[1], seen[2])), "the same inputs gave other bits"

@@ -2,6 +2,7 @@
 
 The CUDA candidates include cuco/cuda/include; the Python ones import `cuco.kernels.<module>` (and only this
 package of cuco: the static checks reject the rest). Modules here import torch and Triton alone, never the
-runner. The GPU work of a fused placement lives here: a GEMM whose tiles wait for their rows and whose spare
-programs send this rank's rows to its peers (gemm.py).
+runner. The GPU work of a fused placement lives here: a GEMM whose tiles wait for their rows, whose spare
+programs send this rank's rows to its peers, and whose epilogue reduce-scatters or all-reduces (gemm.py); and
+the symmetric buffers such a GEMM exchanges with its peers (symmetric.py).
 """

@@ -6,9 +6,9 @@
   chunk its rows touch has reached the target. No chunked GEMM launches: the tile is the unit of overlap.
 - Push: programs of the same launch beyond the GEMM's copy this rank's rows into every peer's `a_all`, chunk
   by chunk, and release the peer's counter for the chunk. The all-gather of A runs inside the GEMM kernel.
-- Scatter (gemm_reduce_scatter): the row-parallel GEMM's epilogue stores each tile of another rank's rows into
-  that rank's memory and releases a counter per tile; the owner's own tiles come last and add the peers'
-  partials in rank order. The reduce-scatter runs inside the GEMM kernel.
+- Partials (gemm_reduce_scatter, gemm_all_reduce): the row-parallel GEMM's epilogue stores each partial tile
+  into the memory of the ranks that sum it and releases a counter per tile; a tile's summing rank adds the
+  partials in rank order. The reduce-scatter or all-reduce runs inside the GEMM kernel.
 
 A launch that waits never has more programs than SMs, so every program is resident at once: a tile that waits
 for a chunk never keeps the program that pushes it from running. A kernel's first launch compiles and loads it,
@@ -88,15 +88,16 @@ class Push:
 
 
 @dataclass
-class Scatter:
-    """Where each rank's rows of this rank's partial product go, and where the other ranks' partials of this
-    rank's rows land (the row-parallel GEMM's reduce-scatter, fused into its epilogue).
+class Partials:
+    """Where this rank's partial tiles go and where the other ranks' land, for a row-parallel GEMM whose partial
+    products are summed across ranks inside its epilogue (reduce-scatter: each row's owner sums; all-reduce:
+    every rank sums every row).
 
-    The product's M rows are `world` shards of shard_rows; rank r owns shard r. recv is this rank's receive buffer,
-    [world, shard_rows, N]: slot r holds rank r's partial of this rank's rows (this rank's own slot is unused).
-    counters[r * tiles + t] reaches `target` once rank r's tile t is in slot r (one counter per sender and tile:
-    they only grow, one per run; size them with scatter_counters). dest_ptrs[s] is the address, on rank s, of its
-    recv slot for this rank; flag_ptrs[s] the address of rank s's counters (this rank's entries are unused).
+    recv is this rank's receive buffer, [world, rows, N], rows being the rows this rank sums (its shard for a
+    reduce-scatter, all M for an all-reduce): slot r holds rank r's partial of them (this rank's own slot is
+    unused). counters[r * tiles + t] reaches `target` once rank r's tile t is in slot r: one counter per sender and
+    tile, which only grow, one per run (size them with partials_counters). dest_ptrs[s] is the address, on rank s,
+    of its recv slot for this rank; flag_ptrs[s] the address of rank s's counters (this rank's entries unused).
     """
 
     rank: int
@@ -105,12 +106,12 @@ class Scatter:
     counters: torch.Tensor
     dest_ptrs: torch.Tensor  # int64, one per rank
     flag_ptrs: torch.Tensor  # int64, one per rank
-    target: int
+    target: int  # this run's number, 1, 2, ...
 
 
-def scatter_counters(world: int, shard_rows: int, n: int) -> int:
-    """Counters a Scatter needs, whatever tiles its shape gets (16 rows and columns, the smallest tile edge)."""
-    return world * triton.cdiv(shard_rows, 16) * triton.cdiv(n, 16)
+def partials_counters(world: int, rows: int, n: int) -> int:
+    """Counters Partials needs for `rows` summed rows, whatever tiles the shape gets (16, the smallest tile edge)."""
+    return world * triton.cdiv(rows, 16) * triton.cdiv(n, 16)
 
 
 def interpreted() -> bool:
@@ -302,6 +303,46 @@ def _gemm_rs_kernel(a_desc, b_desc, a, b, out, recv, counters, dest_ptrs, flag_p
             _store_rows(out, row, col, shard_rows, total, N, BLOCK_M, BLOCK_N)
 
 
+@triton.jit(do_not_specialize=["world", "rank", "target", "programs"])
+def _gemm_ar_kernel(a_desc, b_desc, a, b, out, recv, counters, dest_ptrs, flag_ptrs,
+                    M, N, K, world, rank, target, programs,
+                    BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr, GROUP_M: tl.constexpr,
+                    TMA: tl.constexpr):
+    """Each tile: computed, stored into every peer's recv slot for this rank and released there, then summed with
+    the peers' partials of it in rank order, every partial rounded to bf16 as sent, so that every rank stores the
+    same bits. Tiles go to programs alike on every rank, so the tile a program waits for is the one the same
+    program of each peer is computing or has pushed: all resident, none waits forever."""
+    pid = tl.program_id(0)
+    blocks_m = tl.cdiv(M, BLOCK_M)
+    blocks_n = tl.cdiv(N, BLOCK_N)
+    tiles = blocks_m * blocks_n
+    for t in range(pid, tiles, programs):
+        pm, pn = _grouped(t, blocks_m, blocks_n, GROUP_M)
+        row, col = pm * BLOCK_M, pn * BLOCK_N
+        acc = _acc(a_desc, a, row, b_desc, b, col, M, N, K, BLOCK_M, BLOCK_N, BLOCK_K, TMA)
+        for i in range(1, world):
+            dest = tl.load(dest_ptrs + (rank + i) % world).to(tl.pointer_type(out.dtype.element_ty))
+            _store_rows(dest, row, col, M, acc, N, BLOCK_M, BLOCK_N)
+        tl.debug_barrier()  # every thread's stores before the releases (system scope, cumulative)
+        for i in range(1, world):
+            flag = tl.load(flag_ptrs + (rank + i) % world).to(tl.pointer_type(tl.int32))
+            tl.atomic_add(flag + rank * tiles + t, 1, sem="release", scope="sys")
+        rc = row + tl.arange(0, BLOCK_M)
+        rn = col + tl.arange(0, BLOCK_N)
+        mask = (rc[:, None] < M) & (rn[None, :] < N)
+        total = tl.zeros((BLOCK_M, BLOCK_N), dtype=tl.float32)
+        for r in range(world):
+            if r == rank:
+                total += acc.to(out.dtype.element_ty).to(tl.float32)
+            else:
+                while tl.atomic_add(counters + r * tiles + t, 0, sem="acquire", scope="sys") < target:
+                    pass
+                part = tl.load(recv + r * M * N + rc[:, None] * N + rn[None, :], mask=mask, other=0.0,
+                               cache_modifier=".cg")  # from L2, never a line this SM kept from the previous run
+                total += part.to(tl.float32)
+        _store_rows(out, row, col, M, total, N, BLOCK_M, BLOCK_N)
+
+
 def _tma_ok(*tensors: torch.Tensor) -> bool:
     return all(t.data_ptr() % TMA_ALIGN == 0 and (t.stride(0) * t.element_size()) % TMA_ALIGN == 0
                and t.stride(1) == 1 for t in tensors)
@@ -375,7 +416,7 @@ def gemm_gathered(a_own: torch.Tensor, b: torch.Tensor, c: torch.Tensor, arrival
                    config=cfg, programs=programs)
 
 
-def gemm_reduce_scatter(a: torch.Tensor, b: torch.Tensor, out: torch.Tensor, scatter: Scatter, *,
+def gemm_reduce_scatter(a: torch.Tensor, b: torch.Tensor, out: torch.Tensor, parts: Partials, *,
                         config: GemmConfig | None = None, programs: int | None = None) -> torch.Tensor:
     """out = this rank's shard of the sum over ranks of a @ b (a: this rank's K slice), the reduce-scatter done
     by the GEMM's own tiles: pushed to their owners as they finish, summed by the owner's last tiles.
@@ -383,16 +424,38 @@ def gemm_reduce_scatter(a: torch.Tensor, b: torch.Tensor, out: torch.Tensor, sca
     Grid: one program per SM at most (the owner's tiles wait for the peers'); nothing allocated."""
     m, k = a.shape
     n = b.shape[1]
-    shard_rows = m // scatter.world
+    shard_rows = m // parts.world
     cfg = config or config_for(shard_rows, n, k)
-    if scatter.counters.numel() < scatter.world * triton.cdiv(shard_rows, cfg.block_m) * triton.cdiv(n, cfg.block_n):
-        raise ValueError("Scatter.counters is too small for this shape: size it with scatter_counters()")
+    if parts.counters.numel() < parts.world * triton.cdiv(shard_rows, cfg.block_m) * triton.cdiv(n, cfg.block_n):
+        raise ValueError("Partials.counters is too small for this shape: size it with partials_counters()")
     tma = not interpreted() and _tma_ok(a, b)
     programs = programs or sm_count(out.device)
     _gemm_rs_kernel[(programs,)](
         _descriptor(a, [cfg.block_m, cfg.block_k], tma), _descriptor(b, [cfg.block_k, cfg.block_n], tma),
-        a, b, out, scatter.recv, scatter.counters, scatter.dest_ptrs, scatter.flag_ptrs,
-        m, n, k, shard_rows, scatter.world, scatter.rank, scatter.target, programs,
+        a, b, out, parts.recv, parts.counters, parts.dest_ptrs, parts.flag_ptrs,
+        m, n, k, shard_rows, parts.world, parts.rank, parts.target, programs,
+        BLOCK_M=cfg.block_m, BLOCK_N=cfg.block_n, BLOCK_K=cfg.block_k, GROUP_M=cfg.group_m, TMA=tma,
+        num_stages=cfg.num_stages, num_warps=cfg.num_warps)
+    return out
+
+
+def gemm_all_reduce(a: torch.Tensor, b: torch.Tensor, out: torch.Tensor, parts: Partials, *,
+                    config: GemmConfig | None = None, programs: int | None = None) -> torch.Tensor:
+    """out = the sum over ranks of a @ b on every rank (a: this rank's K slice), the all-reduce done by the GEMM's
+    own tiles: each pushed to every peer as it finishes and summed there, in rank order, with theirs.
+
+    Grid: one program per SM at most (tiles wait for the peers'); nothing allocated."""
+    m, k = a.shape
+    n = b.shape[1]
+    cfg = config or config_for(m, n, k)
+    if parts.counters.numel() < parts.world * triton.cdiv(m, cfg.block_m) * triton.cdiv(n, cfg.block_n):
+        raise ValueError("Partials.counters is too small for this shape: size it with partials_counters()")
+    tma = not interpreted() and _tma_ok(a, b)
+    programs = programs or sm_count(out.device)
+    _gemm_ar_kernel[(programs,)](
+        _descriptor(a, [cfg.block_m, cfg.block_k], tma), _descriptor(b, [cfg.block_k, cfg.block_n], tma),
+        a, b, out, parts.recv, parts.counters, parts.dest_ptrs, parts.flag_ptrs,
+        m, n, k, parts.world, parts.rank, parts.target, programs,
         BLOCK_M=cfg.block_m, BLOCK_N=cfg.block_n, BLOCK_K=cfg.block_k, GROUP_M=cfg.group_m, TMA=tma,
         num_stages=cfg.num_stages, num_warps=cfg.num_warps)
     return out

@@ -10,46 +10,25 @@ DESIGN (prepended by the directive proposer) picks the point:
   issuer     cta: the program that computed a tile stores and releases it
   chunks     1 (the tile is the unit)
 
-Invariants: the receive slots are two buffers, by the parity of the run, so a sender one run ahead never
-overwrites partials its owner still reads (two runs ahead is impossible: the sender's previous run waited for
-this rank's partials, which this rank's previous kernel, ended by then, sent). Counters only grow (one per run),
-so they are zeroed once, in setup, before the rendezvous every rank must reach. The sum is in rank order, so a
-tile has the same bits whichever partial lands first.
+Invariants: cuco.kernels.symmetric.PartialsExchange (two receive buffers by run parity, counters that only grow,
+zeroed before the rendezvous). The sum is in rank order: a tile has the same bits whichever partial lands first.
 Requires: all ranks on one NVLink domain (peer-mapped symmetric memory); M divisible by the world size.
 """
 
-import torch
-import torch.distributed._symmetric_memory as symm_mem
-
-from cuco.kernels.gemm import Scatter, gemm_reduce_scatter, scatter_counters
+from cuco.kernels.gemm import gemm_reduce_scatter
+from cuco.kernels.symmetric import partials_exchange
 
 
 def setup(ctx):
     c = ctx.buffers["c"]
-    shard, n = c.shape
-    world, rank = ctx.world, ctx.rank
-    recv = symm_mem.empty(2 * world * shard * n, dtype=c.dtype, device=c.device)
-    counters = symm_mem.empty(scatter_counters(world, shard, n), dtype=torch.int32, device=c.device)
-    counters.zero_()
-    torch.cuda.current_stream().synchronize()  # zeroed before any peer can pass the rendezvous and push
-    hr = symm_mem.rendezvous(recv, ctx.group.group_name)
-    hc = symm_mem.rendezvous(counters, ctx.group.group_name)
-    slot_bytes = shard * n * c.element_size()
-    ctx.state.update(
-        run=0, recv=recv.view(2, world, shard, n), counters=counters,
-        dest=[torch.tensor([hr.buffer_ptrs[s] + (parity * world + rank) * slot_bytes if s != rank else 0
-                            for s in range(world)], dtype=torch.int64, device=c.device) for parity in range(2)],
-        flags=torch.tensor([hc.buffer_ptrs[s] if s != rank else 0 for s in range(world)], dtype=torch.int64,
-                           device=c.device))
+    ctx.state.update(run=0, exchange=partials_exchange(c.shape[0], c.shape[1], c.dtype, c.device, ctx.rank, ctx.world,
+                                                       ctx.group.group_name))
 
 
 def run(ctx):
-    st = ctx.state
-    st["run"] += 1
-    parity = st["run"] % 2
-    scatter = Scatter(ctx.rank, ctx.world, st["recv"][parity], st["counters"], st["dest"][parity], st["flags"],
-                      st["run"])
-    gemm_reduce_scatter(ctx.buffers["a"], ctx.buffers["b"], ctx.buffers["c"], scatter)
+    ctx.state["run"] += 1
+    gemm_reduce_scatter(ctx.buffers["a"], ctx.buffers["b"], ctx.buffers["c"],
+                        ctx.state["exchange"].for_run(ctx.state["run"]))
 
 
 def teardown(ctx):

@@ -1,0 +1,49 @@
+"""The peer-visible buffers of a fused row-parallel GEMM, for Python candidates: torch symmetric memory,
+allocated and exchanged once, in setup, on every rank in the same order (the rendezvous is collective)."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import torch
+import torch.distributed._symmetric_memory as symm_mem
+
+from cuco.kernels.gemm import Partials, partials_counters
+
+
+@dataclass
+class PartialsExchange:
+    """Two receive buffers, by the parity of the run, so that a sender one run ahead never overwrites partials
+    their owner still reads (two runs ahead is impossible: the sender's previous run waited for this rank's
+    partials, which this rank's previous kernel, ended by then, sent); one set of counters, which only grow."""
+
+    rank: int
+    world: int
+    recv: torch.Tensor  # [2, world, rows, n]
+    counters: torch.Tensor
+    dest: list[torch.Tensor]  # per parity: each rank's address of its recv slot for this rank
+    flags: torch.Tensor
+
+    def for_run(self, run: int) -> Partials:
+        """What run number `run` (1, 2, ...: every run calls this once) passes to the GEMM."""
+        parity = run % 2
+        return Partials(self.rank, self.world, self.recv[parity], self.counters, self.dest[parity], self.flags, run)
+
+
+def partials_exchange(rows: int, n: int, dtype: torch.dtype, device: torch.device, rank: int, world: int,
+                      group_name: str) -> PartialsExchange:
+    recv = symm_mem.empty(2 * world * rows * n, dtype=dtype, device=device)
+    counters = symm_mem.empty(partials_counters(world, rows, n), dtype=torch.int32, device=device)
+    counters.zero_()
+    torch.cuda.current_stream().synchronize()  # zeroed before any peer can pass the rendezvous and push
+    hr = symm_mem.rendezvous(recv, group_name)
+    hc = symm_mem.rendezvous(counters, group_name)
+    slot = rows * n * recv.element_size()
+
+    def per_rank(addr) -> torch.Tensor:
+        return torch.tensor([addr(s) if s != rank else 0 for s in range(world)], dtype=torch.int64, device=device)
+
+    return PartialsExchange(rank, world, recv.view(2, world, rows, n), counters,
+                            [per_rank(lambda s, p=parity: hr.buffer_ptrs[s] + (p * world + rank) * slot)
+                             for parity in range(2)],
+                            per_rank(lambda s: hc.buffer_ptrs[s]))

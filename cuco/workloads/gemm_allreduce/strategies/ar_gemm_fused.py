@@ -1,0 +1,35 @@
+"""Decode GEMM + AllReduce, fused: one Triton kernel (cuco.kernels.gemm) multiplies and all-reduces.
+
+DESIGN (prepended by the directive proposer) picks the point:
+  backend    lsa: stores over NVLink into every peer's memory (torch symmetric memory), from the GEMM's epilogue
+  placement  fused: each tile, as it finishes, is stored into every peer's receive slot for this rank and
+             released; then, once the peers' partials of it have landed, summed with them in rank order and
+             stored to c. The one-shot all-reduce happens in the GEMM's tail: no kernel after it, no barrier
+  sync       tile: one counter per (sender, tile) on every rank, bumped by the sender's release
+  issuer     cta: the program that computed a tile stores and releases it
+  chunks     1 (the tile is the unit)
+
+Invariants: cuco.kernels.symmetric.PartialsExchange (two receive buffers by run parity, counters that only grow,
+zeroed before the rendezvous). Every partial is rounded to bf16 as it is sent, this rank's own too, and the sum
+is in rank order: every rank stores the same bits.
+Requires: all ranks on one NVLink domain (peer-mapped symmetric memory).
+"""
+
+from cuco.kernels.gemm import gemm_all_reduce
+from cuco.kernels.symmetric import partials_exchange
+
+
+def setup(ctx):
+    c = ctx.buffers["c"]
+    ctx.state.update(run=0, exchange=partials_exchange(c.shape[0], c.shape[1], c.dtype, c.device, ctx.rank, ctx.world,
+                                                       ctx.group.group_name))
+
+
+def run(ctx):
+    ctx.state["run"] += 1
+    gemm_all_reduce(ctx.buffers["a"], ctx.buffers["b"], ctx.buffers["c"],
+                    ctx.state["exchange"].for_run(ctx.state["run"]))
+
+
+def teardown(ctx):
+    ctx.state.clear()
