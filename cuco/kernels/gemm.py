@@ -261,6 +261,32 @@ def _gemm_kernel(a_own_desc, a_all_desc, b_desc, c_desc, a_own, a_all, b, c,
             t = tl.atomic_add(work, 1, sem="relaxed", scope="gpu") - base
 
 
+@triton.jit
+def _sum_in_rank_order(own, recv, counters, rank, world, tiles, t, rows, row, col, N, target,
+                       BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, OWN_AS_SENT: tl.constexpr):
+    """Tile t's sum over ranks in rank order, so the same bits whichever partial lands first: this rank's own
+    (rounded to recv's type as the peers' were, where every rank must store the same bits), and each peer's from
+    its recv slot once the peer's counter for the tile has reached the target."""
+    rc = row + tl.arange(0, BLOCK_M)
+    rn = col + tl.arange(0, BLOCK_N)
+    mask = (rc[:, None] < rows) & (rn[None, :] < N)
+    total = tl.zeros((BLOCK_M, BLOCK_N), dtype=tl.float32)
+    for r in range(world):
+        if r == rank:
+            if OWN_AS_SENT:
+                total += own.to(recv.dtype.element_ty).to(tl.float32)
+            else:
+                total += own
+        else:
+            while tl.atomic_add(counters + r * tiles + t, 0, sem="acquire", scope="sys") < target:
+                pass
+            # .cg: from L2, never a line this SM kept from the previous run
+            part = tl.load(recv + r * rows * N + rc[:, None] * N + rn[None, :], mask=mask, other=0.0,
+                           cache_modifier=".cg")
+            total += part.to(tl.float32)
+    return total
+
+
 @triton.jit(do_not_specialize=["shard_rows", "world", "rank", "target", "programs"])
 def _gemm_rs_kernel(a_desc, b_desc, a, b, out, recv, counters, dest_ptrs, flag_ptrs,
                     M, N, K, shard_rows, world, rank, target, programs,
@@ -286,32 +312,20 @@ def _gemm_rs_kernel(a_desc, b_desc, a, b, out, recv, counters, dest_ptrs, flag_p
             flag = tl.load(flag_ptrs + shard).to(tl.pointer_type(tl.int32))
             tl.atomic_add(flag + rank * per_shard + t, 1, sem="release", scope="sys")
         else:
-            rc = row + tl.arange(0, BLOCK_M)
-            rn = col + tl.arange(0, BLOCK_N)
-            mask = (rc[:, None] < shard_rows) & (rn[None, :] < N)
-            total = tl.zeros((BLOCK_M, BLOCK_N), dtype=tl.float32)
-            for r in range(world):
-                if r == rank:
-                    total += acc
-                else:
-                    while tl.atomic_add(counters + r * per_shard + t, 0, sem="acquire", scope="sys") < target:
-                        pass
-                    # .cg: from L2, never a line this SM kept from the previous run
-                    part = tl.load(recv + r * shard_rows * N + rc[:, None] * N + rn[None, :], mask=mask, other=0.0,
-                                   cache_modifier=".cg")
-                    total += part.to(tl.float32)
+            total = _sum_in_rank_order(acc, recv, counters, rank, world, per_shard, t, shard_rows, row, col, N,
+                                       target, BLOCK_M, BLOCK_N, False)
             _store_rows(out, row, col, shard_rows, total, N, BLOCK_M, BLOCK_N)
 
 
-@triton.jit(do_not_specialize=["world", "rank", "target", "programs"])
+@triton.jit(do_not_specialize=["rows", "world", "rank", "target", "programs"])
 def _gemm_ar_kernel(a_desc, b_desc, a, b, out, recv, counters, dest_ptrs, flag_ptrs,
-                    M, N, K, world, rank, target, programs,
+                    M, N, K, rows, world, rank, target, programs,
                     BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr, GROUP_M: tl.constexpr,
                     TMA: tl.constexpr):
     """Each tile: computed, stored into every peer's recv slot for this rank and released there, then summed with
     the peers' partials of it in rank order, every partial rounded to bf16 as sent, so that every rank stores the
     same bits. Tiles go to programs alike on every rank, so the tile a program waits for is the one the same
-    program of each peer is computing or has pushed: all resident, none waits forever."""
+    program of each peer is computing or has pushed: all resident, none waits forever. rows: M (every row)."""
     pid = tl.program_id(0)
     blocks_m = tl.cdiv(M, BLOCK_M)
     blocks_n = tl.cdiv(N, BLOCK_N)
@@ -327,19 +341,8 @@ def _gemm_ar_kernel(a_desc, b_desc, a, b, out, recv, counters, dest_ptrs, flag_p
         for i in range(1, world):
             flag = tl.load(flag_ptrs + (rank + i) % world).to(tl.pointer_type(tl.int32))
             tl.atomic_add(flag + rank * tiles + t, 1, sem="release", scope="sys")
-        rc = row + tl.arange(0, BLOCK_M)
-        rn = col + tl.arange(0, BLOCK_N)
-        mask = (rc[:, None] < M) & (rn[None, :] < N)
-        total = tl.zeros((BLOCK_M, BLOCK_N), dtype=tl.float32)
-        for r in range(world):
-            if r == rank:
-                total += acc.to(out.dtype.element_ty).to(tl.float32)
-            else:
-                while tl.atomic_add(counters + r * tiles + t, 0, sem="acquire", scope="sys") < target:
-                    pass
-                part = tl.load(recv + r * M * N + rc[:, None] * N + rn[None, :], mask=mask, other=0.0,
-                               cache_modifier=".cg")  # from L2, never a line this SM kept from the previous run
-                total += part.to(tl.float32)
+        total = _sum_in_rank_order(acc, recv, counters, rank, world, tiles, t, M, row, col, N, target,
+                                   BLOCK_M, BLOCK_N, True)
         _store_rows(out, row, col, M, total, N, BLOCK_M, BLOCK_N)
 
 
@@ -416,46 +419,35 @@ def gemm_gathered(a_own: torch.Tensor, b: torch.Tensor, c: torch.Tensor, arrival
                    config=cfg, programs=programs)
 
 
-def gemm_reduce_scatter(a: torch.Tensor, b: torch.Tensor, out: torch.Tensor, parts: Partials, *,
-                        config: GemmConfig | None = None, programs: int | None = None) -> torch.Tensor:
-    """out = this rank's shard of the sum over ranks of a @ b (a: this rank's K slice), the reduce-scatter done
-    by the GEMM's own tiles: pushed to their owners as they finish, summed by the owner's last tiles.
-
-    Grid: one program per SM at most (the owner's tiles wait for the peers'); nothing allocated."""
+def _summed(kernel, a: torch.Tensor, b: torch.Tensor, out: torch.Tensor, parts: Partials, rows: int,
+            config: GemmConfig | None, programs: int | None) -> torch.Tensor:
+    """One launch of a GEMM whose epilogue sums partials across ranks over `rows` rows. Grid: one program per SM
+    at most (tiles wait for the peers'); nothing allocated."""
     m, k = a.shape
     n = b.shape[1]
-    shard_rows = m // parts.world
-    cfg = config or config_for(shard_rows, n, k)
-    if parts.counters.numel() < parts.world * triton.cdiv(shard_rows, cfg.block_m) * triton.cdiv(n, cfg.block_n):
+    cfg = config or config_for(rows, n, k)
+    if parts.counters.numel() < parts.world * triton.cdiv(rows, cfg.block_m) * triton.cdiv(n, cfg.block_n):
         raise ValueError("Partials.counters is too small for this shape: size it with partials_counters()")
     tma = not interpreted() and _tma_ok(a, b)
     programs = programs or sm_count(out.device)
-    _gemm_rs_kernel[(programs,)](
+    kernel[(programs,)](
         _descriptor(a, [cfg.block_m, cfg.block_k], tma), _descriptor(b, [cfg.block_k, cfg.block_n], tma),
         a, b, out, parts.recv, parts.counters, parts.dest_ptrs, parts.flag_ptrs,
-        m, n, k, shard_rows, parts.world, parts.rank, parts.target, programs,
+        m, n, k, rows, parts.world, parts.rank, parts.target, programs,
         BLOCK_M=cfg.block_m, BLOCK_N=cfg.block_n, BLOCK_K=cfg.block_k, GROUP_M=cfg.group_m, TMA=tma,
         num_stages=cfg.num_stages, num_warps=cfg.num_warps)
     return out
+
+
+def gemm_reduce_scatter(a: torch.Tensor, b: torch.Tensor, out: torch.Tensor, parts: Partials, *,
+                        config: GemmConfig | None = None, programs: int | None = None) -> torch.Tensor:
+    """out = this rank's shard of the sum over ranks of a @ b (a: this rank's K slice), the reduce-scatter done
+    by the GEMM's own tiles: pushed to their owners as they finish, summed by the owner's last tiles."""
+    return _summed(_gemm_rs_kernel, a, b, out, parts, a.shape[0] // parts.world, config, programs)
 
 
 def gemm_all_reduce(a: torch.Tensor, b: torch.Tensor, out: torch.Tensor, parts: Partials, *,
                     config: GemmConfig | None = None, programs: int | None = None) -> torch.Tensor:
     """out = the sum over ranks of a @ b on every rank (a: this rank's K slice), the all-reduce done by the GEMM's
-    own tiles: each pushed to every peer as it finishes and summed there, in rank order, with theirs.
-
-    Grid: one program per SM at most (tiles wait for the peers'); nothing allocated."""
-    m, k = a.shape
-    n = b.shape[1]
-    cfg = config or config_for(m, n, k)
-    if parts.counters.numel() < parts.world * triton.cdiv(m, cfg.block_m) * triton.cdiv(n, cfg.block_n):
-        raise ValueError("Partials.counters is too small for this shape: size it with partials_counters()")
-    tma = not interpreted() and _tma_ok(a, b)
-    programs = programs or sm_count(out.device)
-    _gemm_ar_kernel[(programs,)](
-        _descriptor(a, [cfg.block_m, cfg.block_k], tma), _descriptor(b, [cfg.block_k, cfg.block_n], tma),
-        a, b, out, parts.recv, parts.counters, parts.dest_ptrs, parts.flag_ptrs,
-        m, n, k, parts.world, parts.rank, parts.target, programs,
-        BLOCK_M=cfg.block_m, BLOCK_N=cfg.block_n, BLOCK_K=cfg.block_k, GROUP_M=cfg.group_m, TMA=tma,
-        num_stages=cfg.num_stages, num_warps=cfg.num_warps)
-    return out
+    own tiles: each pushed to every peer as it finishes and summed there, in rank order, with theirs."""
+    return _summed(_gemm_ar_kernel, a, b, out, parts, a.shape[0], config, programs)
