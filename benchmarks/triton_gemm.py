@@ -3,8 +3,9 @@ per-rank GEMM, on one GPU.
 
 The fused placement replaces cuBLAS by a kernel cuco controls (tiles that wait for their rows, programs that push
 them); that pays only if the plain kernel stands beside cuBLAS. For each per-rank shape the table gives cuBLAS
-(torch.matmul into a preallocated output) and the library's own choice of tiles (both timed in three alternating
-rounds, the median round taken), and the best of a sweep of tile
+(torch.matmul into a preallocated output), the library's own choice of tiles and, at the row-parallel shapes, the
+summing epilogue of the fused reduce-scatter and all-reduce at world 1 (timed in three alternating rounds, the
+median round taken), and the best of a sweep of tile
 configurations, each launched with a program per tile and with one per SM (persistent), each checked against
 cuBLAS's result before it is timed. Times: the median of 50 CUDA-graph replays, L2 overwritten before each, random
 bf16 inputs.
@@ -54,7 +55,7 @@ def main() -> int:
     import torch
     import triton
 
-    from cuco.kernels.gemm import GemmConfig, config_for, gemm
+    from cuco.kernels.gemm import GemmConfig, Partials, config_for, gemm, gemm_all_reduce, partials_counters
     from cuco.workload import load_workload
 
     if not torch.cuda.is_available():
@@ -113,17 +114,30 @@ def main() -> int:
                 continue
             tried[cfg, grid] = {"ms": bench(lambda: gemm(a, b, c, config=cfg, programs=programs)), "rel_err": err}
         own = tried[own_cfg, own_grid]
+        # The row-parallel shapes also through the summing epilogue the fused reduce-scatter and all-reduce run
+        # (gemm_all_reduce at world 1: no peer, the tile rounded and stored by pointer): what the epilogue costs.
+        summed = None
+        if any(w.startswith(("gemm_reducescatter", "gemm_allreduce")) for w in names):
+            none = torch.zeros(1, dtype=torch.int64, device=dev)
+            alone = Partials(0, 1, torch.empty(1, m, n, device=dev, dtype=torch.bfloat16),
+                             torch.zeros(partials_counters(1, m, n), dtype=torch.int32, device=dev), none, none, 1)
+            summed = {"ms": None}
         if "ms" in own:  # the comparison that counts, timed in alternation: clocks drift between far-apart timings
             own_programs = sms if own_grid == "sms" else None
-            pairs = [(bench(lambda: torch.matmul(a, b, out=ref)),
-                      bench(lambda: gemm(a, b, c, config=own_cfg, programs=own_programs))) for _ in range(ROUNDS)]
-            cublas, own["ms"] = (statistics.median(x) for x in zip(*pairs))
+            runs = [lambda: torch.matmul(a, b, out=ref), lambda: gemm(a, b, c, config=own_cfg, programs=own_programs)]
+            if summed is not None:
+                runs.append(lambda: gemm_all_reduce(a, b, c, alone))
+            rounds = [[bench(fn) for fn in runs] for _ in range(ROUNDS)]
+            cublas, own["ms"], *rest = (statistics.median(x) for x in zip(*rounds))
+            if summed is not None:
+                summed["ms"] = rest[0]
+                summed["rel_err"] = ((c.float() - ref.float()).norm() / ref.float().norm()).item()
         timed = [(v["ms"], cfg, grid) for (cfg, grid), v in tried.items() if "ms" in v]
         best_ms, best_cfg, best_grid = min(timed, key=lambda t: t[0]) if timed else (None, None, None)
         tflops = 2 * m * k * n / 1e9
         rows.append({"shape": [m, k, n], "workloads": names, "cublas_ms": cublas, "cublas_tflops": tflops / cublas,
                      "own_config": asdict(own_cfg), "own_grid": own_grid, "own_ms": own.get("ms"),
-                     "own_error": own.get("error"),
+                     "own_error": own.get("error"), "summing_epilogue": summed,
                      "best_config": asdict(best_cfg) if best_cfg else None, "best_grid": best_grid, "best_ms": best_ms,
                      "tried": [{"config": asdict(cfg), "grid": grid, **v} for (cfg, grid), v in tried.items()]})
         print(f"{m}x{k}x{n}: cuBLAS {cublas:.4f} ms, own {own.get('ms') or own.get('error')}, best {best_ms}",
@@ -145,16 +159,19 @@ def main() -> int:
 
     lines = [f"# Triton GEMM (cuco/kernels/gemm.py) vs cuBLAS, per-rank shapes at world {args.world}",
              "", f"{info['date']}, {info['device']}, commit {info['commit']}; median of 50 graph replays, L2 flushed "
-             "before each, bf16. cuBLAS and own tiles: medians of three alternating rounds. Best tiles: each timed "
+             "before each, bf16. cuBLAS, own tiles and the summing epilogue (the fused reduce-scatter's and "
+             "all-reduce's, at world 1): medians of three alternating rounds. Best tiles: each timed "
              "once, apart from cuBLAS (clocks drift by up to ~10% between far-apart timings): a guide for choosing "
              "tiles, not a comparison.",
-             "", "| M,K,N | workloads | cuBLAS ms (TFLOP/s) | own tiles ms | of cuBLAS | best tiles ms | of cuBLAS | "
-             "best tiles, grid |", "|---|---|---|---|---|---|---|---|"]
+             "", "| M,K,N | workloads | cuBLAS ms (TFLOP/s) | own tiles ms | of cuBLAS | summing epilogue ms "
+             "| of cuBLAS | best tiles ms | of cuBLAS | best tiles, grid |", "|---" * 10 + "|"]
     for r in rows:
         m, k, n = r["shape"]
         own, best = r["own_ms"], r["best_ms"]
+        summed = (r["summing_epilogue"] or {}).get("ms")
         lines.append(f"| {m},{k},{n} | {', '.join(r['workloads'])} | {r['cublas_ms']:.4f} ({r['cublas_tflops']:.0f}) | "
-                     f"{ms(own, r['own_error'])} | {pct(own and r['cublas_ms'] / own)} | {ms(best)} | "
+                     f"{ms(own, r['own_error'])} | {pct(own and r['cublas_ms'] / own)} | {ms(summed)} | "
+                     f"{pct(summed and r['cublas_ms'] / summed)} | {ms(best)} | "
                      f"{pct(best and r['cublas_ms'] / best)} | {tiles(r['best_config'], r['best_grid'])} |")
     record.save(args.out, "triton_gemm", info, {"rows": rows}, lines)
     return 0
