@@ -165,14 +165,21 @@ def _store_rows(ptr, row, col, rows, acc, N, BLOCK_M: tl.constexpr, BLOCK_N: tl.
 
 
 @triton.jit
+def _store_out(out_desc, out, row, col, rows, acc, N, BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr,
+               TMA: tl.constexpr):
+    """A finished tile into this rank's output ([rows, N]): by TMA where it can (clipped at the last row)."""
+    if TMA:
+        out_desc.store([row, col], acc.to(out_desc.dtype))
+    else:
+        _store_rows(out, row, col, rows, acc, N, BLOCK_M, BLOCK_N)
+
+
+@triton.jit
 def _tile(a_desc, a_ptr, a_row, b_desc, b_ptr, c_desc, c_ptr, c_row, col, M_a, M, N, K,
           BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr, TMA: tl.constexpr):
     """One output tile: rows [c_row, c_row + BLOCK_M) of C from rows [a_row, ...) of A (M_a rows in all)."""
     acc = _acc(a_desc, a_ptr, a_row, b_desc, b_ptr, col, M_a, N, K, BLOCK_M, BLOCK_N, BLOCK_K, TMA)
-    if TMA:
-        c_desc.store([c_row, col], acc.to(c_desc.dtype))
-    else:
-        _store_rows(c_ptr, c_row, col, M, acc, N, BLOCK_M, BLOCK_N)
+    _store_out(c_desc, c_ptr, c_row, col, M, acc, N, BLOCK_M, BLOCK_N, TMA)
 
 
 @triton.jit
@@ -288,10 +295,10 @@ def _sum_in_rank_order(own, recv, counters, rank, world, tiles, t, rows, row, co
 
 
 @triton.jit(do_not_specialize=["shard_rows", "world", "rank", "target", "programs"])
-def _gemm_rs_kernel(a_desc, b_desc, a, b, out, recv, counters, dest_ptrs, flag_ptrs,
+def _gemm_rs_kernel(a_desc, b_desc, out_desc, a, b, out, recv, counters, dest_ptrs, flag_ptrs,
                     M, N, K, shard_rows, world, rank, target, programs,
                     BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr, GROUP_M: tl.constexpr,
-                    TMA: tl.constexpr):
+                    TMA: tl.constexpr, OUT_TMA: tl.constexpr):
     """The other ranks' shards first, in ring order from the next rank (ranks start on different owners), each
     tile stored into its owner's recv slot and released there; this rank's shard last, each tile summed with the
     peers' partials of it in rank order (the same bits whichever lands first), into out."""
@@ -314,14 +321,14 @@ def _gemm_rs_kernel(a_desc, b_desc, a, b, out, recv, counters, dest_ptrs, flag_p
         else:
             total = _sum_in_rank_order(acc, recv, counters, rank, world, per_shard, t, shard_rows, row, col, N,
                                        target, BLOCK_M, BLOCK_N, False)
-            _store_rows(out, row, col, shard_rows, total, N, BLOCK_M, BLOCK_N)
+            _store_out(out_desc, out, row, col, shard_rows, total, N, BLOCK_M, BLOCK_N, OUT_TMA)
 
 
 @triton.jit(do_not_specialize=["rows", "world", "rank", "target", "programs"])
-def _gemm_ar_kernel(a_desc, b_desc, a, b, out, recv, counters, dest_ptrs, flag_ptrs,
+def _gemm_ar_kernel(a_desc, b_desc, out_desc, a, b, out, recv, counters, dest_ptrs, flag_ptrs,
                     M, N, K, rows, world, rank, target, programs,
                     BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr, GROUP_M: tl.constexpr,
-                    TMA: tl.constexpr):
+                    TMA: tl.constexpr, OUT_TMA: tl.constexpr):
     """Each tile: computed, stored into every peer's recv slot for this rank and released there, then summed with
     the peers' partials of it in rank order, every partial rounded to bf16 as sent, so that every rank stores the
     same bits. Tiles go to programs alike on every rank, so the tile a program waits for is the one the same
@@ -343,7 +350,7 @@ def _gemm_ar_kernel(a_desc, b_desc, a, b, out, recv, counters, dest_ptrs, flag_p
             tl.atomic_add(flag + rank * tiles + t, 1, sem="release", scope="sys")
         total = _sum_in_rank_order(acc, recv, counters, rank, world, tiles, t, M, row, col, N, target,
                                    BLOCK_M, BLOCK_N, True)
-        _store_rows(out, row, col, M, total, N, BLOCK_M, BLOCK_N)
+        _store_out(out_desc, out, row, col, M, total, N, BLOCK_M, BLOCK_N, OUT_TMA)
 
 
 def _tma_ok(*tensors: torch.Tensor) -> bool:
@@ -429,13 +436,15 @@ def _summed(kernel, a: torch.Tensor, b: torch.Tensor, out: torch.Tensor, parts: 
     if parts.counters.numel() < parts.world * triton.cdiv(rows, cfg.block_m) * triton.cdiv(n, cfg.block_n):
         raise ValueError("Partials.counters is too small for this shape: size it with partials_counters()")
     tma = not interpreted() and _tma_ok(a, b)
+    out_tma = not interpreted() and _tma_ok(out)
     programs = programs or sm_count(out.device)
     kernel[(programs,)](
         _descriptor(a, [cfg.block_m, cfg.block_k], tma), _descriptor(b, [cfg.block_k, cfg.block_n], tma),
+        _descriptor(out, [cfg.block_m, cfg.block_n], out_tma),
         a, b, out, parts.recv, parts.counters, parts.dest_ptrs, parts.flag_ptrs,
         m, n, k, rows, parts.world, parts.rank, parts.target, programs,
         BLOCK_M=cfg.block_m, BLOCK_N=cfg.block_n, BLOCK_K=cfg.block_k, GROUP_M=cfg.group_m, TMA=tma,
-        num_stages=cfg.num_stages, num_warps=cfg.num_warps)
+        OUT_TMA=out_tma, num_stages=cfg.num_stages, num_warps=cfg.num_warps)
     return out
 
 
