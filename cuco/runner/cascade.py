@@ -192,10 +192,11 @@ def _crash_message(res) -> str:
 
 
 def _cause_first(res) -> list[int]:
-    """A rank whose candidate died of a signal is the cause, whoever reported first: its peers' errors (a
-    connection reset by the dead peer) are consequences."""
-    kind = lambda r: (res.ranks[r].result or {}).get("kind")  # noqa: E731
-    return sorted(res.crashed, key=lambda r: kind(r) != "crash")
+    """A rank whose candidate died of a signal is the cause, whoever reported first; then a rank whose candidate
+    raised: the runner's errors on the other ranks (a connection reset by the failed peer) are consequences, and
+    which judge reports first is a race."""
+    first = {"crash": 0, "candidate": 1}
+    return sorted(res.crashed, key=lambda r: first.get((res.ranks[r].result or {}).get("kind"), 2))
 
 
 def _l4_problems(spec, record: EvalRecord, opts) -> list[str]:
