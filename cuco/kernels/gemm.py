@@ -5,7 +5,8 @@
   first computes on this rank's own rows, then, for the others, waits (acquire, system scope) until every
   chunk its rows touch has reached the target. No chunked GEMM launches: the tile is the unit of overlap.
 - Push: programs of the same launch beyond the GEMM's copy this rank's rows into every peer's `a_all`, chunk
-  by chunk, and release the peer's counter for the chunk. The all-gather of A runs inside the GEMM kernel.
+  by chunk, and release the peer's counter for the chunk, then join the GEMM on the peers' tiles. The
+  all-gather of A runs inside the GEMM kernel.
 - Partials (gemm_reduce_scatter, gemm_all_reduce): the row-parallel GEMM's epilogue stores each partial tile
   into the memory of the ranks that sum it and releases a counter per tile; a tile's summing rank adds the
   partials in rank order. The reduce-scatter or all-reduce runs inside the GEMM kernel.
@@ -84,7 +85,7 @@ class Push:
     dest_ptrs: torch.Tensor  # int64, one per peer
     flag_ptrs: torch.Tensor  # int64, one per peer
     shard: int  # this rank's shard index: its chunks' counters are flags[shard * chunks + c]
-    programs: int = 4
+    programs: int = 4  # a candidate sets its own (ag_gemm_fused.py: 16)
 
 
 @dataclass
@@ -121,7 +122,7 @@ def interpreted() -> bool:
 
 def sm_count(device: torch.device) -> int:
     if device.type != "cuda":
-        return 4
+        return 4  # the interpreter runs programs one after another: a few keep a CPU test quick
     return torch.cuda.get_device_properties(device).multi_processor_count
 
 
