@@ -271,9 +271,9 @@ def _gemm_kernel(a_own_desc, a_all_desc, b_desc, c_desc, a_own, a_all, b, c,
 
 @triton.jit
 def _sum_in_rank_order(own, recv, counters, rank, world, tiles, t, rows, row, col, N, target,
-                       BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, OWN_AS_SENT: tl.constexpr):
-    """Tile t's sum over ranks in rank order, so the same bits whichever partial lands first: this rank's own
-    (rounded to recv's type as the peers' were, where every rank must store the same bits), and each peer's from
+                       BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr):
+    """Tile t's sum over ranks in rank order, so the same bits whichever partial lands first: this rank's own (in
+    fp32, or already rounded as the peers' were where every rank must store the same bits), and each peer's from
     its recv slot once the peer's counter for the tile has reached the target."""
     rc = row + tl.arange(0, BLOCK_M)
     rn = col + tl.arange(0, BLOCK_N)
@@ -281,10 +281,7 @@ def _sum_in_rank_order(own, recv, counters, rank, world, tiles, t, rows, row, co
     total = tl.zeros((BLOCK_M, BLOCK_N), dtype=tl.float32)
     for r in range(world):
         if r == rank:
-            if OWN_AS_SENT:
-                total += own.to(recv.dtype.element_ty).to(tl.float32)
-            else:
-                total += own
+            total += own.to(tl.float32)
         else:
             while tl.atomic_add(counters + r * tiles + t, 0, sem="acquire", scope="sys") < target:
                 pass
@@ -321,7 +318,7 @@ def _gemm_rs_kernel(a_desc, b_desc, out_desc, a, b, out, recv, counters, dest_pt
             tl.atomic_add(flag + rank * per_shard + t, 1, sem="release", scope="sys")
         else:
             total = _sum_in_rank_order(acc, recv, counters, rank, world, per_shard, t, shard_rows, row, col, N,
-                                       target, BLOCK_M, BLOCK_N, False)
+                                       target, BLOCK_M, BLOCK_N)
             _store_out(out_desc, out, row, col, shard_rows, total, N, BLOCK_M, BLOCK_N, OUT_TMA)
 
 
@@ -341,16 +338,16 @@ def _gemm_ar_kernel(a_desc, b_desc, out_desc, a, b, out, recv, counters, dest_pt
     for t in range(pid, tiles, programs):
         pm, pn = _grouped(t, blocks_m, blocks_n, GROUP_M)
         row, col = pm * BLOCK_M, pn * BLOCK_N
-        acc = _acc(a_desc, a, row, b_desc, b, col, M, N, K, BLOCK_M, BLOCK_N, BLOCK_K, TMA)
+        sent = _acc(a_desc, a, row, b_desc, b, col, M, N, K, BLOCK_M, BLOCK_N, BLOCK_K, TMA).to(out.dtype.element_ty)
         for i in range(1, world):
             dest = tl.load(dest_ptrs + (rank + i) % world).to(tl.pointer_type(out.dtype.element_ty))
-            _store_rows(dest, row, col, M, acc, N, BLOCK_M, BLOCK_N)
+            _store_rows(dest, row, col, M, sent, N, BLOCK_M, BLOCK_N)
         tl.debug_barrier()  # every thread's stores before the releases (system scope, cumulative)
         for i in range(1, world):
             flag = tl.load(flag_ptrs + (rank + i) % world).to(tl.pointer_type(tl.int32))
             tl.atomic_add(flag + rank * tiles + t, 1, sem="release", scope="sys")
-        total = _sum_in_rank_order(acc, recv, counters, rank, world, tiles, t, M, row, col, N, target,
-                                   BLOCK_M, BLOCK_N, True)
+        total = _sum_in_rank_order(sent, recv, counters, rank, world, tiles, t, M, row, col, N, target,
+                                   BLOCK_M, BLOCK_N)
         _store_out(out_desc, out, row, col, M, total, N, BLOCK_M, BLOCK_N, OUT_TMA)
 
 
