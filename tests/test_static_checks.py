@@ -105,6 +105,8 @@ def test_forbidden_python(tmp_path, body, word):
     ("import torch\nx = torch.serialization.os", 2, "attribute '.os'"),
     ("def f(fr):\n    return fr.f_back.f_globals", 2, "attribute '.f_back'"),
     ("def f(m):\n    m.environ['X'] = '1'", 2, "attribute '.environ'"),
+    ("import torch\nx = torch.__loader__.get_data('reference.txt')", 2, "attribute '.__loader__'"),
+    ("from cuco.kernels import gemm\nx = gemm.__spec__", 2, "attribute '.__spec__'"),
     ("def f(m):\n    m.system('ls')", 2, "attribute '.system'"),
     ("def f(m):\n    m._exit(0)", 2, "attribute '._exit'"),
     ("import torch\ntorch.ops.load_library('x.so')", 2, "attribute '.load_library'"),

@@ -67,7 +67,8 @@ FORBIDDEN_ATTRS = table({
     "frames and function internals reach the runner": "__globals__ __code__ __builtins__ __subclasses__ "
                                                       "__getattribute__ __closure__ f_back f_globals f_locals "
                                                       "f_builtins _getframe tb_frame gi_frame cr_frame",
-    FILES: "environ getenv putenv unsetenv",
+    # a module's loader reads any file (torch.__loader__.get_data(path)) without open() or os
+    FILES: "environ getenv putenv unsetenv __loader__ __spec__ get_data get_filename",
     SPAWN: "system popen Popen fork forkpty execv execve execl execle execlp execlpe execvp execvpe spawnv spawnve "
            "spawnvp spawnvpe spawnl spawnle posix_spawn posix_spawnp",
     PROCESS: "kill killpg _exit abort",
