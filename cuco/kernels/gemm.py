@@ -427,7 +427,11 @@ def gemm_gathered(a_own: torch.Tensor, b: torch.Tensor, c: torch.Tensor, arrival
 def _summed(kernel, a: torch.Tensor, b: torch.Tensor, out: torch.Tensor, parts: Partials, rows: int,
             config: GemmConfig | None, programs: int | None) -> torch.Tensor:
     """One launch of a GEMM whose epilogue sums partials across ranks over `rows` rows. Grid: one program per SM
-    at most (tiles wait for the peers'); nothing allocated."""
+    at most (tiles wait for the peers'); nothing allocated.
+
+    Its cost beside the plain GEMM (benchmarks/results/triton_gemm.md, the summing epilogue) is registers: the
+    partials' loads and stores address every element of a tile, and ncu read 255 a thread with spills at 128x64
+    tiles and 4 warps (the plain GEMM: 90). TMA descriptors for them, or more warps, are the ways to cut it."""
     m, k = a.shape
     n = b.shape[1]
     cfg = config or config_for(rows, n, k)
