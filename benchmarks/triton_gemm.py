@@ -40,7 +40,6 @@ SWEEP_SMALL = [(128, 64, 128, 1, 3, 4), (128, 64, 128, 1, 4, 4), (128, 64, 128, 
                (128, 64, 256, 1, 2, 8), (128, 32, 256, 1, 3, 4), (128, 128, 64, 1, 3, 8), (64, 64, 256, 1, 3, 4),
                (64, 128, 64, 1, 4, 4), (32, 64, 128, 1, 4, 4), (32, 32, 256, 1, 4, 4), (16, 64, 256, 1, 4, 4),
                (16, 32, 256, 1, 4, 4), (16, 128, 128, 1, 4, 4)]
-L2_FLUSH_BYTES = 256 << 20  # more than any Hopper L2 (50-60 MB), as triton.testing.do_bench flushes it
 ROUNDS = 3  # alternating timings of cuBLAS and the library's own tiles, medians taken
 GRIDS = ("tiles", "sms")  # a program per tile (the plain default), or one per SM looping over tiles (persistent)
 
@@ -56,6 +55,8 @@ def main() -> int:
     import triton
 
     from cuco.kernels.gemm import GemmConfig, Partials, config_for, gemm, gemm_all_reduce, partials_counters
+    from cuco.runner.judge import L2_FLUSH_BYTES
+    from cuco.runner.timing import graphed
     from cuco.workload import load_workload
 
     if not torch.cuda.is_available():
@@ -69,18 +70,16 @@ def main() -> int:
     flush = torch.empty(L2_FLUSH_BYTES, dtype=torch.int8, device=dev)
 
     def bench(fn, reps: int = 50) -> float:
-        """Median of graph replays, each after L2 is overwritten: the kernels' time, not Python's launch cost,
-        as the runner's start gate times a candidate (its launches are queued before the gate opens)."""
-        fn()
-        torch.cuda.synchronize()
-        graph = torch.cuda.CUDAGraph()
-        with torch.cuda.graph(graph):
-            fn()
+        """Median of graph replays, each after L2 is overwritten (the judge's flush): the kernels' time, not
+        Python's launch cost, as the runner's start gate times a candidate (its launches are queued first)."""
+        replay, captured = graphed(fn)
+        if not captured:
+            raise RuntimeError("could not be captured in a CUDA graph")
         events = [(torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)) for _ in range(reps)]
         for start, end in events:
             flush.zero_()
             start.record()
-            graph.replay()
+            replay()
             end.record()
         torch.cuda.synchronize()
         return statistics.median(start.elapsed_time(end) for start, end in events)
