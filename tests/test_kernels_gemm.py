@@ -121,6 +121,16 @@ def test_summed_rank_of_two(op, rank, m, k, n):
     assert not peer_counters[(rank + 1) * tiles:].any() and not peer_counters[:rank * tiles].any()
 
 
+@pytest.mark.parametrize("op", SUMS)
+def test_too_few_counters_is_refused(op):
+    """Counters sized for a smaller shape would index past their end on the peers: refused before any launch."""
+    m, k, n = 64, 32, 48
+    few = torch.zeros(partials_counters(2, 16, 16), dtype=torch.int32, device=DEVICE)
+    parts = _partials_for(0, 2, _nan(2, m, n), few, {1: _nan(2, m, n)}, {1: few}, 1)
+    with pytest.raises(ValueError, match="partials_counters"):
+        SUMS[op](_rand(m, k), _rand(k, n), _nan(m, n), parts, config=SMALL)
+
+
 @pytest.mark.gpu(1)
 @pytest.mark.timeout(120)
 @pytest.mark.parametrize("m,k,n,chunks", [(8192, 1024, 2048, 4), (1024, 512, 384, 1), (96, 264, 200, 2)])
