@@ -1,8 +1,10 @@
-"""The `cuco` command. Bad input of any kind ends in one line on stderr and exit code 2."""
+"""The `cuco` command. Every failure ends in one line on stderr and an exit code of `ExitCode`: bad input 2,
+cuco's own failure 3, a machine without the GPUs asked for 4. Every path is made absolute here, where it enters."""
 
 from __future__ import annotations
 
 import json
+import os
 import sys
 from datetime import datetime, timezone
 from pathlib import Path
@@ -13,9 +15,9 @@ from rich.console import Console
 from rich.markup import escape
 from rich.table import Table
 
-from cuco.errors import CucoError
+from cuco.errors import CucoError, CucoFailure, ExitCode, NeedsGPU
 from cuco.extras import require
-from cuco.paths import atomic_write_json
+from cuco.paths import absolute, atomic_write_json
 
 app = typer.Typer(add_completion=False, no_args_is_help=True, pretty_exceptions_enable=False,
                   context_settings={"help_option_names": ["-h", "--help"]},
@@ -30,7 +32,7 @@ def _device(choice: str, world: int) -> str:
         if choice == "cuda":
             torch = require("torch")
             if torch.cuda.device_count() < world:
-                raise CucoError("--device cuda", f"needs {world} GPUs, this machine has {torch.cuda.device_count()}")
+                raise NeedsGPU("--device cuda", f"needs {world} GPUs, this machine has {torch.cuda.device_count()}")
         return choice
     torch = require("torch")
     return "cuda" if torch.cuda.device_count() >= world else "cpu"
@@ -45,7 +47,7 @@ def _spec(workload: str, world: Optional[int]):
 def _candidate(spec, candidate: str) -> Path:
     if candidate in spec.candidates:
         return spec.candidates[candidate]
-    p = Path(candidate)
+    p = absolute(candidate)
     if not p.is_file():
         known = ", ".join(spec.candidates)
         raise CucoError(candidate, f"no such candidate file, nor a candidate of {spec.name} (known: {known})")
@@ -59,7 +61,7 @@ def _eval_config(config: Optional[Path], device: Optional[str] = None, timeout: 
     """run.toml's [eval], then the command's flags: the settings every command evaluates candidates with."""
     from cuco.evolve.config import load_config
 
-    cfg = load_config(config).eval
+    cfg = load_config(absolute(config) if config else None).eval
     for flag, key, value in (("--device", "device", device), ("--timeout", "timeout_s", timeout),
                              ("--warmup", "warmup", warmup), ("--iters", "iters", iters)):
         if value is not None:
@@ -102,6 +104,13 @@ def _ensure_machine_facts() -> None:
     ensure_bound_facts(lambda line: console.print(f"[dim]{escape(line)}[/]"))
 
 
+def _exit_code(record) -> ExitCode:
+    """A record's verdict as the command's exit code: whose fault a failure was decides between 1, 2 and 3."""
+    if record.ok:
+        return ExitCode.INCOMPLETE if record.incomplete else ExitCode.OK
+    return {"runner": ExitCode.CUCO, "workload": ExitCode.BAD_INPUT}.get(record.fault or "", ExitCode.FAILED)
+
+
 def _baselines_path(spec, device: str) -> Path:
     from cuco.paths import cuco_home
 
@@ -120,7 +129,7 @@ def _record_path(out: Optional[Path], spec, name: str) -> Path:
     from cuco.paths import records_dir
 
     if out:
-        return out
+        return absolute(out)
     stamp = datetime.now(timezone.utc).strftime("%Y%m%dT%H%M%S")
     return records_dir() / f"{stamp}-{spec.name}-{name}.json"
 
@@ -198,7 +207,7 @@ def eval_cmd(workload: str = typer.Argument(..., help="Built-in workload name or
     else:
         print_record(record, console)
         console.print(f"[dim]record: {saved}[/]")
-    raise typer.Exit(0 if record.ok else 1)
+    raise typer.Exit(_exit_code(record))
 
 
 @app.command()
@@ -228,9 +237,12 @@ def baseline(workload: str = typer.Argument(..., help="Built-in workload name or
         save_record(records[name], _record_path(None, spec, f"baseline-{name}"))
         if not records[name].ok:
             print_record(records[name], console)
+    if not records:
+        raise NeedsGPU(spec.name, f"every baseline is a CUDA program: timing them needs {spec.world_size} GPU(s)")
     out = atomic_write_json(_baselines_path(spec, dev), {n: r.to_dict() for n, r in records.items()}, indent=1)
     console.print(baseline_table(spec.name, records))
     console.print(f"[dim]saved to {out}[/]")
+    raise typer.Exit(max(_exit_code(r) for r in records.values()))
 
 
 @app.command()
@@ -256,7 +268,7 @@ def evolve(workload: str = typer.Argument(..., help="Built-in workload name or a
     from cuco.evolve.run import Evolution
     from cuco.machine import load_machine
 
-    cfg = apply_overrides(load_config(config), list(overrides))
+    cfg = apply_overrides(load_config(absolute(config) if config else None), list(overrides))
     for flag, section, key, value in (("--generations", cfg.search, "generations", generations),
                                       ("--seed", cfg.search, "seed", seed), ("--shape", cfg.search, "shape", shape),
                                       ("--device", cfg.eval, "device", device)):
@@ -273,7 +285,11 @@ def evolve(workload: str = typer.Argument(..., help="Built-in workload name or a
             print(f"==================== {kind} ====================\n{text}\n")
         return
     dev, slots, evaluator, where = _slots(cfg, spec, target_shape)
-    rd = run_dir or Path("cuco-runs") / f"{spec.name}-{target_shape}"
+    start = Path(cfg.search.start) if cfg.search.start else spec.seed_path
+    if dev == "cpu" and start is not None and start.suffix == ".cu":
+        raise NeedsGPU(spec.name, f"its programs are CUDA and this machine has no {spec.world_size} GPU(s) to run "
+                                  "them: a search here could only build them (cuco eval does that)")
+    rd = _writable_dir(absolute(run_dir) if run_dir else absolute(Path("cuco-runs") / f"{spec.name}-{target_shape}"))
     evo = Evolution(spec, cfg, rd, slots, evaluator, dev, machine=load_machine())
     console.print(f"[dim]{spec.name}, shape {target_shape}, {cfg.search.generations} evaluations, "
                   f"{len(slots)} slot(s) {where}, proposer {cfg.search.proposer}; run directory {rd}[/]")
@@ -285,7 +301,7 @@ def evolve(workload: str = typer.Argument(..., help="Built-in workload name or a
         console.print(f"[yellow]interrupted:[/] finished evaluations are kept; the same command resumes ({rd})")
         raise typer.Exit(130) from None
     console.print(summary_table(evo))
-    if evo.stop_reason:
+    if evo.stop_reason and not evo.stop_fault:
         console.print(f"stopped early: {evo.stop_reason}", highlight=False, markup=False)
     llm = evo.db.llm_totals()
     if llm["calls"]:
@@ -296,12 +312,47 @@ def evolve(workload: str = typer.Argument(..., help="Built-in workload name or a
     if best:
         console.print(f"best: #{best.id} {best.label}, {best.median_ms:.4f} ms, efficiency {best.score:.2f}; "
                       f"written to {rd / 'best'}", highlight=False)
+    code = _search_exit_code(evo, best)
     atomic_write_json(rd / "summary.json", {
         "evaluations": evo.db.count("done"), "failures_by_level": evo.db.failures_by_level(), "llm": llm,
-        "stop_reason": evo.stop_reason, "best": {"id": best.id, "label": best.label, "median_ms": best.median_ms,
-                                                 "bound_ms": best.bound_ms, "efficiency": best.score} if best else None,
+        "stop_reason": evo.stop_reason, "exit_code": int(code),
+        "best": {"id": best.id, "label": best.label, "median_ms": best.median_ms, "bound_ms": best.bound_ms,
+                 "efficiency": best.score} if best else None,
     }, indent=1)
     evo.db.close()
+    raise typer.Exit(code)
+
+
+def _writable_dir(path: Path) -> Path:
+    """A folder cuco must write (a run directory), created; cuco's own failure, named, when it cannot be."""
+    try:
+        path.mkdir(parents=True, exist_ok=True)
+        probe = path / f".cuco-write-test-{os.getpid()}"
+        probe.write_text("")
+        probe.unlink()
+    except OSError as exc:
+        raise CucoFailure(str(path), f"cannot write the run directory: {exc.strerror or exc}") from None
+    return path
+
+
+def _search_exit_code(evo, best) -> ExitCode:
+    """0 only for a search that ended with a passing program and was not stopped by a failure; each other
+    ending says why in one line."""
+    fault = evo.stop_fault
+    if fault in ("runner", "workload"):
+        console.print(f"[red]error:[/] the search stopped: {'cuco' if fault == 'runner' else 'the workload'} failed, "
+                      f"not the candidates: {escape(evo.stop_reason)}", highlight=False)
+        return ExitCode.CUCO if fault == "runner" else ExitCode.BAD_INPUT
+    if fault == "proposer":
+        console.print(f"[red]error:[/] the search stopped: its proposer failed: {escape(evo.stop_reason)}",
+                      highlight=False)
+        return ExitCode.FAILED
+    if best is None:
+        done = evo.db.count("done")
+        console.print(f"[red]error:[/] no candidate passed ({done} evaluated; each one's error is in the table above "
+                      "and in cuco report)", highlight=False)
+        return ExitCode.FAILED
+    return ExitCode.OK
 
 
 @app.command()
@@ -327,7 +378,7 @@ def transform(workload: str = typer.Argument(..., help="Built-in workload name o
 
     ecfg = _eval_config(config, device)
     spec = _spec(workload, None)
-    path = Path(source or spec.seed_path or spec.source)
+    path = absolute(source) if source else Path(spec.seed_path or spec.source)
     if not path.is_file():
         raise CucoError(str(path), "no such source file (give --source, or a seed in [candidates])")
     if path.suffix != ".cu":
@@ -347,7 +398,7 @@ def transform(workload: str = typer.Argument(..., help="Built-in workload name o
     dev = _device(ecfg.device, spec.world_size)
     opts = _options(spec, dev, [], [], "L3", None, ecfg)
     check = lambda p: evaluate(spec, p, opts)  # noqa: E731
-    target = out or Path("cuco-runs") / f"{spec.name}-transform" / "transformed.cu"
+    target = absolute(out or Path("cuco-runs") / f"{spec.name}-transform" / "transformed.cu")
     try:
         with console.status("rewriting, building" + (" and verifying" if dev == "cuda" else "")):
             result = run_transform(spec, analysis, target, _llm_fallback(config, tries, check) if llm else None,
@@ -366,12 +417,12 @@ def transform(workload: str = typer.Argument(..., help="Built-in workload name o
     if result.record is None:
         console.print(f"not verified: that needs {spec.world_size} GPUs (cuco eval {workload} {target}); once it "
                       f"passes, cuco evolve {workload} --set search.start={target} searches from it", highlight=False)
-        return
+        raise typer.Exit(ExitCode.INCOMPLETE)
     print_record(result.record, console)
     if result.record.ok:
         console.print(f"verified; start a search from it: cuco evolve {workload} --set search.start={target}",
                       highlight=False)
-    raise typer.Exit(0 if result.record.ok else 1)
+    raise typer.Exit(_exit_code(result.record))
 
 
 def _llm_fallback(config: Path | None, tries: int, check):
@@ -380,7 +431,7 @@ def _llm_fallback(config: Path | None, tries: int, check):
     from cuco.llm import LLMError, make_client
     from cuco.machine import load_machine
 
-    cfg = load_config(config)
+    cfg = load_config(absolute(config) if config else None)
     try:
         client = make_client(cfg.llm)
     except LLMError as exc:
@@ -398,7 +449,7 @@ def init(name: str = typer.Argument(..., help="The new workload's name, and its 
     """Scaffold a workload around your own program: seed.cu, workload.toml from its analysis, reference.py to write."""
     from cuco.workload.scaffold import create_workload
 
-    made = create_workload(name, source, parent)
+    made = create_workload(name, absolute(source), absolute(parent))
     for w in made.warnings:
         console.print(f"[yellow]warning:[/] {escape(w)}")
     sc = made.scaffold
@@ -416,9 +467,10 @@ def report(run_dir: Path = typer.Argument(..., help="A run directory of cuco evo
     """One HTML page for a search: summary, time per evaluation against the bound, lineage, every candidate, best code."""
     from cuco.report.html import render_report
 
+    run_dir = absolute(run_dir)
     if not (run_dir / "cuco.db").is_file():
         raise CucoError(str(run_dir), "not a run directory of cuco evolve (no cuco.db)")
-    target = out or run_dir / "report.html"
+    target = absolute(out) if out else run_dir / "report.html"
     target.write_text(render_report(run_dir))
     console.print(f"wrote {target}", highlight=False)
 
@@ -431,6 +483,7 @@ def ui(run_dir: Path = typer.Argument(..., help="A run directory of cuco evolve 
     """The report as a live web page: rebuilt from the store on each request, candidates one click away."""
     from cuco.report.ui import make_server
 
+    run_dir = absolute(run_dir)
     if not (run_dir / "cuco.db").is_file():
         raise CucoError(str(run_dir), "not a run directory of cuco evolve (no cuco.db)")
     try:
@@ -469,14 +522,17 @@ def _slots(cfg, spec, shape: str):
 
 
 def main() -> None:
-    """Entry point: user errors become one line and exit code 2, never a traceback."""
+    """Entry point: every error becomes one line and its exit code (ExitCode), never a traceback."""
+    if os.environ.get("CUCO_HOME"):  # the runner's processes start elsewhere: the same folder, whatever their cwd
+        os.environ["CUCO_HOME"] = str(absolute(os.environ["CUCO_HOME"]))
     try:
         code = app(prog_name="cuco", standalone_mode=False)  # click returns a typer.Exit's code here, not raises
         if isinstance(code, int) and code:
             sys.exit(code)
     except CucoError as exc:
-        Console(stderr=True).print(f"[red]error:[/] {escape(str(exc))}", highlight=False, soft_wrap=True)
-        sys.exit(2)
+        what = "cuco's own failure: " if isinstance(exc, CucoFailure) else ""
+        Console(stderr=True).print(f"[red]error:[/] {what}{escape(str(exc))}", highlight=False, soft_wrap=True)
+        sys.exit(exc.exit_code)
     except Exception as exc:  # typer vendors click: match its exceptions by shape, not by class
         if hasattr(exc, "exit_code") and not hasattr(exc, "format_message"):
             sys.exit(exc.exit_code)

@@ -8,9 +8,16 @@ from pathlib import Path
 from typing import Any
 
 
+def absolute(path: str | Path) -> Path:
+    """A path the user gave, made absolute against the directory the command was started in (`~` expanded,
+    symbolic links kept). Every path is made so where it enters cuco: the runner's processes start in folders
+    of their own, where a relative path would name something else."""
+    return Path(os.path.abspath(os.path.expanduser(str(path))))
+
+
 def cuco_home() -> Path:
     """CUCO_HOME, or ~/.cache/cuco; created on first use."""
-    home = Path(os.environ.get("CUCO_HOME", Path.home() / ".cache" / "cuco"))
+    home = absolute(os.environ.get("CUCO_HOME") or Path.home() / ".cache" / "cuco")
     home.mkdir(parents=True, exist_ok=True)
     return home
 

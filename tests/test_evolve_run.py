@@ -118,7 +118,7 @@ def test_resume_after_sigkill_keeps_finished_and_reaches_the_total(tmp_path):
     (["evolve", str(CPU_WL), "--set", "search.islands=abc"], ["search.islands", "expected int"]),
     (["evolve", str(CPU_WL), "--set", "search.selection=best"], ["search.selection"]),
     (["evolve", str(CPU_WL), "--shape", "huge"], ["huge"]),
-    (["evolve", str(GEMM_AG), "--device", "cpu", "--set", "search.proposer=magic"], ["unknown proposer"]),
+    (["evolve", str(CPU_WL), "--set", "search.proposer=magic"], ["unknown proposer"]),
     (["evolve", str(CPU_WL), "--set", "search.proposer=llm"], ["no API key", "ANTHROPIC_API_KEY"]),
     (["evolve", str(CPU_WL), "--set", "search.proposer=llm", "--set", "llm.provider=openai_compatible"],
      ["base_url"]),

@@ -9,6 +9,7 @@ from pathlib import Path
 
 from cuco.errors import CucoError
 from cuco.llm.config import LLMConfig
+from cuco.paths import absolute
 from cuco.tomlconfig import Section, field_types, load_dataclass, parse_text
 
 if sys.version_info >= (3, 11):
@@ -145,6 +146,8 @@ def load_config(path: Path | None) -> RunConfig:
         if len(price) != 2:
             raise CucoError(str(path), f"llm.pricing.{model}: expected [input, output] dollars per million tokens")
     top.done()
+    if cfg.search.start:  # a path in a configuration file is read from the file's folder
+        cfg.search.start = str(absolute(path.parent / cfg.search.start))
     cfg.check(str(path))
     return cfg
 
@@ -164,5 +167,7 @@ def apply_overrides(cfg: RunConfig, overrides: list[str]) -> RunConfig:
             setattr(target, name, parse_text(raw, known[name]))
         except TypeError as exc:
             raise CucoError("--set", f"{key}: {exc}") from None
+        if (section, name) == ("search", "start") and cfg.search.start:
+            cfg.search.start = str(absolute(cfg.search.start))
     cfg.check("--set")
     return cfg

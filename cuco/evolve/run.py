@@ -30,6 +30,10 @@ from cuco.workload.spec import WorkloadSpec
 # The seed is host-driven: NCCL collectives from the host, then compute.
 SEED_POINT = DesignPoint("nccl_host", "deferred", "global", "cta", 1)
 NOVELTY_RETRIES = 20
+# Evaluations in a row that cuco itself failed (not the candidates) before a search that has a passing program
+# stops; one is enough while nothing has passed. A lost port is retried by the launcher already, so a runner
+# failure that reaches the search is rarely transient.
+RUNNER_FAULTS_TO_STOP = 3
 
 Evaluator = Callable[[WorkloadSpec, Path, Slot, Path], EvalRecord]
 
@@ -81,6 +85,8 @@ class Evolution:
             raise CucoError(f"search.proposer {self.cfg.search.proposer}", str(exc)) from None
         self.exhausted = False
         self.stop_reason = ""
+        self.stop_fault: str | None = None  # why a stop is a failure: "proposer", "runner" or "workload"
+        self.runner_faults = 0  # consecutive evaluations that failed through no fault of the candidate
         self.embedder = None
         if getattr(self.proposer, "near_duplicates", False):  # design points of strategies are distinct already
             s = self.cfg.search
@@ -152,6 +158,7 @@ class Evolution:
                 continue
             except SearchStopped as exc:
                 self.exhausted, self.stop_reason = True, str(exc)
+                self.stop_fault = "proposer" if exc.failed else None
                 return None
             h = code_hash(prop.code, prop.language)
             if self.db.has_code(h):
@@ -181,6 +188,8 @@ class Evolution:
         return None
 
     async def next_candidate(self) -> Candidate | None:
+        if self.stop_fault in ("runner", "workload"):  # pending ones stay pending for a resumed run
+            return None
         pending = self.db.pending()
         if pending:
             return pending[0]
@@ -190,9 +199,15 @@ class Evolution:
 
     def evaluate(self, cand: Candidate, slot: Slot) -> EvalRecord:
         work = self.run_dir / "evals" / f"{cand.id:05d}"
-        work.mkdir(parents=True, exist_ok=True)
         src = work / f"candidate{'.cu' if cand.language == 'cuda' else '.py'}"
-        src.write_text(cand.code)
+        try:
+            work.mkdir(parents=True, exist_ok=True)
+            src.write_text(cand.code)
+        except OSError as exc:
+            return EvalRecord(workload=self.spec.name, candidate=str(src), candidate_name=src.stem,
+                              kind=cand.language, world=self.spec.world_size, device=self.device, failed_level="L0",
+                              fault="runner", error=f"cuco cannot write the candidate into {work}: "
+                                                    f"{exc.strerror or exc}")
         return self.evaluator(self.spec, src, slot, work / f"attempt-{time.time_ns()}")
 
     def record(self, cand: Candidate, record: EvalRecord, seconds: float) -> None:
@@ -210,6 +225,18 @@ class Evolution:
         best = self.db.best()
         if best and best.id == cand.id:
             self.write_best(best, record)
+        self.watch_faults(cand, record, best is not None)
+
+    def watch_faults(self, cand: Candidate, record: EvalRecord, passed_any: bool) -> None:
+        """Stop when cuco itself, or the workload, fails evaluations instead of the candidates: every later one
+        would fail the same way, and the budget would go to nothing."""
+        if record.fault not in ("runner", "workload"):
+            self.runner_faults = 0
+            return
+        self.runner_faults += 1
+        if self.runner_faults >= (RUNNER_FAULTS_TO_STOP if passed_any else 1):
+            self.exhausted, self.stop_fault = True, record.fault
+            self.stop_reason = f"evaluation #{cand.id}: {record.error}"
 
     def write_best(self, best: Candidate, record: EvalRecord) -> None:
         d = self.run_dir / "best"

@@ -19,8 +19,16 @@ def _param_names(shapes) -> str:
     return ",".join(first.params) if first is not None and first.params else "params"
 
 
+def verdict(record: EvalRecord) -> str:
+    """One phrase for the record's outcome, naming whose failure it was where it was not the candidate's."""
+    if record.ok:
+        return f"[yellow]{record.incomplete}[/]" if record.incomplete else "[green]passed[/]"
+    who = {"runner": " (cuco's own failure)", "workload": " (the workload's failure)"}.get(record.fault or "", "")
+    return f"[red]failed at {record.failed_level}{who}[/]"
+
+
 def eval_table(record: EvalRecord) -> Table:
-    status = "[green]passed[/]" if record.ok else f"[red]failed at {record.failed_level}[/]"
+    status = verdict(record)
     title = (f"{record.workload} / {record.candidate_name} ({record.kind}, {record.device}, "
              f"world {record.world}): {status}, level reached {record.level_reached or '-'}")
     t = Table(title=title, title_justify="left")

@@ -24,6 +24,7 @@ from cuco.runner.job import Job, Stage
 from cuco.runner.launch import describe_exit, free_port, launch, make_gate_file
 from cuco.runner.record import Bound, Correctness, EvalRecord, ShapeResult, Timing
 from cuco.runner.static_checks import check_source
+from cuco.runner.toolchain import find_toolchain
 from cuco.runner.stats import summarize
 from cuco.workload.spec import WorkloadSpec
 
@@ -44,8 +45,16 @@ class EvalOptions:
     name: str | None = None  # the workload's name for the candidate (default: its file's stem)
 
 
-def _fail(record: EvalRecord, level: str, error: str, diagnostics: str = "") -> EvalRecord:
+# The judges' name for whose failure it was (judge.py), as the record says it.
+FAULTS = {"candidate": "candidate", "crash": "candidate", "verification": "candidate", "workload": "workload",
+          "harness": "runner"}
+
+
+def _fail(record: EvalRecord, level: str, error: str, diagnostics: str = "", fault: str = "candidate") -> EvalRecord:
+    """`fault` says whose failure it is: the candidate's, the workload's (its reference, its bounds) or the
+    runner's (cuco's own: a folder it could not use, a tool it lacks); only the first is the candidate's score."""
     record.ok, record.failed_level, record.error, record.diagnostics = False, level, error, diagnostics[-6000:]
+    record.fault = fault
     record.level_reached = LEVELS[LEVELS.index(level) - 1] if level != "L0" else None
     return record
 
@@ -72,8 +81,11 @@ def evaluate(spec: WorkloadSpec, candidate: Path, opts: EvalOptions,
     if failed is not None:
         return failed
     record.level_reached = "L1"
-    if opts.max_level == "L1" or (kind == "cuda" and opts.device != "cuda"):
-        return _done(record, note="" if opts.max_level == "L1" else "CUDA candidate: built; L2-L4 need a GPU")
+    if opts.max_level == "L1":
+        return _done(record)
+    if kind == "cuda" and opts.device != "cuda":
+        record.incomplete = f"reached L1 (built); L2-{opts.max_level} need {spec.world_size} GPU(s)"
+        return _done(record)
 
     # L2..L4 in one launch: the candidate's setup cost is paid once per shape.
     small = opts.small_shapes if opts.small_shapes is not None else [s.name for s in spec.small_shapes]
@@ -89,8 +101,13 @@ def evaluate(spec: WorkloadSpec, candidate: Path, opts: EvalOptions,
         if error:
             record.bounds_error = error
     temporary = opts.work_dir is None
-    work = Path(opts.work_dir or tempfile.mkdtemp(prefix="cuco-eval-"))
-    work.mkdir(parents=True, exist_ok=True)
+    try:  # absolute: the judges and the candidates' processes start in folders of their own
+        work = Path(opts.work_dir or tempfile.mkdtemp(prefix="cuco-eval-")).absolute()
+        work.mkdir(parents=True, exist_ok=True)
+    except OSError as exc:
+        return _fail(record, stages[0].level if stages else "L2",
+                     f"cuco cannot write the evaluation's folder {opts.work_dir}: {exc.strerror or exc}",
+                     fault="runner")
     gate_file = make_gate_file(work) if opts.device == "cuda" and harness else None
     # The workload's NCCL settings, then those it declares for this candidate by name (workload.toml only: a
     # candidate cannot choose its own).
@@ -119,6 +136,10 @@ def _level1(record: EvalRecord, candidate: Path, kind: str, text: str, opts: Eva
     the runner's harness too, which every candidate's host needs. Returns (the failed record or None, the
     candidate's library, the harness)."""
     library = harness = None
+    missing = find_toolchain().missing() if kind == "cuda" or opts.device == "cuda" else []
+    if missing:
+        return _fail(record, "L1", "cuco cannot build CUDA programs on this machine: missing " + "; ".join(missing),
+                     fault="runner"), None, None
     if kind == "cuda":
         built, problems = check_and_build(candidate)
         record.build = {"cached": built.cached, "seconds": built.seconds}
@@ -138,7 +159,7 @@ def _level1(record: EvalRecord, candidate: Path, kind: str, text: str, opts: Eva
         hb = build_harness()
         if not hb.ok:
             why = "the runner's harness failed to build: " + first_error(hb.log)
-            return _fail(record, "L1", why, hb.log), None, None
+            return _fail(record, "L1", why, hb.log, fault="runner"), None, None
         harness = str(hb.library)
     return None, library, harness
 
@@ -158,10 +179,11 @@ def _interpret(spec, record: EvalRecord, res, stages, opts, baselines, reference
         return _fail(record, current, f"timeout: killed every rank after {limit:.0f} s (hung; last steps: {where})",
                      _logs(res))
     if res.crashed:
-        return _fail(record, current, _crash_message(res), _logs(res))
-    errors = [r.get("error") for r in per_rank if r.get("error")]
+        cause = (res.ranks[_cause_first(res)[0]].result or {}).get("kind")
+        return _fail(record, current, _crash_message(res), _logs(res), FAULTS.get(cause, "candidate"))
+    errors = [r for r in per_rank if r.get("error")]
     if errors:
-        return _fail(record, current, errors[0], _logs(res))
+        return _fail(record, current, errors[0]["error"], _logs(res), FAULTS.get(errors[0].get("kind"), "candidate"))
     # A rank passes only by its judge reporting every stage finished; an exit status alone means nothing.
     unfinished = [o.rank for o in res.ranks if not (o.result or {}).get("done")
                   or len((o.result or {}).get("stages", [])) < len(stages)]
@@ -169,9 +191,9 @@ def _interpret(spec, record: EvalRecord, res, stages, opts, baselines, reference
         return _fail(record, current, f"ranks {unfinished} ended without their judge reporting every stage done",
                      _logs(res))
     record.level_reached = stages[-1].level if stages else record.level_reached
-    problems = _l4_problems(spec, record, opts)
+    problems, fault = _l4_problems(spec, record, opts)
     if problems:
-        return _fail(record, "L4", "; ".join(problems))
+        return _fail(record, "L4", "; ".join(problems), fault=fault)
     return _done(record)
 
 
@@ -187,8 +209,9 @@ def _crash_message(res) -> str:
     others = [o.rank for o in res.ranks if o.returncode is None]
     if others:
         parts.append(f"ranks {others} stopped by the watchdog")
-    reported = (res.ranks[order[0]].result or {}).get("kind") == "candidate"
-    return ("candidate error: " if reported else "crash: ") + "; ".join(parts)
+    kind = (res.ranks[order[0]].result or {}).get("kind")
+    prefix = {"candidate": "candidate error: ", "harness": "cuco's own failure: ", "workload": "workload error: "}
+    return prefix.get(kind, "crash: ") + "; ".join(parts)
 
 
 def _cause_first(res) -> list[int]:
@@ -199,9 +222,10 @@ def _cause_first(res) -> list[int]:
     return sorted(res.crashed, key=lambda r: first.get((res.ranks[r].result or {}).get("kind"), 2))
 
 
-def _l4_problems(spec, record: EvalRecord, opts) -> list[str]:
-    """Verdicts that need every rank's numbers: the bound, the timed runs' outputs, the judge's clock."""
-    problems = []
+def _l4_problems(spec, record: EvalRecord, opts) -> tuple[list[str], str]:
+    """Verdicts that need every rank's numbers: the bound, the timed runs' outputs, the judge's clock; and whose
+    failure they are (a missing bound is the workload's, everything else the candidate's)."""
+    problems, fault = [], "candidate"
     slack = spec.timing.bound_slack if opts.device == "cuda" else spec.timing.cpu_bound_slack
     for name, shape_rec in record.shapes.items():
         t = shape_rec.timing
@@ -211,6 +235,7 @@ def _l4_problems(spec, record: EvalRecord, opts) -> list[str]:
         if not bound:
             why = record.bounds_error or "the workload's reference defines neither compute_alone nor comm_alone"
             problems.append(f"shape {name}: no physical bound ({why}); a time without its bound is not reported")
+            fault = "workload"
         elif t.median_ms is not None and t.median_ms < bound * (1 - slack):
             problems.append(f"impossible: shape {name} median {t.median_ms:.4f} ms is below the physical bound "
                             f"{bound:.4f} ms by more than {slack:.0%}: work was skipped or the timing is broken")
@@ -218,7 +243,7 @@ def _l4_problems(spec, record: EvalRecord, opts) -> list[str]:
             problems.append(f"shape {name}: a timed run's output is wrong: {t.final_output_errors[0]}")
         if t.clock_errors:
             problems.append(f"shape {name}: {t.clock_errors[0]}")
-    return problems
+    return problems, fault
 
 
 def _collect(spec, record: EvalRecord, stages: list[dict[str, Any]], opts, baselines: dict[str, EvalRecord] | None,

@@ -249,14 +249,16 @@ def main(argv: list[str]) -> int:
     die_with_parent(os.getppid())
     chan = Channel(socket.socket(fileno=int(argv[0])))
     hello = chan.expect("hello")
-    scratch, tmp = Path(hello.data["scratch"]), Path(hello.data["tmp"])
-    scrub_environment(scratch, tmp)
-    confinement = confine(scratch, tmp)
-    host = Host(chan, hello)
+    # Until "ready" no code of the candidate's has run: a failure here is the runner's own, and says so.
     try:
+        scratch, tmp = Path(hello.data["scratch"]), Path(hello.data["tmp"])
+        scrub_environment(scratch, tmp)
+        confinement = confine(scratch, tmp)
+        host = Host(chan, hello)
         host.init()
     except Exception as exc:
-        chan.send("error", message=f"{type(exc).__name__}: {exc}", where="start-up")
+        chan.send("error", message=f"cuco could not start the candidate's process: {type(exc).__name__}: {exc}",
+                  where="start-up", framework=True)
         return 3
     chan.send("ready", sandbox=confinement.describe())
     host.serve()

@@ -64,7 +64,7 @@ def load_reference(spec: WorkloadSpec):
     mod_spec.loader.exec_module(mod)
     for fn in ("make_inputs", "reference"):
         if not callable(getattr(mod, fn, None)):
-            raise CandidateFailed(f"{spec.reference_path}: defines no {fn}()", "harness")
+            raise CandidateFailed(f"{spec.reference_path}: defines no {fn}()", "workload")
     return mod
 
 
@@ -141,6 +141,10 @@ class Judge:
             code = self.proc.wait(timeout=5)
         except subprocess.TimeoutExpired:
             return CandidateFailed(f"the candidate's process stopped answering during {where}", "crash")
+        if where == "start-up":  # nothing of the candidate's has been loaded yet: the runner's own failure
+            return CandidateFailed(f"cuco's process for the candidate ended ({describe_exit(code)}) during start-up, "
+                                   f"before loading it; its output is in {self.out / f'rank{self.rank}.log'}",
+                                   "harness")
         if code < 0:
             return CandidateFailed(f"the candidate's process was {describe_exit(code)} during {where}", "crash")
         return CandidateFailed(f"the candidate's process exited with status {code} during {where}: a candidate may "
@@ -197,7 +201,7 @@ class Judge:
         """This rank's inputs into the candidate's buffers, everything else poisoned (untimed)."""
         for name in self.inputs():
             if name not in mine:
-                raise CandidateFailed(f"reference.make_inputs returned no {name!r}", "harness")
+                raise CandidateFailed(f"reference.make_inputs returned no {name!r}", "workload")
         if not self.cuda:
             for lay in self.layouts:
                 if lay.role == "input":
@@ -508,9 +512,11 @@ def run_judge(job: Job, rank: int, host: HostProcess | None) -> int:
         judge.write_result(_partial(judge), done=True, error=str(exc), kind="verification")
         return 0
     except Exception as exc:  # the judge reports every failure as data; the candidate's come as CandidateFailed
-        kind = exc.kind if isinstance(exc, CandidateFailed) else "harness"
-        data = {"error": str(exc) if isinstance(exc, CandidateFailed) else f"{type(exc).__name__}: {exc}",
-                "kind": kind, "traceback": traceback.format_exc(limit=8)}
+        kind = exc.kind if isinstance(exc, CandidateFailed) else _raised_in_reference(exc, job) or "harness"
+        error = str(exc) if isinstance(exc, CandidateFailed) else f"{type(exc).__name__}: {exc}"
+        if kind == "workload" and not isinstance(exc, CandidateFailed):
+            error = f"the workload's reference.py raised {error}"
+        data = {"error": error, "kind": kind, "traceback": traceback.format_exc(limit=8)}
         if judge is not None:
             judge.stop_host()
             judge.write_result(_partial(judge), done=True, **data)
@@ -520,6 +526,14 @@ def run_judge(job: Job, rank: int, host: HostProcess | None) -> int:
                               {"rank": rank, "stages": [], "done": True, **data})
         sys.stderr.write(data["traceback"])
         return 3
+
+
+def _raised_in_reference(exc: BaseException, job: Job) -> str | None:
+    """"workload" when the exception came out of the workload's reference.py (the user's half of the contract),
+    so that its author is told, and neither the candidate nor cuco is blamed."""
+    reference = str(Path(job.workload_root, "reference.py").resolve())
+    frames = traceback.extract_tb(exc.__traceback__)
+    return "workload" if any(str(Path(f.filename).resolve()) == reference for f in frames) else None
 
 
 def _partial(judge: Judge) -> list[dict[str, Any]]:

@@ -107,7 +107,8 @@ PORT_TRIES = 3
 
 def launch(job: Job, timeout_s: float, job_path: Path) -> LaunchResult:
     """Run every rank of JOB under the watchdog; TIMEOUT_S bounds each attempt."""
-    out = Path(job.out_dir)
+    out = Path(job.out_dir).absolute()  # the judges and hosts start in folders of their own
+    job.out_dir = str(out)
     out.mkdir(parents=True, exist_ok=True)
     visible = list(job.gpus)  # the machine's GPU indices; the ranks see them as 0..n-1
     for attempt in range(PORT_TRIES):

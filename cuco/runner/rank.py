@@ -7,6 +7,7 @@ CUDA context and communicator overlap the judge's own. Only the standard library
 
 from __future__ import annotations
 
+import json
 import os
 import signal
 import subprocess
@@ -33,9 +34,9 @@ class HostProcess:
 
     @classmethod
     def start(cls, job: Job, rank: int) -> "HostProcess":
-        scratch = Path(job.out_dir) / f"host{rank}"
+        scratch = Path(job.out_dir).absolute() / f"host{rank}"
         scratch.mkdir(parents=True, exist_ok=True)
-        shared_tmp = Path(job.out_dir) / "tmp"  # every rank's TMPDIR: torch's symmetric memory meets peers there
+        shared_tmp = scratch.parent / "tmp"  # every rank's TMPDIR: torch's symmetric memory meets peers there
         shared_tmp.mkdir(exist_ok=True)
         chan, child = Channel.pair()
         env = {k: v for k, v in os.environ.items() if k != JUDGE_PORT_ENV}  # the judges' group is theirs alone
@@ -70,12 +71,27 @@ def _cleanup_on_term() -> None:
     threading.Thread(target=wait, daemon=True, name="cuco-judge-term").start()
 
 
+def _report_start_failure(job: Job, rank: int, exc: OSError) -> None:
+    """The rank's result file, written as the judge would, for a candidate's process that could not be started."""
+    kill_descendants()
+    result = {"rank": rank, "stages": [], "done": True, "kind": "harness",
+              "error": f"cuco could not start the candidate's process: {exc}"}
+    path = Path(job.out_dir) / f"rank{rank}.json"
+    tmp = path.with_name(f".{path.name}.tmp")
+    tmp.write_text(json.dumps(result))
+    os.replace(tmp, path)
+
+
 def main(argv: list[str]) -> int:
     die_with_parent(int(os.environ.get("CUCO_LAUNCHER_PID", "0")))
     job, rank = Job.read(Path(argv[0])), int(argv[1])
     guard_judge()
     _cleanup_on_term()
-    host = HostProcess.start(job, rank) if job.mode == "evaluate" else None
+    try:
+        host = HostProcess.start(job, rank) if job.mode == "evaluate" else None
+    except OSError as exc:  # before any code of the candidate's: cuco's own failure, said as such
+        _report_start_failure(job, rank, exc)
+        return 3
     from cuco.runner.judge import run_judge  # torch and the workload's reference load while the host starts
 
     code = run_judge(job, rank, host)

@@ -142,7 +142,7 @@ class EvalRecord:
     was measured. The optional fields after `env` are set by the levels that ran (`build` by a CUDA L1, `seed`,
     `sandbox` and `seconds` by the launch, `note` by a pass with a caveat) and absent from the JSON before."""
     _OMIT: ClassVar[frozenset[str]] = frozenset({"build", "bounds_error", "nccl_env", "work_dir", "seconds",
-                                                 "seed", "sandbox", "note", "node"})
+                                                 "seed", "sandbox", "note", "node", "fault", "incomplete"})
     workload: str = ""
     candidate: str = ""
     candidate_name: str = ""
@@ -155,6 +155,8 @@ class EvalRecord:
     level_reached: str | None = None
     failed_level: str | None = None
     error: str | None = None
+    fault: str | None = None  # whose failure: "candidate", "workload" (its reference or bounds) or "runner" (cuco's)
+    incomplete: str | None = None  # passed what ran, but this machine could not run every level asked for: why
     diagnostics: str = ""
     shapes: dict[str, ShapeResult] = field(default_factory=dict)
     env: dict[str, Any] = field(default_factory=dict)

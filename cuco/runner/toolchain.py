@@ -30,7 +30,8 @@ class Toolchain:
     def missing(self) -> list[str]:
         out = []
         if not self.nvcc:
-            out.append("nvcc (set CUCO_NVCC or put it on PATH)")
+            given = os.environ.get("CUCO_NVCC")
+            out.append(f"nvcc (CUCO_NVCC={given} is no file)" if given else "nvcc (set CUCO_NVCC or put it on PATH)")
         if not self.nccl_include or not self.nccl_device_api:
             out.append("NCCL device-API headers (pip install nvidia-nccl-cu13==2.28.9, or set CUCO_NCCL_HOME)")
         if not self.cublas_include:
@@ -67,7 +68,7 @@ def find_toolchain() -> Toolchain:
     nvcc_s = os.environ.get("CUCO_NVCC") or shutil.which("nvcc")
     if not nvcc_s and Path("/usr/local/cuda/bin/nvcc").exists():
         nvcc_s = "/usr/local/cuda/bin/nvcc"
-    nvcc = Path(nvcc_s) if nvcc_s else None
+    nvcc = Path(nvcc_s) if nvcc_s and Path(nvcc_s).is_file() else None  # CUCO_NVCC naming nothing: missing
     nvcc_version = None
     if nvcc:
         out = subprocess.run([str(nvcc), "--version"], capture_output=True, text=True).stdout

@@ -6,11 +6,12 @@ import os
 from pathlib import Path
 
 from cuco.errors import CucoError
+from cuco.paths import absolute
 
 
 def search_path() -> list[Path]:
     """CUCO_WORKLOADS_PATH (colon-separated) first, then the workloads shipped inside the package."""
-    extra = [Path(p) for p in os.environ.get("CUCO_WORKLOADS_PATH", "").split(os.pathsep) if p]
+    extra = [absolute(p) for p in os.environ.get("CUCO_WORKLOADS_PATH", "").split(os.pathsep) if p]
     return extra + [Path(__file__).resolve().parents[1] / "workloads"]
 
 
@@ -24,7 +25,7 @@ def builtin_names() -> list[str]:
 
 def resolve_workload(name_or_path: str) -> Path:
     """A path to a directory with workload.toml, or the name of a built-in workload."""
-    p = Path(name_or_path)
+    p = absolute(name_or_path)
     if p.is_dir():
         return p
     for d in search_path():

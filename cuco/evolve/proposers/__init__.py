@@ -29,7 +29,12 @@ def point_key(strategy: str | None, label: str) -> str:
 
 
 class SearchStopped(Exception):
-    """No more proposals: the design space is exhausted, the budget is spent, or the LLM keeps failing."""
+    """No more proposals: the design space is exhausted or the budget is spent (`failed` False: the search ends
+    well), or the proposer cannot go on (an LLM that keeps failing, a key it refuses: `failed` True)."""
+
+    def __init__(self, message: str, failed: bool = False) -> None:
+        super().__init__(message)
+        self.failed = failed
 
 
 @dataclass(frozen=True)

@@ -107,7 +107,8 @@ class LLMProposer:
     def _fail(self, reason: str) -> ProposalFailed:
         self.failures += 1
         if self.failures >= self.cfg.max_consecutive_failures:
-            return SearchStopped(f"{self.failures} proposals in a row without a usable reply; last: {reason}")
+            return SearchStopped(f"{self.failures} proposals in a row without a usable reply; last: {reason}",
+                                 failed=True)
         return ProposalFailed(reason)
 
     async def propose(self, ctx: ProposalContext) -> Proposal:
@@ -132,7 +133,7 @@ class LLMProposer:
                 calls.append(self.db.log_call(kind=kind, provider=client.provider, model=client.model,
                                               status="error", error=str(exc), prompt=prompt))
                 if exc.kind in ("auth", "model"):  # asking again cannot help
-                    raise SearchStopped(str(exc)) from None
+                    raise SearchStopped(str(exc), failed=True) from None
                 raise self._fail(str(exc)) from None
             cost = cost_usd(reply.model, reply.input_tokens, reply.output_tokens, self.cfg.pricing)
             try:
