@@ -92,9 +92,11 @@ def main() -> int:
         for shape in args.shapes:
             med = {k: [r["shapes"].get(shape, {}).get("median_ms") for r in runs[k][name]] for k in trees}
             judge = [r["shapes"].get(shape, {}).get("judge_median_ms") for r in runs["this tree"][name]]
-            bound = next((r["shapes"][shape]["bound_ms"] for r in runs["this tree"][name] if shape in r["shapes"]), None)
+            bound = next((r["shapes"][shape]["bound_ms"] for r in runs["this tree"][name] if shape in r["shapes"]),
+                         None)
             secs = {k: [r["seconds"] for r in runs[k][name] if r["seconds"]] for k in trees}
-            verdicts = " / ".join(k + ": " + ",".join("ok" if r["ok"] else "FAIL" for r in runs[k][name]) for k in trees)
+            verdicts = " / ".join(k + ": " + ",".join("ok" if r["ok"] else "FAIL" for r in runs[k][name])
+                                  for k in trees)
             lines.append(f"| {name} | {shape} | {_fmt(med['other'])} | {_fmt(med['this tree'])} | {_fmt(judge)} | "
                          f"{bound and f'{bound:.4f}'} | {_fmt(secs['other'], 1)} | {_fmt(secs['this tree'], 1)} | "
                          f"{verdicts} |")

@@ -66,7 +66,8 @@ def main() -> int:
     machine = load_machine() if args.device == "cuda" else None
     info = record.meta(machine, spec.world_size if machine else None, host=host, workload=spec.name, shape=shape)
     lines = [f"# Evaluation through Ray against the local backend: {spec.name} ({shape}), {args.device}", "",
-             f"Date {info['date']}, commit {info['commit']}, {host}; Ray {'at ' + args.address if args.address else 'started on this machine'}. "
+             f"Date {info['date']}, commit {info['commit']}, {host}; "
+             f"Ray {'at ' + args.address if args.address else 'started on this machine'}. "
              f"The seed evaluated {args.rounds} times by each backend's evaluator, rounds alternating; wall "
              "seconds per evaluation, and the median time the evaluation measured for the candidate itself.", "",
              f"Command: `{info['command']}`", "",
@@ -74,7 +75,8 @@ def main() -> int:
              "|---|---|---|---|---|"]
     lines += [f"| {k} | {med[k]:.2f} | {min(v):.2f} | {max(v):.2f} | {statistics.median(medians[k]):.3f} |"
               for k, v in times.items()]
-    lines += ["", f"Overhead of a Ray task per evaluation (difference of the medians): {med['ray'] - med['local']:.2f} s."]
+    lines += ["", "Overhead of a Ray task per evaluation (difference of the medians): "
+                  f"{med['ray'] - med['local']:.2f} s."]
     name = f"ray_overhead-{args.device}"
     record.save(args.out, name, info, {"seconds": times, "median_s": med, "overhead_s": med["ray"] - med["local"],
                                        "candidate_median_ms": medians}, lines)

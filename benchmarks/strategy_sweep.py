@@ -23,10 +23,10 @@ import record
 ROOT = record.ROOT
 sys.path.insert(0, str(ROOT))
 
-from cuco.evolve.strategy import accepted_points, materialize, prebuild
-from cuco.machine import load_machine
-from cuco.runner.cascade import EvalOptions, evaluate
-from cuco.workload import load_workload, resolve_workload
+from cuco.evolve.strategy import accepted_points, materialize, prebuild  # noqa: E402
+from cuco.machine import load_machine  # noqa: E402
+from cuco.runner.cascade import EvalOptions, evaluate  # noqa: E402
+from cuco.workload import load_workload, resolve_workload  # noqa: E402
 
 
 def main() -> None:

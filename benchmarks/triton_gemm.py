@@ -88,7 +88,7 @@ def main() -> int:
     for (m, k, n), names in sorted(shapes.items(), key=lambda kv: -kv[0][0] * kv[0][1] * kv[0][2]):
         a, b = torch.randn(m, k, device=dev).bfloat16(), torch.randn(k, n, device=dev).bfloat16()
         ref, c = (torch.empty(m, n, device=dev, dtype=torch.bfloat16) for _ in range(2))
-        cublas = bench(lambda: torch.matmul(a, b, out=ref))
+        cublas = bench(lambda a=a, b=b, ref=ref: torch.matmul(a, b, out=ref))
         tried = {}
         sms = torch.cuda.get_device_properties(dev).multi_processor_count
         fits = max(16, triton.next_power_of_2(m))  # taller tiles than the rows only compute padding
@@ -111,7 +111,8 @@ def main() -> int:
             if not err < 1e-2:  # NaN fails too
                 tried[cfg, grid] = {"error": f"wrong result: relative error {err:.3g}"}
                 continue
-            tried[cfg, grid] = {"ms": bench(lambda: gemm(a, b, c, config=cfg, programs=programs)), "rel_err": err}
+            tried[cfg, grid] = {"ms": bench(lambda a=a, b=b, c=c, cfg=cfg, programs=programs:
+                                            gemm(a, b, c, config=cfg, programs=programs)), "rel_err": err}
         own = tried[own_cfg, own_grid]
         # The row-parallel shapes also through the summing epilogue the fused reduce-scatter and all-reduce run
         # (gemm_all_reduce at world 1: no peer, the tile rounded and stored by pointer): what the epilogue costs.
@@ -123,9 +124,11 @@ def main() -> int:
             summed = {"ms": None}
         if "ms" in own:  # the comparison that counts, timed in alternation: clocks drift between far-apart timings
             own_programs = sms if own_grid == "sms" else None
-            runs = [lambda: torch.matmul(a, b, out=ref), lambda: gemm(a, b, c, config=own_cfg, programs=own_programs)]
+            runs = [lambda a=a, b=b, ref=ref: torch.matmul(a, b, out=ref),
+                    lambda a=a, b=b, c=c, own_cfg=own_cfg, own_programs=own_programs:
+                    gemm(a, b, c, config=own_cfg, programs=own_programs)]
             if summed is not None:
-                runs.append(lambda: gemm_all_reduce(a, b, c, alone))
+                runs.append(lambda a=a, b=b, c=c, alone=alone: gemm_all_reduce(a, b, c, alone))
             rounds = [[bench(fn) for fn in runs] for _ in range(ROUNDS)]
             cublas, own["ms"], *rest = (statistics.median(x) for x in zip(*rounds))
             if summed is not None:

@@ -8,20 +8,21 @@ import os
 import sys
 from datetime import datetime, timezone
 from pathlib import Path
-from typing import Optional
 
 import typer
 from rich.console import Console
 from rich.markup import escape
 from rich.table import Table
 
-from cuco.errors import CucoError, CucoFailure, ExitCode, NeedsGPU
+from cuco.errors import MEANING, CucoError, CucoFailure, ExitCode, NeedsGPU
 from cuco.extras import require
 from cuco.paths import absolute, atomic_write_json
 
 app = typer.Typer(add_completion=False, no_args_is_help=True, pretty_exceptions_enable=False,
                   context_settings={"help_option_names": ["-h", "--help"]},
-                  help="Compute-communication co-design for multi-GPU programs: verified, measured, searched.")
+                  help="Compute-communication co-design for multi-GPU programs: verified, measured, searched.",
+                  epilog="Exit codes of every command: " + ", ".join(
+                      f"{int(code)} {short}" for code, (short, _) in MEANING.items()) + " (docs/cli.md).")
 console = Console(width=None if sys.stdout.isatty() else 160)
 
 
@@ -38,7 +39,7 @@ def _device(choice: str, world: int) -> str:
     return "cuda" if torch.cuda.device_count() >= world else "cpu"
 
 
-def _spec(workload: str, world: Optional[int]):
+def _spec(workload: str, world: int | None):
     from cuco.workload import load_workload, resolve_workload
 
     return load_workload(resolve_workload(workload), world)
@@ -56,8 +57,8 @@ def _candidate(spec, candidate: str) -> Path:
     return p
 
 
-def _eval_config(config: Optional[Path], device: Optional[str] = None, timeout: Optional[float] = None,
-                 warmup: Optional[int] = None, iters: Optional[int] = None):
+def _eval_config(config: Path | None, device: str | None = None, timeout: float | None = None,
+                 warmup: int | None = None, iters: int | None = None):
     """run.toml's [eval], then the command's flags: the settings every command evaluates candidates with."""
     from cuco.evolve.config import load_config
 
@@ -70,7 +71,7 @@ def _eval_config(config: Optional[Path], device: Optional[str] = None, timeout: 
     return cfg
 
 
-def _options(spec, device: str, shapes: list[str], small: list[str], level: str, gpus: Optional[str], ecfg):
+def _options(spec, device: str, shapes: list[str], small: list[str], level: str, gpus: str | None, ecfg):
     from cuco.runner.cascade import LEVELS, EvalOptions
 
     if level not in LEVELS:
@@ -125,7 +126,7 @@ def _load_baselines(spec, device: str) -> dict:
     return {name: EvalRecord.from_dict(r) for name, r in json.loads(p.read_text()).items()} if p.is_file() else {}
 
 
-def _record_path(out: Optional[Path], spec, name: str) -> Path:
+def _record_path(out: Path | None, spec, name: str) -> Path:
     from cuco.paths import records_dir
 
     if out:
@@ -134,7 +135,8 @@ def _record_path(out: Optional[Path], spec, name: str) -> Path:
     return records_dir() / f"{stamp}-{spec.name}-{name}.json"
 
 
-ShapeOpt = typer.Option([], "--shape", "-s", help="Full shape(s) for L3/L4, by name (default: all; CPU: the first small one).")
+ShapeOpt = typer.Option([], "--shape", "-s",
+                        help="Full shape(s) for L3/L4, by name (default: all; CPU: the first small one).")
 SmallOpt = typer.Option([], "--small-shape", help="Small shape(s) for L2, by name (default: all).")
 DeviceOpt = typer.Option(None, "--device", help="auto, cuda or cpu (default: run.toml's eval.device, else auto).")
 ConfigOpt = typer.Option(None, "--config", help="A run.toml whose \\[eval] table sets how candidates are evaluated.")
@@ -182,14 +184,16 @@ def doctor(measure: bool = typer.Option(True, help="On a GPU machine, measure pe
 
 @app.command("eval")
 def eval_cmd(workload: str = typer.Argument(..., help="Built-in workload name or a workload directory."),
-             candidate: str = typer.Argument(..., help="Candidate file (.cu or .py), or the name of one of the workload's."),
-             device: Optional[str] = DeviceOpt, shape: list[str] = ShapeOpt, small_shape: list[str] = SmallOpt,
+             candidate: str = typer.Argument(..., help="Candidate file (.cu or .py), or the name of one of the "
+                                             "workload's."),
+             device: str | None = DeviceOpt, shape: list[str] = ShapeOpt, small_shape: list[str] = SmallOpt,
              level: str = typer.Option("L4", "--level", help="Highest cascade level to run (L0..L4)."),
-             world: Optional[int] = WorldOpt, gpus: Optional[str] = GpusOpt, timeout: Optional[float] = TimeoutOpt,
-             warmup: Optional[int] = WarmupOpt, iters: Optional[int] = ItersOpt, config: Optional[Path] = ConfigOpt,
-             out: Optional[Path] = typer.Option(None, "--out", help="Where to write the JSON record."),
+             world: int | None = WorldOpt, gpus: str | None = GpusOpt, timeout: float | None = TimeoutOpt,
+             warmup: int | None = WarmupOpt, iters: int | None = ItersOpt, config: Path | None = ConfigOpt,
+             out: Path | None = typer.Option(None, "--out", help="Where to write the JSON record."),
              as_json: bool = typer.Option(False, "--json", help="Print the record as JSON.")) -> None:
-    """Run the cascade on one candidate: level reached, per-rank times, median and spread, bound, efficiency, speedups."""
+    """Run the cascade on one candidate: level reached, per-rank times, median and spread, bound, efficiency,
+    speedups."""
     from cuco.report.console import print_record
     from cuco.runner.cascade import evaluate, save_record
 
@@ -212,9 +216,9 @@ def eval_cmd(workload: str = typer.Argument(..., help="Built-in workload name or
 
 @app.command()
 def baseline(workload: str = typer.Argument(..., help="Built-in workload name or a workload directory."),
-             device: Optional[str] = DeviceOpt, shape: list[str] = ShapeOpt, world: Optional[int] = WorldOpt,
-             gpus: Optional[str] = GpusOpt, timeout: Optional[float] = TimeoutOpt, warmup: Optional[int] = WarmupOpt,
-             iters: Optional[int] = ItersOpt, config: Optional[Path] = ConfigOpt) -> None:
+             device: str | None = DeviceOpt, shape: list[str] = ShapeOpt, world: int | None = WorldOpt,
+             gpus: str | None = GpusOpt, timeout: float | None = TimeoutOpt, warmup: int | None = WarmupOpt,
+             iters: int | None = ItersOpt, config: Path | None = ConfigOpt) -> None:
     """Run the workload's baselines and bounds for every shape; later evaluations report speedups over them."""
     from cuco.report.console import baseline_table, print_record
     from cuco.runner.cascade import evaluate, save_record
@@ -247,15 +251,16 @@ def baseline(workload: str = typer.Argument(..., help="Built-in workload name or
 
 @app.command()
 def evolve(workload: str = typer.Argument(..., help="Built-in workload name or a workload directory."),
-           generations: Optional[int] = typer.Option(None, "--generations", "-n",
-                                                     help="Evaluations in all, the seed's included (run.toml: search.generations)."),
-           run_dir: Optional[Path] = typer.Option(None, "--run-dir", help="Where the database and the best program go "
+           generations: int | None = typer.Option(None, "--generations", "-n",
+                                                     help="Evaluations in all, the seed's included (run.toml: "
+                                                          "search.generations)."),
+           run_dir: Path | None = typer.Option(None, "--run-dir", help="Where the database and the best program go "
                                                   "(default: cuco-runs/WORKLOAD-SHAPE); an existing one is resumed."),
-           seed: Optional[int] = typer.Option(None, "--seed", help="Seed of every proposal (search.seed)."),
-           config: Optional[Path] = typer.Option(None, "--config", help="A run.toml with \\[search] and \\[eval] tables."),
-           shape: Optional[str] = typer.Option(None, "--shape", help="Shape to optimise (search.shape)."),
-           device: Optional[str] = typer.Option(None, "--device", help="auto, cuda or cpu (eval.device)."),
-           world: Optional[int] = WorldOpt,
+           seed: int | None = typer.Option(None, "--seed", help="Seed of every proposal (search.seed)."),
+           config: Path | None = typer.Option(None, "--config", help="A run.toml with \\[search] and \\[eval] tables."),
+           shape: str | None = typer.Option(None, "--shape", help="Shape to optimise (search.shape)."),
+           device: str | None = typer.Option(None, "--device", help="auto, cuda or cpu (eval.device)."),
+           world: int | None = WorldOpt,
            overrides: list[str] = typer.Option([], "--set", help="Override a run.toml key: --set search.islands=3."),
            dry_run_prompt: bool = typer.Option(False, "--dry-run-prompt",
                                                help="Print the first prompt of each kind an LLM run would send; "
@@ -264,9 +269,9 @@ def evolve(workload: str = typer.Argument(..., help="Built-in workload name or a
     import asyncio
 
     from cuco.evolve.config import apply_overrides, load_config
-    from cuco.report.live import EvolveDisplay, summary_table
     from cuco.evolve.run import Evolution
     from cuco.machine import load_machine
+    from cuco.report.live import EvolveDisplay, summary_table
 
     cfg = apply_overrides(load_config(absolute(config) if config else None), list(overrides))
     for flag, section, key, value in (("--generations", cfg.search, "generations", generations),
@@ -357,16 +362,16 @@ def _search_exit_code(evo, best) -> ExitCode:
 
 @app.command()
 def transform(workload: str = typer.Argument(..., help="Built-in workload name or a workload directory."),
-              source: Optional[Path] = typer.Option(None, "--source", help="The host-driven program (default: the "
+              source: Path | None = typer.Option(None, "--source", help="The host-driven program (default: the "
                                                     "workload's seed)."),
               analyze_only: bool = typer.Option(False, "--analyze-only", help="Print the analysis and stop."),
               as_json: bool = typer.Option(False, "--json", help="Print the analysis as JSON."),
-              out: Optional[Path] = typer.Option(None, "--out", help="Where the device-initiated program goes "
+              out: Path | None = typer.Option(None, "--out", help="Where the device-initiated program goes "
                                                  "(default: cuco-runs/WORKLOAD-transform/transformed.cu)."),
-              device: Optional[str] = DeviceOpt,
+              device: str | None = DeviceOpt, world: int | None = WorldOpt,
               llm: bool = typer.Option(False, "--llm", help="Where the rules cannot rewrite, run the LLM loop "
                                        "(stage A, stage B, a judge) configured by --config's \\[llm]."),
-              config: Optional[Path] = typer.Option(None, "--config", help="A run.toml whose \\[llm] and \\[eval] "
+              config: Path | None = typer.Option(None, "--config", help="A run.toml whose \\[llm] and \\[eval] "
                                                     "tables to use."),
               tries: int = typer.Option(3, "--tries", help="LLM tries per stage.")) -> None:
     """Fast path: analyse a host-driven NCCL program and rewrite it to initiate communication from the GPU."""
@@ -377,7 +382,7 @@ def transform(workload: str = typer.Argument(..., help="Built-in workload name o
     from cuco.runner.cascade import evaluate
 
     ecfg = _eval_config(config, device)
-    spec = _spec(workload, None)
+    spec = _spec(workload, world)
     path = absolute(source) if source else Path(spec.seed_path or spec.source)
     if not path.is_file():
         raise CucoError(str(path), "no such source file (give --source, or a seed in [candidates])")
@@ -462,9 +467,11 @@ def init(name: str = typer.Argument(..., help="The new workload's name, and its 
 
 @app.command()
 def report(run_dir: Path = typer.Argument(..., help="A run directory of cuco evolve."),
-           out: Optional[Path] = typer.Option(None, "--out", help="Where to write the page (default: RUN_DIR/report.html).")
+           out: Path | None = typer.Option(None, "--out",
+                                           help="Where to write the page (default: RUN_DIR/report.html).")
            ) -> None:
-    """One HTML page for a search: summary, time per evaluation against the bound, lineage, every candidate, best code."""
+    """One HTML page for a search: summary, time per evaluation against the bound, lineage, every candidate, best
+    code."""
     from cuco.report.html import render_report
 
     run_dir = absolute(run_dir)

@@ -7,8 +7,14 @@ import shutil
 import subprocess
 from typing import Any
 
-from cuco.machine import (gpu_inventory, load_machine, measure_gemm_tflops, measure_peer_bandwidth, nvlink_topology,
-                          save_machine)
+from cuco.machine import (
+    gpu_inventory,
+    load_machine,
+    measure_gemm_tflops,
+    measure_peer_bandwidth,
+    nvlink_topology,
+    save_machine,
+)
 from cuco.runner.sandbox import landlock_abi
 from cuco.runner.toolchain import find_toolchain
 
@@ -62,7 +68,8 @@ def collect(measure: bool) -> dict[str, Any]:
 
 def rows(facts: dict[str, Any]) -> list[tuple[str, str]]:
     gpus = facts.get("gpus") or []
-    out = [("torch", f"{facts.get('torch')} (CUDA {facts.get('torch_cuda')})" if facts.get("torch") else "not installed"),
+    out = [("torch", f"{facts.get('torch')} (CUDA {facts.get('torch_cuda')})" if facts.get("torch")
+            else "not installed"),
            ("GPUs", "; ".join(f"{g['index']}: {g['name']}, {g['sm_count']} SMs, {g['memory_gib']} GiB, sm_"
                               f"{g['capability'].replace('.', '')}" for g in gpus) or "none (CPU workloads only)"),
            ("links", facts.get("links") or "-"),

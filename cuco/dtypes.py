@@ -1,5 +1,6 @@
 """The element types a workload's buffers may have: one table for the workload spec, the judge, the candidate's host,
-the fast path's NCCL types and the C ABI (cuco_dtype_t in cuco/cuda/include/cuco.h lists them in this order; a test compares the two)."""
+the fast path's NCCL types and the C ABI (cuco_dtype_t in cuco/cuda/include/cuco.h lists them in this order; a test
+compares the two)."""
 
 from __future__ import annotations
 

@@ -17,7 +17,8 @@ VARIABLES: tuple[Variable, ...] = (
     Variable("CUCO_HOME", "where builds, records, baselines, bounds, machine facts and knowledge live "
                           "(default ~/.cache/cuco)"),
     Variable("CUCO_WORKLOADS_PATH", "extra folders of workloads, colon-separated, searched before the built-in ones"),
-    Variable("CUCO_CUDA_ARCH", "the GPU architecture candidates are compiled for, as a number (default 90: sm_90, Hopper)"),
+    Variable("CUCO_CUDA_ARCH", "the GPU architecture candidates are compiled for, as a number "
+                               "(default 90: sm_90, Hopper)"),
     Variable("CUCO_NVCC", "the nvcc to use (default: nvcc on PATH, then /usr/local/cuda/bin/nvcc)"),
     Variable("CUDA_HOME", "the CUDA toolkit the headers and libraries come from (default: the one nvcc belongs to)"),
     Variable("CUCO_NCCL_HOME", "an NCCL installation with the device-API headers (default: the nvidia-nccl-cu13 "

@@ -6,14 +6,27 @@ from enum import IntEnum
 
 
 class ExitCode(IntEnum):
-    """What a script can rely on: the same meaning for every `cuco` command."""
+    """What a script can rely on: the same meaning for every `cuco` command (MEANING says it in words)."""
 
-    OK = 0  # everything asked for was done and passed
-    FAILED = 1  # the candidate failed, or a search ended with no passing candidate or because its proposer failed
-    BAD_INPUT = 2  # a flag, a file, a workload or a configuration key is wrong
-    CUCO = 3  # cuco itself could not do its part (its runner, a tool it needs, a folder it must write)
-    INCOMPLETE = 4  # what was asked for needs what this machine lacks (GPUs): done as far as it could be
-    INTERRUPTED = 130  # Ctrl-C; a search resumes where it stopped
+    OK = 0
+    FAILED = 1
+    BAD_INPUT = 2
+    CUCO = 3
+    INCOMPLETE = 4
+    INTERRUPTED = 130
+
+
+MEANING = {  # (in a word, in full)
+    ExitCode.OK: ("passed", "everything asked for was done and passed"),
+    ExitCode.FAILED: ("failed", "the candidate failed; a search ended without a passing program, or its proposer "
+                                "failed"),
+    ExitCode.BAD_INPUT: ("bad input", "a flag, a file, a workload (its workload.toml or reference.py), a "
+                                      "configuration key"),
+    ExitCode.CUCO: ("cuco's own failure", "its runner, a tool it needs (nvcc), a folder it must write"),
+    ExitCode.INCOMPLETE: ("needs GPUs", "this machine lacks the GPUs asked for: done as far as it could be (a CUDA "
+                                        "program built)"),
+    ExitCode.INTERRUPTED: ("interrupted", "Ctrl-C; a search resumes where it stopped"),
+}
 
 
 class CucoError(Exception):

@@ -6,8 +6,9 @@ import json
 import platform
 import shutil
 import subprocess
+from collections.abc import Callable
 from datetime import datetime, timezone
-from typing import Any, Callable
+from typing import Any
 
 from cuco.paths import atomic_write_json, machine_file
 

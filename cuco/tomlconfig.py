@@ -6,6 +6,8 @@ workload.toml and the command line accept exactly the same values.
 
 from __future__ import annotations
 
+import functools
+import operator
 import sys
 import types
 import typing
@@ -69,7 +71,7 @@ def _name(typ: Any) -> str:
 def check_value(value: Any, typ: Any) -> Any:
     """VALUE if it has type TYP (ints are floats, bools are not numbers); raises TypeError naming both."""
     if isinstance(typ, tuple):
-        typ = typing.Union[typ]
+        typ = functools.reduce(operator.or_, typ)
     origin, args = typing.get_origin(typ), typing.get_args(typ)
     if origin in (typing.Union, types.UnionType):
         if value is None and type(None) in args:

@@ -75,7 +75,7 @@ class FakeLLM:
         self.server.shutdown()
         self.server.server_close()
 
-    def __enter__(self) -> "FakeLLM":
+    def __enter__(self) -> FakeLLM:
         return self
 
     def __exit__(self, *exc) -> None:

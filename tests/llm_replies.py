@@ -55,9 +55,10 @@ NO_DIRECTIVE = f"""Here is a faster version.
 {OVERLAP_EDIT}
 """
 
-REWRITE = '''<directive>{"point": {"backend": "nccl_host", "placement": "stream_overlap", "sync": "chunk", "issuer": "cta",
-"chunks": 2}, "text": "two chunks: the second half of the peers' rows is still arriving while the first is multiplied"}</directive>
-
+REWRITE = ('<directive>{"point": {"backend": "nccl_host", "placement": "stream_overlap", "sync": "chunk", '
+           '"issuer": "cta",\n"chunks": 2}, "text": "two chunks: the second half of the peers\' rows is still '
+           'arriving while the first is multiplied"}</directive>\n'
+           '''
 ```python
 """Host-driven: all-gather A, then one matmul. Nothing overlaps."""
 
@@ -81,7 +82,7 @@ def run(ctx):
                 torch.matmul(a_full[p * m + r0:p * m + r1], b, out=c[p * m + r0:p * m + r1])
     # EVOLVE-BLOCK-END
 ```
-'''
+''')
 
 META = """1. What worked: overlapping the all-gather with the matmul of this rank's own rows cut the time in half.
 2. What failed: nothing failed yet; the seed serialises communication and compute.

@@ -13,8 +13,8 @@ import sys
 from pathlib import Path
 
 import pytest
-
 from conftest import GEMM_AG, ROOT
+
 from cuco.runner import cascade
 from cuco.runner.cascade import EvalOptions, evaluate
 from cuco.runner.sandbox import landlock_abi
@@ -133,7 +133,8 @@ def test_the_ranks_share_their_temporary_folder(tmp_path, no_static_checks):
 
 def test_the_seed_never_reaches_a_file_the_candidate_can_read_while_it_runs(tmp_path):
     """Job file and progress carry no seed; the result files get it only after the candidate's processes are gone."""
-    rec = evaluate(load_workload(GEMM_AG), ROOT / "cuco" / "workloads" / "gemm_allgather" / "candidates" / "torch_host.py",
+    rec = evaluate(load_workload(GEMM_AG),
+                   ROOT / "cuco" / "workloads" / "gemm_allgather" / "candidates" / "torch_host.py",
                    _opts(tmp_path, max_level="L2"))
     assert rec.ok and isinstance(rec.seed, int)
     job = (tmp_path / "w" / "job.json").read_text()
@@ -147,7 +148,8 @@ def test_a_temporary_work_folder_is_removed(tmp_path, monkeypatch):
     import tempfile
 
     monkeypatch.setattr(tempfile, "tempdir", None)
-    rec = evaluate(load_workload(GEMM_AG), ROOT / "cuco" / "workloads" / "gemm_allgather" / "candidates" / "torch_host.py",
+    rec = evaluate(load_workload(GEMM_AG),
+                   ROOT / "cuco" / "workloads" / "gemm_allgather" / "candidates" / "torch_host.py",
                    EvalOptions(device="cpu", small_shapes=["s_odd"], max_level="L2"))
     assert rec.ok, rec.error
     assert not list(tmp_path.glob("cuco-eval-*"))

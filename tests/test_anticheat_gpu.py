@@ -7,8 +7,8 @@ from __future__ import annotations
 from pathlib import Path
 
 import pytest
-
 from conftest import GEMM_AG, ROOT, gpu_count
+
 from cuco.runner import build as build_mod
 from cuco.runner import cascade
 from cuco.runner.cascade import EvalOptions, evaluate

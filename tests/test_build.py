@@ -3,8 +3,8 @@
 from __future__ import annotations
 
 import pytest
-
 from conftest import GEMM_AG, ROOT
+
 from cuco.runner.build import build, build_harness
 from cuco.runner.cascade import EvalOptions, evaluate
 from cuco.workload import load_workload

@@ -17,13 +17,19 @@ COMMANDS = [[], ["doctor"], ["eval"], ["baseline"], ["evolve"], ["transform"], [
 
 def render() -> str:
     env = {**os.environ, "COLUMNS": "100", "TERM": "dumb", "NO_COLOR": "1", "_TYPER_FORCE_DISABLE_TERMINAL": "1"}
-    parts = ["# cuco command line", "", "Generated from `--help` by `python tests/test_cli_docs.py`; checked by the tests.", ""]
+    parts = ["# cuco command line", "",
+             "Generated from `--help` by `python tests/test_cli_docs.py`; checked by the tests.", ""]
     for cmd in COMMANDS:
-        out = subprocess.run([sys.executable, "-c", "from cuco.cli import main; main()", *cmd, "--help"], capture_output=True, text=True, env=env,
-                             cwd=ROOT).stdout
+        out = subprocess.run([sys.executable, "-c", "from cuco.cli import main; main()", *cmd, "--help"],
+                             capture_output=True, text=True, env=env, cwd=ROOT).stdout
         out = "\n".join(line.rstrip() for line in out.splitlines()).strip("\n")
         parts += [f"## cuco {' '.join(cmd)}".rstrip(), "", "```", out, "```", ""]
-    return "\n".join(parts)
+    from cuco.errors import MEANING
+
+    parts += ["## Exit codes", "", "The same for every command (`cuco.errors.ExitCode`).", "",
+              "| code | | meaning |", "|---|---|---|"]
+    parts += [f"| {int(code)} | {short} | {text} |" for code, (short, text) in MEANING.items()]
+    return "\n".join(parts) + "\n"
 
 
 def _surface(text: str) -> set[str]:
@@ -35,6 +41,8 @@ def _surface(text: str) -> set[str]:
 
 def test_cli_doc_is_current():
     assert _surface(DOC.read_text()) == _surface(render()), "docs/cli.md is stale: run python tests/test_cli_docs.py"
+    codes = DOC.read_text().split("## Exit codes", 1)[-1]
+    assert codes.strip() == render().split("## Exit codes", 1)[-1].strip(), "docs/cli.md's exit codes are stale"
 
 
 if __name__ == "__main__":

@@ -6,7 +6,6 @@ from __future__ import annotations
 import ast
 
 import pytest
-
 from conftest import ROOT
 
 PACKAGE = ROOT / "cuco"

@@ -8,8 +8,8 @@ import ctypes
 import numpy as np
 import pytest
 import torch
-
 from conftest import ROOT
+
 from cuco.runner.build import build
 
 pytestmark = pytest.mark.nvcc

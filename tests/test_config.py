@@ -6,8 +6,8 @@ from __future__ import annotations
 import re
 
 import pytest
-
 from conftest import ROOT
+
 from cuco.environment import VARIABLES
 from cuco.errors import CucoError
 from cuco.evolve.config import RunConfig, apply_overrides, load_config

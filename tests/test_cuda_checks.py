@@ -8,11 +8,10 @@ import shutil
 from pathlib import Path
 
 import pytest
-
 from conftest import GEMM_AG, ROOT
+
 from cuco.runner import build as b
-from cuco.runner.cuda_checks import (check_and_build, check_library_symbols, check_preprocessed,
-                                     line_directive_problems)
+from cuco.runner.cuda_checks import check_and_build, check_library_symbols, check_preprocessed, line_directive_problems
 from cuco.runner.static_checks import check_source
 from cuco.workload import load_workload
 

@@ -11,8 +11,8 @@ import subprocess
 import sys
 
 import pytest
-
 from conftest import GEMM_AG, ROOT
+
 from cuco.evolve.config import RunConfig
 from cuco.evolve.run import Evolution
 from cuco.evolve.slots import Slot
@@ -124,7 +124,8 @@ def test_resume_after_sigkill_keeps_finished_and_reaches_the_total(tmp_path):
      ["base_url"]),
 ])
 def test_evolve_bad_input_is_one_line(tmp_path, args, words):
-    cfgs = {"CFG_BROKEN": "[search\n", "CFG_UNKNOWN": "[search]\nbogus = 1\n", "CFG_TYPE": "[search]\nislands = \"two\"\n"}
+    cfgs = {"CFG_BROKEN": "[search\n", "CFG_UNKNOWN": "[search]\nbogus = 1\n",
+            "CFG_TYPE": "[search]\nislands = \"two\"\n"}
     real = []
     for a in args:
         if a in cfgs:

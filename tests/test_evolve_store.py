@@ -8,16 +8,16 @@ import random
 import sqlite3
 
 import pytest
-
 from conftest import GEMM_AG, ROOT, WORKLOADS
+
 from cuco.designspace import DesignPoint, Directive, violations
 from cuco.evolve.database import MIGRATIONS, Database
 from cuco.evolve.novelty import code_hash
 from cuco.evolve.proposers import ProposalContext, SearchStopped, point_key
-from cuco.runner.record import EvalRecord
 from cuco.evolve.proposers.directive import DirectiveProposer
 from cuco.evolve.selection import hill_climbing, power_law, weighted
 from cuco.evolve.strategy import accepted_points, directive_for, materialize
+from cuco.runner.record import EvalRecord
 from cuco.workload import load_workload
 
 CPU_WL = ROOT / "cuco" / "workloads" / "cpu_allgather_matmul"

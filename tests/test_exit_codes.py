@@ -13,7 +13,6 @@ import sys
 from pathlib import Path
 
 import pytest
-
 from conftest import GEMM_AG, ROOT
 
 CPU_WL = ROOT / "cuco" / "workloads" / "cpu_allgather_matmul"

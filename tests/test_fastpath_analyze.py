@@ -8,8 +8,8 @@ import subprocess
 import sys
 
 import pytest
-
 from conftest import GEMM_AG, ROOT
+
 from cuco.fastpath.analyze import AnalysisError, analyze
 
 HERE = ROOT / "tests" / "fastpath"

@@ -5,16 +5,16 @@ from __future__ import annotations
 import asyncio
 
 import pytest
-
 from conftest import GEMM_AG, ROOT
+
 from cuco.evolve.config import RunConfig
-from cuco.program.blocks import evolve_blocks, frozen_parts
 from cuco.evolve.run import Evolution
 from cuco.evolve.slots import Slot
 from cuco.fastpath.analyze import analyze
 from cuco.fastpath.annotate import annotate
 from cuco.fastpath.pipeline import TransformError, transform
 from cuco.fastpath.rewrite import rewrite
+from cuco.program.blocks import evolve_blocks, frozen_parts
 from cuco.runner.static_checks import check_source
 from cuco.workload import load_workload
 

@@ -5,8 +5,8 @@ and on two GPUs it verifies."""
 from __future__ import annotations
 
 import pytest
-
 from conftest import ROOT, WORKLOADS
+
 from cuco.fastpath.rewrite import RewriteError, no_host_collective_left, rewrite
 from cuco.runner.build import build
 from cuco.runner.cascade import EvalOptions, evaluate

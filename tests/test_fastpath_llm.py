@@ -8,15 +8,15 @@ from __future__ import annotations
 import asyncio
 
 import pytest
-
 from conftest import GEMM_AG, ROOT
+from fake_llm import FakeLLM, Step
+
 from cuco.fastpath.llm_loop import TransformFailed, llm_transform
 from cuco.fastpath.rewrite import no_host_collective_left, rewrite
 from cuco.llm import make_client
 from cuco.llm.config import LLMConfig
 from cuco.runner.cascade import EvalOptions, evaluate
 from cuco.workload import load_workload
-from fake_llm import FakeLLM, Step
 
 pytestmark = pytest.mark.nvcc
 SPEC = load_workload(GEMM_AG)

@@ -7,8 +7,8 @@ from __future__ import annotations
 from collections import defaultdict, deque
 
 import pytest
-
 from conftest import ROOT, WORKLOADS
+
 from cuco.fastpath.analyze import analyze
 from cuco.fastpath.peers import Call, PeerExpression, pair
 from cuco.fastpath.rewrite import RewriteError, rewrite

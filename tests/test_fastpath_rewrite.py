@@ -12,8 +12,8 @@ import sys
 import time
 
 import pytest
-
 from conftest import COLLECTIVES, GEMM_AG, ROOT
+
 from cuco.fastpath.rewrite import RewriteError, no_host_collective_left, rewrite
 from cuco.runner.build import build
 from cuco.runner.cascade import EvalOptions, evaluate
@@ -38,7 +38,8 @@ EXPECTED = {"gemm_allgather": "cuco::allGather(ctx, aFull->window, 0, a->ptr",
             "alltoall_bf16": "cuco::allToAll(ctx, y->window, 0, x->ptr, (n) * sizeof(__nv_bfloat16)",
             "sendrecv_ring": "cucoSends1.add(x->ptr, (n) * sizeof(__nv_bfloat16), next, y->window, 0)",
             "allreduce_scratch": "cuco::allReduce<__nv_bfloat16>(ctx, cucoWin_s_scratch, 0, cucoWin_s_scratch, 0, n",
-            "gemm_reducescatter": "cuco::reduceScatter<__nv_bfloat16>(ctx, partial->window, 0, c->ptr, (size_t)mLocal * N",
+            "gemm_reducescatter": ("cuco::reduceScatter<__nv_bfloat16>(ctx, partial->window, 0, c->ptr, "
+                                   "(size_t)mLocal * N"),
             "gemm_allreduce": "cuco::allReduce<__nv_bfloat16>(ctx, c->window, 0, c->window, 0, (size_t)M * N",
             "halo_exchange": "cucoSends1.add(x->ptr, (n) * sizeof(__nv_bfloat16), right, y->window, 0)"}
 
@@ -76,7 +77,8 @@ def test_every_buffer_that_must_be_symmetric_is_named_at_once(tmp_path):
     toml = (wl / "workload.toml").read_text()
     (wl / "workload.toml").write_text(toml.replace("symmetric = true\n", ""))
     spec = load_workload(wl)
-    with pytest.raises(RewriteError, match=r"workload.toml: peers must reach 'x' \(line 9: ncclAllReduce's send buffer\); "
+    with pytest.raises(RewriteError, match=r"workload.toml: peers must reach 'x' "
+                                           r"\(line 9: ncclAllReduce's send buffer\); "
                                            r"'y' \(line 9: ncclAllReduce's receive buffer\): add `symmetric = true` "
                                            r"under \[buffers.x\] and \[buffers.y\]"):
         rewrite(spec.seed_path, spec)
@@ -97,7 +99,8 @@ RECV = "  CUCO_NCCL(ctx, ncclRecv(y->ptr, n, ncclBfloat16, prev, ctx->comm, ctx-
 
 @pytest.mark.parametrize("edit, message", [
     (lambda t: t.replace(RECV, ""), "the group has 1 ncclSend and 0 ncclRecv"),
-    (lambda t: t.replace("  CUCO_NCCL(ctx, ncclGroupStart());\n", "").replace("  CUCO_NCCL(ctx, ncclGroupEnd());\n", ""),
+    (lambda t: t.replace("  CUCO_NCCL(ctx, ncclGroupStart());\n", "")
+     .replace("  CUCO_NCCL(ctx, ncclGroupEnd());\n", ""),
      "ncclSend outside ncclGroupStart/ncclGroupEnd is not covered"),
     (lambda t: t.replace("  CUCO_NCCL(ctx, ncclGroupEnd());\n", ""), "ncclGroupStart without ncclGroupEnd"),
     (lambda t: t.replace(RECV, RECV.replace("n, ncclBfloat16", "n / 2, ncclBfloat16")), "differ in count or type"),

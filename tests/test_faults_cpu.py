@@ -5,11 +5,11 @@ from __future__ import annotations
 import time
 
 import pytest
-
 from conftest import GEMM_AG, ROOT
+from faults.expectations import FAULTS, assert_caught
+
 from cuco.runner.cascade import EvalOptions, evaluate
 from cuco.workload import load_workload
-from faults.expectations import FAULTS, assert_caught
 
 FAULT_DIR = ROOT / "tests" / "faults"
 DEADLOCK_LIMIT_S = 20.0

@@ -5,11 +5,11 @@ from __future__ import annotations
 import time
 
 import pytest
-
 from conftest import GEMM_AG, ROOT
+from faults.expectations import assert_caught
+
 from cuco.runner.cascade import EvalOptions, evaluate
 from cuco.workload import load_workload
-from faults.expectations import assert_caught
 
 TEMPLATE = ROOT / "tests" / "faults" / "gpu_faults.cu.in"
 GPU_FAULTS = ["no_compile", "deadlock", "crash_rank1", "wrong_rank1", "partial_output", "nan_output", "skips_work"]

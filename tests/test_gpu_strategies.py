@@ -6,8 +6,8 @@ world 2 where two GPUs are present, else at world 1 (each point's code runs, its
 from __future__ import annotations
 
 import pytest
-
 from conftest import WORKLOADS, gpu_count
+
 from cuco.evolve.strategy import accepted_points, materialize, prebuild
 from cuco.runner.cascade import EvalOptions, evaluate
 from cuco.workload import load_workload
@@ -42,6 +42,7 @@ def test_strategy_point_is_correct(wl, name, point, tmp_path, prebuilt):
     spec = SPECS[wl]
     src = tmp_path / f"candidate{spec.strategies[name].path.suffix}"
     src.write_text(materialize(spec.strategies[name], point))
-    rec = evaluate(spec, src, EvalOptions(device="cuda", max_level="L2", small_shapes=[s.name for s in spec.small_shapes],
+    rec = evaluate(spec, src, EvalOptions(device="cuda", max_level="L2",
+                                          small_shapes=[s.name for s in spec.small_shapes],
                                           gpus=list(range(WORLD)), timeout_s=60, work_dir=tmp_path / "w"))
     assert rec.ok, rec.error

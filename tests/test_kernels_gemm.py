@@ -11,7 +11,6 @@ import dataclasses
 import os
 
 import pytest
-
 from conftest import gpu_count
 
 if gpu_count() == 0:
@@ -19,7 +18,16 @@ if gpu_count() == 0:
 torch = pytest.importorskip("torch")
 triton = pytest.importorskip("triton")
 from cuco.kernels.gemm import (  # noqa: E402
-    Arrival, GemmConfig, Partials, Push, gemm, gemm_all_reduce, gemm_gathered, gemm_reduce_scatter, partials_counters)
+    Arrival,
+    GemmConfig,
+    Partials,
+    Push,
+    gemm,
+    gemm_all_reduce,
+    gemm_gathered,
+    gemm_reduce_scatter,
+    partials_counters,
+)
 
 DEVICE = torch.device("cuda" if gpu_count() else "cpu")
 DTYPE = torch.bfloat16 if DEVICE.type == "cuda" else torch.float16

@@ -4,8 +4,8 @@ catching a program that writes pool pages the block table does not name."""
 from __future__ import annotations
 
 import torch
-
 from conftest import WORKLOADS
+
 from cuco.runner.cascade import EvalOptions, evaluate
 from cuco.runner.judge import load_reference
 from cuco.workload import load_workload

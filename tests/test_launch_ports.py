@@ -5,6 +5,7 @@ from __future__ import annotations
 import socket
 
 from conftest import WORKLOADS
+
 from cuco.runner import launch
 from cuco.runner.cascade import EvalOptions, evaluate
 from cuco.workload import load_workload

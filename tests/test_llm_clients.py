@@ -6,11 +6,11 @@ import asyncio
 import sys
 
 import pytest
+from fake_llm import FakeLLM, Step
 
 from cuco.llm import LLMError, make_client
 from cuco.llm.config import LLMConfig
 from cuco.llm.pricing import cost_usd, price_of
-from fake_llm import FakeLLM, Step
 
 KEY = "sk-test-not-a-real-key"
 

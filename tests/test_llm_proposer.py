@@ -10,15 +10,15 @@ import subprocess
 import sys
 
 import pytest
-
 from conftest import ROOT
+from fake_llm import FakeLLM, Step
+from llm_replies import FROZEN_EDIT, GOOD_DIFF, MALFORMED_DIFF, NO_DIRECTIVE, REWRITE, WRONG_SEARCH
+
 from cuco.evolve.config import RunConfig
 from cuco.evolve.run import Evolution
 from cuco.evolve.slots import Slot
 from cuco.runner.record import EvalRecord
 from cuco.workload import load_workload
-from fake_llm import FakeLLM, Step
-from llm_replies import FROZEN_EDIT, GOOD_DIFF, MALFORMED_DIFF, NO_DIRECTIVE, REWRITE, WRONG_SEARCH
 
 CPU_WL = ROOT / "cuco" / "workloads" / "cpu_allgather_matmul"
 

@@ -5,8 +5,8 @@ from __future__ import annotations
 
 import torch
 import torch.nn.functional as F
-
 from conftest import WORKLOADS
+
 from cuco.runner.cascade import EvalOptions, evaluate
 from cuco.runner.judge import load_reference
 from cuco.workload import load_workload

@@ -9,8 +9,8 @@ import ctypes
 
 import numpy as np
 import pytest
-
 from conftest import ROOT
+
 from cuco.runner.build import build
 
 pytestmark = pytest.mark.nvcc

@@ -6,8 +6,8 @@ from __future__ import annotations
 import json
 
 import pytest
-
 from conftest import ROOT
+
 from cuco.runner.cascade import EvalOptions, evaluate, save_record
 from cuco.runner.record import Bound, Correctness, EvalRecord, ShapeResult, Timing
 from cuco.workload import load_workload

@@ -9,12 +9,13 @@ import sys
 from html.parser import HTMLParser
 
 from conftest import GEMM_AG, ROOT
+from test_evolve_run import fake_evaluator
+
 from cuco.evolve.config import RunConfig
 from cuco.evolve.run import Evolution
 from cuco.evolve.slots import Slot
 from cuco.report.html import render_report
 from cuco.workload import load_workload
-from test_evolve_run import fake_evaluator
 
 
 class Tags(HTMLParser):

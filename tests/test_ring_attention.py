@@ -6,8 +6,8 @@ from __future__ import annotations
 import math
 
 import torch
-
 from conftest import WORKLOADS
+
 from cuco.runner.cascade import EvalOptions, evaluate
 from cuco.runner.judge import load_reference
 from cuco.runner.verify import compare

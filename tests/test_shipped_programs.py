@@ -6,8 +6,8 @@ test_gpu_strategies.py."""
 from __future__ import annotations
 
 import pytest
-
 from conftest import WORKLOADS, gpu_count
+
 from cuco.runner.cascade import EvalOptions, evaluate
 from cuco.workload import load_workload
 

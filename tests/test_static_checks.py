@@ -6,8 +6,8 @@ from __future__ import annotations
 from pathlib import Path
 
 import pytest
-
 from conftest import GEMM_AG, ROOT
+
 from cuco.runner.static_checks import check_source
 
 GOOD_CU = """#include "cuco.h"

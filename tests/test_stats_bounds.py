@@ -3,8 +3,8 @@
 from __future__ import annotations
 
 import pytest
-
 from conftest import GEMM_AG, WORKLOADS
+
 from cuco.runner.bounds import compute_bound
 from cuco.runner.stats import slowest_rank, summarize
 from cuco.workload import load_workload

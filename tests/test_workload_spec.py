@@ -6,8 +6,8 @@ import shutil
 from pathlib import Path
 
 import pytest
-
 from conftest import ROOT
+
 from cuco.errors import CucoError
 from cuco.runner.cascade import EvalOptions, evaluate
 from cuco.workload.expr import ExprError, eval_expr
@@ -161,7 +161,8 @@ BAD_TOML = [
     ("missing-buffer-role", 'role = "output"\n', "", ["buffers.c.role", "missing required key"]),
     ("missing-buffer-dtype", 'role = "output"\ndtype = "f32"\n', 'role = "output"\n',
      ["buffers.c.dtype", "missing required key"]),
-    ("missing-shape-param", 'name = "s8"\nM = 8\nK = 4\n', 'name = "s8"\nM = 8\n', ["shapes[0].K", "missing required key"]),
+    ("missing-shape-param", 'name = "s8"\nM = 8\nK = 4\n', 'name = "s8"\nM = 8\n',
+     ["shapes[0].K", "missing required key"]),
     ("missing-shape-name", 'name = "s8"\nM = 8\n', "M = 8\n", ["shapes[0].name", "missing required key"]),
     # wrong types
     ("world-size-string", "world_size = 2\n", 'world_size = "two"\n', ["world_size", "expected int", "'two'"]),
@@ -169,7 +170,8 @@ BAD_TOML = [
     ("shape-param-string", 'name = "s8"\nM = 8\n', 'name = "s8"\nM = "8"\n', ["shapes[0].M", "expected int", "str"]),
     ("small-shape-param-string", 'name = "s4"\nM = 4\n', 'name = "s4"\nM = "4"\n',
      ["small_shapes[0].M", "expected int"]),
-    ("symmetric-string", "symmetric = true\n", 'symmetric = "yes"\n', ["buffers.a.symmetric", "expected bool", "'yes'"]),
+    ("symmetric-string", "symmetric = true\n", 'symmetric = "yes"\n',
+     ["buffers.a.symmetric", "expected bool", "'yes'"]),
     ("name-int", 'name = "tiny"\n', "name = 7\n", ["name", "expected str"]),
     ("timing-iters-float", "iters = 2\n", "iters = 2.5\n", ["timing.iters", "expected int"]),
     ("buffer-shape-bool-dim", 'shape = ["M", "K"]', 'shape = ["M", true]', ["buffers.c.shape", "dimension"]),
@@ -193,16 +195,19 @@ BAD_TOML = [
     ("unknown-key-buffer", "symmetric = true\n", "symmetric = true\nsymetric = false\n",
      ["buffers.a.symetric", "unknown key"]),
     ("unknown-key-shape", 'name = "s8"\nM = 8\n', 'name = "s8"\nM = 8\nQ = 3\n', ["shapes[0].Q", "unknown key"]),
-    ("unknown-key-bounds", 'flops = "2 * M * K"\n', 'flops = "2 * M * K"\nflop = "1"\n', ["bounds.flop", "unknown key"]),
+    ("unknown-key-bounds", 'flops = "2 * M * K"\n', 'flops = "2 * M * K"\nflop = "1"\n',
+     ["bounds.flop", "unknown key"]),
     ("unknown-table", "[timing]\n", "[timeing]\nwarmup = 1\n\n[timing]\n", ["timeing", "unknown key"]),
     # expressions
     ("shape-expr-unknown-param", 'shape = ["M / world", "K"]', 'shape = ["Q / world", "K"]',
      ["buffers.a.shape", "unknown parameter", "'Q'"]),
     ("shape-expr-forbidden", 'shape = ["M / world", "K"]', 'shape = ["M ** 2", "K"]', ["buffers.a.shape"]),
     ("shape-expr-unparsable", 'shape = ["M / world", "K"]', 'shape = ["M /", "K"]', ["buffers.a.shape"]),
-    ("bounds-unknown-param", 'flops = "2 * M * K"\n', 'flops = "2 * M * N"\n', ["bounds.flops", "unknown parameter", "'N'"]),
+    ("bounds-unknown-param", 'flops = "2 * M * K"\n', 'flops = "2 * M * N"\n',
+     ["bounds.flops", "unknown parameter", "'N'"]),
     # candidates and baselines
-    ("candidate-missing-file", 'base = "cand.py"\n', 'base = "nope.py"\n', ["candidates.base", "nope.py", "does not exist"]),
+    ("candidate-missing-file", 'base = "cand.py"\n', 'base = "nope.py"\n',
+     ["candidates.base", "nope.py", "does not exist"]),
     ("candidate-wrong-suffix", 'other = "kernels/other.cu"\n', 'other = "workload.toml"\n',
      ["candidates.other", ".cu or .py"]),
     ("baseline-not-candidate", 'baselines = ["base"]\n', 'baselines = ["base", "zzz"]\n',

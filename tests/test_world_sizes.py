@@ -3,12 +3,12 @@
 from __future__ import annotations
 
 import pytest
-
 from conftest import GEMM_AG, ROOT
+from faults.expectations import assert_caught
+
 from cuco.evolve.strategy import accepted_points, materialize
 from cuco.runner.cascade import EvalOptions, evaluate
 from cuco.workload import load_workload
-from faults.expectations import assert_caught
 
 CPU_EXAMPLE = ROOT / "cuco" / "workloads" / "cpu_allgather_matmul"
 
@@ -41,7 +41,8 @@ def test_wrong_values_on_one_of_four_ranks_are_caught_and_named(tmp_path):
 def test_a_world_that_does_not_divide_a_shape_is_one_clear_error():
     from cuco.errors import CucoError
 
-    with pytest.raises(CucoError, match=r"buffers.a.shape at shape '8k', world 3: M / world = 8192 / 3 does not divide"):
+    with pytest.raises(CucoError,
+                       match=r"buffers.a.shape at shape '8k', world 3: M / world = 8192 / 3 does not divide"):
         load_workload(GEMM_AG, 3)
 
 

@@ -23,7 +23,7 @@ class DesignPoint:
             if value not in allowed:
                 raise ValueError(f"{name}: {value!r} is not one of {', '.join(map(str, allowed))}")
 
-    def replace(self, **kw: Any) -> "DesignPoint":
+    def replace(self, **kw: Any) -> DesignPoint:
         return DesignPoint(**{**asdict(self), **kw})
 
     def label(self) -> str:
@@ -42,7 +42,7 @@ class Directive:
                            "strategy": self.strategy, "extra": self.extra}, sort_keys=True)
 
     @classmethod
-    def from_json(cls, text: str) -> "Directive":
+    def from_json(cls, text: str) -> Directive:
         d = json.loads(text)
         return cls(DesignPoint(**d["point"]) if d.get("point") else None, d.get("text", ""), d.get("strategy"),
                    d.get("extra", {}))

@@ -110,7 +110,8 @@ class RunConfig:
         if s.islands < 1:
             raise CucoError(where, f"search.islands: must be at least 1, got {s.islands}")
         if s.selection not in ("power_law", "weighted", "hill_climbing"):
-            raise CucoError(where, f"search.selection: expected power_law, weighted or hill_climbing, got {s.selection!r}")
+            raise CucoError(where, "search.selection: expected power_law, weighted or hill_climbing, got "
+                                   f"{s.selection!r}")
         if s.novelty not in ("auto", "local", "openai", "off"):
             raise CucoError(where, f"search.novelty: expected auto, local, openai or off, got {s.novelty!r}")
         if s.backend not in ("local", "ray"):

@@ -10,10 +10,11 @@ from __future__ import annotations
 
 import json
 import sqlite3
+from collections.abc import Iterator
 from dataclasses import dataclass
 from datetime import datetime, timezone
 from pathlib import Path
-from typing import Any, Iterator
+from typing import Any
 
 from cuco.runner.record import EvalRecord
 
@@ -188,7 +189,8 @@ class Database:
             cur = self.conn.execute(
                 "INSERT INTO candidates (proposal_index, code, code_hash, language, parent_id, island, generation, "
                 "proposer, phase, directive, label, status, created_at) VALUES (?,?,?,?,?,?,?,?,?,?,?, 'pending', ?)",
-                (k, code, code_hash, language, parent_id, island, generation, proposer, phase, directive, label, _now()))
+                (k, code, code_hash, language, parent_id, island, generation, proposer, phase, directive, label,
+                 _now()))
             return int(cur.lastrowid)
 
     def start(self, cid: int) -> None:

@@ -70,6 +70,7 @@ def example_prompts(spec: WorkloadSpec, shape: str, machine: dict[str, Any]) -> 
     lang = "cuda" if seed_path.suffix == ".cu" else "python"
     parent = _unevaluated(1, seed_path.read_text(), lang, "nccl_host/deferred/global/cta/1")
     others = [_unevaluated(i + 2, p.read_text(), lang, None)
-              for i, (name, p) in enumerate(sorted(spec.candidates.items())) if p != seed_path and p.suffix == seed_path.suffix]
+              for i, (name, p) in enumerate(sorted(spec.candidates.items()))
+              if p != seed_path and p.suffix == seed_path.suffix]
     system = system_prompt(spec, shape, None, None, machine, "", lang)
     return {kind: f"# System\n\n{system}\n\n# User\n\n{user_prompt(kind, parent, others[:2])}" for kind in KINDS}

@@ -8,9 +8,10 @@ import asyncio
 import json
 import random
 import time
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Callable
+from typing import Any
 
 from cuco.designspace import DesignPoint, Directive
 from cuco.errors import CucoError
@@ -65,7 +66,7 @@ class Evolution:
     slots: list[Slot]
     evaluator: Evaluator
     device: str
-    on_event: Callable[[Event, "Evolution"], None] = lambda e, ev: None
+    on_event: Callable[[Event, Evolution], None] = lambda e, ev: None
     machine: dict[str, Any] = field(default_factory=dict)
 
     def __post_init__(self) -> None:

@@ -4,7 +4,8 @@ from __future__ import annotations
 
 import math
 import random
-from typing import Callable, Sequence, TypeVar
+from collections.abc import Callable, Sequence
+from typing import TypeVar
 
 T = TypeVar("T")
 

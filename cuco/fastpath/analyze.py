@@ -2,8 +2,8 @@
 
 It finds the NCCL calls (collectives, send/recv, group start/end) with their buffers, counts, types, ops,
 communicators and streams; allocations (cudaMalloc vs ncclMemAlloc); kernel launches, cuBLAS calls and
-memory copies with their streams; synchronisation (stream and device syncs, events); and the producer/consumer edges between
-them, through the buffers they write and read, in program order within each function.
+memory copies with their streams; synchronisation (stream and device syncs, events); and the producer/consumer edges
+between them, through the buffers they write and read, in program order within each function.
 """
 
 from __future__ import annotations

@@ -9,9 +9,10 @@ sentences for the next try. Every prompt, reply, program and verdict is kept in 
 from __future__ import annotations
 
 import json
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Callable
+from typing import Any
 
 from cuco.fastpath.analyze import AnalysisError, analyze
 from cuco.fastpath.rewrite import no_host_collective_left

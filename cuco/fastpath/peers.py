@@ -19,8 +19,8 @@ from dataclasses import dataclass
 CONTEXT_FIELDS = ("rank", "nRanks")
 WORLDS = range(2, 17)  # world sizes the pairing is checked at: every size up to two 8-GPU boxes
 # Integer casts the rules look through: `(int)p` is p (ranks fit every integer type).
-CAST = re.compile(r"\(\s*(?:const\s+)?(?:unsigned\s+|signed\s+)?(?:int|long|long long|short|size_t|u?int(?:8|16|32|64)_t)"
-                  r"\s*\)")
+CAST = re.compile(r"\(\s*(?:const\s+)?(?:unsigned\s+|signed\s+)?"
+                  r"(?:int|long|long long|short|size_t|u?int(?:8|16|32|64)_t)\s*\)")
 MAX_DEPTH = 16  # definitions followed through at most this many names (a cycle is refused, not followed forever)
 
 

@@ -232,7 +232,7 @@ def why_offset_varies(offset: str, scalars: dict[str, str | None], handles: dict
             if scalars[n] is None:
                 return f"`{n}`, which the program assigns more than once (a loop or a reassignment)"
             value = f"({_no_strings(scalars[n])})"
-            expr = re.sub(rf"(?<![\w>.]){re.escape(n)}\b", lambda _: value, expr)
+            expr = re.sub(rf"(?<![\w>.]){re.escape(n)}\b", lambda _, value=value: value, expr)
     else:
         return "definitions nested too deep to follow"
     if re.search(r"->\s*rank\b", expr):

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from typing import Callable
+from collections.abc import Callable
 
 from cuco.llm.base import LLMClient, LLMError
 from cuco.llm.command_client import CommandClient

@@ -32,8 +32,8 @@ def eval_table(record: EvalRecord) -> Table:
     title = (f"{record.workload} / {record.candidate_name} ({record.kind}, {record.device}, "
              f"world {record.world}): {status}, level reached {record.level_reached or '-'}")
     t = Table(title=title, title_justify="left")
-    for col in ("shape", _param_names(record.shapes.values()), "per-rank median ms", "median ms", "p10-p90 ms", "spread", "bound ms",
-                "efficiency", "speedup"):
+    for col in ("shape", _param_names(record.shapes.values()), "per-rank median ms", "median ms", "p10-p90 ms",
+                "spread", "bound ms", "efficiency", "speedup"):
         t.add_column(col, justify="left" if col in ("shape", "speedup") else "right")
     for name, s in record.shapes.items():
         timing = s.timing
@@ -51,7 +51,8 @@ def eval_table(record: EvalRecord) -> Table:
 
 def print_record(record: EvalRecord, console: Console | None = None) -> None:
     console = console or Console()
-    console.print(eval_table(record))
+    table = eval_table(record)
+    console.print(table if record.shapes else table.title, highlight=False)
     if record.error:
         console.print(f"[red]{record.failed_level}:[/] {record.error}", highlight=False)
     for s in record.shapes.values():

@@ -49,7 +49,8 @@ def _plot(done: list[Candidate], bound: float | None) -> str:
         path.append(f"{x(i):.1f},{y(best):.1f}")
     parts.append(f'<polyline class="best" fill="none" stroke="#36c" points="{" ".join(path)}"/>')
     for i, c in enumerate(done):
-        tip = escape(f"#{c.id} {c.label or ''} {fmt_ms(c.median_ms)} ms" if c.ok else f"#{c.id} failed at {c.failed_level}")
+        tip = escape(f"#{c.id} {c.label or ''} {fmt_ms(c.median_ms)} ms" if c.ok
+                     else f"#{c.id} failed at {c.failed_level}")
         if c.ok and c.median_ms:
             parts.append(f'<circle class="ok" cx="{x(i):.1f}" cy="{y(c.median_ms):.1f}" r="3.5" fill="#36c">'
                          f"<title>{tip}</title></circle>")
@@ -108,6 +109,7 @@ def render_report(run_dir: Path) -> str:
                     f"<td>{escape((c.error or text)[:300])}</td></tr>")
     code = f"<h2>Best program (#{best.id})</h2><pre>{escape(best.code)}</pre>" if best else ""
     title = escape(f"cuco: {meta.get('workload', '')} at {meta.get('shape', '')}")
+    summary = "".join(f"<tr><th>{escape(str(k))}</th><td>{escape(str(v))}</td></tr>" for k, v in head)
     return f"""<!doctype html>
 <html lang="en"><head><meta charset="utf-8"><title>{title}</title>
 <style>
@@ -117,7 +119,7 @@ tr.bad td {{ color: #a22; }} pre {{ background: #f6f6f6; padding: 1em; overflow-
 .lineage {{ font-family: ui-monospace, monospace; font-size: 12px; }}
 </style></head><body>
 <h1>{title}</h1>
-<table class="summary">{''.join(f'<tr><th>{escape(str(k))}</th><td>{escape(str(v))}</td></tr>' for k, v in head)}</table>
+<table class="summary">{summary}</table>
 <h2>Time per evaluation</h2>
 <p>Slowest rank, median, in ms; the blue line is the best so far, red dots along the top are failures.</p>
 {_plot(done, bound)}

@@ -27,7 +27,7 @@ class EvolveDisplay:
         self.t0 = time.monotonic()
         self.seed_ms: float | None = None
 
-    def __enter__(self) -> "EvolveDisplay":
+    def __enter__(self) -> EvolveDisplay:
         if self.console.is_terminal:
             self.live = Live(Table(), console=self.console, refresh_per_second=4)
             self.live.__enter__()
@@ -63,7 +63,8 @@ class EvolveDisplay:
         if best:
             speed = f", {self.seed_ms / best.median_ms:.2f}x the seed" if self.seed_ms and best.median_ms else ""
             head.add_row("best", f"#{best.id} {best.label}", "time",
-                         f"{fmt_ms(best.median_ms)} ms (bound {fmt_ms(best.bound_ms)}, efficiency {best.score:.2f}{speed})")
+                         f"{fmt_ms(best.median_ms)} ms (bound {fmt_ms(best.bound_ms)}, "
+                         f"efficiency {best.score:.2f}{speed})")
         fails = db.failures_by_level()
         head.add_row("failures", ", ".join(f"{k}: {v}" for k, v in sorted(fails.items())) or "none",
                      "per candidate", f"{(time.monotonic() - self.t0) / max(done, 1):.1f} s")
@@ -71,8 +72,8 @@ class EvolveDisplay:
         for col in ("id", "phase", "design point", "parent", "outcome", "median ms", "efficiency"):
             recent.add_column(col)
         for c in db.all()[-10:]:
-            recent.add_row(str(c.id), c.phase, c.label or "-", str(c.parent_id or "-"), _outcome(c), fmt_ms(c.median_ms),
-                           f"{c.score:.2f}" if c.score else "-")
+            recent.add_row(str(c.id), c.phase, c.label or "-", str(c.parent_id or "-"), _outcome(c),
+                           fmt_ms(c.median_ms), f"{c.score:.2f}" if c.score else "-")
         return Group(head, recent)
 
 

@@ -49,7 +49,7 @@ class Layout:
         return asdict(self)
 
     @classmethod
-    def from_json(cls, d: dict[str, Any]) -> "Layout":
+    def from_json(cls, d: dict[str, Any]) -> Layout:
         return cls(str(d["name"]), str(d["role"]), str(d["dtype"]), tuple(int(x) for x in d["shape"]),
                    bool(d["symmetric"]))
 
@@ -119,7 +119,7 @@ class Exchange:
         return self.views[key]
 
     @classmethod
-    def create(cls, layouts: list[Layout], device: torch.device) -> "Exchange":
+    def create(cls, layouts: list[Layout], device: torch.device) -> Exchange:
         _, size = _slices(layouts)
         return cls(torch.empty(size, dtype=torch.uint8, device=device), layouts)
 
@@ -129,7 +129,7 @@ class Exchange:
         return [base64.b64encode(a).decode() if isinstance(a, bytes) else a for a in args]
 
     @classmethod
-    def open(cls, handle: list[Any], layouts: list[Layout], device: torch.device) -> "Exchange":
+    def open(cls, handle: list[Any], layouts: list[Layout], device: torch.device) -> Exchange:
         # (device, handle, size, offset, ref-counter handle, ref-counter offset, event handle, event sync)
         args = list(handle)
         for i in (1, 4):

@@ -24,8 +24,8 @@ from cuco.runner.job import Job, Stage
 from cuco.runner.launch import describe_exit, free_port, launch, make_gate_file
 from cuco.runner.record import Bound, Correctness, EvalRecord, ShapeResult, Timing
 from cuco.runner.static_checks import check_source
-from cuco.runner.toolchain import find_toolchain
 from cuco.runner.stats import summarize
+from cuco.runner.toolchain import find_toolchain
 from cuco.workload.spec import WorkloadSpec
 
 LEVELS = ["L0", "L1", "L2", "L3", "L4"]

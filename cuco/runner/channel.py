@@ -40,7 +40,7 @@ class Channel:
         self.sock = sock
 
     @classmethod
-    def pair(cls) -> tuple["Channel", socket.socket]:
+    def pair(cls) -> tuple[Channel, socket.socket]:
         a, b = socket.socketpair(socket.AF_UNIX, socket.SOCK_SEQPACKET)
         return cls(a), b
 

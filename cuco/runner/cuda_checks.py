@@ -26,8 +26,18 @@ from dataclasses import replace
 from functools import lru_cache
 from pathlib import Path
 
-from cuco.runner.build import (DEFAULT_ARCH, INCLUDE_DIR, MARKER, STAGED_NAME, BuildResult, Preprocessed, build,
-                               nvcc_command, preprocess, preprocess_commands)
+from cuco.runner.build import (
+    DEFAULT_ARCH,
+    INCLUDE_DIR,
+    MARKER,
+    STAGED_NAME,
+    BuildResult,
+    Preprocessed,
+    build,
+    nvcc_command,
+    preprocess,
+    preprocess_commands,
+)
 from cuco.runner.static_checks import StaticReport, table
 from cuco.runner.toolchain import Toolchain, find_toolchain
 

@@ -63,7 +63,8 @@ class Harness:
 
     def sym_alloc(self, comm: int, nbytes: int) -> tuple[int, int]:
         ptr, win = ctypes.c_void_p(), ctypes.c_void_p()
-        self._check(self.lib.cuco_h_sym_alloc(comm, nbytes, ctypes.byref(ptr), ctypes.byref(win)), "ncclMemAlloc/WindowRegister")
+        self._check(self.lib.cuco_h_sym_alloc(comm, nbytes, ctypes.byref(ptr), ctypes.byref(win)),
+                    "ncclMemAlloc/WindowRegister")
         return ptr.value, win.value
 
     def sym_free(self, comm: int, ptr: int, win: int) -> None:

@@ -9,7 +9,6 @@ import json
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
-
 JUDGE_PORT_ENV = "CUCO_JUDGE_PORT"
 
 
@@ -42,7 +41,7 @@ class Job:
         path.write_text(json.dumps(asdict(self), indent=1))
 
     @classmethod
-    def read(cls, path: Path) -> "Job":
+    def read(cls, path: Path) -> Job:
         data = json.loads(Path(path).read_text())
         data["stages"] = [Stage(**s) for s in data["stages"]]
         return cls(**data)

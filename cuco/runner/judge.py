@@ -30,12 +30,12 @@ import torch.distributed as dist
 
 from cuco.paths import atomic_write_json
 from cuco.runner.buffers import TORCH_DTYPES, Exchange, Layout, memfd_buffers
-from cuco.runner.channel import ChannelClosed, Reply, RemoteError
+from cuco.runner.channel import ChannelClosed, RemoteError, Reply
 from cuco.runner.job import JUDGE_PORT_ENV, Job, Stage
 from cuco.runner.launch import describe_exit
 from cuco.runner.rank import HostProcess
 from cuco.runner.sandbox import kill_descendants, remove_shm_files
-from cuco.runner.timing import graphed, cross_check, time_references_cpu, time_references_cuda
+from cuco.runner.timing import cross_check, graphed, time_references_cpu, time_references_cuda
 from cuco.runner.verify import Check, compare, poison, same
 from cuco.workload.spec import WorkloadSpec, load_workload
 

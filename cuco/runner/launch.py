@@ -23,6 +23,7 @@ from pathlib import Path
 
 from cuco.machine import SAFE_ENV
 from cuco.runner.job import JUDGE_PORT_ENV, Job
+
 CRASH_GRACE_S = 5.0  # after one rank dies, the others get this long to report their own state
 TERM_GRACE_S = 3.0  # a judge told to stop has this long to kill its candidate's processes
 POLL_S = 0.05

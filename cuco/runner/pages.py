@@ -18,7 +18,7 @@ class Page:
         self.dev_ptr: int | None = None
 
     @classmethod
-    def anonymous(cls, name: str) -> tuple["Page", int]:
+    def anonymous(cls, name: str) -> tuple[Page, int]:
         """A new zeroed page and its descriptor (to pass to another process)."""
         fd = os.memfd_create(name, os.MFD_CLOEXEC)
         os.ftruncate(fd, mmap.PAGESIZE)

@@ -33,7 +33,7 @@ class HostProcess:
     done: Page | None  # this rank's done flag (GPU)
 
     @classmethod
-    def start(cls, job: Job, rank: int) -> "HostProcess":
+    def start(cls, job: Job, rank: int) -> HostProcess:
         scratch = Path(job.out_dir).absolute() / f"host{rank}"
         scratch.mkdir(parents=True, exist_ok=True)
         shared_tmp = scratch.parent / "tmp"  # every rank's TMPDIR: torch's symmetric memory meets peers there

@@ -15,8 +15,9 @@ from __future__ import annotations
 
 import statistics
 import time
+from collections.abc import Callable
 from dataclasses import asdict, dataclass
-from typing import Any, Callable
+from typing import Any
 
 # The judge's clock and the GPU's events disagree honestly by the judge's reaction time (polling a host page,
 # a Python loop) and scheduling noise; a reported time must not need more than this to fit the judge's.

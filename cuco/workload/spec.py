@@ -160,9 +160,9 @@ def _load_shapes(top: _Section, key: str, params: tuple[str, ...], required: boo
     top.used.add(key)
     raw = top.data.get(key, [])
     if required and not raw:
-        raise top.fail(key, "missing required key (at least one [[%s]] table)" % key)
+        raise top.fail(key, f"missing required key (at least one [[{key}]] table)")
     if not isinstance(raw, list):
-        raise top.fail(key, "expected an array of tables ([[%s]])" % key)
+        raise top.fail(key, f"expected an array of tables ([[{key}]])")
     shapes = []
     for i, entry in enumerate(raw):
         if not isinstance(entry, dict):

@@ -11,7 +11,8 @@ def make_inputs(p: dict[str, int], world: int, rank: int, gen: torch.Generator, 
             "b": torch.randn(k, n, generator=gen, device=device) / k**0.25}
 
 
-def reference(p: dict[str, int], world: int, rank: int, inputs: list[dict[str, torch.Tensor]]) -> dict[str, torch.Tensor]:
+def reference(p: dict[str, int], world: int, rank: int,
+              inputs: list[dict[str, torch.Tensor]]) -> dict[str, torch.Tensor]:
     a = torch.cat([inp["a"] for inp in inputs]).double()
     return {"c": a @ inputs[rank]["b"].double()}
 

@@ -13,7 +13,8 @@ def make_inputs(p: dict[str, int], world: int, rank: int, gen: torch.Generator, 
     return {"a": a.to(torch.bfloat16), "b": b.to(torch.bfloat16)}
 
 
-def reference(p: dict[str, int], world: int, rank: int, inputs: list[dict[str, torch.Tensor]]) -> dict[str, torch.Tensor]:
+def reference(p: dict[str, int], world: int, rank: int,
+              inputs: list[dict[str, torch.Tensor]]) -> dict[str, torch.Tensor]:
     m = p["M"] // world
     rows = slice(rank * m, (rank + 1) * m)
     return {"c": sum(inp["a"][rows].float() @ inp["b"].float() for inp in inputs)}

@@ -26,7 +26,8 @@ def make_inputs(p: dict[str, int], world: int, rank: int, gen: torch.Generator, 
             "wv": randn(layers, hid, cols, scale=hid ** -0.5), "block_table": table.to(torch.int32)}
 
 
-def reference(p: dict[str, int], world: int, rank: int, inputs: list[dict[str, torch.Tensor]]) -> dict[str, torch.Tensor]:
+def reference(p: dict[str, int], world: int, rank: int,
+              inputs: list[dict[str, torch.Tensor]]) -> dict[str, torch.Tensor]:
     s, page, cols = p["S"], p["PAGE"], p["KV"] * p["D"]
     pool = torch.full((p["L"], p["POOL"], 2 * page, cols), float("nan"), device=inputs[0]["x"].device)
     if rank != world - 1:

@@ -41,7 +41,8 @@ def expert_ffn(x: torch.Tensor, w13: torch.Tensor, w2: torch.Tensor) -> torch.Te
     return (torch.nn.functional.silu(g) * u) @ w2
 
 
-def reference(p: dict[str, int], world: int, rank: int, inputs: list[dict[str, torch.Tensor]]) -> dict[str, torch.Tensor]:
+def reference(p: dict[str, int], world: int, rank: int,
+              inputs: list[dict[str, torch.Tensor]]) -> dict[str, torch.Tensor]:
     mine = inputs[rank]
     x = mine["x"].float()
     idx, weight = routing(mine["logits"], p["TOPK"])

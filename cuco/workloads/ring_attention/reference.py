@@ -36,7 +36,8 @@ def _sequence(p, world, inputs, name):
     return out
 
 
-def reference(p: dict[str, int], world: int, rank: int, inputs: list[dict[str, torch.Tensor]]) -> dict[str, torch.Tensor]:
+def reference(p: dict[str, int], world: int, rank: int,
+              inputs: list[dict[str, torch.Tensor]]) -> dict[str, torch.Tensor]:
     q = inputs[rank]["q"].float()  # [rows, H, D]
     k, v = _sequence(p, world, inputs, "k"), _sequence(p, world, inputs, "v")  # [S, KV, D]
     pos = positions(p, world, rank).to(q.device)
@@ -101,7 +102,8 @@ def comm_alone(p, world, rank, inputs, bufs, group):
     def ring():
         cur = send
         for _ in range(world - 1):
-            reqs = dist.batch_isend_irecv([dist.P2POp(dist.isend, cur, nxt, group), dist.P2POp(dist.irecv, recv, prv, group)])
+            reqs = dist.batch_isend_irecv([dist.P2POp(dist.isend, cur, nxt, group),
+                                           dist.P2POp(dist.irecv, recv, prv, group)])
             for r in reqs:
                 r.wait()
             cur = recv.clone()

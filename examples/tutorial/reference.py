@@ -1,0 +1,41 @@
+"""Reference of the scaled_sum workload: what scaled_sum.cu computes, in PyTorch, in float64."""
+
+import torch
+
+
+def make_inputs(p, world, rank, gen, device):
+    """This rank's activations and gain; of order one, so that bf16 rounding is judged fairly."""
+    return {"x": torch.randn(p["T"], p["H"], generator=gen, device=device).to(torch.bfloat16),
+            "gain": (1 + 0.1 * torch.randn(p["H"], generator=gen, device=device)).to(torch.bfloat16)}
+
+
+def reference(p, world, rank, inputs):
+    """Every rank's partial in float64; this rank gets their sum and every rank's row sums."""
+    partials = [inp["x"].double() * inp["gain"].double() for inp in inputs]
+    return {"out": sum(partials), "all_sums": torch.stack([q.sum(dim=1) for q in partials])}
+
+
+def compute_alone(p, world, rank, inputs, bufs, group):
+    """The scaling and the row sums with torch: the compute half of the bound."""
+    x, gain = bufs["x"], bufs["gain"]
+    partial = torch.empty_like(x)
+
+    def run():
+        torch.mul(x, gain, out=partial)
+        return partial.float().sum(dim=1)
+
+    return run
+
+
+def comm_alone(p, world, rank, inputs, bufs, group):
+    """The all-reduce of the scaled activations and the all-gather of the row sums, through torch.distributed."""
+    import torch.distributed as dist
+
+    partial, sums = torch.empty_like(bufs["out"]), torch.empty(p["T"], device=bufs["out"].device)
+    gathered = torch.empty(world * p["T"], device=bufs["out"].device)
+
+    def run():
+        dist.all_reduce(partial, group=group)
+        dist.all_gather_into_tensor(gathered, sums, group=group)
+
+    return run
