@@ -215,6 +215,26 @@ def eval_cmd(workload: str = typer.Argument(..., help="Built-in workload name or
 
 
 @app.command()
+def check(workload: str = typer.Argument(..., help="Built-in workload name or a workload directory."),
+          candidate: str | None = typer.Argument(None, help="A .cu candidate whose cuco_buffer and cuco_param names "
+                                                "to check too (default: the seed).")) -> None:
+    """Your half of a workload's contract, on the CPU: names the program uses exist in workload.toml, reference.py
+    imports and runs at the small shapes, and returns the declared shapes and dtypes."""
+    from cuco.workload.check import check_workload
+
+    spec = _spec(workload, None)
+    path = _candidate(spec, candidate) if candidate else None
+    with console.status(f"checking {spec.name}"):
+        problems = check_workload(spec.root, path)
+    for line in problems:
+        console.print(f"[red]problem:[/] {escape(line)}", highlight=False)
+    if problems:
+        raise CucoError(str(spec.root), f"{len(problems)} problem(s) in the workload (listed above)")
+    console.print(f"{spec.name}: workload.toml, the program's names and reference.py agree; reference.py runs at "
+                  f"{len(spec.small_shapes)} small shape(s) on the CPU", highlight=False)
+
+
+@app.command()
 def baseline(workload: str = typer.Argument(..., help="Built-in workload name or a workload directory."),
              device: str | None = DeviceOpt, shape: list[str] = ShapeOpt, world: int | None = WorldOpt,
              gpus: str | None = GpusOpt, timeout: float | None = TimeoutOpt, warmup: int | None = WarmupOpt,

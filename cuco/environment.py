@@ -15,7 +15,7 @@ class Variable:
 
 VARIABLES: tuple[Variable, ...] = (
     Variable("CUCO_HOME", "where builds, records, baselines, bounds, machine facts and knowledge live "
-                          "(default ~/.cache/cuco)"),
+                          "(default ~/.cache/cuco; a relative path is read from the folder the command starts in)"),
     Variable("CUCO_WORKLOADS_PATH", "extra folders of workloads, colon-separated, searched before the built-in ones"),
     Variable("CUCO_CUDA_ARCH", "the GPU architecture candidates are compiled for, as a number "
                                "(default 90: sm_90, Hopper)"),

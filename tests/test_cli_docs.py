@@ -12,7 +12,7 @@ from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
 DOC = ROOT / "docs" / "cli.md"
-COMMANDS = [[], ["doctor"], ["eval"], ["baseline"], ["evolve"], ["transform"], ["init"], ["report"], ["ui"]]
+COMMANDS = [[], ["doctor"], ["eval"], ["check"], ["baseline"], ["evolve"], ["transform"], ["init"], ["report"], ["ui"]]
 
 
 def render() -> str:

@@ -5,17 +5,23 @@ from __future__ import annotations
 
 import importlib.util
 import os
+import re
 import subprocess
 import sys
+from dataclasses import dataclass
 from pathlib import Path
 
 import pytest
 from conftest import WORKLOADS
 
 from cuco.errors import CucoError
+from cuco.workload.check import check_workload
+from cuco.workload.expr import ExprError, eval_expr
 from cuco.workload.scaffold import create_workload
-from cuco.workload.expr import eval_expr
-from cuco.workload.spec import load_workload
+from cuco.workload.spec import WorkloadSpec, load_workload
+
+PROGRAMS = Path(__file__).parent / "init_programs"
+SEEDS = sorted(p.parent.name for p in WORKLOADS.glob("*/seed.cu"))
 
 # A program outside the candidate ABI: host buffers copied in, a kernel, an all-reduce, the result copied out.
 PLAIN = """\
@@ -186,3 +192,308 @@ def test_without_the_fastpath_extra_init_names_it(tmp_path):
                           text=True, cwd=tmp_path, timeout=120)
     assert 'tree-sitter is not installed: pip install "cuco-codesign[fastpath]"' in _one_error_line(proc)
     assert not (tmp_path / "w").exists()
+
+
+# ---- what init reads from user programs and the shipped seeds --------------------------------------------------
+
+@dataclass
+class Want:
+    """What a careful human writes in workload.toml for a program, and the keys init leaves marked TODO by design
+    (what the code does not show): exactly those, so that a misread fixed stays fixed."""
+
+    params: list[str]
+    buffers: dict[str, tuple[str, str, list[str], bool]]  # role, dtype, shape, symmetric
+    flops: str
+    comm_bytes: str
+    todo: set[str]
+
+
+WANT = {
+    # cublasGemmEx on bf16 operands (casts, static_cast, CUDA_R_16BF) into fp32, then an in-place fp32 all-reduce
+    "tp_row_linear": Want(
+        ["M", "K", "N"],
+        {"x": ("input", "bf16", ["M", "K / world"], False), "w": ("input", "bf16", ["K / world", "N"], False),
+         "y": ("output", "f32", ["M", "N"], True)},
+        "2 * M * (K / world) * N", "2 * (world - 1) * M * N * 4 / world", set()),
+    # an all-gather, then an RMSNorm kernel: gamma's f32 from the kernel's `const float*`, y written by the kernel
+    "sp_allgather_rmsnorm": Want(
+        ["T", "H"],
+        {"x": ("input", "bf16", ["T / world", "H"], True), "x_full": ("scratch", "bf16", ["T", "H"], True),
+         "gamma": ("input", "f32", ["H"], False), "y": ("output", "bf16", ["T", "H"], False)},
+        "4 * T * H", "(world - 1) * (T / world) * H * 2",
+        {"params", "buffers.gamma.shape", "buffers.y.shape", "bounds.flops"}),
+    # a reduce-scatter into the program's own staging, then a kernel that writes two outputs
+    "zero_sgd_reducescatter": Want(
+        ["N"],
+        {"grad": ("input", "f32", ["N"], True), "param": ("input", "f32", ["N / world"], False),
+         "momentum": ("input", "f32", ["N / world"], False), "new_param": ("output", "f32", ["N / world"], False),
+         "new_momentum": ("output", "f32", ["N / world"], False)},
+        "4 * (N / world)", "(world - 1) * (N / world) * 4",
+        {"params", "buffers.param.shape", "buffers.momentum.shape", "buffers.new_param.shape",
+         "buffers.new_momentum.shape", "bounds.flops"}),
+    # C names (n, hq, dh, tokens, mine) other than the parameters they hold (SEQ, HEADS, HEAD_DIM), through the
+    # fields of the program's state; a pack kernel, an all-to-all, a strided batched GEMM per head
+    "ulysses_head_projection": Want(
+        ["SEQ", "HEADS", "HEAD_DIM"],
+        {"q": ("input", "bf16", ["SEQ / world", "HEADS", "HEAD_DIM"], False),
+         "q_packed": ("scratch", "bf16", ["SEQ", "HEADS / world", "HEAD_DIM"], True),
+         "q_heads": ("scratch", "bf16", ["SEQ", "HEADS / world", "HEAD_DIM"], True),
+         "w": ("input", "bf16", ["HEADS / world", "HEAD_DIM", "HEAD_DIM"], False),
+         "out": ("output", "bf16", ["SEQ", "HEADS / world", "HEAD_DIM"], False)},
+        "2 * SEQ * (HEADS / world) * HEAD_DIM * HEAD_DIM",
+        "(world - 1) * (SEQ / world) * (HEADS / world) * HEAD_DIM * 2",
+        {"params", "buffers.q.shape", "buffers.out.shape", "bounds.flops"}),
+    # cublasLtMatmul with its matrix layouts made in setup
+    "lt_allgather_gemm": Want(
+        ["M", "K", "N"],
+        {"a": ("input", "bf16", ["M / world", "K"], True), "a_full": ("scratch", "bf16", ["M", "K"], True),
+         "b": ("input", "bf16", ["K", "N / world"], False), "c": ("output", "bf16", ["M", "N / world"], False)},
+        "2 * M * K * (N / world)", "(world - 1) * (M / world) * K * 2", set()),
+}
+
+
+def _todo_keys(text: str) -> set[str]:
+    """`table.key` of every line of workload.toml marked TODO (`params`, `buffers.x.shape`, `bounds.flops`)."""
+    table, keys = "", set()
+    for line in text.splitlines():
+        header = re.fullmatch(r"\[+([^\]]+)\]+\s*(#.*)?", line.strip())
+        if header:
+            table = header.group(1).replace('"', "")
+        elif "=" in line and not line.lstrip().startswith("#") and "# TODO" in line and "shapes" not in table:
+            key = line.split("=", 1)[0].strip()
+            keys.add(f"{table}.{key}" if table else key)
+    return keys
+
+
+def _envs(params: list[str], world: int) -> list[dict[str, int]]:
+    sizes = (96, 160, 224, 288, 352, 416, 480)
+    return [{**{p: sizes[(i + k) % len(sizes)] for i, p in enumerate(params)}, "world": world} for k in (0, 3)]
+
+
+def _agree(got: list[str] | str, want: list[str] | str, envs: list[dict[str, int]]) -> bool:
+    got, want = ([got], [want]) if isinstance(got, str) else (list(got), list(want))
+    if len(got) != len(want):
+        return False
+    try:
+        return all(eval_expr(g, env) == eval_expr(w, env) for env in envs for g, w in zip(got, want))
+    except ExprError:
+        return False
+
+
+def _read_params(program: Path) -> set[str]:
+    return set(re.findall(r'cuco_param\(\s*ctx\s*,\s*"(\w+)"\s*\)', program.read_text()))
+
+
+def _misreads(root: Path, want: Want, envs: list[dict[str, int]], program: Path, exact_symmetric: bool) -> list[str]:
+    """The values init wrote that differ from a careful human's and are not marked TODO."""
+    got, todo = load_workload(root), _todo_keys((root / "workload.toml").read_text())
+    read = _read_params(program)
+    wrong = [f"params {sorted(read - set(got.params))} read by the program but missing"] if read - set(got.params) \
+        else []
+    if set(got.params) - set(want.params) and "params" not in todo:
+        wrong.append(f"params {sorted(set(got.params) - set(want.params))} unmarked")
+    for name, b in got.buffers.items():
+        if name not in want.buffers:
+            wrong.append(f"buffer {name!r} is no buffer of the program")
+            continue
+        role, dtype, shape, symmetric = want.buffers[name]
+        for key, ok in (("role", b.role == role), ("dtype", b.dtype == dtype), ("shape", _agree(b.shape, shape, envs))):
+            if not ok and f"buffers.{name}.{key}" not in todo:
+                wrong.append(f"buffers.{name}.{key} = {getattr(b, key)!r}, not {locals()[key]!r}")
+        if symmetric != b.symmetric and (exact_symmetric or symmetric) and f"buffers.{name}.symmetric" not in todo:
+            wrong.append(f"buffers.{name}.symmetric = {b.symmetric}")
+    for key in ("flops", "comm_bytes"):
+        if not _agree(getattr(got.bounds, key), getattr(want, key), envs) and f"bounds.{key}" not in todo:
+            wrong.append(f"bounds.{key} = {getattr(got.bounds, key)!r}, not {getattr(want, key)!r}")
+    return wrong
+
+
+@pytest.mark.parametrize("program", sorted(WANT))
+def test_user_programs_read_as_a_careful_human_writes_them(tmp_path, program):
+    want, source = WANT[program], PROGRAMS / f"{program}.cu"
+    made = create_workload(program, source, tmp_path)
+    got = load_workload(made.root)
+    assert _misreads(made.root, want, _envs(want.params, got.world_size), source, exact_symmetric=True) == []
+    assert set(got.buffers) == set(want.buffers)
+    not_shared = {f"buffers.{n}.symmetric" for n, b in want.buffers.items() if not b[3]}
+    assert _todo_keys((made.root / "workload.toml").read_text()) - {"description", "world_size"} - not_shared == \
+        want.todo
+    assert made.warnings == []
+
+
+def _hand_written(spec: WorkloadSpec) -> Want:
+    buffers = {n: (b.role, b.dtype, [str(d) for d in b.shape], b.symmetric) for n, b in spec.buffers.items()}
+    return Want(list(spec.params), buffers, spec.bounds.flops, spec.bounds.comm_bytes, set())
+
+
+@pytest.mark.parametrize("seed", SEEDS)
+def test_every_value_init_writes_for_a_shipped_seed_is_its_workloads_or_marked(tmp_path, seed):
+    """Against the hand-written workload.toml, at its own shapes: a collective's buffers are symmetric in the
+    scaffold whether or not the hand-written file needs them to be."""
+    made = create_workload(seed, WORKLOADS / seed / "seed.cu", tmp_path)
+    hand = load_workload(WORKLOADS / seed)
+    envs = [s.env(hand.world_size) for s in hand.shapes + hand.small_shapes]
+    assert _misreads(made.root, _hand_written(hand), envs, WORKLOADS / seed / "seed.cu", exact_symmetric=False) == []
+
+
+def test_parameters_are_the_strings_the_program_reads_not_its_c_names(tmp_path):
+    """`n{...}`, `size_t(n)`, `n = ...` later, a field of the program's state set in setup, a global set in setup: the
+    workload parameter is the cuco_param string; a name the rules cannot follow is a placeholder, marked."""
+    program = tmp_path / "names.cu"
+    program.write_text('''#include "cuco.h"
+struct S { int64_t count; };
+static int64_t g_cols;
+CUCO_EXPORT int cuco_setup(cuco_ctx_t* ctx) {
+  S* s = new S();
+  ctx->state = s;
+  const int64_t n = cuco_param(ctx, "N");
+  s->count = n;
+  g_cols = cuco_param(ctx, "C");
+  return 0;
+}
+CUCO_EXPORT int cuco_run(cuco_ctx_t* ctx) {
+  S* s = (S*)ctx->state;
+  float* a = (float*)cuco_buffer(ctx, "a")->ptr;
+  float* b = (float*)cuco_buffer(ctx, "b")->ptr;
+  float* c = (float*)cuco_buffer(ctx, "c")->ptr;
+  float* d = (float*)cuco_buffer(ctx, "d")->ptr;
+  const int64_t rows{cuco_param(ctx, "R")};
+  int64_t later;
+  later = cuco_param(ctx, "L");
+  const int64_t picked = cuco_param(ctx, "P") > 0 ? cuco_param(ctx, "P") : 1;
+  CUCO_NCCL(ctx, ncclAllReduce(a, a, size_t(s->count), ncclFloat, ncclSum, ctx->comm, ctx->stream));
+  CUCO_NCCL(ctx, ncclAllReduce(b, b, rows * g_cols, ncclFloat, ncclSum, ctx->comm, ctx->stream));
+  CUCO_NCCL(ctx, ncclAllReduce(c, c, later, ncclFloat, ncclSum, ctx->comm, ctx->stream));
+  CUCO_NCCL(ctx, ncclAllReduce(d, d, picked, ncclFloat, ncclSum, ctx->comm, ctx->stream));
+  return 0;
+}
+''')
+    made = create_workload("names", program, tmp_path)
+    spec, todo = load_workload(made.root), _todo_keys((made.root / "workload.toml").read_text())
+    assert {n: list(b.shape) for n, b in spec.buffers.items() if n != "d"} == \
+           {"a": ["N"], "b": ["R", "C"], "c": ["L"]}
+    assert set(spec.params) == {"N", "C", "R", "L", "P", "picked"} and "params" in todo
+    assert spec.buffers["d"].shape == ("picked",) and "buffers.d.shape" in todo
+    assert "bounds.comm_bytes" in todo  # the last all-reduce's count is not a size the program is given
+
+
+def test_comm_alone_names_only_workload_buffers(tmp_path):
+    """The reduce-scatter writes the program's own staging: the stub sizes a receive tensor from the send buffer."""
+    for source in [PROGRAMS / f"{p}.cu" for p in WANT] + [WORKLOADS / s / "seed.cu" for s in SEEDS]:
+        made = create_workload(f"{source.parent.name}_{source.stem}", source, tmp_path)
+        doc = _reference(made.root).comm_alone.__doc__
+        assert set(re.findall(r"bufs\['([^']+)'\]", doc)) <= set(load_workload(made.root).buffers), source
+    doc = _reference(tmp_path / "init_programs_zero_sgd_reducescatter").comm_alone.__doc__
+    assert "out = torch.empty(bufs['grad'].numel() // world, dtype=bufs['grad'].dtype" in doc
+    assert "dist.reduce_scatter_tensor(out, bufs['grad'], op=dist.ReduceOp.SUM, group=group)" in doc
+
+
+def test_kernel_outputs_are_read_from_the_kernel_body(tmp_path):
+    """A store through a non-const pointer parameter writes; a load, or a const parameter, reads; a pointer handed
+    to a call the rules do not follow is assumed both, and the role resting on it is marked."""
+    program = tmp_path / "k.cu"
+    program.write_text('''#include "cuco.h"
+__device__ void helper(float* p, int64_t i);
+__global__ void k(const float* in, float* out, float* acc, float* odd, float* through, int64_t n) {
+  int64_t i = blockIdx.x * blockDim.x + threadIdx.x;
+  if (i >= n) return;
+  float* row = out + i;
+  row[0] = in[i];
+  atomicAdd(&acc[0], in[i]);
+  reinterpret_cast<float2*>(odd)[i].x = 1.0f;
+  helper(through, i);
+}
+CUCO_EXPORT int cuco_run(cuco_ctx_t* ctx) {
+  const int64_t n = cuco_param(ctx, "N");
+  float* in = (float*)cuco_buffer(ctx, "in")->ptr;
+  float* out = (float*)cuco_buffer(ctx, "out")->ptr;
+  float* acc = (float*)cuco_buffer(ctx, "acc")->ptr;
+  float* odd = (float*)cuco_buffer(ctx, "odd")->ptr;
+  float* through = (float*)cuco_buffer(ctx, "through")->ptr;
+  CUCO_NCCL(ctx, ncclAllReduce(in, in, n, ncclFloat, ncclSum, ctx->comm, ctx->stream));
+  k<<<1, 1, 0, ctx->stream>>>(in, out, acc, odd, through, n);
+  return 0;
+}
+''')
+    made = create_workload("k", program, tmp_path)
+    spec, todo = load_workload(made.root), _todo_keys((made.root / "workload.toml").read_text())
+    assert {n: b.role for n, b in spec.buffers.items()} == {"in": "input", "out": "output", "acc": "input",
+                                                            "odd": "output", "through": "input"}
+    assert "buffers.out.role" not in todo and "buffers.odd.role" not in todo
+    assert {"buffers.acc.role", "buffers.through.role"} <= todo  # accumulated into; passed on to helper()
+    assert "tolerance.determinism" in todo  # atomicAdd: the order of the sums varies run to run
+
+
+def test_a_scaffold_is_checked_without_a_gpu_and_its_stubs_say_so(tmp_path):
+    made = create_workload("tp", PROGRAMS / "tp_row_linear.cu", tmp_path)
+    problems = check_workload(made.root)
+    assert len(problems) == 1 and "make_inputs" in problems[0] and "NotImplementedError" in problems[0]
+    assert problems[0].startswith("reference.py:")
+
+
+def test_pointers_and_sizes_kept_in_the_programs_state(tmp_path):
+    """setup keeps the buffers' pointers and the sizes in a struct; run uses the fields."""
+    program = tmp_path / "state.cu"
+    program.write_text('''#include <cuda_bf16.h>
+#include "cuco.h"
+struct St { __nv_bfloat16 *src, *dst; cuco_buffer_t* out; int64_t rows, cols; };
+__global__ void copyRows(const __nv_bfloat16* src, __nv_bfloat16* dst, int64_t n) {
+  for (int64_t i = threadIdx.x; i < n; i += blockDim.x) dst[i] = src[i];
+}
+CUCO_EXPORT int cuco_run(cuco_ctx_t* ctx) {
+  St* s = (St*)ctx->state;
+  copyRows<<<1, 256, 0, ctx->stream>>>(s->src, s->dst, s->rows * s->cols);
+  CUCO_NCCL(ctx, ncclAllGather(s->dst, s->out->ptr, s->rows * s->cols, ncclBfloat16, ctx->comm, ctx->stream));
+  return 0;
+}
+CUCO_EXPORT int cuco_setup(cuco_ctx_t* ctx) {
+  St* s = new St();
+  ctx->state = s;
+  s->src = (__nv_bfloat16*)cuco_buffer(ctx, "src")->ptr;
+  s->dst = (__nv_bfloat16*)cuco_buffer(ctx, "dst")->ptr;
+  s->out = cuco_buffer(ctx, "gathered");
+  s->rows = cuco_param(ctx, "R") / ctx->nRanks;
+  s->cols = cuco_param(ctx, "C");
+  return 0;
+}
+''')
+    made = create_workload("state", program, tmp_path)
+    spec = load_workload(made.root)
+    assert {n: (b.role, b.dtype, list(b.shape)) for n, b in spec.buffers.items()} == {
+        "src": ("input", "bf16", ["src_len"]), "dst": ("scratch", "bf16", ["R / world", "C"]),
+        "gathered": ("output", "bf16", ["R", "C"])}
+    assert "buffers.src.shape" in _todo_keys((made.root / "workload.toml").read_text())  # no call shows it
+
+
+def test_element_types_from_casts_kernel_parameters_and_gemm_types(tmp_path):
+    """No sizeof and no NCCL type for a, b, c: their dtypes come from the pointer the program casts to, the kernel
+    parameter they are passed to and the GEMM's cudaDataType_t; where two disagree, the line says so."""
+    program = tmp_path / "types.cu"
+    program.write_text('''#include <cuda_bf16.h>
+#include <cublas_v2.h>
+#include "cuco.h"
+__global__ void scale(const __nv_bfloat16* b, float* out, int64_t n) {
+  for (int64_t i = threadIdx.x; i < n; i += blockDim.x) out[i] = 2.0f * __bfloat162float(b[i]);
+}
+CUCO_EXPORT int cuco_run(cuco_ctx_t* ctx) {
+  cublasHandle_t h = (cublasHandle_t)ctx->state;
+  const int64_t n = cuco_param(ctx, "N");
+  auto* a = (__nv_bfloat16*)cuco_buffer(ctx, "a")->ptr;
+  cuco_buffer_t *b = cuco_buffer(ctx, "b"), *c = cuco_buffer(ctx, "c"), *out = cuco_buffer(ctx, "out");
+  float* d = static_cast<float*>(cuco_buffer(ctx, "d")->ptr);
+  const float alpha = 1.0f, beta = 0.0f;
+  scale<<<1, 256, 0, ctx->stream>>>((const __nv_bfloat16*)b->ptr, (float*)out->ptr, n);
+  cublasGemmEx(h, CUBLAS_OP_N, CUBLAS_OP_N, (int)n, (int)n, (int)n, &alpha, c->ptr, CUDA_R_16F, (int)n, a,
+               CUDA_R_16F, (int)n, &beta, c->ptr, CUDA_R_16F, (int)n, CUBLAS_COMPUTE_32F, CUBLAS_GEMM_DEFAULT);
+  CUCO_NCCL(ctx, ncclAllReduce(d, d, n, ncclBfloat16, ncclSum, ctx->comm, ctx->stream));
+  return 0;
+}
+''')
+    made = create_workload("types", program, tmp_path)
+    spec, text = load_workload(made.root), (made.root / "workload.toml").read_text()
+    assert {n: b.dtype for n, b in spec.buffers.items()} == {"a": "f16", "b": "bf16", "c": "f16", "out": "f32",
+                                                             "d": "bf16"}
+    todo = _todo_keys(text)
+    assert {"buffers.a.dtype", "buffers.d.dtype"} <= todo  # a: cast to bf16, f16 to cuBLAS; d: float*, ncclBfloat16
+    assert not {"buffers.b.dtype", "buffers.c.dtype", "buffers.out.dtype"} & todo
+    assert spec.bounds.flops == "2 * N * N * N"

@@ -27,7 +27,8 @@ class SearchConfig:
     shape: str = ""
     """The shape the search optimises (default: the workload's first)."""
     start: str = ""
-    """A program to start from instead of the workload's seed (for example cuco transform's output)."""
+    """A program to start from instead of the workload's seed (for example cuco transform's output); a relative
+    path is read from run.toml's folder, or from the current one in --set."""
     proposer: str = "directive"
     """Where proposals come from: directive (no LLM) or llm (configured in [llm])."""
     islands: int = 2

@@ -45,7 +45,7 @@ BLAS: dict[str, tuple[tuple[int, ...], tuple[int, ...]]] = {
     "cublasGemmEx": ((7, 10), (14,)),
     "cublasSgemm": ((7, 9), (12,)),
     "cublasHgemm": ((7, 9), (12,)),
-    "cublasLtMatmul": ((3, 5), (8,)),
+    "cublasLtMatmul": ((3, 5, 8), (10,)),  # D = alpha A B + beta C: C (8) is read, D (10) written
     "cuco_gemm_bf16": ((1, 2), (3,)),
     "cuco_gemm_bf16_beta": ((1, 2, 3), (3,)),
     "cuco_gemm_bf16_accumulate": ((1, 2, 3), (3,)),

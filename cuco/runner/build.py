@@ -114,7 +114,7 @@ def nvcc_command(src: Path, out: Path, tc: Toolchain, arch: str) -> list[str]:
         if inc:
             cmd += ["-I", str(inc)]
     cmd += ["-o", str(out), str(src)]
-    for d, prefix in ((tc.nccl_lib, "libnccl.so"), (tc.cublas_lib, "libcublas.so")):
+    for d, prefix in ((tc.nccl_lib, "libnccl.so"), (tc.cublas_lib, "libcublas.so"), (tc.cublas_lib, "libcublasLt.so")):
         lib = _lib_file(d, prefix)
         if lib:
             cmd += [f"-L{lib.parent}", f"-l:{lib.name}", f"-Xlinker=-rpath,{lib.parent}"]

@@ -1,9 +1,10 @@
 """What a workload around a host-driven program looks like, as far as the program shows it.
 
-From the fast path's analysis (which calls touch which buffers, in program order) and the evidence of the
-program's calls (evidence.py), each buffer gets a role, a dtype, a shape over named dimensions and whether a
-collective touches it; the workload gets its named dimensions with sizes, the bytes each rank must receive and
-the flops of its GEMMs. Everything that is a guess carries a note saying what it rests on, for the files' comments.
+From the program's calls in order (evidence.steps: the fast path's analysis, with each kernel's reads and writes
+from its body) and what they say about sizes and types (evidence.gather), each buffer gets a role, a dtype, a shape
+over named dimensions and whether a collective touches it; the workload gets the parameters the program reads, the
+bytes each rank must receive and the flops of its GEMMs. Every value rests on the code or carries a TODO saying
+what it rests on instead, per key, for the files' comments.
 """
 
 from __future__ import annotations
@@ -15,13 +16,19 @@ from pathlib import Path
 
 from cuco.fastpath.analyze import Analysis, Op
 from cuco.workload.expr import ExprError, eval_expr
-from cuco.workload.scaffold.evidence import Evidence, gather
-from cuco.workload.scaffold.program import Program, param_name, tidy
+from cuco.workload.scaffold.evidence import Evidence, Steps, gather, same, steps
+from cuco.workload.scaffold.program import Program, param_name, tidy, uses_atomics
 
 RUN_FUNCTION = "cuco_run"  # the candidate ABI's timed entry point (cuco.h)
 FULL_SIZE = 4096  # placeholder of a named dimension at the timed shape
 SMALL_SIZE = 64  # and at the small one: divisible by any world size up to 64
 WORLD = 2  # the scaffold's world size
+RUNTIME_PREFIXES = ("cuda", "nccl")  # calls of the CUDA runtime and NCCL: they move data, they compute nothing
+
+
+def computes(op: Op) -> bool:
+    """A step that may compute: a kernel, a GEMM, a call the rules do not follow (but the runtime's and NCCL's)."""
+    return op.kind in ("kernel", "blas") or (op.kind == "call" and not op.name.startswith(RUNTIME_PREFIXES))
 
 
 @dataclass
@@ -47,7 +54,14 @@ class Buffer:
     shape: list[str] = field(default_factory=list)
     symmetric: bool = False
     notes: list[str] = field(default_factory=list)  # what the analysis saw
-    todos: list[str] = field(default_factory=list)  # what is a guess or a placeholder
+    todo: dict[str, list[str]] = field(default_factory=dict)  # key (role, dtype, shape) -> what is a guess
+
+    def guess(self, key: str, why: str) -> None:
+        self.todo.setdefault(key, []).append(why)
+
+    @property
+    def todos(self) -> list[str]:
+        return [t for ts in self.todo.values() for t in ts]
 
 
 @dataclass
@@ -62,14 +76,33 @@ class Scaffold:
     steps: list[Op]  # the calls of the timed part, in order: what reference.py reproduces
     private: list[str]  # buffers the program allocates for itself (ABI programs: not workload buffers)
     warnings: list[str] = field(default_factory=list)
-    bound_todos: list[str] = field(default_factory=list)
+    bound_todos: dict[str, list[str]] = field(default_factory=dict)  # flops / comm_bytes -> what is missing
+    read: list[str] = field(default_factory=list)  # the parameters the program reads (cuco_param)
+    determinism_todos: list[str] = field(default_factory=list)  # why two runs may not agree bit for bit
 
     def has_compute(self) -> bool:
-        return any(o.kind in ("kernel", "blas") for o in self.steps)
+        return any(computes(o) for o in self.steps)
+
+    @property
+    def placeholders(self) -> list[str]:
+        """Named dimensions the program does not read: sizes it fixes, or placeholders marked TODO."""
+        return [p.name for p in self.params if p.name not in self.read and p.value is None]
 
 
-def _key(source: str, taken: set[str]) -> str:
-    """A program's buffer name (`d_x`, `s->buf`) as a workload buffer name: its last identifier, unique."""
+@dataclass
+class Event:
+    op: Op
+    reads: bool
+    writes: bool
+    guess: str | None  # why the access is assumed, not seen
+
+
+def _key(source: str, taken: set[str], exact: bool) -> str:
+    """A program's buffer name as a workload buffer name: the name it looks up (ABI), else the last identifier of
+    `d_x`, `s->buf`, unique."""
+    if exact:
+        taken.add(source)
+        return source
     base = "".join(c if c.isalnum() or c == "_" else " " for c in source).split()
     name = param_name(base[-1] if base else "buf")
     key, i = name, 2
@@ -79,67 +112,93 @@ def _key(source: str, taken: set[str]) -> str:
     return key
 
 
-def _events(buf: str, scope: list[Op]) -> list[tuple[Op, bool, bool]]:
-    return [(o, buf in o.reads, buf in o.writes) for o in scope if buf in o.reads or buf in o.writes]
+def _events(buf: str, scope: list[Op], guessed: dict[tuple[int, str], str]) -> list[Event]:
+    return [Event(o, buf in o.reads, buf in o.writes, guessed.get((o.index, buf))) for o in scope
+            if buf in o.reads or buf in o.writes]
 
 
-def assign_role(b: Buffer, scope: list[Op]) -> None:
-    """input: the run reads it before writing it (or fills it from the host); output: its last access writes it,
-    or it is copied back to the host; scratch: written, then only read, within the run."""
-    events = _events(b.source, scope)
-    if not events:
-        b.role = "scratch"
-        b.todos.append("no call of the timed part touches it: check its role, or remove it")
-        return
-    op, reads, writes = events[0]
-    where = f"{op.name} (line {op.line})"
-    if (op.kind == "copy" and writes and not op.reads) or reads:
+def _role(b: Buffer, events: list[Event]) -> None:
+    first = events[0]
+    where = f"{first.op.name} (line {first.op.line})"
+    from_host = first.op.kind == "copy" and first.writes and not first.op.reads
+    if from_host or first.reads:
         b.role = "input"
-        from_host = not reads
         b.notes.append(f"filled from the host by {where}: make_inputs gives it instead" if from_host
                        else f"read by {where} before anything writes it")
-        later = next((o for o, _, w in events[1 if from_host else 0:] if w), None)
+        later = next((e for e in events[1 if from_host else 0:] if e.writes and not e.guess), None)
         if later is not None:
-            b.todos.append(f"{later.name} (line {later.line}) also writes it: an input is only given, so if the "
-                           "program updates it in place, make it an output and copy the input into it first")
-    elif any(o.kind == "copy" and r and not o.writes for o, r, _ in events):
+            b.guess("role", f"{later.op.name} (line {later.op.line}) also writes it: an input is only given, so if "
+                            "the program updates it in place, make it an output and copy the input into it first")
+    elif any(e.op.kind == "copy" and e.reads and not e.op.writes for e in events):
         b.role = "output"
         b.notes.append("copied back to the host: a result")
     else:
         last = events[-1]
-        b.role = "output" if last[2] else "scratch"
-        b.notes.append(f"written last by {last[0].name} (line {last[0].line})" if last[2] else
-                       f"written by {where}, then read by {last[0].name} (line {last[0].line}): an intermediate")
+        b.role = "output" if last.writes else "scratch"
+        b.notes.append(f"written last by {last.op.name} (line {last.op.line})" if last.writes else
+                       f"written by {where}, then read by {last.op.name} (line {last.op.line}): an intermediate")
+
+
+def assign_role(b: Buffer, scope: list[Op], guessed: dict[tuple[int, str], str] | None = None) -> None:
+    """input: the run reads it before writing it (or fills it from the host); output: its last access writes it,
+    or it is copied back to the host; scratch: written, then only read, within the run. A role that rests on an
+    access the rules assume rather than see is marked."""
+    events = _events(b.source, scope, guessed or {})
+    if not events:
+        b.role = "scratch"
+        b.guess("role", "no call of the timed part touches it: check its role, or remove it")
+        return
+    _role(b, events)
+    guesses = list(dict.fromkeys(e.guess for e in events if e.guess))
+    if guesses:
+        b.guess("role", f"{b.role} rests on a guess: " + "; ".join(guesses))
 
 
 def ensure_output(buffers: list[Buffer], scope: list[Op]) -> None:
     """The loader wants an output: without one, the buffer written last in the run is taken for it."""
     if any(b.role == "output" for b in buffers) or not buffers:
         return
-    written = [(max(o.index for o, _, w in _events(b.source, scope) if w), b) for b in buffers
-               if any(w for _, _, w in _events(b.source, scope))]
+    written = [(max(o.index for o in scope if b.source in o.writes), b) for b in buffers
+               if any(b.source in o.writes for o in scope)]
     chosen = max(written, key=lambda t: t[0])[1] if written else buffers[-1]
     chosen.role = "output"
-    chosen.todos.append("taken as the output because the run writes it last; an output is poisoned before each "
-                        "run, so a buffer updated in place needs its input copied in first")
+    chosen.todo["role"] = ["taken as the output because the run writes it last (the workload needs one); an output "
+                           "is poisoned before each run, so a buffer updated in place needs its input copied in first"]
 
 
-def _fill(b: Buffer, ev: Evidence, collective: set[str]) -> None:
-    offer = ev.shape.get(b.source)
-    if offer is not None:
-        b.shape = list(offer.value)
-        b.notes.append(f"shape from {offer.why}")
-        if offer.unsure:
-            b.todos.append(f"{', '.join(sorted(offer.unsure))}: computed by the program as it runs, not a size it is "
-                           "given; write the shape over the workload's named dimensions")
-    else:
-        b.shape = [f"{b.name}_len"]
-        b.todos.append(f"no call shows its size: {b.name}_len is a placeholder dimension; give its shape over the "
-                       "named dimensions")
-    if b.source in ev.dtype:
-        b.dtype = ev.dtype[b.source].value
-        b.notes.append(f"dtype from {ev.dtype[b.source].why}")
-    b.symmetric = b.source in collective
+def _placeholder(name: str) -> str:
+    """A placeholder dimension for a buffer's size: a name of the expression language."""
+    base = re.sub(r"\W", "_", name)
+    return param_name(base if base[:1].isalpha() or base[:1] == "_" else f"b_{base}") + "_len"
+
+
+def _fill_shape(b: Buffer, ev: Evidence) -> None:
+    offer = ev.best(ev.shape, b.source)
+    if offer is None:
+        b.shape = [_placeholder(b.name)]
+        b.guess("shape", f"no call shows its size: {b.shape[0]} is a placeholder dimension; give its shape over the "
+                         "named dimensions")
+        return
+    b.shape = list(offer.value)
+    b.notes.append(f"shape from {offer.why}")
+    if offer.unsure:
+        b.guess("shape", f"{', '.join(sorted(offer.unsure))}: not a size the program is given (cuco_param) as far as "
+                         "the rules can follow; write the shape over the workload's named dimensions")
+    mine = " * ".join(f"({d})" for d in offer.value)
+    for other in ev.shape.get(b.source, []):
+        if not same(" * ".join(f"({d})" for d in other.value), mine) and not (other.unsure or offer.unsure):
+            b.guess("shape", f"{other.why} says {other.value}: check which is right")
+
+
+def _fill_dtype(b: Buffer, ev: Evidence) -> None:
+    offer = ev.best(ev.dtype, b.source)
+    if offer is None:
+        return
+    b.dtype = offer.value
+    b.notes.append(f"dtype from {offer.why}")
+    others = list(dict.fromkeys(f"{o.value} by {o.why}" for o in ev.dtype[b.source] if o.value != offer.value))
+    if others:
+        b.guess("dtype", f"{offer.value} by {offer.why}, but {'; '.join(others)}: check which is right")
 
 
 def _default_dtypes(buffers: list[Buffer]) -> None:
@@ -149,30 +208,62 @@ def _default_dtypes(buffers: list[Buffer]) -> None:
     for b in buffers:
         if not b.dtype:
             b.dtype = guess
-            b.todos.append(f"no call shows its element type: {guess} is a guess")
+            b.guess("dtype", f"no call or pointer type shows its element type: {guess} is a guess")
 
 
-def _chosen(analysis: Analysis) -> list[str]:
-    """The workload's buffers: those the harness hands over (cuco_buffer), else every buffer a call touches."""
-    handed = [b for b, alloc in analysis.buffers.items() if alloc == "workload"]
-    touched = list(dict.fromkeys(b for o in analysis.ops for b in o.reads + o.writes))
-    chosen = handed or list(dict.fromkeys(list(analysis.buffers) + touched))
+def _chosen(analysis: Analysis, program: Program, abi: bool, ops: list[Op]) -> list[str]:
+    """The workload's buffers: the names the program looks up (cuco_buffer), else every buffer it allocates
+    itself or its functions are passed, in the order the calls first touch them."""
+    touched = list(dict.fromkeys(b for o in ops for b in o.reads + o.writes))
+    if abi:
+        return list(program.handed)
+    allocated = [b for b, alloc in analysis.buffers.items() if alloc != "workload"] + sorted(program.allocated)
+    passed = set().union(*program.passed.values()) if program.passed else set()
+    chosen = list(dict.fromkeys(b for b in touched + allocated + list(analysis.buffers)
+                                if b in program.allocated or b in allocated or b in passed))
     order = {b: i for i, b in reversed(list(enumerate(touched)))}
     return sorted(chosen, key=lambda b: order.get(b, len(order)))
 
 
+def _bound_todos(ev: Evidence, scope: list[Op]) -> dict[str, list[str]]:
+    """What the bound's flops and comm_bytes leave out: costs the rules cannot count, and computation that is not a
+    GEMM they read."""
+    out: dict[str, list[str]] = {}
+    for line in ev.uncounted:
+        key, why = line.split(": ", 1)
+        out.setdefault(key, []).append(why)
+    for o in scope:
+        if computes(o) and o.kind != "blas":
+            out.setdefault("flops", []).append(f"{o.name} (line {o.line}) computes what the rules do not count; "
+                                               "add its flops, if it has any")
+    return {k: list(dict.fromkeys(v)) for k, v in out.items()}
+
+
+def _atomics(program: Program, scope: list[Op]) -> list[str]:
+    """The run's kernels that accumulate with atomics: their results may differ in the last bits run to run."""
+    return [f"{o.name} (line {o.line}) accumulates with atomics: if two runs can differ in the last bits, "
+            '"tolerance"' for o in scope if o.kind == "kernel" and o.name in program.kernels
+            and uses_atomics(program.functions[o.name])]
+
+
 def infer(name: str, path: Path, analysis: Analysis, program: Program) -> Scaffold:
     """The scaffold of a workload around the analysed program, with sizes at which it loads."""
-    abi = RUN_FUNCTION in program.decls
-    scope = [o for o in analysis.ops if o.function == RUN_FUNCTION] if abi else list(analysis.ops)
-    chosen = _chosen(analysis)
-    ev = gather(analysis, program, scope)
+    abi = RUN_FUNCTION in program.functions
+    found: Steps = steps(analysis, program)
+    scope = [o for o in found.ops if o.function == RUN_FUNCTION] if abi else list(found.ops)
+    chosen = _chosen(analysis, program, abi, found.ops)
+    ev = gather(found.ops, program, {o.index for o in scope})
     taken: set[str] = set()
-    buffers = [Buffer(_key(b, taken), b) for b in chosen]
-    collective = {b for o in analysis.ops if o.kind in ("collective", "p2p") for b in o.reads + o.writes}
+    buffers = [Buffer(_key(b, taken, abi), b) for b in chosen]
+    collective = {b for o in found.ops if o.kind in ("collective", "p2p") for b in o.reads + o.writes}
     for b in buffers:
-        _fill(b, ev, collective)
-        assign_role(b, scope)
+        _fill_shape(b, ev)
+        _fill_dtype(b, ev)
+        b.symmetric = b.source in collective
+        if not b.symmetric:
+            b.guess("symmetric", "no collective touches it in the program; true if a device-initiated version is to "
+                                 "reach it on a peer (it is then allocated in a window)")
+        assign_role(b, scope, found.guessed)
     _default_dtypes(buffers)
     ensure_output(buffers, scope)
     comm = tidy(" + ".join(f"({t})" for t in ev.received)) if ev.received else "0"
@@ -180,8 +271,11 @@ def infer(name: str, path: Path, analysis: Analysis, program: Program) -> Scaffo
     warnings = [] if abi else [(
         f"{path.name} has no {RUN_FUNCTION}(): the runner calls cuco_setup, cuco_run and cuco_teardown (cuco.h) and "
         "hands buffers over with cuco_buffer(ctx, name); wrap the program's work in them before cuco eval")]
-    sc = Scaffold(name, path, abi, [], buffers, comm, flops, scope, [b for b in analysis.buffers if b not in chosen],
-                  warnings + analysis.warnings, list(ev.uncounted))
+    private = [b for b in dict.fromkeys(list(analysis.buffers) + sorted(program.allocated))
+               if b not in chosen and (b in program.allocated or analysis.buffers.get(b) != "workload")]
+    sc = Scaffold(name, path, abi, [], buffers, comm, flops, scope, private, warnings + analysis.warnings,
+                  _bound_todos(ev, scope), [p for p in program.read_params if p.isidentifier()],
+                  _atomics(program, scope))
     settle(sc, ev.values)
     return sc
 
@@ -203,22 +297,24 @@ def _evaluates(exprs: list[str], params: list[Param]) -> str | None:
 
 
 def settle(sc: Scaffold, values: dict[str, int | None]) -> None:
-    """The named dimensions the files use, with sizes at which every shape and the bound evaluate; a shape that
-    does not (a piece's count, a size that does not divide) becomes a placeholder dimension, marked."""
+    """The named dimensions: every parameter the program reads, then the others the files use, with sizes at which
+    every shape and the bound evaluate; a shape that does not (a piece's count, a size that does not divide)
+    becomes a placeholder dimension, marked."""
     def params_for(exprs: list[str]) -> list[Param]:
-        return [Param(n, values.get(n)) for n in dict.fromkeys(n for e in exprs for n in _names(e))]
+        return [Param(n, values.get(n)) for n in dict.fromkeys(sc.read + [n for e in exprs for n in _names(e)])]
 
     for b in sc.buffers:
         why = _evaluates(b.shape, params_for(b.shape))
         if why is not None:
-            b.todos.append(f"its size from the program ({', '.join(b.shape)}) does not fit the sizes here ({why}); "
-                           f"{b.name}_len is a placeholder")
-            b.shape = [f"{b.name}_len"]
+            b.guess("shape", f"its size from the program ({', '.join(b.shape)}) does not fit the sizes here ({why}); "
+                             f"{_placeholder(b.name)} is a placeholder")
+            b.shape = [_placeholder(b.name)]
     shapes = [d for b in sc.buffers for d in b.shape]
     for key in ("comm_bytes", "flops"):
         expr = getattr(sc, key)
         why = _evaluates([expr], params_for(shapes + [expr])) if expr != "0" else None
         if why is not None:
-            sc.bound_todos.append(f"{key} from the program ({expr}) does not evaluate here ({why})")
+            sc.bound_todos.setdefault(key, []).append(f"{key} from the program ({expr}) does not evaluate here "
+                                                      f"({why})")
             setattr(sc, key, "0")
     sc.params = params_for(shapes + [sc.comm_bytes, sc.flops])

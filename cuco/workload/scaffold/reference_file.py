@@ -11,7 +11,7 @@ import re
 
 from cuco.dtypes import DTYPES
 from cuco.fastpath.analyze import Op
-from cuco.workload.scaffold.infer import Buffer, Scaffold
+from cuco.workload.scaffold.infer import Buffer, Scaffold, computes
 
 REDUCE_OPS = {"ncclSum": "SUM", "ncclProd": "PRODUCT", "ncclMax": "MAX", "ncclMin": "MIN", "ncclAvg": "AVG"}
 
@@ -35,25 +35,57 @@ def _step(op: Op, names: dict[str, str]) -> str:
     return f"line {op.line}: {op.name} ({flow}{extra})"
 
 
+# Elements of a collective's send buffer per element received, as Python over `world`: how to size the one end
+# from the other where the program's own allocation, not a workload buffer, is that end.
+SEND_PER_RECV = {"ncclAllGather": ("// world", "* world"), "ncclReduceScatter": ("* world", "// world")}
+IN_PLACE = ("ncclAllReduce", "ncclBroadcast", "ncclReduce")
+
+
+def _sized_like(other: str, scale: str) -> str:
+    return f"torch.empty({other}.numel() {scale}, dtype={other}.dtype, device={other}.device)" if scale else \
+        f"torch.empty_like({other})"
+
+
+def _ends(op: Op, by_source: dict[str, str]) -> tuple[list[str], str, str] | None:
+    """Lines that make the collective's two ends from the workload's buffers, and the two expressions; None where
+    neither end is a workload buffer."""
+    send = by_source.get(op.reads[0]) if op.reads else None
+    recv = by_source.get(op.writes[0]) if op.writes else None
+    from_recv, from_send = SEND_PER_RECV.get(op.name, ("", ""))
+    if send is None and recv is None:
+        return None
+    lines, send_expr = [], f"bufs[{send!r}]"
+    if send is None:
+        lines.append(f"send = {_sized_like(f'bufs[{recv!r}]', from_recv)}  # the program sends from its own buffer")
+        send_expr = "send"
+    if op.name in IN_PLACE:
+        lines.append(f"out = {send_expr}.clone()")
+    elif recv is not None:
+        lines.append(f"out = torch.empty_like(bufs[{recv!r}])")
+    else:
+        lines.append(f"out = {_sized_like(send_expr, from_send)}  # the program receives into its own buffer")
+    return lines, send_expr, "out"
+
+
 def _comm_hint(sc: Scaffold) -> list[str]:
-    """torch.distributed calls that do what the program's first collective does, for comm_alone."""
+    """torch.distributed calls that do what the program's first collective does, for comm_alone, on the workload's
+    buffers (an end the program allocates itself is made here, sized from the other)."""
     op = next((o for o in sc.steps if o.kind == "collective"), None)
     if op is None:
         return ["(the program's send/recv exchange alone, e.g. with dist.batch_isend_irecv on group)"]
-    by_source = {b.source: b.name for b in sc.buffers}
-    send = by_source.get(op.reads[0], op.reads[0]) if op.reads else "SEND"
-    recv = by_source.get(op.writes[0], op.writes[0]) if op.writes else "RECV"
+    ends = _ends(op, {b.source: b.name for b in sc.buffers})
+    if ends is None:
+        return [f"(the program's {op.name} (line {op.line}) moves buffers it allocates itself: make tensors of the "
+                "sizes it moves, and the same call of torch.distributed on them)"]
+    lines, send, out = ends
     red = f", op=dist.ReduceOp.{REDUCE_OPS.get(op.args.get('op', ''), 'SUM')}"
-    calls = {"ncclAllGather": f"dist.all_gather_into_tensor(out, bufs[{send!r}], group=group)",
-             "ncclReduceScatter": f"dist.reduce_scatter_tensor(out, bufs[{send!r}]{red}, group=group)",
-             "ncclAlltoAll": f"dist.all_to_all_single(out, bufs[{send!r}], group=group)",
-             "ncclAllReduce": f"dist.all_reduce(out{red}, group=group)",
-             "ncclBroadcast": "dist.broadcast(out, src=0, group=group)",
-             "ncclReduce": f"dist.reduce(out, dst=0{red}, group=group)"}
-    start = f"bufs[{send!r}].clone()" if op.name in ("ncclAllReduce", "ncclBroadcast", "ncclReduce") \
-        else f"torch.empty_like(bufs[{recv!r}])"
-    return ["import torch.distributed as dist", f"out = {start}",
-            f"return lambda: {calls.get(op.name, 'the collective on out')}"]
+    calls = {"ncclAllGather": f"dist.all_gather_into_tensor({out}, {send}, group=group)",
+             "ncclReduceScatter": f"dist.reduce_scatter_tensor({out}, {send}{red}, group=group)",
+             "ncclAlltoAll": f"dist.all_to_all_single({out}, {send}, group=group)",
+             "ncclAllReduce": f"dist.all_reduce({out}{red}, group=group)",
+             "ncclBroadcast": f"dist.broadcast({out}, src=0, group=group)",
+             "ncclReduce": f"dist.reduce({out}, dst=0{red}, group=group)"}
+    return ["import torch.distributed as dist", *lines, f"return lambda: {calls.get(op.name, 'the collective on out')}"]
 
 
 def _listing(buffers: list[Buffer]) -> list[str]:
@@ -95,7 +127,7 @@ def _reference(sc: Scaffold) -> list[str]:
 
 
 def _compute_alone(sc: Scaffold) -> list[str]:
-    names = sorted({o.name for o in sc.steps if o.kind in ("kernel", "blas")})
+    names = sorted({o.name for o in sc.steps if computes(o)})
     return ["def compute_alone(p, world, rank, inputs, bufs, group):",
             '    """The program\'s computation alone, with the best library version of it (torch.matmul for a',
             "    GEMM), on already communicated data: the compute half of the physical bound. bufs are this rank's",

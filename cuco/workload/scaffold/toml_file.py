@@ -1,12 +1,14 @@
 """The workload.toml of a scaffolded workload: what the analysis found, in a file the loader accepts as it is.
 
-Placeholders are values the loader takes (a size, a tolerance), each with a `# TODO` comment, so the workload can
-be loaded, listed and statically checked while the user completes it.
+Placeholders are values the loader takes (a size, a tolerance); a value that is a guess or a placeholder carries
+`# TODO: what it rests on` on its own line, so the workload can be loaded, listed and statically checked while the
+user completes it, and what is left to check is exactly the lines marked.
 """
 
 from __future__ import annotations
 
 import json
+import re
 
 from cuco.workload.scaffold.infer import WORLD, Buffer, Scaffold
 from cuco.workload.spec import Timing
@@ -20,6 +22,23 @@ EXACT = (0.0, 0.0, 0.0)  # integer outputs
 def _s(value: str) -> str:
     """A TOML basic string (JSON's escapes are TOML's)."""
     return json.dumps(value)
+
+
+def _todo(line: str, todos: list[str]) -> str:
+    return f"{line}  # TODO: {'; '.join(todos)}" if todos else line
+
+
+def _table_key(name: str) -> str:
+    """A [buffers] key: bare where TOML allows it, else quoted (the name the program looks up, exactly)."""
+    return name if re.fullmatch(r"[A-Za-z0-9_-]+", name) else _s(name)
+
+
+def _params_line(sc: Scaffold) -> str:
+    line = "params = [" + ", ".join(_s(p.name) for p in sc.params) + "]"
+    if sc.placeholders:
+        return _todo(line, [f"{', '.join(sc.placeholders)}: placeholder dimensions for sizes the program does not "
+                            "show (see the buffers); the others are the parameters it reads (cuco_param)"])
+    return line + "  # the named dimensions: the parameters the program reads (cuco_param) and sizes it fixes"
 
 
 def _shape_tables(sc: Scaffold, small: bool) -> list[str]:
@@ -37,11 +56,13 @@ def _shape_tables(sc: Scaffold, small: bool) -> list[str]:
 
 def _buffer_table(b: Buffer) -> list[str]:
     lines = [f"# {b.source}: {b.notes[0]}" if b.notes else f"# {b.source}"] + [f"#   {n}" for n in b.notes[1:]]
-    lines += [f"# TODO: {t}" for t in b.todos]
-    lines += [f"[buffers.{b.name}]", f"role = {_s(b.role)}", f"dtype = {_s(b.dtype)}",
-              "shape = [" + ", ".join(_s(d) for d in b.shape) + "]"]
+    lines += [f"[buffers.{_table_key(b.name)}]", _todo(f"role = {_s(b.role)}", b.todo.get("role", [])),
+              _todo(f"dtype = {_s(b.dtype)}", b.todo.get("dtype", [])),
+              _todo("shape = [" + ", ".join(_s(d) for d in b.shape) + "]", b.todo.get("shape", []))]
     if b.symmetric:
         lines.append("symmetric = true  # a collective touches it: device-initiated versions need it in a window")
+    else:
+        lines.append(_todo("symmetric = false", b.todo.get("symmetric", [])))
     return lines
 
 
@@ -53,18 +74,19 @@ def _tolerance(sc: Scaffold) -> list[str]:
     return ["[tolerance]", f"# {label}; |out - ref| <= rtol * |ref| + atol * rms(ref), and the relative norm error",
             f"rtol = {rtol!r}", f"atol = {atol!r}", f"norm_rtol = {norm!r}",
             ('# "bitwise": two runs on the same inputs agree exactly; "tolerance" where a candidate may reduce in '
-             "another order"), 'determinism = "bitwise"']
+             "another order"), _todo('determinism = "bitwise"', sc.determinism_todos)]
 
 
 def _bounds(sc: Scaffold) -> list[str]:
-    lines = ["# The physical bound beside every time.", "[bounds]"] + [f"# TODO: {t}" for t in sc.bound_todos]
-    if sc.flops != "0":
-        lines += ["# floating-point operations per rank, from the program's GEMMs", f"flops = {_s(sc.flops)}"]
+    flops, comm = sc.bound_todos.get("flops", []), sc.bound_todos.get("comm_bytes", [])
+    lines = ["# The physical bound beside every time.", "[bounds]",
+             "# floating-point operations per rank, from the program's GEMMs (2 * m * n * k each)"]
+    if sc.flops == "0" and not flops:
+        lines.append('flops = "0"  # no computation in the run: bound by communication')
     else:
-        lines += ['# TODO: floating-point operations per rank (2 * M * K * N for a GEMM); "0" bounds by communication',
-                  'flops = "0"']
-    return lines + ["# bytes each rank receives per run over its peer links, from the NCCL calls",
-                    f"comm_bytes = {_s(sc.comm_bytes)}"]
+        lines.append(_todo(f"flops = {_s(sc.flops)}", flops))
+    lines.append("# bytes each rank receives per run over its peer links, from the NCCL calls")
+    return lines + [_todo(f"comm_bytes = {_s(sc.comm_bytes)}", comm)]
 
 
 def workload_toml(sc: Scaffold) -> str:
@@ -73,7 +95,7 @@ def workload_toml(sc: Scaffold) -> str:
              "# every line marked TODO: those are guesses or placeholders (the file loads as it is).",
              f"name = {_s(sc.name)}", 'description = "TODO: what the program computes, in one line"',
              f"world_size = {WORLD}  # TODO: the number of ranks (one per GPU) the program runs on",
-             "params = [" + ", ".join(_s(p.name) for p in sc.params) + "]  # the named dimensions of the shapes",
+             _params_line(sc),
              'baselines = ["seed"]  # the program itself: every speedup is over it', "",
              "# The shapes to optimise for (cuco evolve --shape, cuco eval --shape)."]
     lines += _shape_tables(sc, False)
