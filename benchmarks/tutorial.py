@@ -75,14 +75,16 @@ def main() -> int:
     chosen = [s for s in steps(TUTORIAL.read_text()) if s.kind in kinds]
     with tempfile.TemporaryDirectory(prefix="cuco-tutorial-") as tmp:
         done = run_steps(chosen, Path(tmp))
+        os.environ["CUCO_HOME"] = str(Path(tmp) / "home")  # the machine facts the steps measured
+        from cuco.machine import load_machine
+
+        machine = load_machine()
     ok = len(done) == len(chosen) and all(d["exit"] == d["expected"] for d in done)
     if args.gpu:
         sys.path.insert(0, str(ROOT / "benchmarks"))
         import record  # noqa: E402  (benchmarks/record.py, beside this script)
 
-        from cuco.machine import load_machine
-
-        info = record.meta(load_machine(), world=1)
+        info = record.meta(machine, world=1)
         lines = [f"# docs/tutorial.md, every step on {info['device']}", "",
                  f"{info['date']}, commit {info['commit']}, `{info['command']}`; each step's full output is in "
                  "the JSON.", "", "| step | kind | exit (expected) | seconds |", "|---|---|---|---|"]
