@@ -78,7 +78,11 @@ def main() -> int:
         os.environ["CUCO_HOME"] = str(Path(tmp) / "home")  # the machine facts the steps measured
         from cuco.machine import load_machine
 
-        machine = load_machine()
+        machine = dict(load_machine() or {})
+    if args.gpu and not machine.get("gpus"):  # the steps measured the link only: the device's name from torch
+        import torch
+
+        machine["gpus"] = [{"name": torch.cuda.get_device_name(0)}] if torch.cuda.is_available() else []
     ok = len(done) == len(chosen) and all(d["exit"] == d["expected"] for d in done)
     if args.gpu:
         sys.path.insert(0, str(ROOT / "benchmarks"))

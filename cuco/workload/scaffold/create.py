@@ -1,7 +1,9 @@
 """`cuco init`: a workload directory around the user's own host-driven program, in one step.
 
-The directory is written next to its final place and moved there only once the workload loads: a failed
-scaffold leaves nothing behind, and an existing directory is never touched.
+A standalone program (its own main() that creates the communicator) is converted first (scaffold/standalone/):
+the seed is its step in the candidate ABI, and the program itself is kept beside it as original.cu. The directory
+is written next to its final place and moved there only once the workload loads: a failed scaffold leaves nothing
+behind, and an existing directory is never touched.
 """
 
 from __future__ import annotations
@@ -12,10 +14,11 @@ import tempfile
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from cuco.errors import CucoError
+from cuco.errors import CucoError, CucoFailure
 from cuco.workload.scaffold.infer import Scaffold, infer
 from cuco.workload.scaffold.program import Program
 from cuco.workload.scaffold.reference_file import reference_py
+from cuco.workload.scaffold.standalone import Conversion, convert, refine
 from cuco.workload.scaffold.toml_file import workload_toml
 
 NAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9_.-]*")
@@ -56,9 +59,14 @@ def _analysis(program: Path, raw: bytes):
         raise CucoError("", str(exc)) from None
 
 
-def _write(sc: Scaffold, program: Path, where: Path) -> None:
+def _write(sc: Scaffold, program: Path, seed: bytes | None, where: Path) -> None:
+    """seed.cu is the program itself, or, for a converted one, the seed written for it beside the original."""
     where.mkdir()
-    shutil.copyfile(program, where / "seed.cu")
+    if seed is None:
+        shutil.copyfile(program, where / "seed.cu")
+    else:
+        (where / "seed.cu").write_bytes(seed)
+        shutil.copyfile(program, where / "original.cu")
     (where / "workload.toml").write_text(workload_toml(sc))
     (where / "reference.py").write_text(reference_py(sc))
 
@@ -73,8 +81,24 @@ def _loads(where: Path) -> str | None:
     return None
 
 
+def _scaffold(name: str, program: Path, raw: bytes, parsed: Program, conv: Conversion | None
+              ) -> tuple[Scaffold, bytes | None]:
+    """The scaffold of the program, or of the seed converted from it (and that seed)."""
+    if conv is None:
+        return infer(name, program, _analysis(program, raw), parsed), None
+    seed = conv.source.encode()
+    converted = Program(program, seed)
+    bad = converted.syntax_error()
+    if bad is not None:
+        raise CucoFailure(f"{program.name} (converted):{bad[0]}", f"the seed cuco wrote does not parse near {bad[1]!r}")
+    sc = infer(name, program, _analysis(program, seed), converted)
+    refine(sc, conv)
+    return sc, seed
+
+
 def create_workload(name: str, program: Path, parent: Path) -> Created:
-    """PARENT/NAME with seed.cu (the program), workload.toml (its analysis) and reference.py (stubs to write)."""
+    """PARENT/NAME with seed.cu (the program, or the step of a standalone one in the candidate ABI, with the
+    program as original.cu), workload.toml (its analysis) and reference.py (stubs to write)."""
     if not NAME.fullmatch(name):
         raise CucoError(name, "a workload name is letters, digits, '_', '.' and '-', starting with a letter or digit")
     target = parent / name
@@ -83,10 +107,11 @@ def create_workload(name: str, program: Path, parent: Path) -> Created:
     if not parent.is_dir():
         raise CucoError(str(parent), "no such directory (--dir)")
     parsed, raw = read_program(program)
-    sc = infer(name, program, _analysis(program, raw), parsed)
+    conv = convert(program, raw)
+    sc, seed = _scaffold(name, program, raw, parsed, conv)
     with tempfile.TemporaryDirectory(prefix=f".{name}-", dir=parent) as tmp:
         staged = Path(tmp) / name
-        _write(sc, program, staged)
+        _write(sc, program, seed, staged)
         problem = _loads(staged)
         if problem is not None:
             raise CucoError(program.name, f"cuco init cannot scaffold a workload that loads ({problem})")

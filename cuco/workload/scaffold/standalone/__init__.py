@@ -1,0 +1,53 @@
+"""A standalone program as a seed in the candidate ABI (cuco.h): `cuco init` on a program with its own main().
+
+Such a program is started by MPI or a launcher; main() finds its rank, creates the communicator, allocates, runs its
+step in a loop, checks the result and frees. main() is read in three parts: the set-up before the step, the step (one
+iteration of the loop that issues the device work, or the region captured into a CUDA graph) and the tear-down after
+it. What the runner owns is dropped: rank discovery, MPI, the communicator, the streams, the workload's buffers, host
+data and its checks, printing, host syncs and the loop itself. What the step needs besides (a cuBLAS handle bound to
+ctx->stream, private scratch) moves into cuco_setup and cuco_teardown. The step becomes cuco_run with the program's own
+names bound to ctx->comm, ctx->stream, cuco_buffer(...) and cuco_param(...), so its statements are carried as written,
+their checks made cuco's. Only straight-line set-up and a step that issues the same work on every iteration are
+taken; anything else is refused in one line naming file:line and the statement.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from cuco.workload.scaffold.standalone.calls import COMM_INIT
+from cuco.workload.scaffold.standalone.facts import Conversion, Facts, refine
+from cuco.workload.scaffold.standalone.nodes import callee, calls_in
+from cuco.workload.scaffold.standalone.place import find_step
+from cuco.workload.scaffold.standalone.program import Standalone
+from cuco.workload.scaffold.standalone.seed import Seed
+from cuco.workload.scaffold.standalone.step import read_steps
+from cuco.workload.scaffold.standalone.variables import Locals
+
+__all__ = ["Conversion", "convert", "refine"]
+
+
+def convert(path: Path, raw: bytes) -> Conversion | None:
+    """The seed of a standalone program, or None for a program that creates no communicator (there is nothing for
+    the runner to take over)."""
+    prog = Standalone(path, raw)
+    if prog.main is None or "cuco_run" in prog.functions:
+        return None
+    calls = [prog.unwrap(c) for c in calls_in(prog.main)]
+    every = next((c for c in calls if callee(c) == "ncclCommInitAll"), None)
+    if every is not None:
+        raise prog.refuse(every, "one process drives several GPUs (ncclCommInitAll): cuco runs one rank per "
+                                 "process, with the runner's communicator (ctx->comm)")
+    if not any(callee(c) in COMM_INIT for c in calls):
+        return None
+    place = find_step(prog)
+    locs = Locals(prog, place.outside, place.setup)
+    step, kept = read_steps(prog, place)
+    seed = Seed(prog, place, locs, step, kept)
+    facts = Facts(seed)
+    params = facts.params()
+    if not params:
+        raise prog.refuse(place.loops[-1], "no size of the step is a variable of main() (a size fixed at file scope "
+                                           "stays fixed in the seed): a workload needs one parameter at least; "
+                                           "declare the step's sizes in main() (const size_t n = ...)")
+    return Conversion(seed.source(), facts.buffers(), params, facts.flops(), seed.warnings(), dict(prog.globals))

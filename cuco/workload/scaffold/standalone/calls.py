@@ -1,0 +1,11 @@
+"""The API calls that the conversion's modules tell apart: what creates the communicator and cuBLAS handles, what
+checks, which GEMMs have sizes, and which kinds of call are device work."""
+
+COMM_INIT = frozenset({"ncclCommInitRank", "ncclCommInitRankConfig", "ncclCommInitRankScalable"})
+HANDLE_CREATE = {"cublasCreate": "cublasDestroy", "cublasCreate_v2": "cublasDestroy_v2",
+                 "cublasLtCreate": "cublasLtDestroy"}
+CHECKS = frozenset({"cudaGetLastError", "cudaPeekAtLastError"})
+DEFAULT_STREAMS = frozenset({"0", "NULL", "nullptr", "cudaStreamDefault", "cudaStreamLegacy", "cudaStreamPerThread"})
+GEMM_SIZES = {name: (3, 4, 5) for name in ("cublasGemmEx", "cublasSgemm", "cublasSgemm_v2", "cublasHgemm",
+                                           "cublasDgemm", "cublasDgemm_v2")}
+WORK = frozenset({"launch", "nccl", "blas", "graph_launch"})  # what makes a loop the step's

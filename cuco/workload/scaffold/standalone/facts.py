@@ -1,0 +1,212 @@
+"""What the original program tells the workload.toml that the seed no longer shows: each buffer's role, shape
+and type, the parameters' values, the GEMMs' flops, and the sizes fixed at file scope."""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass, field
+
+from cuco.fastpath.analyze import BLAS, COPIES, NCCL_SIGNATURES
+from cuco.fastpath.syntax import text
+from cuco.workload.scaffold.infer import Param, Scaffold, settle
+from cuco.workload.scaffold.program import C_TYPES, dims, param_name, tidy
+from cuco.workload.scaffold.standalone.calls import GEMM_SIZES
+from cuco.workload.scaffold.standalone.nodes import MAX_DEPTH, call_args, callee, calls_in, idents, line_of
+from cuco.workload.scaffold.standalone.seed import Seed
+from cuco.workload.scaffold.standalone.sizes import Sizes
+from cuco.workload.scaffold.standalone.step import Event
+
+ELEMENT_TYPES = {**C_TYPES, "double": "f64", "uint8_t": "u8", "int8_t": "i8", "int32_t": "i32", "int64_t": "i64"}
+
+
+@dataclass
+class BufferFact:
+    """A workload buffer as the original program shows it."""
+
+    name: str
+    var: str  # the program's device pointer
+    dtype: str | None
+    shape: list[str] | None
+    role: str
+    notes: list[str] = field(default_factory=list)
+    todos: list[str] = field(default_factory=list)
+
+
+@dataclass
+class Conversion:
+    """The seed written for a standalone program, and what its main() shows of the workload."""
+
+    source: str
+    buffers: dict[str, BufferFact]  # by workload buffer name
+    params: dict[str, int | None]  # the parameters cuco_run reads, with the program's values
+    flops: str | None  # per rank and run, from the step's GEMMs, where their sizes are the program's
+    warnings: list[str] = field(default_factory=list)
+    fixed: dict[str, int] = field(default_factory=dict)  # sizes fixed at file scope: constants, never parameters
+
+
+def _factors(node) -> list:
+    while node.type == "parenthesized_expression" and len(node.named_children) == 1:
+        node = node.named_children[0]
+    if node.type == "binary_expression" and text(node.child_by_field_name("operator")) == "*":
+        return _factors(node.child_by_field_name("left")) + _factors(node.child_by_field_name("right"))
+    return [node]
+
+
+def _role(var: str, events: list[Event], fill: tuple[str, int] | None, to_host: int | None
+          ) -> tuple[str, list[str], list[str]]:
+    """input: filled before the loop, or read by the step before it writes it; output: copied to the host, or not
+    read again after the step writes it; scratch: written, then read, within the step."""
+    mine = [e for e in events if e.var == var]
+    writes = [e for e in mine if e.mode == "w"]
+    if fill is not None or (mine and mine[0].mode == "r"):
+        why = (f"filled before the loop by {fill[0]} (original.cu:{fill[1]}): make_inputs gives it" if fill is not None
+               else f"read by {mine[0].op} (original.cu:{mine[0].line}) before the step writes it")
+        todos = [f"{writes[0].op} (original.cu:{writes[0].line}) writes it too: an input is only given, so if the step "
+                 "updates it in place, make it an output and copy the input into it first"] if writes else []
+        return "input", [why], todos
+    if to_host is not None:
+        return "output", [f"copied to the host at original.cu:{to_host}: the program's result"], []
+    first = next((i for i, e in enumerate(mine) if e.mode == "w"), len(mine))
+    read_after = [e for e in mine[first + 1:] if e.mode == "r"]
+    if read_after:
+        return "scratch", [f"written by {writes[0].op} (original.cu:{writes[0].line}), then read by "
+                           f"{read_after[-1].op} (original.cu:{read_after[-1].line}): an intermediate of the step"], []
+    last = writes[-1] if writes else None
+    return "output", [f"written last by {last.op} (original.cu:{last.line})" if last else "the step does not touch it"
+                      ], []
+
+
+class Facts:
+    """What the original program shows of the workload: each buffer's role, shape and type, the parameters'
+    values, the GEMMs' flops."""
+
+    def __init__(self, seed: Seed) -> None:
+        self.seed, self.prog, self.sizes = seed, seed.prog, Sizes(seed.prog)
+
+    def dtype(self, ctype: str) -> str | None:
+        for _ in range(MAX_DEPTH):
+            if ctype not in self.prog.aliases:
+                break
+            ctype = self.prog.aliases[ctype]
+        return ELEMENT_TYPES.get(" ".join(ctype.replace("const", " ").split()))
+
+    def shape(self, var: str) -> tuple[list[str] | None, str | None, str]:
+        """A buffer's shape from its allocation's bytes (`n * sizeof(float)`: n elements of f32), and its type."""
+        loc, call = self.prog.locals[var], self.seed.locs.allocs.get(var)
+        elem = self.dtype(loc.base) if loc.pointers == 1 else None
+        if call is None or len(call_args(call)) < 2:
+            return None, elem, ""
+        size = call_args(call)[1]
+        for _ in range(MAX_DEPTH):
+            held = self.prog.locals.get(text(size)) if size.type == "identifier" else None
+            if held is None or held.kind != "scalar" or held.init is None:
+                break
+            size = held.init
+        factors = _factors(size)
+        sizeofs = [f for f in factors if f.type == "sizeof_expression"]
+        if len(sizeofs) != 1:
+            return None, elem, ""
+        named = sizeofs[0].child_by_field_name("type")
+        dtype = self.dtype(" ".join(text(named).split())) if named is not None else elem
+        parts = [self.sizes.expr(f) for f in factors if f is not sizeofs[0]]
+        if any(p is None for p in parts):
+            return None, dtype or elem, ""
+        shape = dims(tidy(" * ".join(parts) or "1"))
+        return sorted(shape, key=lambda d: d != "world"), dtype or elem, f"{callee(call)} (original.cu:{line_of(call)})"
+
+    def buffers(self) -> dict[str, BufferFact]:
+        fills, to_host = self.fills(), self.to_host()
+        out = {}
+        for var in self.seed.buffers:
+            name = self.seed.names[var]
+            shape, dtype, alloc = self.shape(var)
+            role, notes, todos = _role(var, self.seed.step.events, fills.get(var), to_host.get(var))
+            notes.append(f"the program's {var}" + (f"; shape and type from the bytes of {alloc}" if alloc else ""))
+            out[name] = BufferFact(name, var, dtype, shape, role, notes, todos)
+        if out and not any(b.role == "output" for b in out.values()):
+            written = [e.var for e in self.seed.step.events if e.mode == "w"]
+            chosen = out[self.seed.names[written[-1]]] if written else list(out.values())[-1]
+            chosen.role = "output"
+            chosen.todos.append("taken as the output because the step writes it last; an output is poisoned before "
+                                "each run, so a buffer updated in place needs its input copied in first")
+        return out
+
+    def fills(self) -> dict[str, tuple[str, int]]:
+        """The buffers the set-up writes before the loop, and the call that does."""
+        out: dict[str, tuple[str, int]] = {}
+        devices = self.prog.devices()
+        for st in self.seed.place.setup:
+            for call in map(self.prog.unwrap, calls_in(st)):
+                name, args, kind = callee(call), call_args(call), self.prog.kind(call)
+                if kind == "launch":
+                    consts = self.prog.kernels.get(name, [])
+                    written = [i for i in range(len(args)) if not (i < len(consts) and consts[i])]
+                elif kind == "copy":
+                    written = [COPIES.get(name, (0,))[0]]
+                elif kind == "nccl":
+                    written = [NCCL_SIGNATURES[name].index("recv")] if "recv" in NCCL_SIGNATURES[name] else []
+                elif kind == "blas":
+                    written = list(BLAS.get(name, ((), ()))[1])
+                else:
+                    continue
+                for var in sorted(set().union(*(idents(args[i]) for i in written if i < len(args))) & devices):
+                    out.setdefault(var, (name, line_of(call)))
+        return out
+
+    def to_host(self) -> dict[str, int]:
+        out: dict[str, int] = {}
+        for call in map(self.prog.unwrap, calls_in(self.prog.main)):
+            if self.prog.kind(call) == "copy" and self.prog.direction(call) == "d2h":
+                rpos = COPIES.get(callee(call), (0, 1, None))[1]
+                source = call_args(call)[rpos] if rpos is not None and rpos < len(call_args(call)) else None
+                for var in sorted(idents(source) & self.prog.devices()):
+                    out.setdefault(var, line_of(call))
+        return out
+
+    def params(self) -> dict[str, int | None]:
+        locs = {loc.name: loc for loc in self.seed.run_locals + self.seed.setup_locals if loc.kind == "param"}
+        return {param_name(n): loc.value for n, loc in sorted(locs.items(), key=lambda kv: kv[1].order)}
+
+    def flops(self) -> str | None:
+        """2 m n k per GEMM of the step, over the workload's parameters; None where a GEMM's sizes are not."""
+        terms = []
+        for call, nested in self.seed.step.gemms:
+            sizes = [self.sizes.expr(call_args(call)[i]) for i in GEMM_SIZES[callee(call)]]
+            if nested or any(s is None for s in sizes):
+                return None
+            terms.append(f"2 * {' * '.join(f'({s})' for s in sizes)}")
+        return tidy(" + ".join(terms)) if terms else None
+
+
+def refine(sc: Scaffold, conv: Conversion) -> None:
+    """The scaffold of the converted seed, told what the original program shows and the seed no longer does: each
+    buffer's role (the set-up's fills, the copies to the host), shape and type (its allocation), the GEMMs' flops
+    and the sizes the program fixes. What the original settles is no longer a guess."""
+    for b in sc.buffers:
+        fact = conv.buffers.get(b.source)
+        if fact is None:
+            continue
+        whole = fact.dtype is not None and fact.shape is not None
+        b.notes = fact.notes + ([] if whole else b.notes)
+        b.role = fact.role
+        b.todo.pop("role", None)
+        if fact.todos:
+            b.todo["role"] = list(fact.todos)
+        if fact.dtype is not None:
+            b.dtype = fact.dtype
+            b.todo.pop("dtype", None)
+        if fact.shape is not None:
+            b.shape = list(fact.shape)
+            b.todo.pop("shape", None)
+    if conv.flops is not None and sc.flops == "0":
+        sc.flops = conv.flops
+    for name, value in conv.fixed.items():  # the seed cannot change them: the bound holds their values
+        sc.comm_bytes, sc.flops = (re.sub(rf"\b{re.escape(name)}\b", str(value), e) for e in (sc.comm_bytes, sc.flops))
+        for b in sc.buffers:
+            b.shape = [re.sub(rf"\b{re.escape(name)}\b", str(value), d) for d in b.shape]
+    values = {p.name: p.value for p in sc.params}
+    values.update({k: v for k, v in conv.params.items() if v is not None})
+    settle(sc, values)
+    have = {p.name for p in sc.params}
+    sc.params += [Param(n, values.get(n)) for n in conv.params if n not in have]
+    sc.warnings += conv.warnings

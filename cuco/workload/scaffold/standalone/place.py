@@ -1,0 +1,86 @@
+"""Where the step is in main(): the loops that issue device work, or the region captured into the CUDA graph
+that a loop launches; the rest of main() is set-up and tear-down."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from cuco.fastpath.syntax import text, walk
+from cuco.workload.scaffold.standalone.calls import WORK
+from cuco.workload.scaffold.standalone.nodes import LOOPS, callee, calls_in, line_of
+from cuco.workload.scaffold.standalone.program import Standalone
+
+
+@dataclass
+class Place:
+    """Where the step is in main(): its statements (once per loop that runs it), what comes before it, and what
+    lies outside it."""
+
+    bodies: list[list]
+    loops: list  # the loops of main() that run the step (or launch its graph)
+    setup: list  # main()'s statements before the step
+    outside: list  # every statement of main() outside the step
+    varying: dict[str, int]  # the loops' counters: they change from one iteration to the next
+    where: str
+
+
+def _body(loop) -> list:
+    body = loop.child_by_field_name("body")
+    if body is None:
+        return []
+    return [c for c in body.named_children if c.type != "comment"] if body.type == "compound_statement" else [body]
+
+
+def loop_counters(loop) -> dict[str, int]:
+    """The names a loop's header declares or steps."""
+    header = [loop.child_by_field_name(f) for f in ("initializer", "condition", "update", "declarator")]
+    out = {}
+    for part in (h for h in header if h is not None):
+        for node in walk(part):
+            target = node.child_by_field_name("left") or node.child_by_field_name("argument") \
+                if node.type in ("assignment_expression", "update_expression") else \
+                node.child_by_field_name("declarator") if node.type == "init_declarator" else \
+                node if part.type == "reference_declarator" and node.type == "identifier" else None
+            if target is not None and target.type == "identifier":
+                out[text(target)] = line_of(loop)
+    return out
+
+
+def find_step(prog: Standalone) -> Place:
+    """The loops of main() that issue device work run the step; when they only launch a CUDA graph, the step is
+    the region captured into it."""
+    top = [c for c in prog.main.child_by_field_name("body").named_children if c.type != "comment"]
+    loops = [s for s in top if s.type in LOOPS and prog.works(s)]
+    if not loops:
+        once = next((s for s in top if prog.works(s)), None)
+        raise prog.refuse(once or prog.main, "main() issues its device work once, outside a loop: cuco cannot tell "
+                          "the step from the set-up; put the step in a loop (for (int it = 0; it < iters; ++it))"
+                          if once is not None else "main() issues no device work (kernels, cuBLAS, NCCL, a CUDA "
+                          "graph) that cuco can see")
+    kinds = {s.id: {prog.kind(c) for c in calls_in(s)} & WORK for s in loops}
+    graphs = [s for s in loops if kinds[s.id] == {"graph_launch"}]
+    if graphs and len(graphs) != len(loops):
+        raise prog.refuse(next(s for s in loops if s not in graphs), "issues device work directly while another "
+                          "loop launches a CUDA graph: cuco takes one step, the same on every iteration")
+    if graphs:
+        return _captured(prog, top, graphs)
+    first = top.index(loops[0])
+    varying: dict[str, int] = {}
+    for loop in loops:
+        varying.update(loop_counters(loop))
+    return Place([_body(s) for s in loops], loops, top[:first], [s for s in top if s not in loops], varying,
+                 f"the loop at line {line_of(loops[-1])}")
+
+
+def _captured(prog: Standalone, top: list, graphs: list) -> Place:
+    def holding(name: str) -> list:
+        return [s for s in top if any(callee(prog.unwrap(c)) == name for c in calls_in(s))]
+
+    begins, ends = holding("cudaStreamBeginCapture"), holding("cudaStreamEndCapture")
+    if len(begins) != 1 or len(ends) != 1 or not top.index(begins[0]) < top.index(ends[0]) < top.index(graphs[0]):
+        raise prog.refuse(graphs[0], "launches a CUDA graph that main() does not capture once, at its top level and "
+                                     "before the loop (cudaStreamBeginCapture ... cudaStreamEndCapture): cuco cannot "
+                                     "see the step")
+    b, e = top.index(begins[0]), top.index(ends[0])
+    return Place([top[b + 1:e]], graphs, top[:b], top[:b + 1] + top[e:], {},
+                 f"the region captured into a CUDA graph at lines {line_of(begins[0])}-{line_of(ends[0])}")

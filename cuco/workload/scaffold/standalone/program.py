@@ -1,0 +1,210 @@
+"""The standalone program as parsed: its functions, kernels, check macros and file-scope constants, the locals
+main() declares, and what each of its calls is to the conversion."""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass
+from pathlib import Path
+
+from cuco.errors import CucoError
+from cuco.fastpath.analyze import ALLOCATORS, COPIES, FREES, NCCL_SIGNATURES
+from cuco.fastpath.syntax import blank_macros, function_name, parser, text, walk
+from cuco.workload.scaffold.program import constant
+from cuco.workload.scaffold.standalone.calls import CHECKS, WORK
+from cuco.workload.scaffold.standalone.nodes import call_args, callee, calls_in, idents, int_literal, is_launch, line_of
+
+SYNCS = frozenset({"cudaStreamSynchronize", "cudaDeviceSynchronize", "cudaEventSynchronize", "cudaEventRecord",
+                   "cudaEventRecordWithFlags", "cudaEventElapsedTime", "cudaEventQuery", "cudaStreamQuery",
+                   "cudaStreamWaitEvent"})
+GRAPH = frozenset({"cudaStreamBeginCapture", "cudaStreamEndCapture", "cudaGraphInstantiate",
+                   "cudaGraphInstantiateWithFlags", "cudaGraphUpload", "cudaGraphExecDestroy", "cudaGraphDestroy"})
+MEMORY = frozenset({*ALLOCATORS, *FREES, "cudaMallocHost", "cudaHostAlloc", "cudaFreeHost"})
+
+
+def _head(node) -> str:
+    """A statement in one short line: a compound statement by its header."""
+    body = node.child_by_field_name("body") or node.child_by_field_name("consequence")
+    raw = text(node)[:body.start_byte - node.start_byte] if body is not None else text(node)
+    one = " ".join(raw.split())
+    return one if len(one) <= 80 else one[:77] + "..."
+
+
+@dataclass
+class Local:
+    """A variable main() declares outside the step, and what it is to the runner."""
+
+    name: str
+    line: int
+    order: int  # its declarator's byte offset: the order preambles declare in
+    base: str  # the declaration's type as written, without qualifiers
+    pointers: int  # levels of `*` in its declarator
+    prefix: str  # the declaration's specifiers, `static` dropped and `constexpr` made `const`
+    declarator: object
+    init: object | None
+    kind: str = "other"  # comm stream world rank local_rank device handle param scalar argv other
+    why: str = ""  # for kind "other": what the program does with it that cuco cannot carry
+    reads_input: bool = False  # from argv or the environment: a size the program is given
+    value: int | None = None  # a parameter's value in the program (its default, where it reads one)
+
+    @property
+    def ctype(self) -> str:
+        return self.base + "*" * self.pointers
+
+
+class Standalone:
+    """The program's syntax tree, its functions, check macros and the locals of main()."""
+
+    def __init__(self, path: Path, raw: bytes) -> None:
+        self.path = path
+        self.src = blank_macros(raw)
+        self.root = parser().parse(self.src).root_node
+        defs = [n for n in walk(self.root) if n.type == "function_definition"]
+        self.functions = {function_name(f): f for f in defs}
+        self.main = self.functions.get("main")
+        self.kernels = {function_name(f): _const_params(f) for f in defs
+                        if any(c.type == "__global__" for c in f.children)}
+        self.device = {function_name(f) for f in defs if any(c.type in ("__global__", "__device__")
+                                                             for c in f.children)}
+        self.wrappers = {callee(c) for c in calls_in(self.root) if re.fullmatch(r"[A-Z][A-Z0-9_]*", callee(c))
+                         and len(call_args(c)) == 1 and call_args(c)[0].type == "call_expression"}
+        self.env_functions = {name for name, f in self.functions.items()
+                              if any(callee(c) in ("getenv", "secure_getenv", "std::getenv") for c in calls_in(f))}
+        self.aliases = _type_aliases(self.root)
+        self.globals = _global_constants(self.root)
+        self.locals: dict[str, Local] = {}
+
+    def refuse(self, node, why: str) -> CucoError:
+        return CucoError(f"{self.path}:{line_of(node)}", f"`{_head(node)}`: {why}")
+
+    def unwrap(self, call):
+        """The API call inside the program's check macros (`CUDACHECK(cudaMalloc(...))`)."""
+        while callee(call) in self.wrappers and len(args := call_args(call)) == 1 and args[0].type == "call_expression":
+            call = args[0]
+        return call
+
+    def kind(self, call) -> str:
+        """What a call is to the conversion."""
+        name = callee(call)
+        if is_launch(call):
+            return "launch"
+        if name in NCCL_SIGNATURES:
+            return "nccl"
+        if name.startswith("cublas"):
+            return "blas_setup" if re.match(r"cublas\w*(Create|Destroy)", name) else \
+                "blas_config" if re.match(r"cublas(Lt)?(Set|Get)", name) else "blas"
+        table = (("copy", COPIES), ("check", CHECKS), ("sync", SYNCS), ("graph", GRAPH), ("memory", MEMORY))
+        found = next((k for k, names in table if name in names), None)
+        if found is not None:
+            return found
+        if name == "cudaGraphLaunch":
+            return "graph_launch"
+        if name in self.functions and name not in self.device:
+            return "host_fn"
+        if re.match(r"nccl|cuda|cu[A-Z]", name):
+            return "nccl_admin" if name.startswith("nccl") else "cuda"
+        return "mpi" if name.startswith("MPI_") else "host"
+
+    def works(self, node, seen: frozenset[str] = frozenset()) -> bool:
+        """Whether a statement issues device work: kernels, NCCL, cuBLAS, device copies, graph launches, or calls
+        a function of the program's that does."""
+        for call in calls_in(node):
+            kind = self.kind(call)
+            if kind in WORK or (kind == "copy" and self.direction(call) in ("d2d", "set")):
+                return True
+            if kind == "host_fn" and callee(call) not in seen and self.issues_work(callee(call), seen):
+                return True
+        return False
+
+    def direction(self, call) -> str:
+        """A copy's direction: d2h, h2d, d2d, set (a memset), or host."""
+        name, args = callee(call), call_args(call)
+        if name.startswith("cudaMemset"):
+            return "set"
+        kinds = " ".join(text(a) for a in args if text(a).startswith("cudaMemcpy"))
+        for word, way in (("DeviceToHost", "d2h"), ("HostToDevice", "h2d"), ("DeviceToDevice", "d2d")):
+            if word in kinds:
+                return way
+        wpos, rpos, _ = COPIES.get(name, (0, 1, None))
+        dst = wpos < len(args) and bool(idents(args[wpos]) & self.devices())
+        src = rpos is not None and rpos < len(args) and bool(idents(args[rpos]) & self.devices())
+        return "d2d" if dst and src else "d2h" if src else "h2d" if dst else "host"
+
+    def devices(self) -> set[str]:
+        return {n for n, loc in self.locals.items() if loc.kind == "device"}
+
+    def issues_work(self, fname: str, seen: frozenset[str] = frozenset()) -> bool:
+        fn = self.functions.get(fname)
+        return fn is not None and self.works(fn.child_by_field_name("body"), seen | {fname})
+
+
+def _const_params(fn) -> list[bool]:
+    decl = fn.child_by_field_name("declarator")
+    while decl is not None and decl.type != "function_declarator":
+        decl = decl.child_by_field_name("declarator")
+    params = decl.child_by_field_name("parameters") if decl is not None else None
+    return [p.type == "parameter_declaration" and "const" in [text(c) for c in p.children if c.type == "type_qualifier"]
+            for p in (params.named_children if params is not None else [])]
+
+
+def _type_aliases(root) -> dict[str, str]:
+    """`using bf16 = __nv_bfloat16;` and `typedef float real;`: the names a file gives its element types."""
+    out = {}
+    for node in root.children:
+        if node.type == "alias_declaration":
+            name, value = node.child_by_field_name("name"), node.child_by_field_name("type")
+        elif node.type == "type_definition":
+            name, value = node.child_by_field_name("declarator"), node.child_by_field_name("type")
+        else:
+            continue
+        if name is not None and value is not None:
+            out[text(name)] = " ".join(text(value).split())
+    return out
+
+
+def _global_constants(root) -> dict[str, int]:
+    """Integer constants fixed at file scope (`#define N 1024`, `constexpr int kThreads = 256;`)."""
+    out = {}
+    for node in root.children:
+        if node.type == "preproc_def" and node.child_by_field_name("value") is not None:
+            raw = " ".join(text(node.child_by_field_name("value")).split())
+            shift = re.fullmatch(r"\(?\s*(\d+)\s*<<\s*(\d+)\s*\)?", raw)
+            value = (int(shift.group(1)) << int(shift.group(2))) if shift else constant(raw.rstrip("uUlL"))
+            if value is not None:
+                out[text(node.child_by_field_name("name"))] = value
+        elif node.type == "declaration" and {text(c) for c in node.children if c.type == "type_qualifier"} & {
+                "const", "constexpr"}:
+            for d in node.children_by_field_name("declarator"):
+                name, value = d.child_by_field_name("declarator"), d.child_by_field_name("value")
+                if d.type == "init_declarator" and name is not None and name.type == "identifier" and value:
+                    literal = int_literal(text(value)) if value.type == "number_literal" else None
+                    if literal is not None:
+                        out[text(name)] = literal
+    return out
+
+
+def declarators(decl, src: bytes) -> list[Local]:
+    """The variables one declaration introduces, with the type and specifiers they are declared with."""
+    typ = decl.child_by_field_name("type")
+    base = " ".join(text(typ).split()) if typ is not None else "int"
+    found = decl.children_by_field_name("declarator")
+    if not found:
+        return []
+    raw = src[decl.start_byte:found[0].start_byte].decode(errors="replace")
+    prefix = " ".join(re.sub(r"\bconstexpr\b", "const", re.sub(r"\bstatic\b", "", raw)).split())
+    prefix += " " if raw[-1:].isspace() else ""
+    out = []
+    for d in found:
+        target, init = (d.child_by_field_name("declarator"), d.child_by_field_name("value")) \
+            if d.type == "init_declarator" else (d, None)
+        pointers = 0
+        while target is not None and target.type == "pointer_declarator":
+            pointers, target = pointers + 1, target.child_by_field_name("declarator")
+        ident = next((n for n in walk(target) if n.type == "identifier"), None) if target is not None else None
+        if ident is None:
+            continue
+        loc = Local(text(ident), line_of(d), d.start_byte, base, pointers, prefix, d, init)
+        if target.type != "identifier":
+            loc.why = f"declared as `{' '.join(text(d).split())}`: cuco carries scalars, pointers and handles"
+        out.append(loc)
+    return out

@@ -1,0 +1,82 @@
+"""The program's file-scope code that the seed keeps as written (kernels, types, constants, the host functions
+kept code calls), without main(), its check macros and the headers of what the runner owns."""
+
+from __future__ import annotations
+
+import re
+
+from cuco.fastpath.syntax import function_name, text, walk
+from cuco.workload.scaffold.standalone.nodes import idents
+from cuco.workload.scaffold.standalone.program import Standalone
+
+# Headers of what the runner owns (MPI, processes, files, sockets): left out of the seed.
+RUNNER_HEADERS = re.compile(r"^(mpi.*|unistd|fcntl|netdb|signal|pthread|dlfcn|thread|chrono|(sys|netinet|arpa)/.*)"
+                            r"(\.h)?$")
+
+
+def file_scope(prog: Standalone, used: set[str]) -> list[str]:
+    """The program's file-scope code the seed keeps, as written: kernels and device functions, types and constants,
+    the host functions kept code calls; not main(), the program's check macros, nor the headers of MPI, processes,
+    files and sockets. `#include "cuco.h"` follows the last include kept."""
+    items = [n for n in prog.root.children if n.type != "comment"]
+    kept = {n.id for n in items if _scope_kind(prog, n) == "keep"}
+    while True:
+        names = used | set().union(*(idents(n) for n in items if n.id in kept))
+        more = {n.id for n in items if _scope_kind(prog, n) == "maybe" and _defined(n) & names} - kept
+        if not more:
+            break
+        kept |= more
+    chosen = [n for n in prog.root.children if n.id in kept or (n.type == "comment" and _attached(n, kept))]
+    last_include = max((i for i, n in enumerate(chosen) if n.type == "preproc_include"), default=-1)
+    lines: list[str] = ["#include \"cuco.h\""] if last_include < 0 else []
+    for i, node in enumerate(chosen):
+        body = prog.src[node.start_byte:node.end_byte].decode(errors="replace").rstrip()
+        if i and _blank_between(prog.src, chosen[i - 1], node):
+            lines.append("")
+        lines += body.split("\n")
+        if i == last_include:
+            lines.append("#include \"cuco.h\"")
+    return lines
+
+
+def _blank_between(src: bytes, before, after) -> bool:
+    """Whether the program has a blank line between two items (an include's text ends with its newline)."""
+    gap = src[before.end_byte - 1:after.start_byte].decode(errors="replace")
+    return re.search(r"\n[ \t]*\n", gap if gap.startswith("\n") else gap[1:]) is not None
+
+
+def _end_row(node) -> int:
+    return node.end_point.row - (1 if node.end_point.column == 0 else 0)
+
+
+def _attached(comment, kept: set[int]) -> bool:
+    """A comment directly above a kept item (no blank line between) belongs to it."""
+    node = comment
+    while node is not None and node.type == "comment":
+        nxt = node.next_sibling
+        if nxt is None or nxt.start_point.row > _end_row(node) + 1:
+            return False
+        node = nxt
+    return node is not None and node.id in kept
+
+
+def _defined(node) -> set[str]:
+    fn = node if node.type == "function_definition" else next(
+        (n for n in walk(node) if n.type == "function_definition"), None)
+    return {function_name(fn)} if fn is not None else set()
+
+
+def _scope_kind(prog: Standalone, node) -> str:
+    """keep, drop, or maybe (a host function: kept where kept code calls it)."""
+    if node.type == "preproc_include":
+        path = node.child_by_field_name("path")
+        return "drop" if path is not None and RUNNER_HEADERS.match(text(path).strip("<>\"")) else "keep"
+    if node.type == "preproc_function_def":
+        name = node.child_by_field_name("name")
+        return "drop" if name is not None and text(name) in prog.wrappers else "keep"
+    if node.type in ("function_definition", "template_declaration"):
+        names = _defined(node)
+        if "main" in names:
+            return "drop"
+        return "keep" if names & prog.device else "maybe"
+    return "keep"

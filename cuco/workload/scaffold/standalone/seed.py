@@ -1,0 +1,243 @@
+"""The seed's three entry points: which locals of main() cuco_setup and cuco_run carry and bind to the runner's
+objects, which set-up statements make cuco_setup's state, and the source they are written as."""
+
+from __future__ import annotations
+
+import re
+import textwrap
+
+from cuco.fastpath.analyze import ALLOCATORS
+from cuco.fastpath.syntax import text
+from cuco.workload.scaffold.program import param_name
+from cuco.workload.scaffold.standalone.calls import GEMM_SIZES, HANDLE_CREATE
+from cuco.workload.scaffold.standalone.nodes import address_of, call_args, callee, calls_in, idents, line_of, root_name
+from cuco.workload.scaffold.standalone.place import Place
+from cuco.workload.scaffold.standalone.program import Local, Standalone
+from cuco.workload.scaffold.standalone.render import Render, step_lines
+from cuco.workload.scaffold.standalone.scope import file_scope
+from cuco.workload.scaffold.standalone.step import Step
+from cuco.workload.scaffold.standalone.variables import Locals
+
+PREFIXES = ("d_", "dev_", "device_", "gpu_")
+SUFFIXES = ("_d", "_dev", "_device", "_gpu")
+
+
+def buffer_name(var: str) -> str:
+    """A device pointer's name as a workload buffer's: `d_x`, `x_dev` and `dX` are x, x and X."""
+    name = next((var[len(p):] for p in PREFIXES if var.startswith(p) and len(var) > len(p)), var)
+    name = next((name[:-len(s)] for s in SUFFIXES if name.endswith(s) and len(name) > len(s)), name)
+    if re.fullmatch(r"d[A-Z]\w*", name):
+        name = name[1:]
+    return param_name(name)[:31]
+
+
+def _is_creation(prog: Standalone, st, name: str) -> bool:
+    return any(callee(c) in (*HANDLE_CREATE, *ALLOCATORS) and call_args(c) and address_of(call_args(c)[0]) == name
+               for c in map(prog.unwrap, calls_in(st)))
+
+
+CARRIED = frozenset({"comm", "stream", "world", "rank", "param", "scalar", "device", "handle"})
+
+
+class Seed:
+    """The seed's parts: the locals each entry point declares (bound to the runner's objects), cuco_setup's state
+    and its set-up statements, the step's statements, and the workload's buffers."""
+
+    def __init__(self, prog: Standalone, place: Place, locs: Locals, step: Step, kept: list) -> None:
+        self.prog, self.place, self.locs, self.step, self.kept = prog, place, locs, step, kept
+        self.run_locals = self.closure([(node, refs - step.declared - step.counters) for node, refs in step.uses])
+        devices = [loc.name for loc in self.run_locals if loc.kind == "device"]
+        self.buffers = [d for d in devices if d in step.operands]
+        wanted = [d for d in devices if d not in step.operands]
+        self.state, self.setup = self.setup_part(wanted + [loc.name for loc in self.run_locals if loc.kind == "handle"])
+        runner = {n for n, loc in prog.locals.items() if loc.kind in ("stream", "comm")}
+        self.setup_locals = self.closure([(st, idents(st) - set(self.state) - runner) for st in self.setup])
+        self.demote()
+        self.struct = "CucoState" if re.search(rb"\bState\b", prog.src) else "State"
+        taken: set[str] = set()
+        self.names = {var: self.unique(buffer_name(var), taken) for var in self.buffers}
+
+    @staticmethod
+    def unique(name: str, taken: set[str]) -> str:
+        key, i = name, 2
+        while key in taken:
+            key, i = f"{name}_{i}", i + 1
+        taken.add(key)
+        return key
+
+    def closure(self, uses: list) -> list[Local]:
+        """The locals of main() these uses need, through the initialisers of the scalars among them, each one
+        checked: the runner's objects, sizes, scalars, buffers and handles are carried; anything else is refused."""
+        seen: dict[str, Local] = {}
+        todo = [(name, node) for node, refs in uses for name in sorted(refs)]
+        while todo:
+            name, node = todo.pop()
+            loc = self.prog.locals.get(name)
+            if loc is None or name in seen:
+                continue
+            self.carryable(loc, node)
+            seen[name] = loc
+            if loc.kind == "scalar" and loc.init is not None:
+                todo += [(r, loc.declarator.parent) for r in sorted(idents(loc.init))]
+        return sorted(seen.values(), key=lambda loc: loc.order)
+
+    def carryable(self, loc: Local, node) -> None:
+        if loc.kind in CARRIED:
+            return
+        if loc.kind == "argv":
+            why = "reads the command line: cuco_run has none (a size read from it becomes a parameter, cuco_param)"
+        elif loc.kind == "local_rank":
+            why = f"uses {loc.name}, the rank within the node: the runner chooses the device (ctx->cudaDevice)"
+        else:
+            why = (f"uses {loc.name} (line {loc.line}), {loc.why or 'which cuco cannot follow'}: cuco cannot carry "
+                   "it into cuco_setup or cuco_run")
+        raise self.prog.refuse(node, why)
+
+    def makes(self, st, name: str) -> bool:
+        """Whether a set-up statement creates, configures or allocates `name`."""
+        found = False
+        for call in {c.id: self.prog.unwrap(c) for c in calls_in(st)}.values():
+            args, kind, called = call_args(call), self.prog.kind(call), callee(call)
+            if not args or name not in (address_of(args[0]), root_name(args[0])):
+                continue
+            if kind == "copy" and self.prog.direction(call) != "set":
+                raise self.prog.refuse(st, f"fills {name}, which cuco_setup makes, with data cuco does not carry")
+            if (kind == "blas_setup" and called in HANDLE_CREATE) or kind in ("blas_config", "copy") or \
+                    (kind == "memory" and called in ALLOCATORS):
+                found = True
+        if found and st.type != "expression_statement":
+            raise self.prog.refuse(st, f"sets up {name} inside a statement cuco does not take apart: cuco_setup takes "
+                                       "the set-up as straight-line calls of main()")
+        return found
+
+    def setup_part(self, wanted: list[str]) -> tuple[list[str], list]:
+        """cuco_setup's state (handles, private buffers: what the step needs that the runner does not give) and the
+        set-up statements that make it, in the program's order."""
+        state: set[str] = set()
+        picked: dict[int, object] = {}
+        todo = list(wanted)
+        made = {n for n, loc in self.prog.locals.items() if loc.kind in ("device", "handle")}
+        while todo:
+            name = todo.pop()
+            if name in state:
+                continue
+            state.add(name)
+            for st in self.place.setup:
+                if st.id in picked or not self.makes(st, name):
+                    continue
+                picked[st.id] = st
+                for ref in sorted((idents(st) & made) - state):
+                    if ref in self.step.operands:
+                        raise self.prog.refuse(st, f"gives {ref}, a buffer of the step, to the set-up of {name}: "
+                                                   "cuco cannot split it between the runner and cuco_setup")
+                    todo.append(ref)
+        created = {**self.locs.allocs, **self.locs.creates}
+        for name in sorted(state):
+            if not any(_is_creation(self.prog, st, name) for st in picked.values()):
+                raise self.prog.refuse(created.get(name, self.prog.main), f"makes {name} after the step begins: "
+                                       "cuco_setup takes what the step needs from the set-up before it")
+        order = sorted(state, key=lambda n: created[n].start_byte)
+        return order, sorted(picked.values(), key=lambda st: st.start_byte)
+
+    def demote(self) -> None:
+        """A constant of the program stays a constant unless a buffer's size, an NCCL count or a GEMM's size
+        depends on it: those are the workload's parameters (and whatever it reads from argv or the environment)."""
+        roots = [call_args(self.locs.allocs[v])[1] for v in self.buffers
+                 if v in self.locs.allocs and len(call_args(self.locs.allocs[v])) > 1]
+        roots += self.step.counts + [call_args(c)[i] for c, _ in self.step.gemms for i in GEMM_SIZES[callee(c)]
+                                     if i < len(call_args(c))]
+        sized, todo, seen = set(), [n for r in roots for n in idents(r)], set()
+        while todo:
+            loc = self.prog.locals.get(todo.pop())
+            if loc is None or loc.name in seen:
+                continue
+            seen.add(loc.name)
+            if loc.kind == "param":
+                sized.add(loc.name)
+            elif loc.kind == "scalar" and loc.init is not None:
+                todo += list(idents(loc.init))
+        for loc in self.run_locals + self.setup_locals:
+            if loc.kind == "param" and not loc.reads_input and loc.name not in sized:
+                loc.kind = "scalar"
+
+    def declare(self, loc: Local, render: Render) -> str:
+        """A local of main() bound to what the runner gives for it."""
+        n, base = loc.name, loc.base
+        if loc.kind == "device" and n in self.names:
+            elem = base + "*" * (loc.pointers - 1)
+            cast = "" if elem == "void" else f"({elem}*)"
+            return f"{elem}* {n} = {cast}cuco_buffer(ctx, \"{self.names[n]}\")->ptr;"
+        bound = {"comm": f"ncclComm_t {n} = ctx->comm;", "stream": f"cudaStream_t {n} = ctx->stream;",
+                 "world": f"const {base} {n} = ctx->nRanks;", "rank": f"const {base} {n} = ctx->rank;",
+                 "param": f"const {base} {n} = ({base})cuco_param(ctx, \"{param_name(n)}\");",
+                 "device": f"{loc.ctype} {n} = s->{n};", "handle": f"{loc.ctype} {n} = s->{n};"}
+        return bound.get(loc.kind) or f"{loc.prefix}{render(loc.declarator)};"
+
+    def run_lines(self) -> list[str]:
+        render = Render(self.prog)
+        lines = ["  " + self.declare(loc, render) for loc in self.run_locals]
+        if any(loc.kind in ("device", "handle") and loc.name not in self.names for loc in self.run_locals):
+            lines.insert(0, f"  {self.struct}* s = ({self.struct}*)ctx->state;")
+        return lines + step_lines(self.prog, self.step, self.kept) + ["  return 0;"]
+
+    def setup_lines(self) -> list[str]:
+        rename = {n: f"s->{n}" for n in self.state}
+        rename |= {n: f"ctx->{loc.kind}" for n, loc in self.prog.locals.items() if loc.kind in ("stream", "comm")}
+        render = Render(self.prog, rename=rename)
+        lines = [f"  {self.struct}* s = new {self.struct}();", "  ctx->state = s;"] if self.state else []
+        lines += ["  " + self.declare(loc, render) for loc in self.setup_locals]
+        bound = {root_name(call_args(c)[0]) for st in self.setup for c in map(self.prog.unwrap, calls_in(st))
+                 if callee(c) == "cublasSetStream" and call_args(c)}
+        for st in self.setup:
+            lines += render.statement(st)
+            made = next((c for c in map(self.prog.unwrap, calls_in(st)) if callee(c) in ("cublasCreate",
+                                                                                         "cublasCreate_v2")), None)
+            handle = address_of(call_args(made)[0]) if made is not None and call_args(made) else None
+            if handle is not None and handle not in bound:
+                lines.append(f"  CUCO_CUBLAS(ctx, cublasSetStream(s->{handle}, ctx->stream));")
+        return lines + ["  return 0;"]
+
+    def teardown_lines(self) -> list[str]:
+        if not self.state:
+            return ["  return 0;"]
+        lines = [f"  {self.struct}* s = ({self.struct}*)ctx->state;"]
+        for name in reversed(self.state):
+            if name in self.locs.creates:
+                lines.append(f"  CUCO_CUBLAS(ctx, {HANDLE_CREATE[callee(self.locs.creates[name])]}(s->{name}));")
+            elif callee(self.locs.allocs[name]) == "ncclMemAlloc":
+                lines.append(f"  CUCO_NCCL(ctx, ncclMemFree(s->{name}));")
+            else:
+                lines.append(f"  CUCO_CUDA(ctx, cudaFree(s->{name}));")
+        return lines + ["  delete s;", "  ctx->state = NULL;", "  return 0;"]
+
+    def entry_points(self) -> list[str]:
+        out = []
+        if self.state:
+            fields = [f"  {self.prog.locals[n].ctype} {n};" for n in self.state]
+            out += [f"struct {self.struct} {{", *fields, "};", ""]
+        for name, body in (("cuco_setup", self.setup_lines()), ("cuco_run", self.run_lines()),
+                           ("cuco_teardown", self.teardown_lines())):
+            out += [f"CUCO_EXPORT int {name}(cuco_ctx_t* ctx) {{", *body, "}", ""]
+        return out
+
+    def source(self) -> str:
+        entry = self.entry_points()
+        header = textwrap.wrap(
+            f"cuco_setup, cuco_run and cuco_teardown around the step of {self.prog.path.name}, written by `cuco init` "
+            "(the program itself is kept beside this file as original.cu). cuco_run is one iteration of "
+            f"{self.place.where} of main(), issued on ctx->stream with ctx->comm and the workload's buffers: the "
+            "runner owns the ranks, the communicator, the streams, the buffers, the loop, the timing and the checks.",
+            112)
+        scope = file_scope(self.prog, set().union(*(set(re.findall(r"[A-Za-z_]\w*", ln)) for ln in entry)))
+        return "\n".join(["// " + ln for ln in header] + [""] + scope + [""] + entry)
+
+    def warnings(self) -> list[str]:
+        streams = [n for n in self.locs.streams if n in {loc.name for loc in self.run_locals}]
+        out = [f"{self.prog.path.name}: the step's streams {', '.join(streams)} are all ctx->stream in seed.cu: their "
+               "work runs in the program's order, one after another"] if len(streams) > 1 else []
+        for node in self.prog.root.children:
+            path = node.child_by_field_name("path") if node.type == "preproc_include" else None
+            if path is not None and path.type == "string_literal" and not re.match(r"\"(nccl|cu)", text(path)):
+                out.append(f"{self.prog.path.name}:{line_of(node)}: seed.cu keeps #include {text(path)}: a candidate "
+                           "is built alone, so paste what it needs from that header into seed.cu")
+        return out

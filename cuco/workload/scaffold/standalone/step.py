@@ -1,0 +1,312 @@
+"""The step read statement by statement: what cuco_run keeps, what its calls do to the device buffers, and the
+refusal of a step that is not the same on every iteration or waits for the device."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from cuco.fastpath.analyze import BLAS, COPIES, NCCL_SIGNATURES
+from cuco.fastpath.syntax import walk
+from cuco.workload.scaffold.standalone.calls import GEMM_SIZES, WORK
+from cuco.workload.scaffold.standalone.nodes import (
+    LOOPS,
+    MAX_DEPTH,
+    address_of,
+    call_args,
+    callee,
+    idents,
+    line_of,
+    root_name,
+)
+from cuco.workload.scaffold.standalone.place import Place, loop_counters
+from cuco.workload.scaffold.standalone.program import Standalone, declarators
+from cuco.workload.scaffold.standalone.render import step_lines
+
+JUMPS = ("return_statement", "break_statement", "continue_statement", "goto_statement")
+
+
+@dataclass
+class Event:
+    """A buffer read ("r") or written ("w") by a call."""
+
+    var: str
+    mode: str
+    op: str
+    line: int
+
+
+class Step:
+    """One iteration of the step, statement by statement: what cuco_run keeps, what each kept call does to the
+    device buffers, and a refusal for what cannot be kept."""
+
+    def __init__(self, prog: Standalone, varying: dict[str, int]) -> None:
+        self.prog = prog
+        self.varying = dict(varying)  # name -> the line where the step or its loop changes it
+        self.tainted: dict[str, int] = {}  # host name -> the line where it was copied from the device
+        self.dropped: set[int] = set()  # ids of the statements left out
+        self.decls: list[tuple[object, set[str], set[str]]] = []  # the step's declarations, names, names used
+        self.uses: list[tuple[object, set[str]]] = []  # kept statements and headers, with the names they use
+        self.declared: set[str] = set()
+        self.counters: set[str] = set()  # of loops inside the step: they start over on every iteration
+        self.alias: dict[str, set[str]] = {}  # the step's pointers into device buffers
+        self.events: list[Event] = []
+        self.operands: set[str] = set()  # device pointers the step's work reads or writes as data
+        self.counts: list = []  # the NCCL calls' count arguments
+        self.gemms: list = []  # (call, inside an inner loop)
+        self.nccl = False
+        self.depth = 0
+
+    def read(self, statements: list) -> list:
+        for st in statements:
+            self.statement(st)
+        self.live()
+        self.check_uses()
+        return [st for st in statements if st.id not in self.dropped]
+
+    def statement(self, st) -> bool:
+        keep = self.dispatch(st)
+        if not keep:
+            self.dropped.add(st.id)
+        return keep
+
+    def dispatch(self, st) -> bool:
+        if st.type == "comment":
+            return False
+        if st.type == "compound_statement":
+            return any([self.statement(c) for c in st.named_children])
+        if st.type == "declaration":
+            return self.declaration(st)
+        if st.type == "expression_statement":
+            return self.expression(st)
+        if st.type == "if_statement":
+            return self.branch(st)
+        if st.type in LOOPS:
+            return self.loop(st)
+        if st.type in JUMPS:
+            raise self.prog.refuse(st, "leaves the step early: every call of cuco_run runs the whole step (the "
+                                       "runner decides how many run)")
+        if self.prog.works(st):
+            raise self.prog.refuse(st, "issues device work inside a statement cuco does not take apart")
+        self.mark_writes(st)
+        return False
+
+    def declaration(self, st) -> bool:
+        if self.prog.works(st):
+            raise self.prog.refuse(st, "issues device work inside a declaration: write the call as a statement of "
+                                       "its own (CHECK(call);)")
+        names = {loc.name for loc in declarators(st, self.prog.src)}
+        refs = idents(st) - names
+        for name in names:
+            self.follow(name, refs)
+        self.declared |= names
+        self.decls.append((st, names, refs))
+        return True
+
+    def follow(self, name: str, refs: set[str]) -> None:
+        """A name computed from host data copied from the device, or from a counter, is tainted or varying too."""
+        tainted = sorted(refs & set(self.tainted))
+        varying = sorted(refs & set(self.varying))
+        if tainted:
+            self.tainted[name] = self.tainted[tainted[0]]
+        if varying:
+            self.varying[name] = self.varying[varying[0]]
+        pointed = set().union(*(self.alias.get(r, {r} & self.prog.devices()) for r in refs)) if refs else set()
+        if pointed:
+            self.alias[name] = pointed
+
+    def expression(self, st) -> bool:
+        expr = next((c for c in st.named_children if c.type != "comment"), None)
+        if expr is None:
+            return False
+        if expr.type == "call_expression":
+            return self.call(st, expr)
+        if self.prog.works(expr):
+            raise self.prog.refuse(st, "issues device work inside an expression cuco does not take apart: write the "
+                                       "call as a statement of its own (CHECK(call);)")
+        self.mark_writes(expr)
+        return False
+
+    def call(self, st, expr) -> bool:
+        call = self.prog.unwrap(expr)
+        kind, name = self.prog.kind(call), callee(call)
+        if kind == "host_fn" and self.prog.issues_work(name):
+            raise self.prog.refuse(st, f"calls {name}(), a function of the program that issues device work: cuco "
+                                       "carries main()'s statements only; write its calls into the loop")
+        if call is expr and self.prog.works(expr) and kind not in WORK | {"copy"}:
+            raise self.prog.refuse(st, "issues device work through a call cuco does not take apart: write the call as "
+                                       "a statement of its own, or in a check macro of one argument (CHECK(call);)")
+        if kind in ("launch", "nccl", "blas", "check") or (kind == "blas_config" and name != "cublasSetStream"):
+            self.keep_call(st, call, kind)
+            return True
+        if kind == "copy":
+            return self.copy(st, call)
+        refusals = {"memory": "allocates or frees memory in the step: cuco_run may not; do it once, before the loop",
+                    "blas_setup": "creates or destroys a cuBLAS handle in the step: do it once, before the loop",
+                    "graph_launch": "launches a CUDA graph inside the step: cuco takes a graph's captured region as "
+                                    "the step"}
+        if kind in refusals or kind in ("nccl_admin", "cuda"):
+            raise self.prog.refuse(st, refusals.get(kind, f"{name} in the step: cuco does not know whether it "
+                                                          "belongs to cuco_setup, cuco_run or the runner"))
+        self.mark_writes(expr)
+        return False
+
+    def copy(self, st, call) -> bool:
+        way = self.prog.direction(call)
+        if way in ("d2d", "set"):
+            self.keep_call(st, call, "copy")
+            return True
+        if way == "d2h":
+            target = root_name(call_args(call)[0]) if call_args(call) else None
+            if target is not None:
+                self.tainted[target] = line_of(call)
+        return False
+
+    def mark_writes(self, node) -> None:
+        """Host names a dropped statement changes: copied from the device, or changed from one iteration to the
+        next; a later kept statement that uses one is refused."""
+        for n in walk(node):
+            if n.type == "call_expression":
+                call = self.prog.unwrap(n)
+                if self.prog.kind(call) == "copy" and self.prog.direction(call) == "d2h" and call_args(call):
+                    self.tainted.setdefault(root_name(call_args(call)[0]) or "", line_of(call))
+                elif self.prog.kind(call) in ("mpi", "host", "host_fn"):
+                    for name in filter(None, map(address_of, call_args(call))):
+                        self.varying.setdefault(name, line_of(call))
+            elif n.type in ("assignment_expression", "update_expression"):
+                target = n.child_by_field_name("left") or n.child_by_field_name("argument")
+                name = root_name(target) if target is not None else None
+                if name is not None:
+                    self.varying.setdefault(name, line_of(n))
+                    value = n.child_by_field_name("right")
+                    if value is not None and idents(value) & set(self.tainted):
+                        self.tainted.setdefault(name, line_of(n))
+
+    def branch(self, st) -> bool:
+        """An `if` without device work is a check or a print, left out; one with device work is kept only where
+        its condition is the same on every iteration and known without waiting for the device."""
+        if not self.prog.works(st):
+            self.mark_writes(st)
+            return False
+        refs = idents(st.child_by_field_name("condition"))
+        self.fixed(st, refs, "decides on the host, in the middle of the step, from device data ({name}, copied to "
+                             "the host at line {line}): cuco_run may not wait for the device; make the decision on "
+                             "the device, in a kernel")
+        self.uses.append((st.child_by_field_name("condition"), refs))
+        self.statement(st.child_by_field_name("consequence"))
+        other = st.child_by_field_name("alternative")
+        if other is not None and not self.statement(next(c for c in other.named_children if c.type != "comment")):
+            self.dropped.add(other.id)
+        return True
+
+    def loop(self, st) -> bool:
+        """A loop inside the step with device work is part of the step (over layers, say): kept, if its bounds are
+        the same on every iteration."""
+        if not self.prog.works(st):
+            self.mark_writes(st)
+            return False
+        header = [st.child_by_field_name(f) for f in ("initializer", "condition", "update", "right")]
+        refs = set().union(*(idents(h) for h in header if h is not None))
+        counters = set(loop_counters(st))
+        self.fixed(st, refs - counters, "runs as many times as device data says ({name}, copied to the host at line "
+                                        "{line}): cuco_run may not wait for the device")
+        self.declared |= counters
+        self.counters |= counters
+        self.uses.append((st, refs - counters))
+        self.depth += 1
+        self.statement(st.child_by_field_name("body"))
+        self.depth -= 1
+        return True
+
+    def fixed(self, st, refs: set[str], tainted_why: str) -> None:
+        tainted = sorted(refs & set(self.tainted))
+        if tainted:
+            raise self.prog.refuse(st, tainted_why.format(name=tainted[0], line=self.tainted[tainted[0]]))
+        varying = sorted(refs & set(self.varying))
+        if varying:
+            raise self.prog.refuse(st, f"depends on {varying[0]}, which changes from one iteration to the next "
+                                       f"(line {self.varying[varying[0]]}): every call of cuco_run must issue the "
+                                       "same work")
+
+    def devices_in(self, node, depth: int = 0) -> set[str]:
+        """The device buffers an argument points into, through the pointers the step or the set-up derive."""
+        found = set()
+        for name in idents(node):
+            loc = self.prog.locals.get(name)
+            if name in self.alias:
+                found |= self.alias[name]
+            elif name in self.declared:
+                continue
+            elif name in self.prog.devices():
+                found.add(name)
+            elif loc is not None and loc.kind == "scalar" and loc.pointers and depth < MAX_DEPTH:
+                found |= self.devices_in(loc.init, depth + 1)
+        return found
+
+    def keep_call(self, st, call, kind: str) -> None:
+        """A kept call, and what it reads and writes: a kernel writes through its non-const pointers."""
+        name, args, line = callee(call), call_args(call), line_of(call)
+        self.uses.append((st, idents(st)))
+        if kind == "launch":
+            consts = self.prog.kernels.get(name, [])
+            modes = ["r" if i < len(consts) and consts[i] else "w" for i in range(len(args))]
+        elif kind == "nccl":
+            self.nccl = True
+            sig = NCCL_SIGNATURES[name]
+            modes = ["r" if s == "send" else "w" if s == "recv" else "" for s in sig]
+            if "count" in sig and sig.index("count") < len(args):
+                self.counts.append(args[sig.index("count")])
+        elif kind == "blas":
+            reads, writes = BLAS.get(name, ((), tuple(range(len(args)))))
+            modes = ["w" if i in writes else "r" if i in reads else "" for i in range(len(args))]
+            if name in GEMM_SIZES:
+                self.gemms.append((call, self.depth > 0))
+        elif kind == "copy":
+            wpos, rpos, _ = COPIES.get(name, (0, None, None))
+            modes = ["w" if i == wpos else "r" if i == rpos else "" for i in range(len(args))]
+        else:
+            modes = []
+        for arg, mode in zip(args, modes):
+            for var in sorted(self.devices_in(arg)) if mode else ():
+                self.operands.add(var)
+                self.events.append(Event(var, mode, name, line))
+
+    def live(self) -> None:
+        """The step's declarations that kept statements use, directly or through one another; the rest go."""
+        needed = set().union(*(refs for _, refs in self.uses)) if self.uses else set()
+        for st, names, refs in reversed(self.decls):
+            if names & needed:
+                needed |= refs
+                self.uses.append((st, refs))
+            else:
+                self.dropped.add(st.id)
+
+    def check_uses(self) -> None:
+        for node, refs in self.uses:
+            tainted = sorted(refs & set(self.tainted))
+            if tainted:
+                raise self.prog.refuse(node, f"uses {tainted[0]}, which the host has from device data (copied to the "
+                                             f"host at line {self.tainted[tainted[0]]}): cuco_run may not wait for "
+                                             "the device; compute it on the device")
+            varying = sorted((refs - self.counters) & set(self.varying))
+            if varying:
+                raise self.prog.refuse(node, f"uses {varying[0]}, which changes from one iteration to the next (line "
+                                             f"{self.varying[varying[0]]}): every call of cuco_run must issue the "
+                                             "same work")
+
+
+def read_steps(prog: Standalone, place: Place) -> tuple[Step, list]:
+    """The step as every loop that runs it issues it: a warm-up loop and a timed loop must issue the same."""
+    done = []
+    for body in place.bodies:
+        step = Step(prog, place.varying)
+        done.append((step, step.read(body)))
+    shown = [step_lines(prog, step, kept) for step, kept in done]
+    for loop, lines in zip(place.loops[1:], shown[1:]):
+        if lines != shown[0] and len(place.bodies) > 1:
+            raise prog.refuse(loop, f"issues other work than the loop at line {line_of(place.loops[0])}: cuco takes "
+                                    "one step, the same on every iteration")
+    step, kept = done[-1]
+    if not step.nccl:
+        raise prog.refuse(place.loops[-1], "the step issues no NCCL call: cuco co-designs a step's communication "
+                                           "with its compute")
+    return step, kept

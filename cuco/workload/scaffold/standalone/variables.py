@@ -1,0 +1,163 @@
+"""What each local of main() is to the runner: the launcher's rank variables, the communicator and streams it
+owns, a size that becomes a parameter, a scalar, a device buffer, a handle, or something cuco cannot carry."""
+
+from __future__ import annotations
+
+from cuco.fastpath.analyze import ALLOCATORS
+from cuco.fastpath.syntax import text, walk
+from cuco.workload.scaffold.standalone.calls import COMM_INIT, DEFAULT_STREAMS, HANDLE_CREATE
+from cuco.workload.scaffold.standalone.nodes import address_of, call_args, callee, calls_in, idents, line_of, strings_in
+from cuco.workload.scaffold.standalone.program import Local, Standalone, declarators
+from cuco.workload.scaffold.standalone.sizes import Sizes
+
+# Environment variables that launchers set, by what they tell.
+RANK_ENV = frozenset({"RANK", "OMPI_COMM_WORLD_RANK", "PMI_RANK", "PMIX_RANK", "SLURM_PROCID", "MV2_COMM_WORLD_RANK"})
+WORLD_ENV = frozenset({"WORLD_SIZE", "OMPI_COMM_WORLD_SIZE", "PMI_SIZE", "SLURM_NTASKS", "MV2_COMM_WORLD_SIZE"})
+LOCAL_ENV = frozenset({"LOCAL_RANK", "OMPI_COMM_WORLD_LOCAL_RANK", "SLURM_LOCALID", "MPI_LOCALRANKID",
+                       "MV2_COMM_WORLD_LOCAL_RANK"})
+INT_TYPES = frozenset({"int", "unsigned", "unsigned int", "long", "long int", "long long", "unsigned long",
+                       "unsigned long long", "short", "size_t", "std::size_t", "ssize_t", "int32_t", "int64_t",
+                       "uint32_t", "uint64_t", "std::int32_t", "std::int64_t", "std::uint32_t", "std::uint64_t"})
+STREAM_CREATE = frozenset({"cudaStreamCreate", "cudaStreamCreateWithFlags", "cudaStreamCreateWithPriority"})
+
+
+RUNTIME_TYPES = {"ncclComm_t": "a communicator", "cudaStream_t": "a stream", "ncclUniqueId": "the NCCL unique id",
+                 "cudaEvent_t": "an event", "cudaGraph_t": "a CUDA graph", "cudaGraphExec_t": "a CUDA graph",
+                 "cublasHandle_t": "a cuBLAS handle", "cublasLtHandle_t": "a cuBLASLt handle", "FILE": "a file"}
+
+
+class Locals:
+    """What each local of main() declared outside the step is: runner-owned, a size, a buffer, a handle."""
+
+    def __init__(self, prog: Standalone, outside: list, setup: list) -> None:
+        self.prog = prog
+        self.allocs: dict[str, object] = {}  # device pointer -> its allocation call
+        self.creates: dict[str, object] = {}  # handle -> its creation call
+        self.streams: list[str] = []
+        params = prog.main.child_by_field_name("declarator")
+        plist = next((n for n in walk(params) if n.type == "parameter_list"), None)
+        self.argv = [loc.name for p in (plist.named_children if plist else []) for loc in declarators(p, prog.src)]
+        for stmt in outside:
+            if stmt.type == "declaration":
+                for loc in declarators(stmt, prog.src):
+                    prog.locals.setdefault(loc.name, loc)
+        for loc in prog.locals.values():
+            self.first_kind(loc)
+        for name in self.argv:
+            prog.locals[name] = Local(name, line_of(prog.main), 0, "", 0, "", None, None, "argv")
+        for stmt in outside:
+            for call in calls_in(stmt):
+                self.from_call(call, stmt in setup)
+        for stmt in setup:
+            self.from_assignments(stmt)
+        for loc in prog.locals.values():
+            if loc.kind == "param":
+                loc.value = self.value(loc)
+
+    def reads_input(self, node) -> bool:
+        """Whether an expression reads argv or the environment, itself or through a variable that holds the text
+        (`const char* s = getenv("N")`); one computed from a size the program reads is not an input of its own."""
+        if node is None:
+            return False
+        names = idents(node)
+        return bool(names & set(self.argv[1:2])) or any(
+            (loc := self.prog.locals.get(n)) is not None and loc.reads_input and loc.kind != "param"
+            for n in names) or any(
+            callee(c) in ("getenv", "secure_getenv", "std::getenv") or callee(c) in self.prog.env_functions
+            for c in calls_in(node))
+
+    def first_kind(self, loc: Local) -> None:
+        """What a declaration alone says: the launcher's rank variables, a size, a scalar, or runner-owned."""
+        envs = strings_in(loc.init) if loc.init is not None else set()
+        owned = next((why for t, why in RUNTIME_TYPES.items() if loc.base.endswith(t)), None)
+        if envs & RANK_ENV or envs & WORLD_ENV or envs & LOCAL_ENV:
+            loc.kind = "rank" if envs & RANK_ENV else "world" if envs & WORLD_ENV else "local_rank"
+        elif loc.base == "cudaStream_t" and loc.init is not None and text(loc.init) in DEFAULT_STREAMS:
+            loc.kind = "stream"
+        elif loc.why or owned:
+            loc.why = loc.why or f"{owned}, which the runner owns or cuco does not carry"
+        elif loc.init is None:
+            loc.why = "declared without a value, and set in a way cuco does not follow"
+        elif "<" in loc.base or loc.base.startswith("std::"):
+            loc.why = "host data"
+        elif self.reads_input(loc.init):
+            loc.reads_input = True
+            loc.kind = "param" if loc.base in INT_TYPES and not loc.pointers else "other"
+            loc.why = "" if loc.kind == "param" else ("read from the command line or the environment, and only "
+                                                      "integer sizes can become parameters (cuco_param)")
+        elif loc.base in INT_TYPES and not loc.pointers and Sizes(self.prog).value(loc.init) is not None:
+            loc.kind = "param"
+        elif loc.pointers and text(loc.init) in ("nullptr", "NULL", "0"):
+            loc.why = "a pointer the set-up does not allocate with cudaMalloc or ncclMemAlloc"
+        else:
+            loc.kind = "scalar"
+
+    def mark(self, name: str | None, kind: str) -> None:
+        loc = self.prog.locals.get(name or "")
+        if loc is not None and loc.kind != "argv":
+            loc.kind, loc.why = kind, ""
+
+    def from_call(self, call, before: bool) -> None:
+        """What the program's calls outside the step make of the locals they are given; a call before the step
+        that writes a size or a scalar through its address makes it one cuco cannot follow."""
+        name, args = callee(call), call_args(call)
+        first = address_of(args[0]) if args else None
+        if name in COMM_INIT and len(args) >= 4:
+            self.mark(first, "comm")
+            self.mark(text(args[1]), "world")
+            self.mark(text(args[3]), "rank")
+        elif name in ("MPI_Comm_rank", "MPI_Comm_size", "ncclCommUserRank", "ncclCommCount") and len(args) == 2:
+            self.mark(address_of(args[1]), "rank" if name.endswith(("rank", "Rank")) else "world")
+        elif name == "cudaGetDevice" and first:
+            self.mark(first, "local_rank")
+        elif name in STREAM_CREATE and first:
+            self.mark(first, "stream")
+            self.streams.append(first)
+        elif name in ALLOCATORS and first in self.prog.locals:
+            self.mark(first, "device")
+            self.allocs.setdefault(first, call)
+        elif name in HANDLE_CREATE and first in self.prog.locals:
+            self.mark(first, "handle")
+            self.creates[first] = call
+        elif before:
+            self.written_by(call, name)
+
+    def written_by(self, call, name: str) -> None:
+        for arg in call_args(call):
+            loc = self.prog.locals.get(address_of(arg) or "")
+            if loc is not None and loc.kind in ("param", "scalar", "other") and not loc.why.startswith("set by"):
+                loc.kind, loc.why = "other", f"set by {name} (line {line_of(call)})"
+
+    def from_assignments(self, stmt) -> None:
+        """A size the set-up overrides from argv or the environment stays a parameter; any other change makes
+        the variable one cuco cannot follow."""
+        for node in walk(stmt):
+            if node.type not in ("assignment_expression", "update_expression"):
+                continue
+            target = node.child_by_field_name("left") or node.child_by_field_name("argument")
+            loc = self.prog.locals.get(text(target) if target is not None else "")
+            if loc is None or loc.kind not in ("param", "scalar", "other"):
+                continue
+            value = node.child_by_field_name("right")
+            envs = strings_in(value) if value is not None else set()
+            if envs & (RANK_ENV | WORLD_ENV | LOCAL_ENV):
+                loc.kind = "rank" if envs & RANK_ENV else "world" if envs & WORLD_ENV else "local_rank"
+            elif node.type == "assignment_expression" and loc.kind == "param" and self.reads_input(value):
+                loc.reads_input = True
+            else:
+                loc.kind, loc.why = "other", f"assigned again at line {line_of(node)}"
+
+    def value(self, loc: Local) -> int | None:
+        """A parameter's value in the program: its constant, or the default it falls back to without input."""
+        sizes, init = Sizes(self.prog), loc.init
+        if not self.reads_input(init):
+            return sizes.value(init)
+        if init.type == "conditional_expression":
+            yes, no = init.child_by_field_name("consequence"), init.child_by_field_name("alternative")
+            if self.reads_input(yes) != self.reads_input(no):
+                return sizes.value(no if self.reads_input(yes) else yes)
+        if init.type == "call_expression":
+            values = (sizes.value(a) for a in call_args(init) if a.type != "string_literal")
+            found = [v for v in values if v is not None]
+            return found[0] if len(found) == 1 else None
+        return None

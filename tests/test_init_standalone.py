@@ -1,0 +1,382 @@
+"""`cuco init` on standalone programs (their own main(): MPI or a launcher starts the ranks, main creates the
+communicator, allocates, loops over its step): the seed written is the step in the candidate ABI, it passes the
+static checks and builds, the workload loads with what a careful human would write, and what cannot be placed is
+refused in one line naming the file and line."""
+
+from __future__ import annotations
+
+import os
+import re
+import shutil
+import subprocess
+import sys
+from dataclasses import dataclass
+from pathlib import Path
+
+import pytest
+from conftest import ROOT
+
+from cuco.errors import CucoError
+from cuco.fastpath.syntax import blank_macros, function_name, parser, text, walk
+from cuco.workload.expr import eval_expr
+from cuco.workload.scaffold import create_workload
+from cuco.workload.spec import load_workload
+
+EXAMPLES = ROOT / "examples" / "standalone"
+ENTRY_POINTS = ("cuco_setup", "cuco_run", "cuco_teardown")
+
+
+@dataclass
+class Want:
+    """What a careful human writes in workload.toml for the example, and what its step must be in the seed."""
+
+    params: dict[str, int]  # the program's own sizes
+    buffers: dict[str, tuple[str, str, list[str], bool]]  # role, dtype, shape, symmetric
+    program_buffers: list[str]  # the program's device pointers the runner now gives
+    flops: str
+    comm_bytes: str
+    step: list[str]  # the calls of cuco_run, in order
+
+
+WANT = {
+    # mpirun; a kernel then an all-reduce, in a loop
+    "mpi_allreduce": Want(
+        {"count": 1 << 22},
+        {"grad": ("input", "f32", ["count"], False), "weight": ("input", "f32", ["count"], False),
+         "scaled": ("scratch", "f32", ["count"], True), "sum": ("output", "f32", ["count"], True)},
+        ["d_grad", "d_weight", "d_scaled", "d_sum"],
+        "0", "2 * (world - 1) * count * 4 / world",
+        ["scale_by", "cudaGetLastError", "ncclAllReduce"]),
+    # RANK / WORLD_SIZE / LOCAL_RANK, the id through a file; a cuBLAS bf16 GEMM then an all-gather
+    "env_gemm_allgather": Want(
+        {"M": 8192, "K": 4096, "N": 4096},
+        {"x": ("input", "bf16", ["M / world", "K"], False), "w": ("input", "bf16", ["K", "N"], False),
+         "y_local": ("scratch", "bf16", ["M / world", "N"], True), "y": ("output", "bf16", ["M", "N"], True)},
+        ["d_x", "d_w", "d_y_local", "d_y"],
+        "2 * (M / world) * K * N", "(world - 1) * (M / world) * N * 2",
+        ["cublasGemmEx", "ncclAllGather"]),
+    # the id over TCP; the step captured into a CUDA graph: a reduce-scatter then a kernel
+    "graph_reducescatter": Want(
+        {"shard_count": 1 << 24},
+        {"grad": ("input", "f32", ["world", "shard_count"], True),
+         "shard": ("output", "f32", ["shard_count"], True)},
+        ["d_grad", "d_shard"],
+        "0", "(world - 1) * shard_count * 4",
+        ["ncclReduceScatter", "scale", "cudaGetLastError"]),
+}
+
+
+def _envs(params: list[str]) -> list[dict[str, int]]:
+    return [{**{p: 96 * (i + k + 1) for i, p in enumerate(params)}, "world": world} for k, world in ((0, 2), (3, 4))]
+
+
+def _same(got: str, want: str, envs: list[dict[str, int]]) -> bool:
+    return all(eval_expr(got, env) == eval_expr(want, env) for env in envs)
+
+
+def _functions(source: bytes) -> dict[str, object]:
+    root = parser().parse(blank_macros(source)).root_node
+    assert not [n for n in walk(root) if n.type == "ERROR" or n.is_missing], "the seed does not parse"
+    return {function_name(n): n for n in walk(root) if n.type == "function_definition"}
+
+
+def _calls(node) -> list[str]:
+    out = []
+    for n in walk(node):
+        fn = n.child_by_field_name("function") if n.type == "call_expression" else None
+        if fn is not None:
+            out.append(text(fn))
+    return out
+
+
+@pytest.fixture(scope="module")
+def made(tmp_path_factory) -> dict[str, Path]:
+    parent = tmp_path_factory.mktemp("standalone")
+    return {name: create_workload(name, EXAMPLES / f"{name}.cu", parent).root for name in WANT}
+
+
+@pytest.mark.parametrize("name", sorted(WANT))
+def test_seed_has_the_entry_points_and_keeps_the_original(made, name):
+    root = made[name]
+    assert sorted(p.name for p in root.iterdir()) == ["original.cu", "reference.py", "seed.cu", "workload.toml"]
+    assert (root / "original.cu").read_bytes() == (EXAMPLES / f"{name}.cu").read_bytes()
+    source = (root / "seed.cu").read_text()
+    functions = _functions(source.encode())
+    assert set(ENTRY_POINTS) <= set(functions) and "main" not in functions
+    for entry in ENTRY_POINTS:
+        assert f"CUCO_EXPORT int {entry}(cuco_ctx_t* ctx)" in source
+    assert '#include "cuco.h"' in source
+
+
+@pytest.mark.parametrize("name", sorted(WANT))
+def test_seed_leaves_the_runners_part_to_the_runner(made, name):
+    """No MPI, no communicator or stream of its own, no allocation of the workload's buffers, no host sync, no
+    loop over the iterations, no printing: cuco_run is one step on ctx->stream with ctx->comm."""
+    want = WANT[name]
+    source = (made[name] / "seed.cu").read_text()
+    for gone in ("MPI_", "mpi.h", "ncclCommInitRank", "ncclGetUniqueId", "ncclCommDestroy", "cudaStreamCreate",
+                 "cudaSetDevice", "cudaStreamSynchronize", "cudaDeviceSynchronize", "cudaStreamBeginCapture",
+                 "cudaGraphLaunch", "printf", "getenv", "exit(", "iters", "argv"):
+        assert gone not in source, gone
+    functions = _functions(source.encode())
+    run = functions["cuco_run"]
+    assert not [n for n in walk(run) if n.type in ("for_statement", "while_statement", "do_statement")]
+    calls = _calls(run)
+    assert [c for c in calls if c not in ("cuco_param", "cuco_buffer") and not c.startswith("CUCO_")] == want.step
+    allocated = [m.group(1) for m in re.finditer(r"(?:cudaMalloc|ncclMemAlloc)\(\s*&?\s*([\w>-]+)", source)]
+    assert not set(allocated) & set(want.program_buffers)
+    assert all(a.startswith("s->") for a in allocated)  # only cuco_setup's private scratch
+    for var, buf in zip(want.program_buffers, want.buffers):
+        assert f'cuco_buffer(ctx, "{buf}")->ptr' in source and var in source
+    assert "ctx->comm" in source and "ctx->stream" in source
+
+
+def test_cublas_handle_and_workspace_move_into_setup_and_teardown(made):
+    """The GEMM's handle is cuco_setup's, bound to ctx->stream, with the program's private cuBLAS workspace;
+    cuco_teardown frees both."""
+    functions = _functions((made["env_gemm_allgather"] / "seed.cu").read_bytes())
+    setup, teardown = (text(functions[f]) for f in ("cuco_setup", "cuco_teardown"))
+    assert "cublasCreate(&s->handle)" in setup and "cublasSetStream(s->handle, ctx->stream)" in setup
+    assert "cudaMalloc(&s->d_workspace, workspace_bytes)" in setup
+    assert "cublasSetWorkspace(s->handle, s->d_workspace, workspace_bytes)" in setup
+    assert "cudaFree(s->d_workspace)" in teardown and "cublasDestroy(s->handle)" in teardown
+    assert "cublasHandle_t handle = s->handle;" in text(functions["cuco_run"])
+
+
+@pytest.mark.parametrize("name", sorted(WANT))
+def test_seed_passes_the_static_checks(made, name):
+    from cuco.runner.static_checks import check_source
+
+    report = check_source(made[name] / "seed.cu")
+    assert report.ok, report.problems
+
+
+@pytest.mark.nvcc
+@pytest.mark.parametrize("name", sorted(WANT))
+def test_seed_builds_through_the_checks(made, name):
+    from cuco.runner.cuda_checks import check_and_build
+
+    built, problems = check_and_build(made[name] / "seed.cu")
+    assert problems == [] and built.ok, built.log[-3000:]
+
+
+@pytest.mark.parametrize("name", sorted(WANT))
+def test_workload_has_what_a_careful_human_writes(made, name):
+    want = WANT[name]
+    spec = load_workload(made[name])
+    assert list(spec.params) == list(want.params)
+    assert spec.shapes[0].params == want.params  # the program's own sizes, not placeholders
+    envs = _envs(list(want.params))
+    assert set(spec.buffers) == set(want.buffers)
+    for buf, (role, dtype, shape, symmetric) in want.buffers.items():
+        b = spec.buffers[buf]
+        assert (b.role, b.dtype, b.symmetric) == (role, dtype, symmetric), buf
+        assert len(b.shape) == len(shape) and all(_same(g, w, envs) for g, w in zip(b.shape, shape)), (buf, b.shape)
+    assert _same(spec.bounds.flops, want.flops, envs), spec.bounds.flops
+    assert _same(spec.bounds.comm_bytes, want.comm_bytes, envs), spec.bounds.comm_bytes
+    toml = (made[name] / "workload.toml").read_text()
+    assert not [ln for ln in toml.splitlines() if ln.startswith(("role", "dtype", "shape")) and "TODO" in ln]
+
+
+# ---- refusals --------------------------------------------------------------------------------------------------
+
+PROGRAM = """\
+#include <cstdio>
+#include <cstdlib>
+#include <cuda_runtime.h>
+#include <mpi.h>
+#include <nccl.h>
+
+#define CUDACHECK(cmd) do { cudaError_t e = cmd; if (e != cudaSuccess) exit(1); } while (0)
+#define NCCLCHECK(cmd) do { ncclResult_t r = cmd; if (r != ncclSuccess) exit(1); } while (0)
+
+__global__ void sum_squares(const float* x, float* out, size_t n) { }
+__global__ void scale(float* x, float s, size_t n) { }
+static void clip_and_reduce(float* g, size_t n, ncclComm_t comm, cudaStream_t stream) {
+  ncclAllReduce(g, g, n, ncclFloat, ncclSum, comm, stream);
+}
+
+int main(int argc, char* argv[]) {
+  int rank, nranks;
+  MPI_Init(&argc, &argv);
+  MPI_Comm_rank(MPI_COMM_WORLD, &rank);
+  MPI_Comm_size(MPI_COMM_WORLD, &nranks);
+  ncclUniqueId id;
+  if (rank == 0) NCCLCHECK(ncclGetUniqueId(&id));
+  MPI_Bcast(&id, sizeof(id), MPI_BYTE, 0, MPI_COMM_WORLD);
+  ncclComm_t comm;
+  NCCLCHECK(ncclCommInitRank(&comm, nranks, id, rank));
+  cudaStream_t stream;
+  CUDACHECK(cudaStreamCreate(&stream));
+  const size_t count = 1 << 20;
+  const float max_norm = 1.0f;
+  float *d_grad, *d_norm, *d_sum;
+  float h_norm = 0.0f;
+  CUDACHECK(cudaMalloc(&d_grad, count * sizeof(float)));
+  CUDACHECK(cudaMalloc(&d_norm, sizeof(float)));
+  CUDACHECK(cudaMalloc(&d_sum, count * sizeof(float)));
+  for (int it = 0; it < 100; ++it) {
+STEP
+  }
+  CUDACHECK(cudaStreamSynchronize(stream));
+  MPI_Finalize();
+  return 0;
+}
+"""
+ALLREDUCE = "    NCCLCHECK(ncclAllReduce(d_grad, d_sum, count, ncclFloat, ncclSum, comm, stream));"
+NORM = ("    sum_squares<<<256, 256, 0, stream>>>(d_grad, d_norm, count);\n"
+        "    CUDACHECK(cudaMemcpy(&h_norm, d_norm, sizeof(float), cudaMemcpyDeviceToHost));")
+
+# (the step, the statement refused, words of the reason)
+REFUSED = {
+    "branch_on_device_data": (
+        f"{NORM}\n    if (h_norm > max_norm) scale<<<256, 256, 0, stream>>>(d_grad, max_norm / h_norm, count);\n"
+        f"{ALLREDUCE}",
+        "if (h_norm > max_norm)", "decides on the host, in the middle of the step, from device data (h_norm"),
+    "argument_from_device_data": (
+        f"{NORM}\n    const float factor = max_norm / h_norm;\n    scale<<<256, 256, 0, stream>>>(d_grad, factor, "
+        f"count);\n{ALLREDUCE}",
+        "scale<<<256, 256, 0, stream>>>(d_grad, factor, count);", "uses factor, which the host has from device data"),
+    "loop_counter": (
+        f"    scale<<<256, 256, 0, stream>>>(d_grad, 1.0f / (it + 1), count);\n{ALLREDUCE}",
+        "scale<<<256, 256, 0, stream>>>(d_grad, 1.0f / (it + 1), count);",
+        "uses it, which changes from one iteration to the next"),
+    "work_in_a_helper": (
+        "    clip_and_reduce(d_grad, count, comm, stream);",
+        "clip_and_reduce(d_grad, count, comm, stream);", "calls clip_and_reduce(), a function of the program"),
+    "allocation_in_the_step": (
+        f"    float* tmp;\n    CUDACHECK(cudaMalloc(&tmp, count * sizeof(float)));\n{ALLREDUCE}",
+        "CUDACHECK(cudaMalloc(&tmp, count * sizeof(float)));", "allocates or frees memory in the step"),
+}
+
+
+def _line_of(source: str, statement: str) -> int:
+    return next(i for i, ln in enumerate(source.splitlines(), 1) if statement in ln)
+
+
+@pytest.mark.parametrize("case", sorted(REFUSED))
+def test_what_cannot_be_placed_is_one_line_with_file_and_line(tmp_path, case):
+    step, statement, words = REFUSED[case]
+    source = PROGRAM.replace("STEP", step)
+    program = tmp_path / f"{case}.cu"
+    program.write_text(source)
+    with pytest.raises(CucoError) as err:
+        create_workload("w", program, tmp_path)
+    message = str(err.value)
+    assert "\n" not in message
+    assert message.startswith(f"{program}:{_line_of(source, statement)}: `{statement}`: "), message
+    assert words in message
+    assert not (tmp_path / "w").exists()
+
+
+def test_cli_refuses_a_step_that_branches_on_device_data(tmp_path):
+    step, statement, _ = REFUSED["branch_on_device_data"]
+    source = PROGRAM.replace("STEP", step)
+    (tmp_path / "clip.cu").write_text(source)
+    env = {**os.environ, "COLUMNS": "200", "NO_COLOR": "1"}
+    proc = subprocess.run([sys.executable, "-m", "cuco", "init", "w", "--from", "clip.cu"], capture_output=True,
+                          text=True, cwd=tmp_path, env=env, timeout=120, check=False)
+    lines = [ln for ln in proc.stderr.splitlines() if ln.strip()]
+    assert proc.returncode == 2 and len(lines) == 1, proc.stderr
+    assert f"clip.cu:{_line_of(source, statement)}: `if (h_norm > max_norm)`: decides on the host" in lines[0]
+    assert not (tmp_path / "w").exists()
+
+
+def test_two_loops_that_issue_different_steps_are_refused(tmp_path):
+    source = PROGRAM.replace("STEP", ALLREDUCE).replace(
+        "  CUDACHECK(cudaStreamSynchronize(stream));",
+        "  for (int it = 0; it < 5; ++it) NCCLCHECK(ncclBroadcast(d_grad, d_sum, count, ncclFloat, 0, comm, stream));\n"
+        "  CUDACHECK(cudaStreamSynchronize(stream));")
+    (tmp_path / "two.cu").write_text(source)
+    with pytest.raises(CucoError, match=r"two\.cu:\d+: `for \(int it = 0; it < 5; \+\+it\)`: issues other work than "
+                                        r"the loop at line \d+"):
+        create_workload("w", tmp_path / "two.cu", tmp_path)
+
+
+def test_a_warmup_loop_and_a_timed_loop_make_one_step(tmp_path):
+    source = PROGRAM.replace("STEP", ALLREDUCE).replace(
+        "  for (int it = 0; it < 100; ++it) {",
+        "  for (int w = 0; w < 5; ++w) {\n" + ALLREDUCE + "\n  }\n  for (int it = 0; it < 100; ++it) {")
+    (tmp_path / "warm.cu").write_text(source)
+    seed = (create_workload("w", tmp_path / "warm.cu", tmp_path).root / "seed.cu").read_text()
+    assert seed.count("ncclAllReduce") == 1
+
+
+def test_default_stream_unchecked_calls_and_a_size_from_the_environment(tmp_path):
+    """Work on the default stream moves onto ctx->stream, unchecked calls are checked, a synchronous memset
+    becomes an asynchronous one, and a size read from the environment is a parameter with the program's default."""
+    source = PROGRAM.replace(
+        "  const size_t count = 1 << 20;",
+        '  const char* env_count = getenv("COUNT");\n'
+        "  const size_t count = env_count ? strtoull(env_count, nullptr, 10) : (size_t)1 << 20;").replace(
+        "STEP", "    scale<<<256, 256>>>(d_grad, 0.5f, count);\n    cudaMemset(d_norm, 0, sizeof(float));\n"
+                "    ncclAllReduce(d_grad, d_sum, count, ncclFloat, ncclSum, comm, 0);\n    cudaDeviceSynchronize();")
+    (tmp_path / "plain_stream.cu").write_text(source)
+    root = create_workload("w", tmp_path / "plain_stream.cu", tmp_path).root
+    run = text(_functions((root / "seed.cu").read_bytes())["cuco_run"])
+    for line in ("const size_t count = (size_t)cuco_param(ctx, \"count\");",
+                 "scale<<<256, 256, 0, ctx->stream>>>(d_grad, 0.5f, count);",
+                 "CUCO_CUDA(ctx, cudaGetLastError());",
+                 "CUCO_CUDA(ctx, cudaMemsetAsync(d_norm, 0, sizeof(float), ctx->stream));",
+                 "CUCO_NCCL(ctx, ncclAllReduce(d_grad, d_sum, count, ncclFloat, ncclSum, comm, ctx->stream));"):
+        assert line in run, line
+    assert "Synchronize" not in run and "getenv" not in (root / "seed.cu").read_text()
+    assert load_workload(root).shapes[0].params == {"count": 1 << 20}
+
+
+def test_a_size_fixed_at_file_scope_stays_a_constant(tmp_path):
+    """The seed keeps the program's #define, so the workload holds its value, never a parameter it could vary; a
+    step with no size of main() at all is refused."""
+    source = PROGRAM.replace("#define CUDACHECK", "#define HALO (1 << 10)\n#define CUDACHECK").replace(
+        "cudaMalloc(&d_norm, sizeof(float))", "cudaMalloc(&d_norm, HALO * sizeof(float))").replace(
+        "STEP", ALLREDUCE + "\n    NCCLCHECK(ncclAllReduce(d_norm, d_norm, HALO, ncclFloat, ncclSum, comm, stream));")
+    (tmp_path / "halo.cu").write_text(source)
+    spec = load_workload(create_workload("w", tmp_path / "halo.cu", tmp_path).root)
+    assert spec.params == ("count",) and spec.buffers["norm"].shape == ("1024",)
+    assert _same(spec.bounds.comm_bytes, "2 * (world - 1) * (count + 1024) * 4 / world", _envs(["count"]))
+    fixed = PROGRAM.replace("  const size_t count = 1 << 20;\n", "").replace(
+        "#define CUDACHECK", "#define COUNT (1 << 20)\n#define CUDACHECK").replace("count", "COUNT").replace(
+        "STEP", ALLREDUCE.replace("count", "COUNT"))
+    (tmp_path / "fixed.cu").write_text(fixed)
+    with pytest.raises(CucoError, match=r"fixed\.cu:\d+: `for \(int it = 0; it < 100; \+\+it\)`: no size of the step "
+                                        r"is a variable of main\(\)"):
+        create_workload("v", tmp_path / "fixed.cu", tmp_path)
+
+
+# ---- the examples as programs ----------------------------------------------------------------------------------
+
+def _mpi_flags() -> list[str] | None:
+    """The MPI compiler wrapper's include and link flags, or None without an MPI."""
+    for wrapper in ("mpicxx", "mpic++", "mpicc"):
+        if shutil.which(wrapper):
+            flags = []
+            for what in ("compile", "link"):
+                proc = subprocess.run([wrapper, f"--showme:{what}"], capture_output=True, text=True, check=False)
+                if proc.returncode != 0:
+                    return None
+                flags += proc.stdout.split()
+            return flags
+    return None
+
+
+@pytest.mark.nvcc
+@pytest.mark.parametrize("name", sorted(WANT))
+def test_the_examples_build_as_they_are(tmp_path, name):
+    from cuco.runner.toolchain import find_toolchain
+
+    tc = find_toolchain()
+    extra: list[str] = []
+    if name == "mpi_allreduce":
+        flags = _mpi_flags()
+        if flags is None:
+            pytest.skip("no MPI here (mpicxx --showme): mpi_allreduce.cu needs mpi.h; install libopenmpi-dev")
+        extra = flags
+    libs = []
+    for lib_dir, prefix in ((tc.nccl_lib, "libnccl.so"), (tc.cublas_lib, "libcublas.so")):
+        found = sorted(Path(lib_dir).glob(prefix + "*"), key=lambda p: len(p.name)) if lib_dir else []
+        libs += [f"-L{found[0].parent}", f"-l:{found[0].name}"] if found else [f"-l{prefix[3:-3]}"]
+    includes = [f"-I{d}" for d in (tc.nccl_include, tc.cublas_include) if d]
+    cmd = [str(tc.nvcc), "-std=c++17", "-O1", "-Wno-deprecated-gpu-targets", str(EXAMPLES / f"{name}.cu"), "-o",
+           str(tmp_path / name), *includes, *libs, *extra]
+    proc = subprocess.run(cmd, capture_output=True, text=True, timeout=600, check=False)
+    assert proc.returncode == 0, proc.stderr[-3000:]
