@@ -60,10 +60,35 @@ def collect(measure: bool) -> dict[str, Any]:
     facts["landlock_abi"] = landlock_abi()
     if measure and len(facts["gpus"]) >= 1:
         facts["gemm_bf16_tflops"] = measure_gemm_tflops()
+        _measure_ceilings(facts)
     if measure and len(facts["gpus"]) >= 2:
         facts["peer_bw_gbps"] = measure_peer_bandwidth()
     save_machine(facts)
     return facts
+
+
+def _measure_ceilings(facts: dict[str, Any]) -> None:
+    """The machine's ceilings into `facts`; measured while the GPU was busy, they are not saved and the reason is."""
+    from cuco.ceilings import Busy, measure, to_facts
+
+    try:
+        facts["ceilings"] = to_facts(measure(facts["gpus"][0]["name"]))
+        facts.pop("ceilings_refused", None)
+    except Busy as exc:
+        facts["ceilings_refused"] = str(exc)
+
+
+def _ceiling_rows(facts: dict[str, Any]) -> list[tuple[str, str]]:
+    names = {"tensor_bf16_tflops": "bf16 tensor rate", "hbm_read_gbps": "HBM read", "hbm_write_gbps": "HBM write",
+             "hbm_copy_gbps": "HBM copy", "link_one_way_gbps": "peer link, one way",
+             "link_both_ways_gbps": "peer link, both ways"}
+    out = []
+    for key, c in (facts.get("ceilings") or {}).items():
+        share = f", {c['share']:.0%} of the datasheet's {c['datasheet']:.0f}" if c.get("share") else ""
+        out.append((names.get(key, key), f"{c['value']:.0f} {c['unit']}{share}: {c['method']}"))
+    if facts.get("ceilings_refused"):
+        out.append(("ceilings", f"not saved: {facts['ceilings_refused']}"))
+    return out
 
 
 def rows(facts: dict[str, Any]) -> list[tuple[str, str]]:
@@ -85,6 +110,7 @@ def rows(facts: dict[str, Any]) -> list[tuple[str, str]]:
         out.append(("peer link", f"{facts['peer_bw_gbps']:.0f} GB/s per direction, both ranks sending (measured)"))
     if facts.get("gemm_bf16_tflops"):
         out.append(("bf16 GEMM", f"{facts['gemm_bf16_tflops']:.0f} TFLOP/s (measured, 8192^3, random data)"))
+    out += _ceiling_rows(facts)
     out.append(("environment", _environment()))
     return out
 

@@ -91,8 +91,8 @@ class RayBackend:
             except ray.exceptions.RayError as exc:  # the node died on every try, or the task could not run
                 first = str(exc).strip().splitlines()[0] if str(exc).strip() else ""
                 record = EvalRecord(workload=spec.name, candidate=str(src), world=spec.world_size, device=self.device,
-                                    failed_level="cluster", error=f"the cluster could not evaluate it: "
-                                                                  f"{type(exc).__name__}: {first}"[:500])
+                                    failed_level="cluster", fault="runner",
+                                    error=f"the cluster could not evaluate it: {type(exc).__name__}: {first}"[:500])
             save_record(record, work / "record.json")
             return record
 

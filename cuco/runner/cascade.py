@@ -106,7 +106,8 @@ def evaluate(spec: WorkloadSpec, candidate: Path, opts: EvalOptions,
         work.mkdir(parents=True, exist_ok=True)
     except OSError as exc:
         return _fail(record, stages[0].level if stages else "L2",
-                     f"cuco cannot write the evaluation's folder {opts.work_dir}: {exc.strerror or exc}",
+                     f"cuco cannot write the evaluation's folder {opts.work_dir or tempfile.gettempdir()}: "
+                     f"{exc.strerror or exc}",
                      fault="runner")
     gate_file = make_gate_file(work) if opts.device == "cuda" and harness else None
     # The workload's NCCL settings, then those it declares for this candidate by name (workload.toml only: a

@@ -157,7 +157,10 @@ class Judge:
         except ChannelClosed:
             raise self._host_gone(where) from None
         except RemoteError as exc:
-            raise CandidateFailed(str(exc), "harness" if exc.where == "framework" else "candidate") from None
+            # The runner's code in the candidate's process fails on its own only before the candidate is loaded;
+            # after that, the candidate shares the process and may have caused it.
+            runner = exc.where == "framework" and where == "start-up"
+            raise CandidateFailed(str(exc), "harness" if runner else "candidate") from None
         except (ValueError, TimeoutError) as exc:
             raise CandidateFailed(f"{where}: {exc}", "candidate") from None
 

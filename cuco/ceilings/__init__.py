@@ -1,0 +1,216 @@
+"""The machine's ceilings: the best rates this GPU reaches, each measured with the best microbenchmark cuco has,
+with its method and its share of the datasheet figure. They are what a speed-of-light bound divides by.
+
+A ceiling measured while something else runs on the GPU is too low, and a bound made from it too high (honest
+candidates would look impossible): `measure` checks before and after that no other process holds the GPU and that
+the same probe gives the same rate at the start and at the end, and refuses to return ceilings otherwise.
+"""
+
+from __future__ import annotations
+
+import os
+import shutil
+import subprocess
+from collections.abc import Callable
+from dataclasses import asdict, dataclass
+from typing import Any
+
+# Datasheet figures, dense (no sparsity): bf16 tensor TFLOP/s, HBM TB/s, NVLink GB/s per direction. From NVIDIA's
+# H100 and H200 product briefs (SXM5 parts; the H100 PCIe has 2.0 TB/s of HBM2e, 756 TFLOP/s and NVLink bridges).
+DATASHEET: dict[str, dict[str, float]] = {
+    "H200": {"tensor_bf16_tflops": 989.4, "hbm_gbps": 4800.0, "link_gbps": 450.0},
+    "H100 80GB HBM3": {"tensor_bf16_tflops": 989.4, "hbm_gbps": 3350.0, "link_gbps": 450.0},
+    "H100 PCIe": {"tensor_bf16_tflops": 756.0, "hbm_gbps": 2000.0, "link_gbps": 300.0},
+}
+GEMM_SHAPES = ((8192, 8192, 8192), (16384, 8192, 8192), (8192, 16384, 16384), (4096, 16384, 8192))
+HBM_BYTES = 2 << 30  # 2 GiB per buffer: 40x an H100's or H200's L2 (50 MB), so no pass is served from it
+LINK_SIZES_MB = (64, 256, 1024)
+STABLE = 0.08  # the probe's rate after may differ from its rate before by this much (boost clocks move a few %)
+
+
+@dataclass
+class Ceiling:
+    value: float
+    unit: str
+    method: str
+    datasheet: float | None = None
+
+    @property
+    def share(self) -> float | None:
+        return self.value / self.datasheet if self.datasheet else None
+
+
+class Busy(RuntimeError):
+    """Another process uses the GPU, or the rates moved while measuring: the ceilings would be too low."""
+
+
+def datasheet(gpu_name: str) -> dict[str, float]:
+    """The datasheet figures of the GPU by its name (torch's), {} for a GPU not in the table."""
+    for key, figures in DATASHEET.items():
+        if key in gpu_name:
+            return figures
+    return {}
+
+
+def _timed(fn: Callable[[], Any], iters: int) -> float:
+    """Milliseconds per call: the best of `iters` calls after two warm-up calls, each timed by CUDA events."""
+    import torch
+
+    for _ in range(2):
+        fn()
+    best = float("inf")
+    for _ in range(iters):
+        start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+        start.record()
+        fn()
+        end.record()
+        end.synchronize()
+        best = min(best, start.elapsed_time(end))
+    return best
+
+
+def tensor_rate(iters: int = 10) -> tuple[float, str]:
+    """Dense bf16 TFLOP/s through cuBLAS, the best of several large shapes on random data."""
+    import torch
+
+    best, where = 0.0, ""
+    for m, k, n in GEMM_SHAPES:
+        a = torch.randn(m, k, device="cuda", dtype=torch.bfloat16)
+        b = torch.randn(k, n, device="cuda", dtype=torch.bfloat16)
+        c = torch.empty(m, n, device="cuda", dtype=torch.bfloat16)
+        rate = 2 * m * n * k / (_timed(lambda a=a, b=b, c=c: torch.matmul(a, b, out=c), iters) * 1e-3) / 1e12
+        if rate > best:
+            best, where = rate, f"{m}x{k}x{n}"
+        del a, b, c
+    return best, f"cuBLAS bf16 GEMM, random data, best of {len(GEMM_SHAPES)} shapes ({where} fastest)"
+
+
+def hbm_rates(iters: int = 10) -> dict[str, tuple[float, str]]:
+    """HBM GB/s reading, writing and copying, each the best of torch's kernel and cuco's Triton one."""
+    import torch
+
+    from cuco.ceilings.stream import read_all, write_all
+
+    n = HBM_BYTES // 4
+    src = torch.rand(n, device="cuda")
+    dst = torch.empty_like(src)
+    sums = torch.empty(4096, device="cuda")
+    runs = {
+        "read": (HBM_BYTES, {"Triton, 16-byte loads": lambda: read_all(src, sums),
+                             "torch sum": lambda: src.sum()}),
+        "write": (HBM_BYTES, {"Triton, 16-byte stores": lambda: write_all(dst, 1.0),
+                              "torch fill": lambda: dst.fill_(1.0)}),
+        "copy": (2 * HBM_BYTES, {"torch copy": lambda: dst.copy_(src)}),
+    }
+    out = {}
+    for what, (moved, kernels) in runs.items():
+        rates = {name: moved / (_timed(fn, iters) * 1e-3) / 1e9 for name, fn in kernels.items()}
+        name = max(rates, key=rates.get)
+        tried = ", ".join(f"{k} {v:.0f}" for k, v in rates.items())
+        out[what] = (rates[name], f"{name} over {HBM_BYTES >> 30} GiB ({tried} GB/s)")
+    return out
+
+
+def link_rates(iters: int = 5) -> dict[str, tuple[float, str]] | None:
+    """GB/s per direction between GPU 0 and 1 through the copy engine: one way, and both ways at once (the rate
+    each direction keeps while the other is busy), the best of several sizes. None with fewer than two GPUs."""
+    import torch
+
+    if torch.cuda.device_count() < 2:
+        return None
+    best = {"one_way": (0.0, 0), "both_ways": (0.0, 0)}
+    for mb in LINK_SIZES_MB:
+        n = mb << 20
+        a0, b0 = (torch.empty(n, dtype=torch.uint8, device="cuda:0") for _ in range(2))
+        a1, b1 = (torch.empty(n, dtype=torch.uint8, device="cuda:1") for _ in range(2))
+        s0, s1 = torch.cuda.Stream("cuda:0"), torch.cuda.Stream("cuda:1")
+
+        def one_way(b1=b1, a0=a0, s0=s0) -> None:
+            with torch.cuda.stream(s0):
+                b1.copy_(a0, non_blocking=True)
+            s0.synchronize()
+
+        def both_ways(b1=b1, a0=a0, b0=b0, a1=a1, s0=s0, s1=s1) -> None:
+            with torch.cuda.stream(s0):
+                b1.copy_(a0, non_blocking=True)
+            with torch.cuda.stream(s1):
+                b0.copy_(a1, non_blocking=True)
+            s0.synchronize()
+            s1.synchronize()
+
+        for key, fn in (("one_way", one_way), ("both_ways", both_ways)):
+            rate = n / (_wall_ms(fn, iters) * 1e-3) / 1e9
+            if rate > best[key][0]:
+                best[key] = (rate, mb)
+        del a0, b0, a1, b1
+    sizes = ", ".join(map(str, LINK_SIZES_MB))
+    ways = {"one_way": "one direction", "both_ways": "both directions at once"}
+    return {key: (rate, f"copy engine (cudaMemcpyPeerAsync) between GPU 0 and 1, {ways[key]}, best of {sizes} MB "
+                        f"({mb} MB fastest)") for key, (rate, mb) in best.items()}
+
+
+def _wall_ms(fn: Callable[[], None], iters: int) -> float:
+    """Milliseconds of a call that synchronises its own streams (two devices: no one event pair times both)."""
+    import time
+
+    fn()
+    best = float("inf")
+    for _ in range(iters):
+        t0 = time.perf_counter()
+        fn()
+        best = min(best, (time.perf_counter() - t0) * 1e3)
+    return best
+
+
+def other_processes() -> list[str]:
+    """Processes other than this one that hold a GPU, as nvidia-smi lists them ([] where it is absent)."""
+    if not shutil.which("nvidia-smi"):
+        return []
+    proc = subprocess.run(["nvidia-smi", "--query-compute-apps=pid,process_name", "--format=csv,noheader"],
+                          capture_output=True, text=True)
+    mine = str(os.getpid())
+    return [line.strip() for line in proc.stdout.splitlines() if line.strip() and line.split(",")[0].strip() != mine]
+
+
+def measure(gpu_name: str, probe: Callable[[], float] | None = None,
+            others: Callable[[], list[str]] = other_processes,
+            rates: Callable[[dict[str, float]], dict[str, Ceiling]] | None = None) -> dict[str, Ceiling]:
+    """Every ceiling of this machine, or Busy naming why they would be too low. Before and after, no other process
+    may hold a GPU and `probe` (a rate; the 8192^3 GEMM) must give the same within STABLE."""
+    held = others()
+    if held:
+        raise Busy(f"other processes hold the GPU ({'; '.join(held)})")
+    probe = probe or _probe_gemm
+    before = probe()
+    out = (rates or all_rates)(datasheet(gpu_name))
+    after = probe()
+    held = others()
+    if held:
+        raise Busy(f"other processes started on the GPU while measuring ({'; '.join(held)})")
+    if abs(after - before) > STABLE * max(before, after):
+        raise Busy(f"the same probe ran at {before:.0f} before measuring and {after:.0f} after: something else used "
+                   "the GPU, or its clocks moved")
+    return out
+
+
+def all_rates(sheet: dict[str, float]) -> dict[str, Ceiling]:
+    """The tensor rate, HBM read, write and copy, and (with two GPUs) the peer link, beside their datasheet figures."""
+    tflops, how = tensor_rate()
+    out = {"tensor_bf16_tflops": Ceiling(tflops, "TFLOP/s", how, sheet.get("tensor_bf16_tflops"))}
+    for what, (rate, how) in hbm_rates().items():
+        out[f"hbm_{what}_gbps"] = Ceiling(rate, "GB/s", how, sheet.get("hbm_gbps"))
+    for what, (rate, how) in (link_rates() or {}).items():
+        out[f"link_{what}_gbps"] = Ceiling(rate, "GB/s", how, sheet.get("link_gbps"))
+    return out
+
+
+def _probe_gemm() -> float:
+    import torch
+
+    a = torch.randn(8192, 8192, device="cuda", dtype=torch.bfloat16)
+    return 2 * 8192**3 / (_timed(lambda: a @ a, 5) * 1e-3) / 1e12
+
+
+def to_facts(ceilings: dict[str, Ceiling]) -> dict[str, dict[str, Any]]:
+    """As machine.json keeps them: value, unit, method, datasheet figure and share."""
+    return {k: {**asdict(c), "share": c.share} for k, c in ceilings.items()}
