@@ -24,6 +24,7 @@ app = typer.Typer(add_completion=False, no_args_is_help=True, pretty_exceptions_
                   epilog="Exit codes of every command: " + ", ".join(
                       f"{int(code)} {short}" for code, (short, _) in MEANING.items()) + " (docs/cli.md).")
 console = Console(width=None if sys.stdout.isatty() else 160)
+err_console = Console(stderr=True, width=None if sys.stderr.isatty() else 160)
 
 
 def _device(choice: str, world: int) -> str:
@@ -362,20 +363,20 @@ def _writable_dir(path: Path) -> Path:
 
 def _search_exit_code(evo, best) -> ExitCode:
     """0 only for a search that ended with a passing program and was not stopped by a failure; each other
-    ending says why in one line."""
+    ending says why in one line, on stderr."""
     fault = evo.stop_fault
     if fault in ("runner", "workload"):
-        console.print(f"[red]error:[/] the search stopped: {'cuco' if fault == 'runner' else 'the workload'} failed, "
-                      f"not the candidates: {escape(evo.stop_reason)}", highlight=False)
+        who = "cuco" if fault == "runner" else "the workload"
+        err_console.print(f"[red]error:[/] the search stopped: {who} failed, not the candidates: "
+                          f"{escape(evo.stop_reason)}", highlight=False)
         return ExitCode.CUCO if fault == "runner" else ExitCode.BAD_INPUT
     if fault == "proposer":
-        console.print(f"[red]error:[/] the search stopped: its proposer failed: {escape(evo.stop_reason)}",
-                      highlight=False)
+        err_console.print(f"[red]error:[/] the search stopped: its proposer failed: {escape(evo.stop_reason)}",
+                          highlight=False)
         return ExitCode.FAILED
     if best is None:
-        done = evo.db.count("done")
-        console.print(f"[red]error:[/] no candidate passed ({done} evaluated; each one's error is in the table above "
-                      "and in cuco report)", highlight=False)
+        err_console.print(f"[red]error:[/] no candidate passed ({evo.db.count('done')} evaluated; each one's error "
+                          "is in the table above and in cuco report)", highlight=False)
         return ExitCode.FAILED
     return ExitCode.OK
 

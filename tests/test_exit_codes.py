@@ -113,7 +113,7 @@ def test_unwritable_run_directory_stops_the_search_at_once(tmp_path):
     (run / "evals").write_text("in the way")
     proc = cuco(["evolve", str(CPU_WL), "--generations", "4", "--run-dir", "run", *QUICK], tmp_path)
     assert proc.returncode == 3, said(proc)
-    assert "cuco failed, not the candidates" in proc.stdout and "cannot write the candidate" in proc.stdout
+    assert "cuco failed, not the candidates" in proc.stderr and "cannot write the candidate" in proc.stderr
     assert proc.stdout.count("done #") == 1, said(proc)
     # An unwritable run directory itself: one line before anything runs.
     (tmp_path / "file").write_text("")
@@ -153,7 +153,7 @@ def test_broken_reference_is_the_workloads_fault(tmp_path):
     record = json.loads((tmp_path / "r.json").read_text())
     assert record["fault"] == "workload" and "reference.py raised KeyError" in record["error"], record["error"]
     search = cuco(["evolve", "wl", "--generations", "3", "--run-dir", "run", *QUICK], tmp_path)
-    assert search.returncode == 2 and "the workload failed, not the candidates" in search.stdout, said(search)
+    assert search.returncode == 2 and "the workload failed, not the candidates" in search.stderr, said(search)
 
 
 def test_search_without_a_passing_candidate_exits_1(tmp_path):
@@ -162,7 +162,7 @@ def test_search_without_a_passing_candidate_exits_1(tmp_path):
         "torch.matmul(a_full, b, out=c)", "torch.matmul(a_full, b, out=c)\n    c.mul_(2)"))
     proc = cuco(["evolve", "wl", "--generations", "1", "--run-dir", "run", "--set", "search.start=wrong.py",
                  *QUICK], tmp_path)
-    assert proc.returncode == 1 and "no candidate passed (1 evaluated" in proc.stdout, said(proc)
+    assert proc.returncode == 1 and "no candidate passed (1 evaluated" in proc.stderr, said(proc)
     assert not (tmp_path / "run" / "best").exists()
     assert json.loads((tmp_path / "run" / "summary.json").read_text())["exit_code"] == 1
 
@@ -178,7 +178,7 @@ def test_search_whose_llm_is_unreachable_exits_1(tmp_path):
         "max_retries = 0\nmax_consecutive_failures = 2\n")
     proc = cuco(["evolve", str(CPU_WL), "--config", "run.toml", "--generations", "4", "--run-dir", "run"], tmp_path)
     assert proc.returncode == 1, said(proc)
-    assert "its proposer failed" in proc.stdout and proc.stdout.count("done #") == 1, said(proc)
+    assert "its proposer failed" in proc.stderr and proc.stdout.count("done #") == 1, said(proc)
 
 
 def test_cuda_search_on_a_machine_without_gpus_exits_4(tmp_path):
