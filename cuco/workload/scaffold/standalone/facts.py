@@ -10,8 +10,9 @@ from cuco.fastpath.analyze import BLAS, COPIES, NCCL_SIGNATURES
 from cuco.fastpath.syntax import text
 from cuco.workload.scaffold.infer import Param, Scaffold, settle
 from cuco.workload.scaffold.program import C_TYPES, dims, param_name, tidy
+from cuco.workload.scaffold.size_expr import MAX_DEPTH
 from cuco.workload.scaffold.standalone.calls import GEMM_SIZES
-from cuco.workload.scaffold.standalone.nodes import MAX_DEPTH, call_args, callee, calls_in, idents, line_of
+from cuco.workload.scaffold.standalone.nodes import call_args, callee, calls_in, idents, line_of
 from cuco.workload.scaffold.standalone.seed import Seed
 from cuco.workload.scaffold.standalone.sizes import Sizes
 from cuco.workload.scaffold.standalone.step import Event

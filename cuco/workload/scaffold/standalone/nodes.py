@@ -5,9 +5,6 @@ from __future__ import annotations
 
 from cuco.fastpath.syntax import text, walk
 
-LOOPS = ("for_statement", "while_statement", "do_statement", "for_range_loop")
-MAX_DEPTH = 12  # initialisers followed, one through another, before giving up
-
 
 def line_of(node) -> int:
     return node.start_point.row + 1
@@ -50,10 +47,3 @@ def root_name(arg) -> str | None:
 
 def strings_in(node) -> set[str]:
     return {text(n) for n in walk(node) if n.type == "string_content"}
-
-
-def int_literal(raw: str) -> int | None:
-    try:
-        return int(raw.replace("'", "").rstrip("uUlL"), 0)
-    except ValueError:
-        return None

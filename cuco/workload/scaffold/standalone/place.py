@@ -6,8 +6,9 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from cuco.fastpath.syntax import text, walk
+from cuco.workload.scaffold.c_expr import LOOPS
 from cuco.workload.scaffold.standalone.calls import WORK
-from cuco.workload.scaffold.standalone.nodes import LOOPS, callee, calls_in, line_of
+from cuco.workload.scaffold.standalone.nodes import callee, calls_in, line_of
 from cuco.workload.scaffold.standalone.program import Standalone
 
 

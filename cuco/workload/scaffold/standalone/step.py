@@ -7,10 +7,10 @@ from dataclasses import dataclass
 
 from cuco.fastpath.analyze import BLAS, COPIES, NCCL_SIGNATURES
 from cuco.fastpath.syntax import walk
+from cuco.workload.scaffold.c_expr import LOOPS
+from cuco.workload.scaffold.size_expr import MAX_DEPTH
 from cuco.workload.scaffold.standalone.calls import GEMM_SIZES, WORK
 from cuco.workload.scaffold.standalone.nodes import (
-    LOOPS,
-    MAX_DEPTH,
     address_of,
     call_args,
     callee,
