@@ -40,6 +40,7 @@ def compute_bound(spec: WorkloadSpec, shape: Shape, world: int, device: str, com
         serial_ms = comm_ms * serial_bytes / comm_bytes
     tflops = machine.get("gemm_bf16_tflops")
     parts = [v for v in (compute_ms, comm_ms) if v is not None]
+    hbm_bytes = eval_expr(spec.bounds.hbm_bytes, env)
     return {
         "compute_ms": compute_ms,
         "compute_floor_ms": flops / (tflops * 1e12) * 1e3 if tflops and flops else None,
@@ -49,7 +50,27 @@ def compute_bound(spec: WorkloadSpec, shape: Shape, world: int, device: str, com
         "flops": flops,
         "serial_comm_ms": serial_ms,
         "bound_ms": max(parts) + (serial_ms or 0.0) if parts else None,
+        "hbm_bytes": hbm_bytes,
+        **(speed_of_light(flops, hbm_bytes, comm_bytes, serial_bytes, machine) if device == "cuda" else {}),
     }
+
+
+def speed_of_light(flops: float, hbm_bytes: float, comm_bytes: float, serial_bytes: float,
+                   machine: dict[str, Any]) -> dict[str, float]:
+    """The least time the machine's ceilings allow (`cuco doctor`): the largest of the flops at the tensor rate, the
+    HBM bytes at the fastest HBM rate measured, and the bytes received at the link's rate with both directions
+    busy; communication that can only follow the compute adds to the compute's terms, never to the link's (it
+    is part of comm_bytes), so nothing is counted twice. Empty where the ceilings were not measured."""
+    c = machine.get("ceilings") or {}
+    tensor = (c.get("tensor_bf16_tflops") or {}).get("value")
+    hbm = max([(c.get(k) or {}).get("value") or 0.0 for k in ("hbm_read_gbps", "hbm_write_gbps", "hbm_copy_gbps")])
+    link = (c.get("link_both_ways_gbps") or {}).get("value") or machine.get("peer_bw_gbps")
+    if not tensor or not hbm or (comm_bytes and not link):
+        return {}
+    compute = max(flops / (tensor * 1e12), hbm_bytes / (hbm * 1e9)) * 1e3
+    comm = comm_bytes / (link * 1e9) * 1e3 if comm_bytes else 0.0
+    serial = serial_bytes / (link * 1e9) * 1e3 if serial_bytes else 0.0
+    return {"hbm_ms": hbm_bytes / (hbm * 1e9) * 1e3, "speed_of_light_ms": max(compute + serial, comm)}
 
 
 # ---- the references' timings: measured in a clean process, once per machine, workload and shape ----------

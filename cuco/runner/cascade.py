@@ -275,6 +275,8 @@ def _collect(spec, record: EvalRecord, stages: list[dict[str, Any]], opts, basel
         shape_rec.bound = b
         if b.bound_ms and t.median_ms:
             shape_rec.efficiency = b.bound_ms / t.median_ms
+        if b.speed_of_light_ms and t.median_ms:
+            shape_rec.sol_efficiency = b.speed_of_light_ms / t.median_ms
         if baselines:
             sp = {}
             for bname, brec in baselines.items():

@@ -84,10 +84,13 @@ class Timing:
 
 @dataclass
 class Bound:
-    """The physical bound of a shape (`bounds.compute_bound`): the larger of the compute alone and the
-    communication alone, each measured or derived from the machine's facts, plus the communication that can only
-    follow the compute."""
-    _OMIT: ClassVar[frozenset[str]] = frozenset({"serial_comm_ms"})  # only workloads with such communication
+    """The bounds of a shape (`bounds.compute_bound`). `bound_ms`, the library bound: the larger of the compute
+    alone (the workload's library version, timed) and the communication alone, plus the communication that can
+    only follow the compute. `speed_of_light_ms`: the same from the machine's ceilings alone (flops, HBM bytes and
+    link bytes at the rates `cuco doctor` measured), with no library in it."""
+    # serial_comm_ms: only workloads with such communication; hbm_ms and speed_of_light_ms: only on GPUs whose
+    # ceilings `cuco doctor` measured
+    _OMIT: ClassVar[frozenset[str]] = frozenset({"serial_comm_ms", "hbm_bytes", "hbm_ms", "speed_of_light_ms"})
     compute_ms: float | None = None
     compute_floor_ms: float | None = None
     comm_ms: float | None = None
@@ -96,6 +99,9 @@ class Bound:
     flops: float | None = None
     serial_comm_ms: float | None = None
     bound_ms: float | None = None
+    hbm_bytes: float | None = None
+    hbm_ms: float | None = None
+    speed_of_light_ms: float | None = None  # from the machine's ceilings alone (cuco.runner.bounds.speed_of_light)
 
     def to_dict(self) -> dict[str, Any]:
         return _plain(self, self._OMIT)
@@ -116,9 +122,10 @@ class ShapeResult:
     bound: Bound | None = None
     efficiency: float | None = None
     speedup: dict[str, float] | None = None
+    sol_efficiency: float | None = None  # speed of light / median
 
     def to_dict(self) -> dict[str, Any]:
-        out = _plain(self, frozenset({"timing", "bound", "efficiency", "speedup"}))
+        out = _plain(self, frozenset({"timing", "bound", "efficiency", "speedup", "sol_efficiency"}))
         out["correctness"] = [c.to_dict() for c in self.correctness]
         if not self.correctness:  # set by the first L2/L3 stage, absent from a shape only timed
             del out["correctness"]

@@ -88,6 +88,9 @@ class Timing:
 @dataclass(frozen=True)
 class Bounds:
     flops: str = "0"  # per rank
+    # The least bytes a rank must read from and write to its own memory (inputs and weights read once, outputs
+    # written once): the HBM term of the speed of light.
+    hbm_bytes: str = "0"
     comm_bytes: str = "0"  # bytes each rank must receive over its peer links
     # Of those, bytes that exist only once the compute is over (the last layer's output): added to the bound.
     serial_comm_bytes: str = "0"
@@ -281,7 +284,7 @@ def _load_measurement(top: _Section, params: tuple[str, ...]) -> tuple[Tolerance
     if timing.trials < 2:
         raise top.fail("timing.trials", "at least 2 trials on fresh inputs are required")
     bounds = _load_dataclass(Bounds, top.table("bounds"))
-    for key in ("flops", "comm_bytes", "serial_comm_bytes"):
+    for key in ("flops", "hbm_bytes", "comm_bytes", "serial_comm_bytes"):
         try:
             unknown = names_in(getattr(bounds, key)) - set(params) - {"world"}
         except ExprError as exc:

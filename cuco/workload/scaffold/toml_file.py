@@ -10,6 +10,7 @@ from __future__ import annotations
 import json
 import re
 
+from cuco.dtypes import DTYPES
 from cuco.workload.scaffold.infer import WORLD, Buffer, Scaffold
 from cuco.workload.spec import Timing
 
@@ -85,8 +86,19 @@ def _bounds(sc: Scaffold) -> list[str]:
         lines.append('flops = "0"  # no computation in the run: bound by communication')
     else:
         lines.append(_todo(f"flops = {_s(sc.flops)}", flops))
+    lines.append("# bytes each rank reads from and writes to its own memory: inputs read once, outputs written once")
+    lines.append(_hbm_line(sc))
     lines.append("# bytes each rank receives per run over its peer links, from the NCCL calls")
     return lines + [_todo(f"comm_bytes = {_s(sc.comm_bytes)}", comm)]
+
+
+def _hbm_line(sc: Scaffold) -> str:
+    """hbm_bytes from the buffers' declarations; a guess wherever one of their shapes or dtypes is."""
+    moved = [b for b in sc.buffers if b.role in ("input", "output")]
+    terms = [" * ".join([f"({d})" for d in b.shape] + [str(DTYPES[b.dtype].size)]) for b in moved]
+    unsure = [b.name for b in moved if b.todo.get("shape") or b.todo.get("dtype") or b.todo.get("role")]
+    todos = [f"rests on the guessed {', '.join(unsure)}"] if unsure else []
+    return _todo(f"hbm_bytes = {_s(' + '.join(terms) or '0')}", todos)
 
 
 def workload_toml(sc: Scaffold) -> str:

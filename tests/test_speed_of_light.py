@@ -1,0 +1,89 @@
+"""The speed of light: every shipped workload's hbm_bytes against an independent count, and the bound from the
+machine's ceilings (flops, HBM and link terms; the serial part added to the compute's side only)."""
+
+from __future__ import annotations
+
+import math
+import sys
+
+import pytest
+from conftest import ROOT, WORKLOADS
+
+from cuco.dtypes import DTYPES
+from cuco.runner.bounds import compute_bound, speed_of_light
+from cuco.workload import load_workload
+from cuco.workload.expr import eval_expr
+from cuco.workload.registry import builtin_names
+
+if sys.version_info >= (3, 11):
+    import tomllib
+else:
+    import tomli as tomllib
+
+# Workloads whose least HBM traffic is not "every input read once, every output written once": one rank's work
+# differs from another's, or the data decide how much of a buffer is touched.
+SPECIAL = {"alltoallv_bf16", "kv_transfer", "moe_deepseek_v3"}
+CEILINGS = {"ceilings": {"tensor_bf16_tflops": {"value": 800.0}, "hbm_read_gbps": {"value": 3000.0},
+                         "hbm_write_gbps": {"value": 3200.0}, "hbm_copy_gbps": {"value": 2900.0},
+                         "link_both_ways_gbps": {"value": 400.0}}}
+
+
+def _declared_bytes(spec, shape) -> int:
+    env = shape.env(spec.world_size)
+    return sum(math.prod(eval_expr(d, env) for d in b.shape) * DTYPES[b.dtype].size
+               for b in spec.buffers.values() if b.role in ("input", "output"))
+
+
+def test_every_shipped_workload_states_its_hbm_bytes():
+    names = builtin_names()
+    assert len(names) >= 13
+    for name in names:
+        assert load_workload(WORKLOADS / name).bounds.hbm_bytes != "0", name
+    tutorial = tomllib.loads((ROOT / "examples" / "tutorial" / "workload.toml").read_text())
+    assert tutorial["bounds"]["hbm_bytes"] != "0"
+
+
+@pytest.mark.parametrize("name", sorted(set(builtin_names()) - SPECIAL))
+def test_hbm_bytes_are_the_inputs_and_outputs_declared(name):
+    spec = load_workload(WORKLOADS / name)
+    for shape in spec.shapes + spec.small_shapes:
+        assert eval_expr(spec.bounds.hbm_bytes, shape.env(spec.world_size)) == _declared_bytes(spec, shape), shape
+
+
+def test_hbm_bytes_of_the_special_workloads_by_hand():
+    kv = load_workload(WORKLOADS / "kv_transfer")
+    env = kv.shape("32k").env(2)
+    decode = env["L"] * 2 * env["S"] * env["KV"] * env["D"] * 2 + -(-env["S"] // env["PAGE"]) * 4
+    prefill = env["S"] * env["HID"] * 2 + 2 * env["L"] * env["HID"] * env["KV"] * env["D"] * 2
+    assert eval_expr(kv.bounds.hbm_bytes, env) == max(decode, prefill) == decode
+    moe = load_workload(WORKLOADS / "moe_deepseek_v3")
+    env = moe.shape("t128").env(2)
+    weights = 128 * (7168 * 2 * 2048 + 2048 * 7168) * 2  # 128 local experts' w13 and w2, bf16
+    assert eval_expr(moe.bounds.hbm_bytes, env) == weights + 128 * 7168 * 2 * 2 + 128 * 256 * 4
+    assert 11.2e9 < weights < 11.4e9
+    a2a = load_workload(WORKLOADS / "alltoallv_bf16")
+    env = a2a.shapes[0].env(2)
+    assert eval_expr(a2a.bounds.hbm_bytes, env) == env["N"] // 2 * 2 + 2 * 8 + env["N"] * 2
+
+
+def test_speed_of_light_takes_the_largest_term_and_counts_nothing_twice():
+    # 1.6 GFLOP at 800 TFLOP/s = 2 us; 32 MB at the fastest HBM rate (3200 GB/s) = 10 us; 8 MB at 400 GB/s = 20 us
+    sol = speed_of_light(1.6e9, 32e6, 8e6, 0.0, CEILINGS)
+    assert sol["hbm_ms"] == pytest.approx(0.010) and sol["speed_of_light_ms"] == pytest.approx(0.020)
+    # 2 MB of the 8 can only leave once the compute is over: 10 + 5 us, still under the link's 20
+    assert speed_of_light(1.6e9, 32e6, 8e6, 2e6, CEILINGS)["speed_of_light_ms"] == pytest.approx(0.020)
+    # with the link four times as fast the serial part shows: 10 us of HBM, then 1.25 us of the last bytes
+    fast = {"ceilings": {**CEILINGS["ceilings"], "link_both_ways_gbps": {"value": 1600.0}}}
+    assert speed_of_light(1.6e9, 32e6, 8e6, 2e6, fast)["speed_of_light_ms"] == pytest.approx(0.01125)
+    assert speed_of_light(1.6e9, 32e6, 8e6, 0.0, {}) == {}  # no ceilings measured: no speed of light
+
+
+def test_the_record_carries_both_bounds_on_gpus_only():
+    spec = load_workload(WORKLOADS / "gemm_allgather")
+    shape = spec.shape("8k")
+    gpu = compute_bound(spec, shape, 2, "cuda", 0.68, None, {**CEILINGS, "peer_bw_gbps": 368.0})
+    assert gpu["bound_ms"] == pytest.approx(0.68)  # the library bound: cuBLAS's time
+    flops, hbm = eval_expr(spec.bounds.flops, shape.env(2)), eval_expr(spec.bounds.hbm_bytes, shape.env(2))
+    assert gpu["speed_of_light_ms"] == pytest.approx(max(flops / 800e12, hbm / 3200e9, 67108864 / 400e9) * 1e3)
+    cpu = compute_bound(spec, shape, 2, "cpu", 0.68, 0.3, CEILINGS)
+    assert "speed_of_light_ms" not in cpu and cpu["hbm_bytes"] == hbm
