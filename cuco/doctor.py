@@ -10,6 +10,7 @@ from typing import Any
 from cuco.machine import (
     gpu_inventory,
     load_machine,
+    measure_ceilings,
     measure_gemm_tflops,
     measure_peer_bandwidth,
     nvlink_topology,
@@ -60,22 +61,11 @@ def collect(measure: bool) -> dict[str, Any]:
     facts["landlock_abi"] = landlock_abi()
     if measure and len(facts["gpus"]) >= 1:
         facts["gemm_bf16_tflops"] = measure_gemm_tflops()
-        _measure_ceilings(facts)
+        measure_ceilings(facts)
     if measure and len(facts["gpus"]) >= 2:
         facts["peer_bw_gbps"] = measure_peer_bandwidth()
     save_machine(facts)
     return facts
-
-
-def _measure_ceilings(facts: dict[str, Any]) -> None:
-    """The machine's ceilings into `facts`; measured while the GPU was busy, they are not saved and the reason is."""
-    from cuco.ceilings import Busy, measure, to_facts
-
-    try:
-        facts["ceilings"] = to_facts(measure(facts["gpus"][0]["name"]))
-        facts.pop("ceilings_refused", None)
-    except Busy as exc:
-        facts["ceilings_refused"] = str(exc)
 
 
 def _ceiling_rows(facts: dict[str, Any]) -> list[tuple[str, str]]:

@@ -35,7 +35,25 @@ def ensure_bound_facts(say: Callable[[str], None] = lambda line: None) -> dict[s
         facts["peer_bw_gbps"] = measure_peer_bandwidth()
         facts["gemm_bf16_tflops"] = facts.get("gemm_bf16_tflops") or measure_gemm_tflops()
         save_machine(facts)
+    if "ceilings" not in facts and "ceilings_refused" not in facts:  # a refusal waits for `cuco doctor` to retry
+        say("measuring the machine's ceilings for the speed of light (once; see cuco doctor)")
+        measure_ceilings(facts)
+        save_machine(facts)
     return facts
+
+
+def measure_ceilings(facts: dict[str, Any]) -> None:
+    """The ceilings into `facts` (cuco.ceilings); measured while the GPU was busy, the reason instead."""
+    from cuco.ceilings import Busy, measure, to_facts
+
+    gpus = facts.get("gpus") or gpu_inventory()
+    if not gpus:
+        return
+    try:
+        facts["ceilings"] = to_facts(measure(gpus[0]["name"]))
+        facts.pop("ceilings_refused", None)
+    except Busy as exc:
+        facts["ceilings_refused"] = str(exc)
 
 
 def gpu_inventory() -> list[dict[str, Any]]:
