@@ -35,6 +35,7 @@ def _run(tmp_path, generations=12):
         rec = fake_evaluator(spec, src, slot, work)
         if not rec.ok:
             rec.error = "<script>alert(1)</script> planted failure"
+        rec.shapes["8k"].bound.speed_of_light_ms = 0.25
         return rec
 
     evo = Evolution(load_workload(GEMM_AG), cfg, tmp_path, [Slot(0, ())], evaluator, "cuda")
@@ -59,6 +60,7 @@ def test_report_shows_every_evaluation(tmp_path):
     assert "<script>" not in page and "&lt;script&gt;" in page
     best = max((c for c in cands if c.ok), key=lambda c: c.score)
     assert f"Best program (#{best.id})" in page and any(t == "polyline" for t, _ in p.tags)
+    assert f"speed of light 0.2500 ms ({0.25 / best.median_ms:.2f} of it)" in page
 
 
 def test_cli_report(tmp_path):

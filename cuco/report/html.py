@@ -18,6 +18,14 @@ PLOT_W, PLOT_H, PAD = 720, 260, 40
 
 
 
+def _speed_of_light(best: Candidate | None, shape: str | None) -> float | None:
+    """The best program's speed of light at the search's shape, from its stored record (GPUs with ceilings)."""
+    if best is None or not best.record or not best.median_ms:
+        return None
+    bound = (json.loads(best.record).get("shapes", {}).get(shape or "", {}).get("bound") or {})
+    return bound.get("speed_of_light_ms")
+
+
 def _plot(done: list[Candidate], bound: float | None) -> str:
     """Time of each evaluation in the order it finished, the running best, the bound; failures along the top."""
     ok = [(i, c.median_ms) for i, c in enumerate(done) if c.ok and c.median_ms]
@@ -89,12 +97,14 @@ def render_report(run_dir: Path) -> str:
         db.close()
     bound = best.bound_ms if best else None
     speed = f", {seed.median_ms / best.median_ms:.2f}x the seed" if best and seed and seed.median_ms else ""
+    light = _speed_of_light(best, meta.get("shape"))
+    light = f"; speed of light {fmt_ms(light)} ms ({light / best.median_ms:.2f} of it)" if light else ""
     head = [("workload", meta.get("workload", "?")), ("shape", meta.get("shape", "?")),
             ("world size", meta.get("world", "?")), ("device", meta.get("device", "?")),
             ("evaluations", f"{len(done)} ({sum(1 for c in done if not c.ok)} failed: "
                             f"{', '.join(f'{k} {v}' for k, v in sorted(fails.items())) or 'none'})"),
-            ("best", f"#{best.id} {best.label}: {fmt_ms(best.median_ms)} ms, bound {fmt_ms(best.bound_ms)} ms, "
-                     f"efficiency {best.score:.2f}{speed}" if best else "none correct yet")]
+            ("best", f"#{best.id} {best.label}: {fmt_ms(best.median_ms)} ms, library bound {fmt_ms(best.bound_ms)} "
+                     f"ms, efficiency {best.score:.2f}{speed}{light}" if best else "none correct yet")]
     if llm["calls"]:
         head.append(("LLM", f"{llm['calls']} calls, {llm['input_tokens']} + {llm['output_tokens']} tokens, "
                             f"${llm['cost_usd']:.2f}"))
