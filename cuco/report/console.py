@@ -42,7 +42,8 @@ def eval_table(record: EvalRecord) -> Table:
             levels = "+".join(c.level for c in s.correctness)
             t.add_row(name, label, f"correct ({levels})", "", "", "", "", "", "", "", "")
             continue
-        sp = ", ".join(f"{k} {v:.2f}x" for k, v in (s.speedup or {}).items())
+        # The strongest baseline (the smallest speedup) first: the number that says whether the search won.
+        sp = ", ".join(f"{k} {v:.2f}x" for k, v in sorted((s.speedup or {}).items(), key=lambda kv: kv[1]))
         t.add_row(name, label, " ".join(fmt_ms(x) for x in timing.per_rank_median_ms or []), fmt_ms(timing.median_ms),
                   f"{fmt_ms(timing.p10_ms)}-{fmt_ms(timing.p90_ms)}", f"{timing.spread_pct or 0.0:.1f}%",
                   fmt_ms(record.bound_ms(name)), f"{s.efficiency:.2f}" if s.efficiency else "-",
