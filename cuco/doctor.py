@@ -10,9 +10,7 @@ from typing import Any
 from cuco.machine import (
     gpu_inventory,
     load_machine,
-    measure_ceilings,
-    measure_gemm_tflops,
-    measure_peer_bandwidth,
+    measure_rates,
     nvlink_topology,
     save_machine,
 )
@@ -59,11 +57,8 @@ def collect(measure: bool) -> dict[str, Any]:
     facts["cublas_headers"] = str(tc.cublas_include) if tc.cublas_include else None
     facts["mpi"] = _version(["mpirun", "--version"])
     facts["landlock_abi"] = landlock_abi()
-    if measure and len(facts["gpus"]) >= 1:
-        facts["gemm_bf16_tflops"] = measure_gemm_tflops()
-        measure_ceilings(facts)
-    if measure and len(facts["gpus"]) >= 2:
-        facts["peer_bw_gbps"] = measure_peer_bandwidth()
+    if measure and facts["gpus"]:
+        measure_rates(facts)
     save_machine(facts)
     return facts
 
@@ -96,9 +91,9 @@ def rows(facts: dict[str, Any]) -> list[tuple[str, str]]:
            ("sandbox", f"Landlock ABI {facts['landlock_abi']}: candidates cannot write outside their scratch folder"
             if facts.get("landlock_abi") else "no Landlock (Linux 5.13+): candidates can write wherever you can "
             "(docs/threat-model.md)")]
-    if facts.get("peer_bw_gbps"):
+    if facts.get("peer_bw_gbps") and not (facts.get("ceilings") or {}).get("link_both_ways_gbps"):
         out.append(("peer link", f"{facts['peer_bw_gbps']:.0f} GB/s per direction, both ranks sending (measured)"))
-    if facts.get("gemm_bf16_tflops"):
+    if facts.get("gemm_bf16_tflops") and not (facts.get("ceilings") or {}).get("tensor_bf16_tflops"):
         out.append(("bf16 GEMM", f"{facts['gemm_bf16_tflops']:.0f} TFLOP/s (measured, 8192^3, random data)"))
     out += _ceiling_rows(facts)
     out.append(("environment", _environment()))

@@ -27,23 +27,22 @@ def save_machine(facts: dict[str, Any]) -> None:
 
 
 def ensure_bound_facts(say: Callable[[str], None] = lambda line: None) -> dict[str, Any]:
-    """The facts a GPU bound needs (peer-link bandwidth, GEMM rate), measured once on this machine if `cuco doctor`
-    has not: on a cluster, each node measures its own."""
+    """The facts a GPU bound needs (peer-link bandwidth, the ceilings and GEMM rate), measured once on this machine
+    where `cuco doctor` has not, each by its key's absence (a machine of one GPU keeps a link rate of None; a
+    refused measurement of the ceilings waits for doctor to retry): on a cluster, each node measures its own."""
     facts = load_machine()
-    if facts.get("peer_bw_gbps") is None:
-        say("measuring peer-link bandwidth for the bounds (once; see cuco doctor)")
-        facts["peer_bw_gbps"] = measure_peer_bandwidth()
-        facts["gemm_bf16_tflops"] = facts.get("gemm_bf16_tflops") or measure_gemm_tflops()
-        save_machine(facts)
-    if "ceilings" not in facts and "ceilings_refused" not in facts:  # a refusal waits for `cuco doctor` to retry
-        say("measuring the machine's ceilings for the speed of light (once; see cuco doctor)")
-        measure_ceilings(facts)
-        save_machine(facts)
+    if "peer_bw_gbps" in facts and "gemm_bf16_tflops" in facts:
+        return facts
+    say("measuring the machine's ceilings for the bounds (once; see cuco doctor)")
+    measure_rates(facts)
+    save_machine(facts)
     return facts
 
 
-def measure_ceilings(facts: dict[str, Any]) -> None:
-    """The ceilings into `facts` (cuco.ceilings); measured while the GPU was busy, the reason instead."""
+def measure_rates(facts: dict[str, Any]) -> None:
+    """The ceilings into `facts` (cuco.ceilings), or the reason they were refused (a busy GPU); and from them the
+    two rates the library bound uses: the GEMM rate of its compute floor and the peer link's, each measured on
+    its own only where the ceilings lack it."""
     from cuco.ceilings import Busy, measure, to_facts
 
     gpus = facts.get("gpus") or gpu_inventory()
@@ -54,6 +53,10 @@ def measure_ceilings(facts: dict[str, Any]) -> None:
         facts.pop("ceilings_refused", None)
     except Busy as exc:
         facts["ceilings_refused"] = str(exc)
+    ceilings = facts.get("ceilings") or {}
+    tensor, link = ceilings.get("tensor_bf16_tflops"), ceilings.get("link_both_ways_gbps")
+    facts["gemm_bf16_tflops"] = tensor["value"] if tensor else measure_gemm_tflops()
+    facts["peer_bw_gbps"] = link["value"] if link else measure_peer_bandwidth()
 
 
 def gpu_inventory() -> list[dict[str, Any]]:

@@ -428,6 +428,27 @@ CUCO_EXPORT int cuco_run(cuco_ctx_t* ctx) {
     assert "tolerance.determinism" in todo  # atomicAdd: the order of the sums varies run to run
 
 
+def test_a_pointer_cast_to_const_under_parentheses_is_only_read(tmp_path):
+    """`((const float*)x)` passed to a function defined elsewhere: the call only reads x, as `(const float*)x`
+    does; y, passed as it is, is assumed read and written, and its role is marked."""
+    program = tmp_path / "ext.cu"
+    program.write_text('''#include "cuco.h"
+void external(const float* in, float* out, int64_t n);
+CUCO_EXPORT int cuco_run(cuco_ctx_t* ctx) {
+  const int64_t n = cuco_param(ctx, "N");
+  float* x = (float*)cuco_buffer(ctx, "x")->ptr;
+  float* y = (float*)cuco_buffer(ctx, "y")->ptr;
+  external(((const float*)x), y, n);
+  CUCO_NCCL(ctx, ncclAllReduce(y, y, n, ncclFloat, ncclSum, ctx->comm, ctx->stream));
+  return 0;
+}
+''')
+    made = create_workload("ext", program, tmp_path)
+    spec, todo = load_workload(made.root), _todo_keys((made.root / "workload.toml").read_text())
+    assert spec.buffers["x"].role == "input" and "buffers.x.role" not in todo
+    assert "buffers.y.role" in todo
+
+
 def test_a_scaffold_is_checked_without_a_gpu_and_its_stubs_say_so(tmp_path):
     made = create_workload("tp", PROGRAMS / "tp_row_linear.cu", tmp_path)
     problems = check_workload(made.root)

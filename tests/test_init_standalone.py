@@ -128,6 +128,8 @@ def test_seed_leaves_the_runners_part_to_the_runner(made, name):
     assert all(a.startswith("s->") for a in allocated)  # only cuco_setup's private scratch
     for var, buf in zip(want.program_buffers, want.buffers):
         assert f'cuco_buffer(ctx, "{buf}")->ptr' in source and var in source
+        # the program's own pointer is bound to that buffer (not merely named somewhere in the seed)
+        assert re.search(rf'\b{var} = (\([\w ]+\*\))?cuco_buffer\(ctx, "{buf}"\)->ptr;', source), (var, buf)
     assert "ctx->comm" in source and "ctx->stream" in source
 
 

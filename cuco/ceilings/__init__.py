@@ -11,6 +11,7 @@ from __future__ import annotations
 import os
 import shutil
 import subprocess
+import time
 from collections.abc import Callable
 from dataclasses import asdict, dataclass
 from typing import Any
@@ -154,8 +155,6 @@ def link_rates(iters: int = 5) -> dict[str, tuple[float, str]] | None:
 
 def _wall_ms(fn: Callable[[], None], iters: int) -> float:
     """Milliseconds of a call that synchronises its own streams (two devices: no one event pair times both)."""
-    import time
-
     fn()
     best = float("inf")
     for _ in range(iters):

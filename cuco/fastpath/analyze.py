@@ -171,7 +171,7 @@ def _parse(path: Path, raw: bytes) -> tuple[list, list[str]]:
                        for e in errors[:5]]
 
 
-def _const_params(functions: list) -> dict[str, list[bool]]:
+def const_params(functions: list) -> dict[str, list[bool]]:
     """Kernels defined here: which pointer parameters are const (read only); the others may be written."""
     out: dict[str, list[bool]] = {}
     for fn in functions:
@@ -192,7 +192,7 @@ class _Calls:
     def __init__(self, functions: list) -> None:
         self.res = _Resolver()
         self.ops: list[Op] = []
-        self.const = _const_params(functions)
+        self.const = const_params(functions)
         self.blas_streams: dict[str, str] = {}
         self.scalars: dict[str, dict[str, str | None]] = {}
         self.warnings: list[str] = []

@@ -33,7 +33,7 @@ def eval_table(record: EvalRecord) -> Table:
              f"world {record.world}): {status}, level reached {record.level_reached or '-'}")
     t = Table(title=title, title_justify="left")
     for col in ("shape", _param_names(record.shapes.values()), "per-rank median ms", "median ms", "p10-p90 ms",
-                "spread", "library bound ms", "efficiency", "speed of light ms", "of light", "speedup"):
+                "spread", "library bound ms", "efficiency", "speed of light ms", "efficiency (light)", "speedup"):
         t.add_column(col, justify="left" if col in ("shape", "speedup") else "right")
     for name, s in record.shapes.items():
         timing = s.timing

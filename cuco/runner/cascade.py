@@ -45,9 +45,8 @@ class EvalOptions:
     name: str | None = None  # the workload's name for the candidate (default: its file's stem)
 
 
-# The judges' name for whose failure it was (judge.py), as the record says it.
-FAULTS = {"candidate": "candidate", "crash": "candidate", "verification": "candidate", "workload": "workload",
-          "harness": "runner"}
+# A judge's kind of failure (judge.py) as the record's fault: a crash and a wrong result are the candidate's too.
+FAULTS = {"crash": "candidate", "verification": "candidate", "workload": "workload", "runner": "runner"}
 
 
 def _fail(record: EvalRecord, level: str, error: str, diagnostics: str = "", fault: str = "candidate") -> EvalRecord:
@@ -211,7 +210,7 @@ def _crash_message(res) -> str:
     if others:
         parts.append(f"ranks {others} stopped by the watchdog")
     kind = (res.ranks[order[0]].result or {}).get("kind")
-    prefix = {"candidate": "candidate error: ", "harness": "cuco's own failure: ", "workload": "workload error: "}
+    prefix = {"candidate": "candidate error: ", "runner": "cuco's own failure: ", "workload": "workload error: "}
     return prefix.get(kind, "crash: ") + "; ".join(parts)
 
 

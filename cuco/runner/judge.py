@@ -144,7 +144,7 @@ class Judge:
         if where == "start-up":  # nothing of the candidate's has been loaded yet: the runner's own failure
             return CandidateFailed(f"cuco's process for the candidate ended ({describe_exit(code)}) during start-up, "
                                    f"before loading it; its output is in {self.out / f'rank{self.rank}.log'}",
-                                   "harness")
+                                   "runner")
         if code < 0:
             return CandidateFailed(f"the candidate's process was {describe_exit(code)} during {where}", "crash")
         return CandidateFailed(f"the candidate's process exited with status {code} during {where}: a candidate may "
@@ -160,7 +160,7 @@ class Judge:
             # The runner's code in the candidate's process fails on its own only before the candidate is loaded;
             # after that, the candidate shares the process and may have caused it.
             runner = exc.where == "framework" and where == "start-up"
-            raise CandidateFailed(str(exc), "harness" if runner else "candidate") from None
+            raise CandidateFailed(str(exc), "runner" if runner else "candidate") from None
         except (ValueError, TimeoutError) as exc:
             raise CandidateFailed(f"{where}: {exc}", "candidate") from None
 
@@ -515,7 +515,7 @@ def run_judge(job: Job, rank: int, host: HostProcess | None) -> int:
         judge.write_result(_partial(judge), done=True, error=str(exc), kind="verification")
         return 0
     except Exception as exc:  # the judge reports every failure as data; the candidate's come as CandidateFailed
-        kind = exc.kind if isinstance(exc, CandidateFailed) else _raised_in_reference(exc, job) or "harness"
+        kind = exc.kind if isinstance(exc, CandidateFailed) else _raised_in_reference(exc, job) or "runner"
         error = str(exc) if isinstance(exc, CandidateFailed) else f"{type(exc).__name__}: {exc}"
         if kind == "workload" and not isinstance(exc, CandidateFailed):
             error = f"the workload's reference.py raised {error}"

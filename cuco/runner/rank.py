@@ -7,7 +7,6 @@ CUDA context and communicator overlap the judge's own. Only the standard library
 
 from __future__ import annotations
 
-import json
 import os
 import signal
 import subprocess
@@ -16,6 +15,7 @@ import threading
 from dataclasses import dataclass
 from pathlib import Path
 
+from cuco.paths import atomic_write_json
 from cuco.runner.channel import Channel
 from cuco.runner.job import JUDGE_PORT_ENV, Job
 from cuco.runner.pages import Page
@@ -34,7 +34,7 @@ class HostProcess:
 
     @classmethod
     def start(cls, job: Job, rank: int) -> HostProcess:
-        scratch = Path(job.out_dir).absolute() / f"host{rank}"
+        scratch = Path(job.out_dir) / f"host{rank}"  # absolute: launch() made it so
         scratch.mkdir(parents=True, exist_ok=True)
         shared_tmp = scratch.parent / "tmp"  # every rank's TMPDIR: torch's symmetric memory meets peers there
         shared_tmp.mkdir(exist_ok=True)
@@ -74,12 +74,9 @@ def _cleanup_on_term() -> None:
 def _report_start_failure(job: Job, rank: int, exc: OSError) -> None:
     """The rank's result file, written as the judge would, for a candidate's process that could not be started."""
     kill_descendants()
-    result = {"rank": rank, "stages": [], "done": True, "kind": "harness",
-              "error": f"cuco could not start the candidate's process: {exc}"}
-    path = Path(job.out_dir) / f"rank{rank}.json"
-    tmp = path.with_name(f".{path.name}.tmp")
-    tmp.write_text(json.dumps(result))
-    os.replace(tmp, path)
+    atomic_write_json(Path(job.out_dir) / f"rank{rank}.json",
+                      {"rank": rank, "stages": [], "done": True, "kind": "runner",
+                       "error": f"cuco could not start the candidate's process: {exc}"})
 
 
 def main(argv: list[str]) -> int:

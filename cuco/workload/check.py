@@ -10,13 +10,12 @@ torch.Generator, then reference(params, world, rank, inputs of every rank), one 
 
 from __future__ import annotations
 
-import importlib.util
 import re
 import traceback
 from pathlib import Path
 from typing import Any
 
-from cuco.dtypes import DTYPES
+from cuco.dtypes import torch_dtype
 from cuco.errors import CucoError
 from cuco.workload.spec import BufferSpec, Shape, WorkloadSpec, load_workload
 
@@ -97,19 +96,18 @@ def _where(exc: BaseException, path: Path) -> str:
 
 
 def _import(spec: WorkloadSpec) -> tuple[Any, str | None]:
+    """reference.py loaded as the judge loads it (cuco/runner/judge.py's load_reference)."""
+    from cuco.runner.judge import CandidateFailed, load_reference
+
     path = spec.reference_path
     try:
-        mod_spec = importlib.util.spec_from_file_location(f"cuco_check_reference_{spec.name}", path)
-        mod = importlib.util.module_from_spec(mod_spec)
-        mod_spec.loader.exec_module(mod)
+        return load_reference(spec), None
     except KeyboardInterrupt:
         raise
+    except CandidateFailed as exc:  # no make_inputs() or no reference(): the judge's line, the file by its name
+        return None, str(exc).replace(str(path), path.name, 1)
     except BaseException as exc:  # a reference that calls exit() is still one line
         return None, f"{_where(exc, path)}: importing it raised {_message(exc)}"
-    missing = [fn for fn in ("make_inputs", "reference") if not callable(getattr(mod, fn, None))]
-    if missing:
-        return None, f"{path.name}: defines no {' and no '.join(f'{fn}()' for fn in missing)}"
-    return mod, None
 
 
 def _tensor_problem(what: str, t: Any, buf: BufferSpec, dims: tuple[int, ...], exact: bool) -> str | None:
@@ -121,7 +119,7 @@ def _tensor_problem(what: str, t: Any, buf: BufferSpec, dims: tuple[int, ...], e
         return f"{what} is a {type(t).__name__}, not a torch.Tensor"
     if tuple(t.shape) != dims:
         return f"{what} has shape {tuple(t.shape)}; workload.toml declares {list(buf.shape)} = {dims}"
-    want = getattr(torch, DTYPES[buf.dtype].torch_name)
+    want = torch_dtype(buf.dtype)
     if exact and t.dtype != want:
         return f"{what} is {t.dtype}; workload.toml declares {buf.dtype} ({want})"
     if not exact and t.dtype.is_floating_point != want.is_floating_point:

@@ -7,10 +7,10 @@ the program sees through those the same way, so what counts as a wrapper is deci
 
 from __future__ import annotations
 
+from cuco.fastpath.analyze import LOOPS
 from cuco.fastpath.syntax import text, walk
 
 CASTS = ("static_cast", "reinterpret_cast", "const_cast")
-LOOPS = ("for_statement", "while_statement", "do_statement", "for_range_loop")
 
 
 def literal_arg(call_node) -> str | None:
@@ -36,18 +36,24 @@ def only_arg(node):
     return named[0] if len(named) == 1 else None
 
 
+def peel(node):
+    """What one pair of parentheses or one cast wraps (None where the rules cannot tell); node itself where it is
+    neither."""
+    if node.type == "parenthesized_expression":
+        inner = [c for c in node.named_children if c.type != "comment"]
+        return inner[0] if len(inner) == 1 else None
+    if node.type == "cast_expression":
+        return node.child_by_field_name("value")
+    return only_arg(node) if cast_call(node) else node
+
+
 def strip(node):
     """Parentheses and casts around an expression: `(T*)(x->ptr)` and `static_cast<T*>(x->ptr)` are x->ptr."""
     while node is not None:
-        if node.type == "parenthesized_expression":
-            inner = [c for c in node.named_children if c.type != "comment"]
-            node = inner[0] if len(inner) == 1 else None
-        elif node.type == "cast_expression":
-            node = node.child_by_field_name("value")
-        elif cast_call(node):
-            node = only_arg(node)
-        else:
+        inner = peel(node)
+        if inner is node:
             return node
+        node = inner
     return None
 
 

@@ -107,7 +107,7 @@ def create_workload(name: str, program: Path, parent: Path) -> Created:
     if not parent.is_dir():
         raise CucoError(str(parent), "no such directory (--dir)")
     parsed, raw = read_program(program)
-    conv = convert(program, raw)
+    conv = convert(program, raw, parsed.root)
     sc, seed = _scaffold(name, program, raw, parsed, conv)
     with tempfile.TemporaryDirectory(prefix=f".{name}-", dir=parent) as tmp:
         staged = Path(tmp) / name

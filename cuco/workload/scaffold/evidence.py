@@ -16,8 +16,13 @@ from dataclasses import dataclass, field, replace
 
 from cuco.dtypes import DTYPES, NCCL_DTYPES
 from cuco.fastpath.analyze import ALLOCATORS, BLAS, COPIES, FREES, NCCL_SIGNATURES, SYNCS, Analysis, Op
+from cuco.fastpath.syntax import text, walk
 from cuco.workload.expr import ExprError, eval_expr, names_in
-from cuco.workload.scaffold.program import Call, Dim, Program, constant, dims, dtype_of, strip, tidy
+from cuco.workload.scaffold.c_expr import strip
+from cuco.workload.scaffold.declarations import dtype_of
+from cuco.workload.scaffold.program import Call, Program
+from cuco.workload.scaffold.size_expr import constant, dims, tidy
+from cuco.workload.scaffold.translate import Dim
 
 # Per NCCL call: the send buffer's and the receive buffer's elements as multiples of its count, and the elements
 # each rank must receive (C: the count), for the bound.
@@ -131,10 +136,10 @@ def _is_zero(program: Program, call: Call, position: int | None) -> bool:
     if node is not None and node.type == "pointer_expression" and node.child_by_field_name("argument") is not None:
         node = strip(node.child_by_field_name("argument"))
     if node is not None and node.type == "identifier":  # its address is passed: it is still read only by cuBLAS
-        values = program.defs.get(call.function, {}).get(node.text.decode(), [])
+        values = program.definitions.defs.get(call.function, {}).get(text(node), [])
         node = strip(values[0]) if len(values) == 1 else None
     return node is not None and node.type == "number_literal" and \
-        node.text.decode().rstrip("fFlLuU").replace(".", "").strip("0") == ""
+        text(node).rstrip("fFlLuU").replace(".", "").strip("0") == ""
 
 
 def _gemm_access(program: Program, call: Call) -> tuple[list[str], list[str]]:
@@ -353,7 +358,7 @@ class Evidence:
         where = f"{op.name} (line {op.line})"
         for i, pos in enumerate(g.operands):
             ref = self.program.arg_ref(call, pos)
-            dtype = g.dtype or (CUDA_TYPES.get(call.args[g.types[i]].text.decode()) if g.types else None)
+            dtype = g.dtype or (CUDA_TYPES.get(text(call.args[g.types[i]])) if g.types else None)
             self.offer_dtype(ref.buffer if ref else None, GEMM_RANK, dtype, f"the operand types of {where}")
         m, n, k = (self._dim(call, p) for p in (g.m, g.n, g.k))
         batch = self._dim(call, g.batch) if g.batch is not None else Dim("1")
@@ -372,7 +377,7 @@ class Evidence:
         """Each operand's row-major [rows, cols], or None where a transposition is not a literal CUBLAS_OP_*."""
         if g.row_major:
             return [(m, k), (k, n), (m, n)]
-        ta, tb = (TRANSPOSED.get(call.args[p].text.decode()) if p < len(call.args) else None for p in (1, 2))
+        ta, tb = (TRANSPOSED.get(text(call.args[p])) if p < len(call.args) else None for p in (1, 2))
         if ta is None or tb is None:
             return None
         return [(m, k) if ta else (k, m), (k, n) if tb else (n, k), (n, m)]
@@ -434,7 +439,7 @@ class Evidence:
         if name is None or len(made) != 1 or changed or len(made[0].args) < 5:
             return None
         c = made[0]
-        return (CUDA_TYPES.get(c.args[1].text.decode()), *(self.program.dim(c, p) for p in (2, 3, 4)))
+        return (CUDA_TYPES.get(text(c.args[1])), *(self.program.dim(c, p) for p in (2, 3, 4)))
 
     # ---- allocations, pointer types, copies ----------------------------------------------------------------
     def alloc(self, op: Op) -> None:
@@ -449,7 +454,7 @@ class Evidence:
 
     def casts(self) -> None:
         """The element type the program uses a workload buffer's pointer as (`(__nv_bfloat16*)x->ptr`)."""
-        for buf, uses in self.program.casts.items():
+        for buf, uses in self.program.pointers.casts.items():
             for ctype, line in uses:
                 self.offer_dtype(buf, CAST_RANK, dtype_of(ctype), f"its pointer, used as {ctype}* (line {line})")
 
@@ -477,14 +482,8 @@ class Evidence:
 
 def _last_name(node) -> str | None:
     """The last identifier of an expression: `&lt->aDesc` and `s->aDesc` are aDesc."""
-    names = [n for n in _walk_named(node) if n.type in ("identifier", "field_identifier")]
-    return names[-1].text.decode() if names else None
-
-
-def _walk_named(node):
-    yield node
-    for c in node.children:
-        yield from _walk_named(c)
+    names = [n for n in walk(node) if n.type in ("identifier", "field_identifier")]
+    return text(names[-1]) if names else None
 
 
 def _shared_k(layouts) -> Dim | None:

@@ -17,7 +17,9 @@ from pathlib import Path
 from cuco.fastpath.analyze import Analysis, Op
 from cuco.workload.expr import ExprError, eval_expr
 from cuco.workload.scaffold.evidence import Evidence, Steps, gather, same, steps
-from cuco.workload.scaffold.program import Program, param_name, tidy, uses_atomics
+from cuco.workload.scaffold.kernel_access import uses_atomics
+from cuco.workload.scaffold.program import Program
+from cuco.workload.scaffold.size_expr import param_name, tidy
 
 RUN_FUNCTION = "cuco_run"  # the candidate ABI's timed entry point (cuco.h)
 FULL_SIZE = 4096  # placeholder of a named dimension at the timed shape
@@ -58,10 +60,6 @@ class Buffer:
 
     def guess(self, key: str, why: str) -> None:
         self.todo.setdefault(key, []).append(why)
-
-    @property
-    def todos(self) -> list[str]:
-        return [t for ts in self.todo.values() for t in ts]
 
 
 @dataclass
@@ -214,9 +212,9 @@ def _default_dtypes(buffers: list[Buffer]) -> None:
 def _chosen(analysis: Analysis, program: Program, abi: bool, ops: list[Op]) -> list[str]:
     """The workload's buffers: the names the program looks up (cuco_buffer), else every buffer it allocates
     itself or its functions are passed, in the order the calls first touch them."""
-    touched = list(dict.fromkeys(b for o in ops for b in o.reads + o.writes))
     if abi:
         return list(program.handed)
+    touched = list(dict.fromkeys(b for o in ops for b in o.reads + o.writes))
     allocated = [b for b, alloc in analysis.buffers.items() if alloc != "workload"] + sorted(program.allocated)
     passed = set().union(*program.passed.values()) if program.passed else set()
     chosen = list(dict.fromkeys(b for b in touched + allocated + list(analysis.buffers)

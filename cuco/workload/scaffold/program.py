@@ -16,7 +16,7 @@ from pathlib import Path
 from cuco.fastpath.analyze import ALLOCATORS
 from cuco.fastpath.syntax import blank_macros, function_name, parser, text, walk
 from cuco.workload.scaffold.buffer_refs import BufferRefs, Ref
-from cuco.workload.scaffold.c_expr import callee, cast_call, in_loop, literal_arg, only_arg, strip
+from cuco.workload.scaffold.c_expr import callee, cast_call, in_loop, literal_arg, peel
 from cuco.workload.scaffold.declarations import (
     BYTE_VIEWS,
     C_TYPES,
@@ -27,12 +27,12 @@ from cuco.workload.scaffold.declarations import (
     parameters,
 )
 from cuco.workload.scaffold.definitions import Definitions
-from cuco.workload.scaffold.kernel_access import Access, param_access, uses_atomics
-from cuco.workload.scaffold.size_expr import constant, dims, param_name, tidy
+from cuco.workload.scaffold.kernel_access import Access, param_access
+from cuco.workload.scaffold.size_expr import dims, param_name, tidy
 from cuco.workload.scaffold.translate import Dim, Translator
 
-__all__ = ["C_TYPES", "Call", "Dim", "Program", "constant", "dims", "dtype_of", "param_name", "strip", "tidy",
-           "uses_atomics"]
+# C_TYPES, dims, param_name and tidy: re-exported for the standalone conversion, which imports them from here.
+__all__ = ["C_TYPES", "Call", "Dim", "Program", "dims", "param_name", "tidy"]
 
 
 @dataclass
@@ -44,7 +44,6 @@ class Call:
     function: str
     args: list
     in_loop: bool  # inside a for, while or do loop: it runs once per iteration
-    node: object = None
 
 
 class Program:
@@ -66,9 +65,7 @@ class Program:
         for fn in fns:
             self._read_function(fn)
         self.definitions = Definitions(self.root, fns)
-        self.defs = self.definitions.defs  # function -> name -> values it is given (declared or assigned)
         self.pointers = BufferRefs(fns, self.allocated, self.passed)
-        self.casts = self.pointers.casts  # buffer -> element types it is used as, with lines
 
     def _read_function(self, fn) -> None:
         fname = function_name(fn)
@@ -91,7 +88,7 @@ class Program:
             return  # a cast, not a call
         line = node.start_point.row + 1
         named = [a for a in args.named_children if a.type != "comment"]
-        self.calls.setdefault((line, name), Call(name, line, fname, named, in_loop(node, fn), node))
+        self.calls.setdefault((line, name), Call(name, line, fname, named, in_loop(node, fn)))
         lit = literal_arg(node) if name in ("cuco_buffer", "cuco_param") else None
         if lit is not None:
             (self.handed if name == "cuco_buffer" else self.read_params).setdefault(lit, []).append(line)
@@ -124,12 +121,6 @@ class Program:
     def arg_ref(self, call: Call, position: int) -> Ref | None:
         return self.pointers.ref(call.function, call.args[position]) if position < len(call.args) else None
 
-    def is_piece(self, call: Call, position: int) -> bool:
-        """The pointer argument at `position` is not a buffer's start, or the rules cannot tell: the call's sizes
-        are a piece's, not the buffer's."""
-        r = self.arg_ref(call, position)
-        return r is None or not r.whole
-
     def alloc_count(self, call: Call) -> tuple[Dim | None, str | None]:
         """An allocation's bytes as elements and their dtype: `n * sizeof(float)` is n elements of f32."""
         if len(call.args) < 2:
@@ -155,12 +146,14 @@ class Program:
     def call_site_const(self, call: Call, position: int) -> bool:
         """The argument is cast to a pointer to const where it is passed: the callee only reads through it."""
         node = call.args[position] if position < len(call.args) else None
-        while node is not None and node.type in ("parenthesized_expression", "cast_expression") or cast_call(node):
+        while node is not None:
             desc = cast_desc(node)
             if desc is not None and any(c.type == "type_qualifier" and text(c) == "const" for c in desc.children):
                 return True
-            node = node.child_by_field_name("value") if node.type == "cast_expression" else \
-                only_arg(node) if cast_call(node) else strip(node)
+            inner = peel(node)  # one wrapper at a time: `((const T*)x)` is cast under its parentheses
+            if inner is node:
+                return False
+            node = inner
         return False
 
     def kernel_access(self, name: str) -> list[Access | None] | None:

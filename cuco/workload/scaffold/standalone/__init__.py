@@ -27,10 +27,10 @@ from cuco.workload.scaffold.standalone.variables import Locals
 __all__ = ["Conversion", "convert", "refine"]
 
 
-def convert(path: Path, raw: bytes) -> Conversion | None:
-    """The seed of a standalone program, or None for a program that creates no communicator (there is nothing for
-    the runner to take over)."""
-    prog = Standalone(path, raw)
+def convert(path: Path, raw: bytes, root) -> Conversion | None:
+    """The seed of a standalone program (raw, parsed into root), or None for a program that creates no
+    communicator (there is nothing for the runner to take over)."""
+    prog = Standalone(path, raw, root)
     if prog.main is None or "cuco_run" in prog.functions:
         return None
     calls = [prog.unwrap(c) for c in calls_in(prog.main)]

@@ -17,8 +17,6 @@ from cuco.workload.scaffold.standalone.seed import Seed
 from cuco.workload.scaffold.standalone.sizes import Sizes
 from cuco.workload.scaffold.standalone.step import Event
 
-ELEMENT_TYPES = {**C_TYPES, "double": "f64", "uint8_t": "u8", "int8_t": "i8", "int32_t": "i32", "int64_t": "i64"}
-
 
 @dataclass
 class BufferFact:
@@ -89,7 +87,7 @@ class Facts:
             if ctype not in self.prog.aliases:
                 break
             ctype = self.prog.aliases[ctype]
-        return ELEMENT_TYPES.get(" ".join(ctype.replace("const", " ").split()))
+        return C_TYPES.get(" ".join(ctype.replace("const", " ").split()))
 
     def shape(self, var: str) -> tuple[list[str] | None, str | None, str]:
         """A buffer's shape from its allocation's bytes (`n * sizeof(float)`: n elements of f32), and its type."""

@@ -8,8 +8,8 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from cuco.errors import CucoError
-from cuco.fastpath.analyze import ALLOCATORS, COPIES, FREES, NCCL_SIGNATURES
-from cuco.fastpath.syntax import blank_macros, function_name, parser, text, walk
+from cuco.fastpath.analyze import ALLOCATORS, COPIES, FREES, NCCL_SIGNATURES, const_params
+from cuco.fastpath.syntax import blank_macros, function_name, text, walk
 from cuco.workload.scaffold.size_expr import constant, int_literal
 from cuco.workload.scaffold.standalone.calls import CHECKS, WORK
 from cuco.workload.scaffold.standalone.nodes import call_args, callee, calls_in, idents, is_launch, line_of
@@ -53,17 +53,17 @@ class Local:
 
 
 class Standalone:
-    """The program's syntax tree, its functions, check macros and the locals of main()."""
+    """The program's syntax tree (the one `cuco init` parsed it into), its functions, check macros and the locals
+    of main()."""
 
-    def __init__(self, path: Path, raw: bytes) -> None:
+    def __init__(self, path: Path, raw: bytes, root) -> None:
         self.path = path
         self.src = blank_macros(raw)
-        self.root = parser().parse(self.src).root_node
+        self.root = root
         defs = [n for n in walk(self.root) if n.type == "function_definition"]
         self.functions = {function_name(f): f for f in defs}
         self.main = self.functions.get("main")
-        self.kernels = {function_name(f): _const_params(f) for f in defs
-                        if any(c.type == "__global__" for c in f.children)}
+        self.kernels = const_params([f for f in defs if any(c.type == "__global__" for c in f.children)])
         self.device = {function_name(f) for f in defs if any(c.type in ("__global__", "__device__")
                                                              for c in f.children)}
         self.wrappers = {callee(c) for c in calls_in(self.root) if re.fullmatch(r"[A-Z][A-Z0-9_]*", callee(c))
@@ -136,15 +136,6 @@ class Standalone:
     def issues_work(self, fname: str, seen: frozenset[str] = frozenset()) -> bool:
         fn = self.functions.get(fname)
         return fn is not None and self.works(fn.child_by_field_name("body"), seen | {fname})
-
-
-def _const_params(fn) -> list[bool]:
-    decl = fn.child_by_field_name("declarator")
-    while decl is not None and decl.type != "function_declarator":
-        decl = decl.child_by_field_name("declarator")
-    params = decl.child_by_field_name("parameters") if decl is not None else None
-    return [p.type == "parameter_declaration" and "const" in [text(c) for c in p.children if c.type == "type_qualifier"]
-            for p in (params.named_children if params is not None else [])]
 
 
 def _type_aliases(root) -> dict[str, str]:

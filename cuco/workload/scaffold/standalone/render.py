@@ -99,7 +99,7 @@ class Render:
         column = node.start_point.column
         body = [lines[0].strip()] + [ln[min(column, len(ln) - len(ln.lstrip(" "))):].rstrip() for ln in lines[1:]]
         before = text(node).split("\n")[0].strip()
-        call = next((c for c in calls_in(node)), None)
+        call = next(iter(calls_in(node)), None)
         name = callee(self.prog.unwrap(call)) + "(" if call is not None else "("
         shift = body[0].find(name) - before.find(name) if name in body[0] and name in before else 0
         moved = [body[0]] + [(" " * shift + ln) if shift > 0 else ln[min(-shift, len(ln) - len(ln.lstrip())):]

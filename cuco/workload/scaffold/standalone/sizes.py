@@ -2,8 +2,8 @@
 
 from __future__ import annotations
 
+from cuco.workload.scaffold.c_expr import cast_call, strip
 from cuco.workload.scaffold.size_expr import SizeWriter, constant, param_name
-from cuco.workload.scaffold.standalone.nodes import call_args, callee
 from cuco.workload.scaffold.standalone.program import Standalone
 
 
@@ -32,12 +32,6 @@ class Sizes(SizeWriter):
         return None
 
     def other(self, node, scope, depth: int) -> str | None:
-        kind = node.type
-        if kind == "parenthesized_expression":
-            inner = [c for c in node.named_children if c.type != "comment"]
-            return self.expr(inner[0], scope, depth) if len(inner) == 1 else None
-        if kind == "cast_expression":
-            return self.expr(node.child_by_field_name("value"), scope, depth)
-        if kind == "call_expression" and callee(node) == "static_cast" and len(call_args(node)) == 1:
-            return self.expr(call_args(node)[0], scope, depth)
+        if node.type in ("parenthesized_expression", "cast_expression") or cast_call(node):
+            return self.expr(strip(node), scope, depth)
         return None

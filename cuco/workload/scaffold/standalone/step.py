@@ -302,7 +302,7 @@ def read_steps(prog: Standalone, place: Place) -> tuple[Step, list]:
         done.append((step, step.read(body)))
     shown = [step_lines(prog, step, kept) for step, kept in done]
     for loop, lines in zip(place.loops[1:], shown[1:]):
-        if lines != shown[0] and len(place.bodies) > 1:
+        if lines != shown[0]:
             raise prog.refuse(loop, f"issues other work than the loop at line {line_of(place.loops[0])}: cuco takes "
                                     "one step, the same on every iteration")
     step, kept = done[-1]
