@@ -36,6 +36,11 @@ CAUGHT = {
     "exit_zero": (("L2", ["exited with status 0", "a candidate may not end its process"]),
                   ("L2", ["exited with status 0"])),
     "detached_process": (("L0", ["forbidden"]), None),  # with the checks off it passes: see its own test
+    "work_in_the_gap": (("L0", ["forbidden"]), ("L2", ["out of tolerance"])),
+    "reach_scheduler": (("L0", ["forbidden"]), ("L2", ["Operation not permitted"])),
+    "reach_limits": (("L0", ["forbidden"]), ("L2", ["Operation not permitted"])),
+    # the kernel refuses a judge with capabilities (root) to a host without; else the judge sees the change
+    "reach_affinity": (("L0", ["forbidden"]), ("L2|L4", ["Operation not permitted", "judge was reached from outside"])),
 }
 
 
@@ -54,7 +59,7 @@ def no_static_checks(monkeypatch):
 
 def _assert_caught(rec: dict, level: str, words: list[str]) -> None:
     assert not rec.ok, "a cheat passed"
-    assert rec.failed_level == level, rec.error
+    assert rec.failed_level in level.split("|"), rec.error
     assert "\n" not in rec.error.strip()
     assert any(w in rec.error for w in words), rec.error
 

@@ -95,3 +95,12 @@ def test_honest_candidates_pass_with_the_clocks_agreeing(name, tmp_path):
     t = rec.shapes["4k"].timing
     assert t.clock["ok"] and t.judge_median_ms >= t.median_ms
     assert "Landlock" in rec.sandbox
+
+
+@pytest.mark.parametrize("spin", [False, True], ids=["no_spin", "spin"])
+def test_work_in_the_gap_before_the_clock_is_caught(tmp_path, no_static_checks, spin):
+    """The GEMM done by a thread of the candidate's own between the runner's poisoning and the clock's start: the
+    inputs are not there yet (sealed until the gate opens), so what it computes is the previous run's."""
+    src = tmp_path / "gap.py"
+    src.write_text((CHEATS / "gpu_work_in_the_gap.py").read_text().replace("SPIN = False", f"SPIN = {spin}"))
+    _assert_caught(_eval(src, tmp_path, shapes=("8k",)), "L2", ["out of tolerance"])

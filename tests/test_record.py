@@ -19,9 +19,9 @@ TOP_KEYS = ["workload", "candidate", "candidate_name", "kind", "sha256", "world"
             "level_reached", "failed_level", "error", "diagnostics", "shapes", "env"]
 TIMING_KEYS = ["median_ms", "p10_ms", "p90_ms", "min_ms", "max_ms", "spread_pct", "iters", "per_rank_median_ms",
                "gated", "note", "per_rank_ms", "verified_runs", "final_output_errors", "clock_errors",
-               "judge_median_ms", "clock"]
+               "judge_median_ms", "clock", "inputs_ms"]
 BOUND_KEYS = ["compute_ms", "compute_floor_ms", "comm_ms", "comm_source", "comm_bytes", "flops", "bound_ms",
-              "hbm_bytes"]
+              "hbm_bytes", "inputs_bytes"]
 
 
 @pytest.fixture(scope="module")

@@ -31,7 +31,7 @@ CEILINGS = {"ceilings": {"tensor_bf16_tflops": {"value": 800.0}, "hbm_read_gbps"
 def _declared_bytes(spec, shape) -> int:
     env = shape.env(spec.world_size)
     return sum(math.prod(eval_expr(d, env) for d in b.shape) * DTYPES[b.dtype].size
-               for b in spec.buffers.values() if b.role in ("input", "output"))
+               for b in spec.buffers.values() if b.role in ("input", "parameter", "output"))
 
 
 def test_every_shipped_workload_states_its_hbm_bytes():
@@ -84,6 +84,9 @@ def test_the_record_carries_both_bounds_on_gpus_only():
     gpu = compute_bound(spec, shape, 2, "cuda", 0.68, None, {**CEILINGS, "peer_bw_gbps": 368.0})
     assert gpu["bound_ms"] == pytest.approx(0.68)  # the library bound: cuBLAS's time
     flops, hbm = eval_expr(spec.bounds.flops, shape.env(2)), eval_expr(spec.bounds.hbm_bytes, shape.env(2))
-    assert gpu["speed_of_light_ms"] == pytest.approx(max(flops / 800e12, hbm / 3200e9, 67108864 / 400e9) * 1e3)
+    inputs = 8192 // 2 * 8192 * 2  # A's rows of this rank, bf16: written into its buffer inside every run
+    assert gpu["inputs_bytes"] == inputs
+    assert gpu["speed_of_light_ms"] == pytest.approx(max(flops / 800e12, (hbm + 2 * inputs) / 3200e9,
+                                                         67108864 / 400e9) * 1e3)
     cpu = compute_bound(spec, shape, 2, "cpu", 0.68, 0.3, CEILINGS)
     assert "speed_of_light_ms" not in cpu and cpu["hbm_bytes"] == hbm

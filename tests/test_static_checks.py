@@ -112,6 +112,12 @@ def test_forbidden_python(tmp_path, body, word):
     ("import torch\ntorch.ops.load_library('x.so')", 2, "attribute '.load_library'"),
     ("def f(m):\n    return getattr(m, 'perf_counter')()", 2, "attribute 'perf_counter' (through getattr)"),
     ("def f(m, k):\n    return getattr(m, k)", 2, "getattr() with a computed name"),
+    ("import torch\nx = torch.__dict__['ex' + 'ec']", 2, "attribute '.__dict__'"),
+    ("def f(m):\n    return m.__dict__['open']", 2, "attribute '.__dict__'"),
+    ("x = len.__self__", 1, "attribute '.__self__'"),
+    ("x = ().__class__.__mro__", 1, "attribute '.__mro__'"),
+    ("import operator\nf = operator.attrgetter('sys')", 2, "attribute '.attrgetter'"),
+    ("from operator import attrgetter", 1, "import 'attrgetter'"),
     # strings
     ("P = '../reference.py'", 1, "string mentioning 'reference.py'"),
     ("P = b'/proc/self/maps'", 1, "string mentioning '/proc/'"),

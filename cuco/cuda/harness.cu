@@ -197,6 +197,48 @@ CUCO_EXPORT int cuco_h_signal(void* stream, void* flagDev, unsigned long long va
   return 0;
 }
 
+// Sealed inputs. The judge writes a run's inputs into the staging area XORed with a keystream, and the key
+// reaches the host's page only when the judge starts its clock (with the gate, or just before an ungated run).
+// The runner's stream unseals them into the candidate's buffers after the start event: nothing of a run's
+// inputs is readable in the candidate's process before its time starts. The keystream is Philox-4x32-10
+// (Salmon et al., SC'11; the generator cuRAND and torch use), counter = (16-byte index, stream), key = 64 bits.
+#define PHILOX_M0 0xD2511F53u
+#define PHILOX_M1 0xCD9E8D57u
+#define PHILOX_W0 0x9E3779B9u
+#define PHILOX_W1 0xBB67AE85u
+#define PHILOX_ROUNDS 10
+
+static __device__ __forceinline__ uint4 philox(uint4 c, uint2 k) {
+#pragma unroll
+  for (int r = 0; r < PHILOX_ROUNDS; ++r) {
+    const uint32_t hi0 = __umulhi(PHILOX_M0, c.x), lo0 = PHILOX_M0 * c.x;
+    const uint32_t hi1 = __umulhi(PHILOX_M1, c.z), lo1 = PHILOX_M1 * c.z;
+    c = make_uint4(hi1 ^ c.y ^ k.x, lo1, hi0 ^ c.w ^ k.y, lo0);
+    k.x += PHILOX_W0;
+    k.y += PHILOX_W1;
+  }
+  return c;
+}
+
+// dst[i] = src[i] ^ keystream(i): sealing and unsealing are the same operation, in place or not.
+__global__ void cryptKernel(uint4* dst, const uint4* src, size_t nVec, unsigned char* dstTail,
+                            const unsigned char* srcTail, size_t nTail, const volatile unsigned long long* keyDev,
+                            uint32_t stream) {
+  const unsigned long long key64 = *keyDev;
+  const uint2 key = make_uint2((uint32_t)key64, (uint32_t)(key64 >> 32));
+  const size_t stride = (size_t)gridDim.x * blockDim.x;
+  for (size_t i = (size_t)blockIdx.x * blockDim.x + threadIdx.x; i < nVec; i += stride) {
+    const uint4 ks = philox(make_uint4((uint32_t)i, (uint32_t)(i >> 32), stream, 0u), key);
+    const uint4 v = src[i];
+    dst[i] = make_uint4(v.x ^ ks.x, v.y ^ ks.y, v.z ^ ks.z, v.w ^ ks.w);
+  }
+  if (blockIdx.x == 0 && threadIdx.x < nTail) {
+    const uint4 ks = philox(make_uint4((uint32_t)nVec, (uint32_t)(nVec >> 32), stream, 0u), key);
+    const uint32_t word = (&ks.x)[threadIdx.x / 4];
+    dstTail[threadIdx.x] = srcTail[threadIdx.x] ^ (unsigned char)(word >> (8 * (threadIdx.x % 4)));
+  }
+}
+
 // The snapshot of a run's outputs into the judge's memory: a kernel on the runner's stream, so it is ordered
 // behind that stream alone. (A cudaMemcpyAsync into another process's allocation may be serialised with the
 // whole device, which would let work on a stream of the candidate's own into the snapshot.)
@@ -218,6 +260,21 @@ CUCO_EXPORT int cuco_h_snapshot(void* stream, void* dst, const void* src, size_t
   snapshotKernel<<<(unsigned)ctas, SNAPSHOT_THREADS, 0, (cudaStream_t)stream>>>(
       (uint4*)dst, (const uint4*)src, nVec, (unsigned char*)dst + nVec * 16, (const unsigned char*)src + nVec * 16,
       nTail);
+  HCUDA(cudaGetLastError());
+  return 0;
+}
+
+// The key is read from device-visible memory when the kernel runs: the host's page for the candidate's process,
+// a device word for the judge, which seals in place before the key is anywhere the candidate can read.
+CUCO_EXPORT int cuco_h_crypt(void* stream, void* dst, const void* src, size_t bytes, const void* keyDev,
+                             unsigned streamId) {
+  if ((uintptr_t)dst % 16 || (uintptr_t)src % 16) return fail("sealed buffers must be 16-byte aligned");
+  const size_t nVec = bytes / 16, nTail = bytes % 16;
+  size_t ctas = (nVec + SNAPSHOT_THREADS - 1) / SNAPSHOT_THREADS;
+  ctas = ctas < 1 ? 1 : ctas > SNAPSHOT_MAX_CTAS ? SNAPSHOT_MAX_CTAS : ctas;
+  cryptKernel<<<(unsigned)ctas, SNAPSHOT_THREADS, 0, (cudaStream_t)stream>>>(
+      (uint4*)dst, (const uint4*)src, nVec, (unsigned char*)dst + nVec * 16, (const unsigned char*)src + nVec * 16,
+      nTail, (const volatile unsigned long long*)keyDev, streamId);
   HCUDA(cudaGetLastError());
   return 0;
 }

@@ -20,6 +20,7 @@ from typing import Any
 import torch
 
 from cuco.dtypes import DTYPES, torch_dtype
+from cuco.workload.spec import READ_ROLES
 
 TORCH_DTYPES = {name: torch_dtype(name) for name in DTYPES}
 ALIGN = 256  # bytes: every exchange slice starts aligned for vector loads and cudaMemcpy
@@ -30,7 +31,7 @@ class Layout:
     """One buffer of one shape, as both processes see it."""
 
     name: str
-    role: str  # "input", "output" or "scratch"
+    role: str  # "input", "parameter", "output" or "scratch" (cuco.workload.spec.ROLES)
     dtype: str
     shape: tuple[int, ...]
     symmetric: bool
@@ -100,7 +101,7 @@ def _slices(layouts: list[Layout]) -> tuple[dict[str, tuple[int, Layout]], int]:
     """Offsets of the exchange areas: staged inputs, output snapshots and input snapshots."""
     areas, off = {}, 0
     for lay in layouts:
-        keys = (["stage", "inputs_after"] if lay.role == "input" else ["out"] if lay.role == "output" else [])
+        keys = (["stage", "inputs_after"] if lay.role in READ_ROLES else ["out"] if lay.role == "output" else [])
         for key in keys:
             areas[f"{key}:{lay.name}"] = (off, lay)
             off += (lay.nbytes + ALIGN - 1) // ALIGN * ALIGN

@@ -258,7 +258,8 @@ def _collect(spec, record: EvalRecord, stages: list[dict[str, Any]], opts, basel
         judge = summarize(st["judge_per_rank_ms"])
         t = Timing(**summarize(st["per_rank_ms"]), gated=st["gated"], note=st["note"], per_rank_ms=st["per_rank_ms"],
                    verified_runs=st["verified_runs"], final_output_errors=st["final_output_errors"],
-                   clock_errors=st["clock_errors"], judge_median_ms=judge["median_ms"], clock=st.get("clock"))
+                   clock_errors=st["clock_errors"], judge_median_ms=judge["median_ms"], clock=st.get("clock"),
+                   inputs_ms=max([v for v in st.get("inputs_per_rank_ms") or [] if v is not None], default=None))
         shape_rec.timing = t
         extra = {}
         for key in ("compute_alone", "comm_alone"):

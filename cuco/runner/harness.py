@@ -38,6 +38,7 @@ class Harness:
         L.cuco_h_gate.argtypes = [vp, vp, u64, u64, vp]
         L.cuco_h_signal.argtypes = [vp, vp, u64]
         L.cuco_h_snapshot.argtypes = [vp, vp, vp, sz]
+        L.cuco_h_crypt.argtypes = [vp, vp, vp, sz, vp, ctypes.c_uint]
         L.cuco_h_nccl_version.argtypes = [ctypes.POINTER(i)]
         L.cuco_h_devcomm_create.argtypes = [vp, vp]
         L.cuco_h_devcomm_destroy.argtypes = [vp]
@@ -86,6 +87,10 @@ class Harness:
 
     def snapshot(self, stream: int, dst: int, src: int, nbytes: int) -> None:
         self._check(self.lib.cuco_h_snapshot(stream, dst, src, nbytes), "snapshot launch")
+
+    def crypt(self, stream: int, dst: int, src: int, nbytes: int, key_dev: int, stream_id: int) -> None:
+        """dst = src XOR the keystream of the 64-bit key at key_dev (read when the kernel runs) and stream_id."""
+        self._check(self.lib.cuco_h_crypt(stream, dst, src, nbytes, key_dev, stream_id), "crypt launch")
 
     # --- the cuco_ctx_t handed to CUDA candidates ---
     def ctx_new(self, rank: int, world: int, device: int, comm: int, stream: int) -> int:

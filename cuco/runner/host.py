@@ -25,7 +25,7 @@ from cuco.runner.buffers import TORCH_DTYPES, Exchange, Layout, attach_memfd_buf
 from cuco.runner.candidate import CandidateError, CudaCandidate, PyContext, PythonCandidate
 from cuco.runner.channel import Channel, ChannelClosed, Reply
 from cuco.runner.harness import Harness
-from cuco.runner.pages import Page
+from cuco.runner.pages import Page, key_offset
 from cuco.runner.sandbox import confine, die_with_parent
 from cuco.runner.verify import poison
 
@@ -71,12 +71,13 @@ class Host:
             self.comm = self.harness.comm_init(self.rank, self.world, self.device.index, store.get("cuco_nccl_id"))
 
     def load_runner_kernels(self) -> None:
-        """Launch the gate, snapshot and done-flag kernels once. CUDA loads a kernel's module on its first launch
-        and waits for the whole device to do so: in a run, that wait would let work on a stream the runner does
-        not know finish before the snapshot."""
+        """Launch the gate, snapshot, unsealing and done-flag kernels once. CUDA loads a kernel's module on its first
+        launch and waits for the whole device to do so: in a run, that wait would let work on a stream the runner
+        does not know finish before the snapshot."""
         s, scratch = self.stream.cuda_stream, torch.empty(16, dtype=torch.uint8, device=self.device)
         self.harness.gate(s, self.gate.dev_ptr, 0, GATE_TIMEOUT_NS, self.timed_out.data_ptr())
         self.harness.snapshot(s, scratch.data_ptr(), scratch.data_ptr(), 0)
+        self.harness.crypt(s, scratch.data_ptr(), scratch.data_ptr(), 16, self.gate.dev_ptr + key_offset(self.rank), 0)
         self.harness.signal(s, self.done.dev_ptr, 0)
         self.sync()
 
@@ -153,21 +154,39 @@ class Host:
 
     # ---- runs ------------------------------------------------------------------------------------
     def stage(self) -> None:
-        """GPU: the judge's next inputs into the candidate's buffers, outputs and scratch poisoned (untimed)."""
+        """GPU: outputs and scratch poisoned before a run (untimed). The run's inputs are not here yet: they arrive
+        sealed, and are unsealed into the candidate's buffers inside the timed region (run_gpu)."""
         sh = self.shape
         with torch.cuda.stream(self.stream):
             for lay in sh["layouts"]:
-                if lay.role == "input":
-                    sh["bufs"][lay.name].copy_(sh["exchange"][f"stage:{lay.name}"])
-                else:
+                if lay.role in ("output", "scratch"):
                     poison(sh["bufs"][lay.name])
+        self.sync()
+
+    def load_parameters(self) -> None:
+        """GPU: the shape's parameters, drawn once by the judge, into the candidate's buffers (untimed)."""
+        sh = self.shape
+        with torch.cuda.stream(self.stream):
+            for lay in sh["layouts"]:
+                if lay.role == "parameter":
+                    sh["bufs"][lay.name].copy_(sh["exchange"][f"stage:{lay.name}"])
+        self.sync()
+
+    def snapshot_parameters(self) -> None:
+        """GPU: the parameters as the candidate left them, for the judge to compare with what it drew."""
+        sh = self.shape
+        for lay in sh["layouts"]:
+            if lay.role == "parameter":
+                dst, src = sh["exchange"][f"inputs_after:{lay.name}"], sh["bufs"][lay.name]
+                self.harness.snapshot(self.stream.cuda_stream, dst.data_ptr(), src.data_ptr(), lay.nbytes)
         self.sync()
 
     def run_cpu(self) -> None:
         self.shape["cand"].run()
 
     def run_gpu(self, msg: Reply) -> None:
-        """Gate, start event, the candidate's run, every stream joined, snapshot, done flag: all in stream order."""
+        """Gate, start event, the run's inputs unsealed, the candidate's run, every stream joined, snapshot, done
+        flag: all in stream order. The key to the inputs is read from the gate page when the unsealing runs."""
         sh, s = self.shape, self.stream
         target = msg.data.get("gate")
         if target is not None:
@@ -175,8 +194,15 @@ class Host:
             self.harness.gate(s.cuda_stream, self.gate.dev_ptr, int(target), timeout, self.timed_out.data_ptr())
         start = torch.cuda.Event(enable_timing=True)
         start.record(s)
+        key = self.gate.dev_ptr + key_offset(self.rank)
+        for n, lay in enumerate(sh["layouts"]):
+            if lay.role == "input":
+                self.harness.crypt(s.cuda_stream, sh["bufs"][lay.name].data_ptr(),
+                                   sh["exchange"][f"stage:{lay.name}"].data_ptr(), lay.nbytes, key, n)
+        delivered = torch.cuda.Event()
+        delivered.record(s)
         for side in self.side_streams:
-            side.wait_event(start)
+            side.wait_event(delivered)
         if not msg.data.get("null"):
             sh["cand"].run()
         ends = []
@@ -187,9 +213,9 @@ class Host:
         for e in ends[1:]:
             s.wait_event(e)
         for lay in sh["layouts"]:
-            if lay.role != "scratch":
-                key = "out" if lay.role == "output" else "inputs_after"
-                dst, src = sh["exchange"][f"{key}:{lay.name}"], sh["bufs"][lay.name]
+            if lay.role in ("output", "input") or (lay.role == "parameter" and msg.data.get("parameters")):
+                area = "out" if lay.role == "output" else "inputs_after"
+                dst, src = sh["exchange"][f"{area}:{lay.name}"], sh["bufs"][lay.name]
                 self.harness.snapshot(s.cuda_stream, dst.data_ptr(), src.data_ptr(), lay.nbytes)
         self.harness.signal(s.cuda_stream, self.done.dev_ptr, int(msg.data["seq"]))
         self.chan.send("queued")
@@ -216,6 +242,12 @@ class Host:
                 elif msg.kind == "stage":
                     self.stage()
                     self.chan.send("staged")
+                elif msg.kind == "parameters":
+                    self.load_parameters()
+                    self.chan.send("ok")
+                elif msg.kind == "snapshot_parameters":
+                    self.snapshot_parameters()
+                    self.chan.send("ok")
                 elif msg.kind == "run" and not self.cuda:
                     self.run_cpu()
                     self.chan.send("done")

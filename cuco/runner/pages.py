@@ -1,5 +1,6 @@
-"""One page of host memory shared by processes: the start gate every rank waits behind, and each rank's
-done flag, written by the GPU in stream order once the timed region and its snapshot are finished."""
+"""One page of host memory shared by processes: the start gate every rank waits behind (its first word, then
+each rank's key to the run's sealed inputs, written as the clock starts), and each rank's done flag, written by
+the GPU in stream order once the timed region and its snapshot are finished."""
 
 from __future__ import annotations
 
@@ -7,6 +8,15 @@ import ctypes
 import mmap
 import os
 import struct
+
+KEYS_AT = 64  # bytes: the gate counter has the page's first cache line; the ranks' 64-bit keys follow
+
+
+def key_offset(rank: int) -> int:
+    """Where rank's key lies in the gate page (a page holds the keys of (4096 - 64) / 8 = 504 ranks)."""
+    if not 0 <= rank < (mmap.PAGESIZE - KEYS_AT) // 8:
+        raise ValueError(f"rank {rank} has no key slot in one page")
+    return KEYS_AT + 8 * rank
 
 
 class Page:

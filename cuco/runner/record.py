@@ -56,7 +56,7 @@ class Timing:
     judge's verdicts on the timed runs. With no iteration timed, summarize gives only the median (None) and the
     count, hence the percentiles' omission when None."""
     _OMIT: ClassVar[frozenset[str]] = frozenset({"p10_ms", "p90_ms", "min_ms", "max_ms", "spread_pct",
-                                                 "per_rank_median_ms"})
+                                                 "per_rank_median_ms", "inputs_ms"})
     median_ms: float | None = None
     p10_ms: float | None = None
     p90_ms: float | None = None
@@ -73,6 +73,9 @@ class Timing:
     clock_errors: list[str] = field(default_factory=list)
     judge_median_ms: float | None = None
     clock: dict[str, Any] | None = None
+    # Of median_ms, what writing the run's inputs into the candidate's buffers costs alone (the slowest rank's
+    # median): they arrive inside the timed region, so that no candidate sees them before its clock runs.
+    inputs_ms: float | None = None
 
     def to_dict(self) -> dict[str, Any]:
         return _plain(self, self._OMIT)
@@ -90,7 +93,8 @@ class Bound:
     link bytes at the rates `cuco doctor` measured), with no library in it."""
     # serial_comm_ms: only workloads with such communication; hbm_ms and speed_of_light_ms: only on GPUs whose
     # ceilings `cuco doctor` measured
-    _OMIT: ClassVar[frozenset[str]] = frozenset({"serial_comm_ms", "hbm_bytes", "hbm_ms", "speed_of_light_ms"})
+    _OMIT: ClassVar[frozenset[str]] = frozenset({"serial_comm_ms", "hbm_bytes", "inputs_bytes", "hbm_ms",
+                                                 "speed_of_light_ms"})
     compute_ms: float | None = None
     compute_floor_ms: float | None = None
     comm_ms: float | None = None
@@ -100,6 +104,7 @@ class Bound:
     serial_comm_ms: float | None = None
     bound_ms: float | None = None
     hbm_bytes: float | None = None
+    inputs_bytes: float | None = None  # a run's fresh inputs, written inside its time: 2x this in hbm_ms
     hbm_ms: float | None = None
     speed_of_light_ms: float | None = None  # from the machine's ceilings alone (cuco.runner.bounds.speed_of_light)
 

@@ -10,6 +10,11 @@ candidate's code is loaded the host confines itself:
   (Landlock ABI 6).
 - no capabilities (bounding set, ambient and effective sets emptied, no_new_privs): even as root the host
   can neither ptrace nor read the judge's memory (the judge is not dumpable), nor regain them by exec.
+- a seccomp filter (Linux 3.17+, unprivileged once no_new_privs is set): ptrace and process_vm_* refused
+  outright; scheduling policy, priority and resource limits only for the host itself (a pid of 0 or its own),
+  so a candidate cannot slow its judge down, starve it of a core or lower its limits. Affinity calls name
+  threads by their own ids (NCCL and OpenMP pin their threads so), so they pass the filter: the judge checks
+  its own affinity, scheduling and limits around every timed run instead (judge_state below).
 The judge makes itself a child subreaper, so every process the candidate starts, detached or not, stays
 its descendant and is killed when the evaluation ends.
 """
@@ -17,6 +22,7 @@ its descendant and is killed when the evaluation ends.
 from __future__ import annotations
 
 import ctypes
+import errno
 import os
 import signal
 from dataclasses import dataclass
@@ -73,12 +79,15 @@ class Confinement:
     landlock_abi: int  # 0: none (the filesystem was writable to the candidate)
     capabilities_dropped: bool
     signal_scoped: bool
+    seccomp: bool = False
 
     def describe(self) -> str:
         fs = f"Landlock ABI {self.landlock_abi}: filesystem read-only but for /dev, /proc and its scratch folder" \
             if self.landlock_abi else "no Landlock: the filesystem was writable to the candidate"
         caps = "no capabilities" if self.capabilities_dropped else "capabilities kept"
-        return f"{fs}; {caps}" + ("; signals confined" if self.signal_scoped else "")
+        reach = "seccomp: no ptrace, no scheduling or limits but its own" if self.seccomp \
+            else "no seccomp filter: the judge's own checks alone kept it from its judge's scheduling"
+        return f"{fs}; {caps}; {reach}" + ("; signals confined" if self.signal_scoped else "")
 
 
 def _prctl(option: int, arg: int = 0) -> int:
@@ -149,6 +158,87 @@ def _drop_capabilities() -> bool:
     return True
 
 
+# ---- seccomp: nothing of the judge's within reach ---------------------------------------------------------
+# <linux/seccomp.h>, <linux/filter.h>, <linux/audit.h>
+SECCOMP_SET_MODE_FILTER, SECCOMP_FILTER_FLAG_TSYNC = 1, 1
+SECCOMP_RET_ALLOW, SECCOMP_RET_ERRNO = 0x7FFF0000, 0x00050000
+BPF_LD_W_ABS, BPF_JEQ_K, BPF_JGE_K, BPF_RET_K = 0x20, 0x15, 0x35, 0x06
+SECCOMP_NR, SECCOMP_ARCH, SECCOMP_ARGS = 0, 4, 16  # offsets in struct seccomp_data; each arg is 8 bytes
+X32_SYSCALL_BIT = 0x40000000
+
+
+@dataclass(frozen=True)
+class _Arch:
+    audit: int  # AUDIT_ARCH_*
+    seccomp: int  # the seccomp(2) syscall's number
+    refused: tuple[int, ...]  # ptrace, process_vm_readv, process_vm_writev
+    own_pid_arg0: tuple[int, ...]  # sched_setparam, sched_setscheduler, sched_setattr, prlimit64
+    setpriority: int
+    ioprio_set: int
+
+
+# Syscall numbers from <asm/unistd_64.h> (x86_64) and <asm-generic/unistd.h> (aarch64).
+ARCHES = {
+    "x86_64": _Arch(0xC000003E, 317, (101, 310, 311), (142, 144, 314, 302), 141, 251),
+    "aarch64": _Arch(0xC00000B7, 277, (117, 270, 271), (118, 119, 274, 261), 140, 30),
+}
+
+
+def _filter(arch: _Arch, pid: int) -> list[tuple[int, int, int, int]]:
+    """The BPF program: (code, jump if true, jump if false, k), jumps relative to the next instruction."""
+    deny, allow = ("ret", SECCOMP_RET_ERRNO | errno.EPERM), ("ret", SECCOMP_RET_ALLOW)
+    own = [("ld", SECCOMP_ARGS), ("jeq", 0, "allow"), ("jeq", pid, "allow"), deny]  # arg at SECCOMP_ARGS
+    prog: list[tuple] = [("ld", SECCOMP_ARCH), ("jne", arch.audit, "deny"), ("ld", SECCOMP_NR)]
+    if arch.audit == ARCHES["x86_64"].audit:
+        prog.append(("jge", X32_SYSCALL_BIT, "deny"))  # x32 numbers would bypass the table below
+    prog += [("jeq", nr, "deny") for nr in (*arch.refused, arch.ioprio_set)]
+    prog += [("jeq", nr, "own0") for nr in arch.own_pid_arg0]
+    prog += [("jeq", arch.setpriority, "prio"), allow]
+    labels = {"own0": len(prog)}
+    prog += own
+    labels["prio"] = len(prog)  # setpriority(which, who): only PRIO_PROCESS (0), only itself
+    prog += [("ld", SECCOMP_ARGS), ("jne", 0, "deny"), ("ld", SECCOMP_ARGS + 8), ("jeq", 0, "allow"),
+             ("jeq", pid, "allow"), deny]
+    labels["deny"], labels["allow"] = len(prog), len(prog) + 1
+    prog += [deny, allow]
+    out = []
+    for i, ins in enumerate(prog):
+        if ins[0] == "ld":
+            out.append((BPF_LD_W_ABS, 0, 0, ins[1]))
+        elif ins[0] == "ret":
+            out.append((BPF_RET_K, 0, 0, ins[1]))
+        else:
+            jump = labels[ins[2]] - i - 1
+            code = BPF_JGE_K if ins[0] == "jge" else BPF_JEQ_K
+            out.append((code, 0, jump, ins[1]) if ins[0] == "jne" else (code, jump, 0, ins[1]))
+    return out
+
+
+class _SockFilter(ctypes.Structure):
+    _fields_ = [("code", ctypes.c_uint16), ("jt", ctypes.c_uint8), ("jf", ctypes.c_uint8), ("k", ctypes.c_uint32)]
+
+
+class _SockFprog(ctypes.Structure):
+    _fields_ = [("len", ctypes.c_ushort), ("filter", ctypes.POINTER(_SockFilter))]
+
+
+def _seccomp() -> bool:
+    """Install the filter on every thread of this process; False where the architecture or kernel has none."""
+    arch = ARCHES.get(os.uname().machine)
+    if arch is None:
+        return False
+    prog = _filter(arch, os.getpid())
+    insns = (_SockFilter * len(prog))(*[_SockFilter(*ins) for ins in prog])
+    fprog = _SockFprog(len(prog), insns)
+    _prctl(PR_SET_NO_NEW_PRIVS, 1)
+    if _libc.syscall(arch.seccomp, SECCOMP_SET_MODE_FILTER, SECCOMP_FILTER_FLAG_TSYNC, ctypes.byref(fprog)) != 0:
+        err = ctypes.get_errno()
+        if err in (errno.ENOSYS, errno.EINVAL):  # a kernel built without seccomp filters
+            return False
+        raise SandboxError(f"seccomp: {os.strerror(err)}")
+    return True
+
+
 SYSTEM_WRITABLE = (Path("/dev"), Path("/proc"))
 
 
@@ -157,7 +247,49 @@ def confine(*writable: Path) -> Confinement:
     scratch folders) and SYSTEM_WRITABLE; call before loading the candidate."""
     abi = landlock_abi()
     scoped = _landlock([*map(Path, writable), *SYSTEM_WRITABLE], abi) if abi else False
-    return Confinement(abi, _drop_capabilities(), scoped)
+    caps = _drop_capabilities()
+    return Confinement(abi, caps, scoped, _seccomp())
+
+
+# ---- the judge's own state, checked around every timed run ---------------------------------------------------
+
+
+def judge_state() -> dict[str, object]:
+    """This process's scheduling (policy, nice value and CPU affinity of every thread) and resource limits: what a
+    process beside it could change to slow it down or make it fail."""
+    import resource
+
+    threads: dict[str, object] = {}
+    for entry in os.scandir("/proc/self/task"):
+        tid = int(entry.name)
+        try:
+            threads[entry.name] = (os.sched_getscheduler(tid), os.getpriority(os.PRIO_PROCESS, tid),
+                                   sorted(os.sched_getaffinity(tid)))
+        except OSError:  # the thread ended meanwhile
+            continue
+    limits = {name: resource.getrlimit(getattr(resource, name)) for name in dir(resource)
+              if name.startswith("RLIMIT_")}
+    return {"threads": threads, "limits": limits}
+
+
+def state_changes(before: dict[str, object], after: dict[str, object]) -> list[str]:
+    """What differs between two judge_state() readings, for threads present in both."""
+    out = []
+    b_threads, a_threads = before["threads"], after["threads"]
+    for tid in sorted(set(b_threads) & set(a_threads)):  # type: ignore[arg-type]
+        (bp, bn, ba), (ap, an, aa) = b_threads[tid], a_threads[tid]  # type: ignore[index]
+        what = [f"{name} {b} -> {a}" for name, b, a in (("scheduling policy", bp, ap), ("nice value", bn, an),
+                                                        ("CPUs", _cpus(ba), _cpus(aa))) if b != a]
+        if what:
+            out.append(f"thread {tid}'s " + ", ".join(what))
+    for name, value in before["limits"].items():  # type: ignore[attr-defined]
+        if after["limits"].get(name) != value:  # type: ignore[attr-defined]
+            out.append(f"{name} {value} -> {after['limits'].get(name)}")  # type: ignore[attr-defined]
+    return out
+
+
+def _cpus(cpus: list[int]) -> str:
+    return f"{len(cpus)} CPUs" if len(cpus) > 4 else str(cpus)
 
 
 def guard_judge() -> None:

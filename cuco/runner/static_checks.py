@@ -67,6 +67,10 @@ FORBIDDEN_ATTRS = table({
     "frames and function internals reach the runner": "__globals__ __code__ __builtins__ __subclasses__ "
                                                       "__getattribute__ __closure__ f_back f_globals f_locals "
                                                       "f_builtins _getframe tb_frame gi_frame cr_frame",
+    # a namespace read as a mapping (module.__dict__["exec"]), the class graph, a builtin's own module
+    # (len.__self__ is builtins), and attribute access by a name held in a string
+    "namespaces reach what a candidate may not name": "__dict__ __mro__ __base__ __bases__ __self__ __reduce__ "
+                                                      "__reduce_ex__ attrgetter methodcaller",
     # a module's loader reads any file (torch.__loader__.get_data(path)) without open() or os
     FILES: "environ getenv putenv unsetenv __loader__ __spec__ get_data get_filename",
     SPAWN: "system popen Popen fork forkpty execv execve execl execle execlp execlpe execvp execvpe spawnv spawnve "
@@ -130,6 +134,8 @@ def _import_problems(node: ast.Import | ast.ImportFrom) -> list[tuple[str, str]]
         hit = _module_problem(name)
         if hit and (f"import {hit[0]!r}", hit[1]) not in found:
             found.append((f"import {hit[0]!r}", hit[1]))
+    if isinstance(node, ast.ImportFrom) and not found:  # `from operator import attrgetter`: the attribute, renamed
+        found += [(f"import {a.name!r}", FORBIDDEN_ATTRS[a.name]) for a in node.names if a.name in FORBIDDEN_ATTRS]
     return found
 
 

@@ -3,7 +3,9 @@
 A candidate is timed by its rank's judge (judge.py), a process the candidate cannot reach:
 - CPU: the judge's wall clock from the command that starts the run to the host's reply that it is done.
 - GPU: every rank's stream waits behind a gate kernel spinning on a shared host page; once all ranks have
-  queued their run, one store opens every gate. The host records CUDA events around the run (precise),
+  queued their run, one store opens every gate (and, just before it, the keys to each rank's sealed inputs,
+  which the runner's stream unseals into the candidate's buffers right after the start event, so that the
+  inputs' arrival is part of every time). The host records CUDA events around the run (precise),
   and the judge's own clock runs from opening the gate to seeing the done flag the stream raises after the
   run and its snapshot (trusted). The events count only if they agree with the judge's clock
   (`cross_check`): a process that reports a time it did not take is rejected.
@@ -25,7 +27,8 @@ CLOCK_EVENT_EPS_MS = 0.02  # an event time longer than the judge's own by more t
 CLOCK_REL_SLACK = 0.2  # of the judge's median
 CLOCK_ABS_SLACK_MS = 0.02
 # How the bound's references are timed: part of their cache key, so that a change here measures them again.
-REFERENCE_TIMING = "events after a launch-covering spin; compute alone replayed as a CUDA graph"
+REFERENCE_TIMING = ("events after a launch-covering spin; compute alone replayed as a CUDA graph, its inputs "
+                    "written into its buffers first")
 # The spin before a reference's start event: 2e6 clock cycles, 1 ms at the 2 GHz of an H100/H200 SM, far more than
 # torch needs to launch a GEMM or a collective (tens of microseconds).
 LAUNCH_COVER_CYCLES = 2_000_000
@@ -35,8 +38,8 @@ LAUNCH_COVER_CYCLES = 2_000_000
 class ClockCheck:
     judge_median_ms: float
     event_median_ms: float
-    null_median_ms: float  # the judge's clock around a run that does nothing: gate, snapshot, done flag
-    unexplained_ms: float  # judge - null - events: time the candidate's report leaves out
+    null_median_ms: float  # the judge's clock around a run that does nothing: gate, inputs, snapshot, done flag
+    unexplained_ms: float  # judge - runner overhead - events: time the candidate's report leaves out
     allowed_ms: float
     ok: bool
     message: str = ""
@@ -45,11 +48,14 @@ class ClockCheck:
         return asdict(self)
 
 
-def cross_check(event_ms: list[float], judge_ms: list[float], null_ms: list[float]) -> ClockCheck:
-    """Do the times the candidate's process reported fit what the judge saw, iteration by iteration?"""
+def cross_check(event_ms: list[float], judge_ms: list[float], null_ms: list[float],
+                null_event_ms: list[float] | None = None) -> ClockCheck:
+    """Do the times the candidate's process reported fit what the judge saw, iteration by iteration? The runner's
+    overhead is the null runs' judge time less their events (the inputs' delivery, inside every event time)."""
     jm, em = statistics.median(judge_ms), statistics.median(event_ms)
     nm = statistics.median(null_ms) if null_ms else 0.0
-    unexplained = jm - nm - em
+    overhead = nm - (statistics.median(null_event_ms) if null_event_ms else 0.0)
+    unexplained = jm - overhead - em
     allowed = max(CLOCK_REL_SLACK * jm, CLOCK_ABS_SLACK_MS)
     longer = [i for i, (e, j) in enumerate(zip(event_ms, judge_ms)) if e > j + CLOCK_EVENT_EPS_MS]
     msg = ""
@@ -59,7 +65,7 @@ def cross_check(event_ms: list[float], judge_ms: list[float], null_ms: list[floa
                f"judge's own clock saw ({judge_ms[i]:.4f} ms): the reported times are not the runs'")
     elif unexplained > allowed:
         msg = (f"the candidate's process reported a median of {em:.4f} ms but the judge's clock saw {jm:.4f} ms "
-               f"({nm:.4f} ms of it the runner's own overhead): {unexplained:.4f} ms unaccounted for, more than "
+               f"({overhead:.4f} ms of it the runner's own overhead): {unexplained:.4f} ms unaccounted for, more than "
                f"the {allowed:.4f} ms allowed")
     return ClockCheck(jm, em, nm, unexplained, allowed, not msg, msg)
 

@@ -22,7 +22,10 @@ if sys.version_info >= (3, 11):
 else:  # pragma: no cover
     import tomli as tomllib
 
-ROLES = ("input", "output", "scratch")
+# input: fresh every run, delivered inside the timed region; parameter: drawn once per shape (weights), never
+# poisoned, checked unchanged; output: poisoned, verified; scratch: poisoned.
+ROLES = ("input", "parameter", "output", "scratch")
+READ_ROLES = ("input", "parameter")  # what the judge writes and the candidate must leave as it found it
 ATOL_SCALES = ("tensor", "row")
 OUTPUT_TOLERANCE = ("rtol", "atol", "norm_rtol", "atol_scale")  # keys an output buffer may set for itself
 
