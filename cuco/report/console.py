@@ -34,7 +34,8 @@ def eval_table(record: EvalRecord) -> Table:
     t = Table(title=title, title_justify="left")
     # "inputs ms": of the median, the run's fresh inputs arriving in the candidate's buffers (inside every time)
     for col in ("shape", _param_names(record.shapes.values()), "per-rank median ms", "median ms", "inputs ms",
-                "p10-p90 ms", "spread", "library bound ms", "efficiency", "speed of light ms", "efficiency (light)", "speedup"):
+                "p10-p90 ms", "spread", "library bound ms", "efficiency", "speed of light ms", "efficiency (light)",
+                "speedup"):
         t.add_column(col, justify="left" if col in ("shape", "speedup") else "right")
     for name, s in record.shapes.items():
         timing = s.timing
@@ -46,7 +47,8 @@ def eval_table(record: EvalRecord) -> Table:
         # The strongest baseline (the smallest speedup) first: the number that says whether the search won.
         sp = ", ".join(f"{k} {v:.2f}x" for k, v in sorted((s.speedup or {}).items(), key=lambda kv: kv[1]))
         t.add_row(name, label, " ".join(fmt_ms(x) for x in timing.per_rank_median_ms or []), fmt_ms(timing.median_ms),
-                  fmt_ms(timing.inputs_ms), f"{fmt_ms(timing.p10_ms)}-{fmt_ms(timing.p90_ms)}", f"{timing.spread_pct or 0.0:.1f}%",
+                  fmt_ms(timing.inputs_ms), f"{fmt_ms(timing.p10_ms)}-{fmt_ms(timing.p90_ms)}",
+                  f"{timing.spread_pct or 0.0:.1f}%",
                   fmt_ms(record.bound_ms(name)), f"{s.efficiency:.2f}" if s.efficiency else "-",
                   fmt_ms(s.bound.speed_of_light_ms if s.bound else None),
                   f"{s.sol_efficiency:.2f}" if s.sol_efficiency else "-", sp)
