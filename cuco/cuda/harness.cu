@@ -224,7 +224,10 @@ static __device__ __forceinline__ uint4 philox(uint4 c, uint2 k) {
 __global__ void cryptKernel(uint4* dst, const uint4* src, size_t nVec, unsigned char* dstTail,
                             const unsigned char* srcTail, size_t nTail, const volatile unsigned long long* keyDev,
                             uint32_t stream) {
-  const unsigned long long key64 = *keyDev;
+  // One read of the key per CTA: the host's page is read over the bus, a microsecond each.
+  __shared__ unsigned long long key64;
+  if (threadIdx.x == 0) key64 = *keyDev;
+  __syncthreads();
   const uint2 key = make_uint2((uint32_t)key64, (uint32_t)(key64 >> 32));
   const size_t stride = (size_t)gridDim.x * blockDim.x;
   for (size_t i = (size_t)blockIdx.x * blockDim.x + threadIdx.x; i < nVec; i += stride) {

@@ -491,12 +491,12 @@ class Judge:
         out: dict[str, Any] = {"level": "L4", "shape": stage.shape, "ok": True, "gated": self.gated, "note": note,
                                "verified_runs": sorted(kept), "judge_ms": judge_ms}
         if self.cuda:
-            check = cross_check(event_ms, judge_ms, null_ms, null_event_ms)
+            check = cross_check(event_ms, judge_ms, null_ms)
             out.update(per_rank_times=event_ms, clock=check.to_json())
         else:
             out.update(per_rank_times=judge_ms, clock=None)
-        # What delivering the inputs inside the timed region costs by itself: a run with nothing else (GPU), the
-        # judge's own copy (CPU).
+        # What delivering the inputs inside the timed region costs by itself, for the record only (on GPUs the
+        # candidate's process reports it): a run with nothing else (GPU), the judge's own copy (CPU).
         inputs = null_event_ms if self.cuda else delivered_ms
         out["inputs_per_rank_ms"] = self.gather(statistics.median(inputs) if inputs else None)
         out["final_output_errors"] = self.verify_kept(stage, params, kept)
