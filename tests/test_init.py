@@ -212,9 +212,10 @@ WANT = {
     # cublasGemmEx on bf16 operands (casts, static_cast, CUDA_R_16BF) into fp32, then an in-place fp32 all-reduce
     "tp_row_linear": Want(
         ["M", "K", "N"],
-        {"x": ("input", "bf16", ["M", "K / world"], False), "w": ("input", "bf16", ["K / world", "N"], False),
+        {"x": ("input", "bf16", ["M", "K / world"], False), "w": ("parameter", "bf16", ["K / world", "N"], False),
          "y": ("output", "f32", ["M", "N"], True)},
-        "2 * M * (K / world) * N", "2 * (world - 1) * M * N * 4 / world", set()),
+        "2 * M * (K / world) * N", "2 * (world - 1) * M * N * 4 / world",
+        {"buffers.x.role", "buffers.w.role"}),  # both only read by the GEMM: either could be the weights
     # an all-gather, then an RMSNorm kernel: gamma's f32 from the kernel's `const float*`, y written by the kernel
     "sp_allgather_rmsnorm": Want(
         ["T", "H"],
@@ -238,17 +239,17 @@ WANT = {
         {"q": ("input", "bf16", ["SEQ / world", "HEADS", "HEAD_DIM"], False),
          "q_packed": ("scratch", "bf16", ["SEQ", "HEADS / world", "HEAD_DIM"], True),
          "q_heads": ("scratch", "bf16", ["SEQ", "HEADS / world", "HEAD_DIM"], True),
-         "w": ("input", "bf16", ["HEADS / world", "HEAD_DIM", "HEAD_DIM"], False),
+         "w": ("parameter", "bf16", ["HEADS / world", "HEAD_DIM", "HEAD_DIM"], False),
          "out": ("output", "bf16", ["SEQ", "HEADS / world", "HEAD_DIM"], False)},
         "2 * SEQ * (HEADS / world) * HEAD_DIM * HEAD_DIM",
         "(world - 1) * (SEQ / world) * (HEADS / world) * HEAD_DIM * 2",
-        {"params", "buffers.q.shape", "buffers.out.shape", "bounds.flops"}),
+        {"params", "buffers.q.shape", "buffers.out.shape", "buffers.w.role", "bounds.flops"}),
     # cublasLtMatmul with its matrix layouts made in setup
     "lt_allgather_gemm": Want(
         ["M", "K", "N"],
         {"a": ("input", "bf16", ["M / world", "K"], True), "a_full": ("scratch", "bf16", ["M", "K"], True),
-         "b": ("input", "bf16", ["K", "N / world"], False), "c": ("output", "bf16", ["M", "N / world"], False)},
-        "2 * M * K * (N / world)", "(world - 1) * (M / world) * K * 2", set()),
+         "b": ("parameter", "bf16", ["K", "N / world"], False), "c": ("output", "bf16", ["M", "N / world"], False)},
+        "2 * M * K * (N / world)", "(world - 1) * (M / world) * K * 2", {"buffers.b.role"}),
 }
 
 
@@ -319,8 +320,8 @@ def test_user_programs_read_as_a_careful_human_writes_them(tmp_path, program):
     todo = _todo_keys((made.root / "workload.toml").read_text())
     assert todo - {"description", "world_size", "bounds.hbm_bytes"} - not_shared == want.todo
     # hbm_bytes is the inputs' and outputs' declared bytes: a guess exactly where one of theirs is
-    guessed = any(f"buffers.{n}.{k}" in todo for n, b in want.buffers.items() if b[0] in ("input", "output")
-                  for k in ("role", "dtype", "shape"))
+    guessed = any(f"buffers.{n}.{k}" in todo for n, b in want.buffers.items()
+                  if b[0] in ("input", "parameter", "output") for k in ("role", "dtype", "shape"))
     assert ("bounds.hbm_bytes" in todo) == guessed
     assert made.warnings == []
 

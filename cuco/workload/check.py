@@ -17,7 +17,7 @@ from typing import Any
 
 from cuco.dtypes import torch_dtype
 from cuco.errors import CucoError
-from cuco.workload.spec import BufferSpec, Shape, WorkloadSpec, load_workload
+from cuco.workload.spec import READ_ROLES, BufferSpec, Shape, WorkloadSpec, load_workload
 
 # `cuco_buffer(ctx, "x")`, `cuco_param(ctx, "N")`: the name is the string the program looks up.
 LOOKUP = re.compile(r'\bcuco_(buffer|param)\s*\(\s*[^,()]*(?:\([^()]*\)[^,()]*)*,\s*"((?:[^"\\\n]|\\.)*)"\s*\)')
@@ -160,7 +160,7 @@ def _at_shape(mod, spec: WorkloadSpec, shape: Shape, index: int) -> list[str]:
     import torch
 
     world, env, path = spec.world_size, shape.env(spec.world_size), spec.reference_path
-    inputs = [b for b in spec.buffers.values() if b.role == "input"]
+    inputs = [b for b in spec.buffers.values() if b.role in READ_ROLES]  # make_inputs draws the weights too
     outputs = [b for b in spec.buffers.values() if b.role == "output"]
     everyone = []
     for rank in range(world):

@@ -123,6 +123,11 @@ def _role(b: Buffer, events: list[Event]) -> None:
         b.role = "input"
         b.notes.append(f"filled from the host by {where}: make_inputs gives it instead" if from_host
                        else f"read by {where} before anything writes it")
+        if all(e.op.kind == "blas" and not e.writes for e in events):
+            # Read by cuBLAS alone, never communicated: the operand a layer keeps from call to call.
+            b.role = "parameter"
+            b.guess("role", "only a GEMM reads it, so it is taken for weights (drawn once per shape, never changed); "
+                            "make it an input if it changes from run to run")
         later = next((e for e in events[1 if from_host else 0:] if e.writes and not e.guess), None)
         if later is not None:
             b.guess("role", f"{later.op.name} (line {later.op.line}) also writes it: an input is only given, so if "

@@ -93,7 +93,7 @@ def _listing(buffers: list[Buffer]) -> list[str]:
 
 
 def _make_inputs(sc: Scaffold) -> list[str]:
-    inputs = [b for b in sc.buffers if b.role == "input"]
+    inputs = [b for b in sc.buffers if b.role in ("input", "parameter")]  # the weights are drawn here too
     first = inputs[0] if inputs else None
     example = (f"torch.randn({_py_shape(first)}, generator=gen, device=device).to({_torch_dtype(first)})"
                if first else "{}")
@@ -101,7 +101,8 @@ def _make_inputs(sc: Scaffold) -> list[str]:
             '    """This rank\'s inputs, drawn from `gen` on `device`; the judge draws fresh ones for every trial.',
             "",
             "    p: the shape's named dimensions (p[\"N\"]); world: the number of ranks; rank: this one.",
-            "    Return a dict with one tensor per input buffer of workload.toml:",
+            "    Return a dict with one tensor per input and parameter buffer of workload.toml (the judge keeps the",
+            "    parameters of the shape's first call: weights are drawn once per shape):",
             *_listing(inputs),
             f"    For example: {example}",
             "    (scaled so that the outputs stay of order one: rounding is then judged fairly)",

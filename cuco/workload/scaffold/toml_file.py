@@ -94,7 +94,7 @@ def _bounds(sc: Scaffold) -> list[str]:
 
 def _hbm_line(sc: Scaffold) -> str:
     """hbm_bytes from the buffers' declarations; a guess wherever one of their shapes or dtypes is."""
-    moved = [b for b in sc.buffers if b.role in ("input", "output")]
+    moved = [b for b in sc.buffers if b.role in ("input", "parameter", "output")]
     terms = [" * ".join([f"({d})" for d in b.shape] + [str(DTYPES[b.dtype].size)]) for b in moved]
     unsure = [b.name for b in moved if b.todo.get("shape") or b.todo.get("dtype") or b.todo.get("role")]
     todos = [f"rests on the guessed {', '.join(unsure)}"] if unsure else []
