@@ -224,8 +224,7 @@ static __device__ __forceinline__ uint4 philox(uint4 c, uint2 k) {
 __global__ void cryptKernel(uint4* dst, const uint4* src, size_t nVec, unsigned char* dstTail,
                             const unsigned char* srcTail, size_t nTail, const volatile unsigned long long* keyDev,
                             uint32_t stream) {
-  // One read of the key per CTA: the host's page is read over the bus, a microsecond each.
-  __shared__ unsigned long long key64;
+  __shared__ unsigned long long key64;  // one read per CTA
   if (threadIdx.x == 0) key64 = *keyDev;
   __syncthreads();
   const uint2 key = make_uint2((uint32_t)key64, (uint32_t)(key64 >> 32));
@@ -267,8 +266,9 @@ CUCO_EXPORT int cuco_h_snapshot(void* stream, void* dst, const void* src, size_t
   return 0;
 }
 
-// The key is read from device-visible memory when the kernel runs: the host's page for the candidate's process,
-// a device word for the judge, which seals in place before the key is anywhere the candidate can read.
+// The key is read from device memory when the kernel runs: for the candidate's process, a word the runner's
+// stream fetched from the host's page after the gate (one read over the bus, where a read per CTA would cost a
+// microsecond each, one after another); for the judge, which seals in place, a word it wrote itself.
 CUCO_EXPORT int cuco_h_crypt(void* stream, void* dst, const void* src, size_t bytes, const void* keyDev,
                              unsigned streamId) {
   if ((uintptr_t)dst % 16 || (uintptr_t)src % 16) return fail("sealed buffers must be 16-byte aligned");

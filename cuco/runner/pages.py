@@ -10,13 +10,14 @@ import os
 import struct
 
 KEYS_AT = 64  # bytes: the gate counter has the page's first cache line; the ranks' 64-bit keys follow
+KEY_SLOT = 16  # bytes per rank: each key 16-byte aligned, as the snapshot kernel that fetches it wants
 
 
 def key_offset(rank: int) -> int:
-    """Where rank's key lies in the gate page (a page holds the keys of (4096 - 64) / 8 = 504 ranks)."""
-    if not 0 <= rank < (mmap.PAGESIZE - KEYS_AT) // 8:
+    """Where rank's key lies in the gate page (a page holds the keys of (4096 - 64) / 16 = 252 ranks)."""
+    if not 0 <= rank < (mmap.PAGESIZE - KEYS_AT) // KEY_SLOT:
         raise ValueError(f"rank {rank} has no key slot in one page")
-    return KEYS_AT + 8 * rank
+    return KEYS_AT + KEY_SLOT * rank
 
 
 class Page:
