@@ -24,6 +24,7 @@ from cuco.workload import load_workload
 CHEATS = ROOT / "tests" / "anticheat"
 CPU_WL = ROOT / "cuco" / "workloads" / "cpu_allgather_matmul"
 
+REACH = ["Operation not permitted", "judge was reached from outside"]
 # cheat: (level with the static checks on, words; level with them off, words)
 CAUGHT = {
     "cache_outputs": (("L2", ["out of tolerance"]), ("L2", ["out of tolerance"])),
@@ -37,10 +38,11 @@ CAUGHT = {
                   ("L2", ["exited with status 0"])),
     "detached_process": (("L0", ["forbidden"]), None),  # with the checks off it passes: see its own test
     "work_in_the_gap": (("L0", ["forbidden"]), ("L2", ["out of tolerance"])),
-    "reach_scheduler": (("L0", ["forbidden"]), ("L2", ["Operation not permitted"])),
-    "reach_limits": (("L0", ["forbidden"]), ("L2", ["Operation not permitted"])),
-    # the kernel refuses a judge with capabilities (root) to a host without; else the judge sees the change
-    "reach_affinity": (("L0", ["forbidden"]), ("L2|L4", ["Operation not permitted", "judge was reached from outside"])),
+    # refused by the host's seccomp filter, or by the kernel (a judge with capabilities, root, to a host without);
+    # where neither refuses (affinity passes the filter), the judge sees its own state change
+    "reach_scheduler": (("L0", ["forbidden"]), ("L2|L4", REACH)),
+    "reach_limits": (("L0", ["forbidden"]), ("L2|L4", REACH)),
+    "reach_affinity": (("L0", ["forbidden"]), ("L2|L4", REACH)),
 }
 
 
