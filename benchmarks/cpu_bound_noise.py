@@ -2,8 +2,10 @@
 impossible-result rule needs there (timing.cpu_bound_slack).
 
 Each round measures the CPU example's bound afresh (a new CUCO_HOME, so the references run again) and evaluates
-the seed and every design point of its strategy, as `cuco eval` does. The worst case pairs the fastest honest
-median with the highest bound any round measured: an honest program must pass even then. Writes
+the seed and every design point of its strategy, as `cuco eval` does. Two things can put an honest median below
+its bound: the bound measured on a noisy moment (its spread from round to round: a program at the true bound
+sits that far below the highest), and an honest program's own dip (the fastest median against the highest
+bound). The slack covers the larger, with a margin. Writes
 benchmarks/results/cpu_bound_noise.json and .md.
 
     python benchmarks/cpu_bound_noise.py [--rounds 3]
@@ -23,7 +25,7 @@ import record
 
 ROOT = record.ROOT
 WORKLOAD = ROOT / "cuco" / "workloads" / "cpu_allgather_matmul"
-MARGIN = 1.5  # the slack set is this much more than the deepest honest dip seen, for machines noisier than this one
+MARGIN = 1.5  # the slack is this much more than the noise seen, for machines noisier than this one
 
 
 def candidates(tmp: Path) -> dict[str, Path]:
@@ -43,7 +45,7 @@ def candidates(tmp: Path) -> dict[str, Path]:
 
 def evaluate(path: Path, home: Path, out: Path) -> dict[str, float | None]:
     os.environ["CUCO_HOME"] = str(home)
-    proc = record.cuco("eval", str(WORKLOAD), str(path), "--device", "cpu", "--out", str(out), tail=0)
+    proc = record.cuco("eval", str(WORKLOAD), str(path), "--device", "cpu", "--out", str(out), tail=1)
     if proc.returncode != 0 or not out.is_file():
         return {"median_ms": None, "bound_ms": None}
     shape = json.loads(out.read_text())["shapes"]["tiny"]
@@ -67,7 +69,8 @@ def main() -> int:
     medians = {name: [rd[name]["median_ms"] for rd in rounds if rd[name]["median_ms"]] for name in cands}
     worst = min(min(m) for m in medians.values() if m) / max(bounds)
     dip = max(0.0, 1.0 - worst)
-    slack = round(min(0.9, max(0.05, MARGIN * dip)), 2)
+    spread = 1.0 - min(bounds) / max(bounds)
+    slack = round(min(0.9, max(0.05, MARGIN * max(dip, spread))), 2)
     info = record.meta(None, host=f"{platform.processor() or platform.machine()}, {os.cpu_count()} cores")
     lines = [f"# Honest candidates against the CPU bound (cpu_allgather_matmul, shape tiny, world 2, {args.rounds} "
              "rounds)", "", f"Date {info['date']}, commit {info['commit']}, {info['host']}.", "",
@@ -77,9 +80,11 @@ def main() -> int:
     for name, ms in medians.items():
         lines.append(f"| {name} | {', '.join(f'{m:.4f}' for m in ms) or 'failed'} | "
                      f"{(min(ms) / max(bounds)) if ms else float('nan'):.2f} |")
-    lines += ["", f"Deepest honest dip below the highest bound: {dip:.0%}; slack that covers it {MARGIN}x over: "
-              f"{slack:.0%} (timing.cpu_bound_slack)."]
-    record.save(args.out, "cpu_bound_noise", info, {"rounds": rounds, "worst_ratio": worst, "slack": slack}, lines)
+    lines += ["", f"The bound's spread over the rounds: {spread:.1%} below its highest; the deepest honest dip "
+              f"below the highest bound: {dip:.1%}. The slack that covers the larger {MARGIN}x over: {slack:.0%} "
+              "(timing.cpu_bound_slack)."]
+    record.save(args.out, "cpu_bound_noise", info, {"rounds": rounds, "worst_ratio": worst, "bound_spread": spread,
+                                                    "slack": slack}, lines)
     failed = [n for n, m in medians.items() if len(m) < args.rounds]
     return 1 if failed else 0
 
