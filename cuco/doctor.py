@@ -14,7 +14,7 @@ from cuco.machine import (
     nvlink_topology,
     save_machine,
 )
-from cuco.runner.sandbox import landlock_abi
+from cuco.runner.sandbox import landlock_abi, seccomp_available
 from cuco.runner.toolchain import find_toolchain
 
 
@@ -57,6 +57,7 @@ def collect(measure: bool) -> dict[str, Any]:
     facts["cublas_headers"] = str(tc.cublas_include) if tc.cublas_include else None
     facts["mpi"] = _version(["mpirun", "--version"])
     facts["landlock_abi"] = landlock_abi()
+    facts["seccomp"] = seccomp_available()
     if measure and facts["gpus"]:
         measure_rates(facts)
     save_machine(facts)
@@ -90,7 +91,10 @@ def rows(facts: dict[str, Any]) -> list[tuple[str, str]]:
            ("MPI", facts.get("mpi") or "not found"),
            ("sandbox", f"Landlock ABI {facts['landlock_abi']}: candidates cannot write outside their scratch folder"
             if facts.get("landlock_abi") else "no Landlock (Linux 5.13+): candidates can write wherever you can "
-            "(docs/threat-model.md)")]
+            "(docs/threat-model.md)"),
+           ("judge's reach", "seccomp: candidates can neither trace another process nor change its scheduling or "
+            "limits; the judge checks its own" if facts.get("seccomp") else "no seccomp filter: the judge's own "
+            "checks alone see a candidate change its scheduling or limits (docs/threat-model.md)")]
     if facts.get("peer_bw_gbps") and not (facts.get("ceilings") or {}).get("link_both_ways_gbps"):
         out.append(("peer link", f"{facts['peer_bw_gbps']:.0f} GB/s per direction, both ranks sending (measured)"))
     if facts.get("gemm_bf16_tflops") and not (facts.get("ceilings") or {}).get("tensor_bf16_tflops"):

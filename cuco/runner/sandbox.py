@@ -222,6 +222,12 @@ class _SockFprog(ctypes.Structure):
     _fields_ = [("len", ctypes.c_ushort), ("filter", ctypes.POINTER(_SockFilter))]
 
 
+def seccomp_available() -> bool:
+    """Whether this machine can install the host's filter (a table for its architecture, filters in its kernel)."""
+    PR_GET_SECCOMP = 21  # <linux/prctl.h>
+    return os.uname().machine in ARCHES and _prctl(PR_GET_SECCOMP) >= 0
+
+
 def _seccomp() -> bool:
     """Install the filter on every thread of this process; False where the architecture or kernel has none."""
     arch = ARCHES.get(os.uname().machine)
