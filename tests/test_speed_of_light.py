@@ -90,3 +90,34 @@ def test_the_record_carries_both_bounds_on_gpus_only():
                                                          67108864 / 400e9) * 1e3)
     cpu = compute_bound(spec, shape, 2, "cpu", 0.68, 0.3, CEILINGS)
     assert "speed_of_light_ms" not in cpu and cpu["hbm_bytes"] == hbm
+
+
+def _judged(device: str, median: float, library: float, light: float | None):
+    """The L4 verdict on one shape timed at `median`, with a library bound and (on GPUs) a speed of light."""
+    from cuco.runner.cascade import EvalOptions, _l4_problems
+    from cuco.runner.record import Bound, EvalRecord, ShapeResult, Timing
+
+    spec = load_workload(WORKLOADS / "gemm_allgather")
+    shape = ShapeResult(timing=Timing(median_ms=median), bound=Bound(bound_ms=library, speed_of_light_ms=light),
+                        efficiency=library / median, beats_library=median < library)
+    record = EvalRecord(workload=spec.name, candidate="c.cu", shapes={"8k": shape})
+    problems, _ = _l4_problems(spec, record, EvalOptions(device=device))
+    return problems, shape
+
+
+def test_beating_the_library_is_a_finding_and_only_the_speed_of_light_rejects():
+    # 20% under cuBLAS's time, above the speed of light: a finding, marked, not a rejection
+    problems, shape = _judged("cuda", median=0.80, library=1.00, light=0.70)
+    assert problems == [] and shape.beats_library
+    # 10% under the speed of light (the slack is 5%): work was skipped, or the clock is wrong
+    problems, _ = _judged("cuda", median=0.63, library=1.00, light=0.70)
+    assert len(problems) == 1 and problems[0].startswith("impossible: shape 8k median 0.6300 ms is below the speed "
+                                                         "of light 0.7000 ms")
+    # within the slack of the speed of light: noise, not fraud
+    assert _judged("cuda", median=0.68, library=1.00, light=0.70)[0] == []
+
+
+def test_where_no_ceilings_were_measured_the_library_bound_stands_in():
+    problems, _ = _judged("cpu", median=0.50, library=1.00, light=None)
+    assert len(problems) == 1 and "below the library bound (no speed of light measured here)" in problems[0]
+    assert _judged("cpu", median=0.95, library=1.00, light=None)[0] == []

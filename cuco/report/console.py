@@ -27,6 +27,13 @@ def verdict(record: EvalRecord) -> str:
     return f"[red]failed at {record.failed_level}{who}[/]"
 
 
+def _efficiency(s: ShapeResult) -> str:
+    """Library bound / median, and the finding where the time beats the library (only physics rejects a time)."""
+    if not s.efficiency:
+        return "-"
+    return f"{s.efficiency:.2f}" + (" [green]beats the library[/]" if s.beats_library else "")
+
+
 def eval_table(record: EvalRecord) -> Table:
     status = verdict(record)
     title = (f"{record.workload} / {record.candidate_name} ({record.kind}, {record.device}, "
@@ -49,7 +56,7 @@ def eval_table(record: EvalRecord) -> Table:
         t.add_row(name, label, " ".join(fmt_ms(x) for x in timing.per_rank_median_ms or []), fmt_ms(timing.median_ms),
                   fmt_ms(timing.inputs_ms), f"{fmt_ms(timing.p10_ms)}-{fmt_ms(timing.p90_ms)}",
                   f"{timing.spread_pct or 0.0:.1f}%",
-                  fmt_ms(record.bound_ms(name)), f"{s.efficiency:.2f}" if s.efficiency else "-",
+                  fmt_ms(record.bound_ms(name)), _efficiency(s),
                   fmt_ms(s.bound.speed_of_light_ms if s.bound else None),
                   f"{s.sol_efficiency:.2f}" if s.sol_efficiency else "-", sp)
     return t

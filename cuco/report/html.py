@@ -97,6 +97,7 @@ def render_report(run_dir: Path) -> str:
         db.close()
     bound = best.bound_ms if best else None
     speed = f", {seed.median_ms / best.median_ms:.2f}x the seed" if best and seed and seed.median_ms else ""
+    beats = " (beats the library)" if best and best.bound_ms and best.median_ms < best.bound_ms else ""
     light = _speed_of_light(best, meta.get("shape"))
     light = f"; speed of light {fmt_ms(light)} ms ({light / best.median_ms:.2f} of it)" if light else ""
     head = [("workload", meta.get("workload", "?")), ("shape", meta.get("shape", "?")),
@@ -104,7 +105,7 @@ def render_report(run_dir: Path) -> str:
             ("evaluations", f"{len(done)} ({sum(1 for c in done if not c.ok)} failed: "
                             f"{', '.join(f'{k} {v}' for k, v in sorted(fails.items())) or 'none'})"),
             ("best", f"#{best.id} {best.label}: {fmt_ms(best.median_ms)} ms, library bound {fmt_ms(best.bound_ms)} "
-                     f"ms, efficiency {best.score:.2f}{speed}{light}" if best else "none correct yet")]
+                     f"ms, efficiency {best.score:.2f}{beats}{speed}{light}" if best else "none correct yet")]
     if llm["calls"]:
         head.append(("LLM", f"{llm['calls']} calls, {llm['input_tokens']} + {llm['output_tokens']} tokens, "
                             f"${llm['cost_usd']:.2f}"))

@@ -128,9 +128,12 @@ class ShapeResult:
     efficiency: float | None = None
     speedup: dict[str, float] | None = None
     sol_efficiency: float | None = None  # speed of light / median
+    # A median below the library bound: a finding (the search exists to find it), never a rejection; only the speed
+    # of light makes a time impossible.
+    beats_library: bool | None = None
 
     def to_dict(self) -> dict[str, Any]:
-        out = _plain(self, frozenset({"timing", "bound", "efficiency", "speedup", "sol_efficiency"}))
+        out = _plain(self, frozenset({"timing", "bound", "efficiency", "speedup", "sol_efficiency", "beats_library"}))
         out["correctness"] = [c.to_dict() for c in self.correctness]
         if not self.correctness:  # set by the first L2/L3 stage, absent from a shape only timed
             del out["correctness"]
