@@ -17,7 +17,8 @@ ROOT = WORKLOADS / "moe_deepseek_v3"
 def test_the_reference_is_each_tokens_weighted_sum_of_its_experts():
     ref = load_reference(load_workload(ROOT))
     p = load_workload(ROOT).shape("s_odd").params
-    inputs = [ref.make_inputs(p, 2, r, torch.Generator().manual_seed(7 + r), "cpu") for r in range(2)]
+    inputs = [{**ref.make_inputs(p, 2, r, torch.Generator().manual_seed(7 + r), "cpu"),
+               **ref.make_parameters(p, 2, r, torch.Generator().manual_seed(70 + r), "cpu")} for r in range(2)]
     local = p["E"] // 2
     for rank in range(2):
         got = ref.reference(p, 2, rank, inputs)["y"]

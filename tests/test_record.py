@@ -41,7 +41,7 @@ def test_a_real_record_round_trips_and_keeps_the_json_layout(cpu_record, tmp_pat
     assert list(d["shapes"]) == ["odd", "tiny"]
     assert list(d["shapes"]["odd"]) == ["params", "correctness"]
     tiny = d["shapes"]["tiny"]
-    assert list(tiny) == ["params", "correctness", "timing", "references_ms", "bound", "efficiency"]
+    assert list(tiny) == ["params", "correctness", "timing", "references_ms", "bound", "efficiency", "beats_library"]
     assert list(tiny["timing"]) == TIMING_KEYS and list(tiny["bound"]) == BOUND_KEYS
     assert list(tiny["correctness"][0]) == ["level", "trials", "max_norm_rel_err"]
     again = EvalRecord.from_dict(json.loads(json.dumps(d)))

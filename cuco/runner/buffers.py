@@ -20,10 +20,11 @@ from typing import Any
 import torch
 
 from cuco.dtypes import DTYPES, torch_dtype
-from cuco.workload.spec import READ_ROLES
 
 TORCH_DTYPES = {name: torch_dtype(name) for name in DTYPES}
 ALIGN = 256  # bytes: every exchange slice starts aligned for vector loads and cudaMemcpy
+BOUNCE = "bounce"  # the parameters' way in and out, a chunk at a time
+BOUNCE_BYTES = 256 * 2**20  # a chunk: large enough that a round trip per chunk is nothing beside its copy
 
 
 @dataclass(frozen=True)
@@ -98,13 +99,19 @@ def attach_memfd_buffers(layouts: list[Layout], fds: list[int]) -> dict[str, tor
 
 
 def _slices(layouts: list[Layout]) -> tuple[dict[str, tuple[int, Layout]], int]:
-    """Offsets of the exchange areas: staged inputs, output snapshots and input snapshots."""
+    """Offsets of the exchange areas: staged inputs, output snapshots and input snapshots, and one bounce area
+    through which the parameters pass a chunk at a time (an MoE layer's weights are tens of GB: a copy of
+    them in the exchange would double the judge's memory)."""
     areas, off = {}, 0
     for lay in layouts:
-        keys = (["stage", "inputs_after"] if lay.role in READ_ROLES else ["out"] if lay.role == "output" else [])
+        keys = ["stage", "inputs_after"] if lay.role == "input" else ["out"] if lay.role == "output" else []
         for key in keys:
             areas[f"{key}:{lay.name}"] = (off, lay)
             off += (lay.nbytes + ALIGN - 1) // ALIGN * ALIGN
+    largest = max((lay.nbytes for lay in layouts if lay.role == "parameter"), default=0)
+    if largest:
+        areas[BOUNCE] = (off, Layout(BOUNCE, "scratch", "u8", (min(largest, BOUNCE_BYTES),), False))
+        off += (min(largest, BOUNCE_BYTES) + ALIGN - 1) // ALIGN * ALIGN
     return areas, max(off, ALIGN)
 
 

@@ -21,7 +21,7 @@ from typing import Any
 import torch
 import torch.distributed as dist
 
-from cuco.runner.buffers import TORCH_DTYPES, Exchange, Layout, attach_memfd_buffers, cuda_array
+from cuco.runner.buffers import BOUNCE, TORCH_DTYPES, Exchange, Layout, attach_memfd_buffers, cuda_array
 from cuco.runner.candidate import CandidateError, CudaCandidate, PyContext, PythonCandidate
 from cuco.runner.channel import Channel, ChannelClosed, Reply
 from cuco.runner.harness import Harness
@@ -164,22 +164,18 @@ class Host:
                     poison(sh["bufs"][lay.name])
         self.sync()
 
-    def load_parameters(self) -> None:
-        """GPU: the shape's parameters, drawn once by the judge, into the candidate's buffers (untimed)."""
-        sh = self.shape
+    def parameter_chunk(self, msg: Reply) -> None:
+        """GPU: one chunk of a parameter through the bounce area: into the candidate's buffer (the shape's weights,
+        drawn once by the judge), or out of it (for the judge to check that no run changed them). Untimed."""
+        sh, d = self.shape, msg.data
+        name, offset, n = str(d["name"]), int(d["offset"]), int(d["nbytes"])
+        lay = next(lay for lay in sh["layouts"] if lay.name == name and lay.role == "parameter")
+        if not 0 <= offset <= offset + n <= lay.nbytes:
+            raise ValueError(f"parameter {name}: bytes {offset}..{offset + n} of {lay.nbytes}")
+        buf = sh["bufs"][name].view(-1).view(torch.uint8)[offset:offset + n]
+        bounce = sh["exchange"][BOUNCE][:n]
         with torch.cuda.stream(self.stream):
-            for lay in sh["layouts"]:
-                if lay.role == "parameter":
-                    sh["bufs"][lay.name].copy_(sh["exchange"][f"stage:{lay.name}"])
-        self.sync()
-
-    def snapshot_parameters(self) -> None:
-        """GPU: the parameters as the candidate left them, for the judge to compare with what it drew."""
-        sh = self.shape
-        for lay in sh["layouts"]:
-            if lay.role == "parameter":
-                dst, src = sh["exchange"][f"inputs_after:{lay.name}"], sh["bufs"][lay.name]
-                self.harness.snapshot(self.stream.cuda_stream, dst.data_ptr(), src.data_ptr(), lay.nbytes)
+            (buf if d["load"] else bounce).copy_(bounce if d["load"] else buf)
         self.sync()
 
     def run_cpu(self) -> None:
@@ -215,7 +211,7 @@ class Host:
         for e in ends[1:]:
             s.wait_event(e)
         for lay in sh["layouts"]:
-            if lay.role in ("output", "input") or (lay.role == "parameter" and msg.data.get("parameters")):
+            if lay.role in ("output", "input"):
                 area = "out" if lay.role == "output" else "inputs_after"
                 dst, src = sh["exchange"][f"{area}:{lay.name}"], sh["bufs"][lay.name]
                 self.harness.snapshot(s.cuda_stream, dst.data_ptr(), src.data_ptr(), lay.nbytes)
@@ -244,11 +240,8 @@ class Host:
                 elif msg.kind == "stage":
                     self.stage()
                     self.chan.send("staged")
-                elif msg.kind == "parameters":
-                    self.load_parameters()
-                    self.chan.send("ok")
-                elif msg.kind == "snapshot_parameters":
-                    self.snapshot_parameters()
+                elif msg.kind == "parameter_chunk":
+                    self.parameter_chunk(msg)
                     self.chan.send("ok")
                 elif msg.kind == "run" and not self.cuda:
                     self.run_cpu()

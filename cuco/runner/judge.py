@@ -34,7 +34,7 @@ import torch
 import torch.distributed as dist
 
 from cuco.paths import atomic_write_json
-from cuco.runner.buffers import TORCH_DTYPES, Exchange, Layout, memfd_buffers
+from cuco.runner.buffers import BOUNCE, BOUNCE_BYTES, TORCH_DTYPES, Exchange, Layout, memfd_buffers
 from cuco.runner.channel import ChannelClosed, RemoteError, Reply
 from cuco.runner.harness import Harness
 from cuco.runner.job import JUDGE_PORT_ENV, Job, Stage
@@ -293,36 +293,61 @@ class Judge:
         return params
 
     def draw_parameters(self, params: dict[str, int], seed: int, shape_name: str) -> None:
-        """The shape's parameters, every rank's, drawn once and loaded into the candidate's buffers (untimed)."""
+        """The shape's parameters, every rank's, drawn once (by reference.make_parameters where the workload has
+        it, else from make_inputs) and loaded into the candidate's buffers (untimed)."""
+        self.parameters = self.parameters_for(params, seed)
+        for n, value in self.parameters.get(self.rank, {}).items():
+            if not self.cuda:
+                self.bufs[n].copy_(value.reshape(self.bufs[n].shape))
+                continue
+            for offset, chunk in self.chunks(value):
+                self.exchange[BOUNCE][: chunk.numel()].copy_(chunk)
+                self.sync()
+                self.send("parameter_chunk", name=n, offset=offset, nbytes=chunk.numel(), load=True,
+                          where=f"{shape_name}: parameters")
+                self.call("ok", f"{shape_name}: parameters")
+
+    def parameters_for(self, params: dict[str, int], seed: int) -> dict[int, dict[str, torch.Tensor]]:
+        """Every rank's parameters, from reference.make_parameters where the workload has it (then make_inputs
+        need not draw the weights on every run), else from make_inputs."""
         names = [b.name for b in self.spec.buffers.values() if b.role == "parameter"]
-        self.parameters = {}
         if not names:
-            return
-        drawn = self.inputs_for(params, seed, range(self.world))
-        for r, values in drawn.items():
+            return {}
+        make = getattr(self.ref, "make_parameters", None)
+        out = {}
+        for r in range(self.world):
+            gen = torch.Generator(device=self.device).manual_seed(seed * 1_000_003 + r)
+            values = (make or self.ref.make_inputs)(params, self.world, r, gen, self.device)
             missing = [n for n in names if n not in values]
             if missing:
-                raise CandidateFailed(f"reference.make_inputs returned no {missing[0]!r}", "workload")
-            self.parameters[r] = {n: values[n] for n in names}
-        for n in names:
-            area = self.bufs[n] if not self.cuda else self.exchange[f"stage:{n}"]
-            area.copy_(self.parameters[self.rank][n])
-        if self.cuda:
-            self.sync()
-            self.send("parameters", where=f"{shape_name}: parameters")
-            self.call("ok", f"{shape_name}: parameters")
+                fn = "make_parameters" if make else "make_inputs"
+                raise CandidateFailed(f"reference.{fn} returned no {missing[0]!r}", "workload")
+            out[r] = {n: values[n].to(TORCH_DTYPES[self.spec.buffers[n].dtype]).contiguous() for n in names}
+            del values
+        return out
 
-    def parameters_changed(self, shape_name: str) -> list[str]:
+    @staticmethod
+    def chunks(value: torch.Tensor):
+        """(byte offset, bytes) of a parameter, a bounce area's worth at a time."""
+        flat = value.view(-1).view(torch.uint8)
+        for offset in range(0, flat.numel(), BOUNCE_BYTES):
+            yield offset, flat[offset:offset + BOUNCE_BYTES]
+
+    def parameters_changed(self, where: str) -> list[str]:
         """This rank's parameters as the candidate left them, against what was drawn."""
-        mine = self.parameters.get(self.rank, {})
-        if not mine:
-            return []
-        if self.cuda:
-            self.send("snapshot_parameters", where=f"{shape_name}: parameters after the timed runs")
-            self.call("ok", f"{shape_name}: parameters after the timed runs")
-        found = {n: self.exchange[f"inputs_after:{n}"] if self.cuda else self.bufs[n] for n in mine}
-        return [c.message for c in (same(n, found[n], mine[n].to(found[n].dtype).reshape(found[n].shape),
-                                         "parameter changed by the runs") for n in mine) if not c.ok]
+        changed = []
+        for n, value in self.parameters.get(self.rank, {}).items():
+            if not self.cuda:
+                check = same(n, self.bufs[n], value.reshape(self.bufs[n].shape), "parameter changed by the runs")
+                changed += [] if check.ok else [check.message]
+                continue
+            for offset, chunk in self.chunks(value):
+                self.send("parameter_chunk", name=n, offset=offset, nbytes=chunk.numel(), load=False, where=where)
+                self.call("ok", where)
+                if not torch.equal(self.exchange[BOUNCE][: chunk.numel()], chunk):
+                    changed.append(f"{n}: parameter changed by the runs (bytes from {offset})")
+                    break
+        return changed
 
     def close_shape(self, shape_name: str) -> None:
         self.mark(f"{shape_name}: teardown")
@@ -332,7 +357,8 @@ class Judge:
 
     # ---- runs -----------------------------------------------------------------------------------
     def snapshot(self, role: str) -> dict[str, torch.Tensor]:
-        names = self.outputs() if role == "output" else self.read_only()
+        # the parameters are checked apart (parameters_changed): the exchange holds no copy of them
+        names = self.outputs() if role == "output" else self.read_only() if not self.cuda else self.inputs()
         if self.cuda:
             key = "out" if role == "output" else "inputs_after"
             return {n: self.exchange[f"{key}:{n}"].clone() for n in names}
@@ -344,7 +370,7 @@ class Judge:
         if self.cuda:
             self.seq += 1
             self.reveal_keys([self.rank])
-            self.send("run", seq=self.seq, gate=None, parameters=True, where=where)
+            self.send("run", seq=self.seq, gate=None, where=where)
             self.call("queued", where)
             self.call("finished", where)
         else:
@@ -453,7 +479,8 @@ class Judge:
                 checks = [self.compare(n, again[n], outs[n]) for n in self.outputs()]
             for a in (after, after2):
                 checks += [same(k, a[k], mine[k].to(a[k].dtype).reshape(a[k].shape), "input changed by the run")
-                           for k in self.read_only()]
+                           for k in a]
+            checks += [Check(False, m) for m in self.parameters_changed(f"{where}: parameters")]
             self.agree(checks, where)
         return {"level": stage.level, "shape": stage.shape, "ok": True, "trials": self.spec.timing.trials,
                 "max_norm_rel_err": max(errors) if errors else 0.0}
@@ -500,8 +527,8 @@ class Judge:
         inputs = null_event_ms if self.cuda else delivered_ms
         out["inputs_per_rank_ms"] = self.gather(statistics.median(inputs) if inputs else None)
         out["final_output_errors"] = self.verify_kept(stage, params, kept)
-        out["final_output_errors"] += self.gather_failures([f"after the timed runs: {m}"
-                                                            for m in self.parameters_changed(stage.shape)])
+        changed = self.parameters_changed(f"L4 {stage.shape}: parameters after the timed runs")
+        out["final_output_errors"] += self.gather_failures([f"after the timed runs: {m}" for m in changed])
         clocks = self.gather(out["clock"])
         out["clock_errors"] = [f"rank {r}: {c['message']}" for r, c in enumerate(clocks) if c and not c["ok"]]
         out["per_rank_ms"] = self.gather(out.pop("per_rank_times"))
@@ -560,6 +587,7 @@ class Judge:
             params, env = dict(shape.params), shape.env(self.world)
             bufs = {b.name: torch.empty(b.dims(env), dtype=TORCH_DTYPES[b.dtype], device=self.device)
                     for b in self.spec.buffers.values()}
+            self.parameters = self.parameters_for(params, self.seed)
             inputs = self.all_inputs(params, self.seed)
             for name in self.read_only():
                 bufs[name].copy_(inputs[self.rank][name])

@@ -5,7 +5,8 @@ or a parameter workload.toml does not declare (cuco_buffer returns NULL, cuco_pa
 not import, and a make_inputs or reference that fails, or returns tensors of other shapes or types than
 workload.toml declares. Each is found here on the CPU, at every small shape, calling the two functions exactly as
 the judge does (cuco/runner/judge.py): make_inputs(params, world, rank, gen, device) for each rank with its own
-torch.Generator, then reference(params, world, rank, inputs of every rank), one rank at a time.
+torch.Generator (and make_parameters, where the workload draws its weights apart), then reference(params,
+world, rank, inputs of every rank), one rank at a time.
 """
 
 from __future__ import annotations
@@ -17,7 +18,7 @@ from typing import Any
 
 from cuco.dtypes import torch_dtype
 from cuco.errors import CucoError
-from cuco.workload.spec import READ_ROLES, BufferSpec, Shape, WorkloadSpec, load_workload
+from cuco.workload.spec import BufferSpec, Shape, WorkloadSpec, load_workload
 
 # `cuco_buffer(ctx, "x")`, `cuco_param(ctx, "N")`: the name is the string the program looks up.
 LOOKUP = re.compile(r'\bcuco_(buffer|param)\s*\(\s*[^,()]*(?:\([^()]*\)[^,()]*)*,\s*"((?:[^"\\\n]|\\.)*)"\s*\)')
@@ -160,17 +161,25 @@ def _at_shape(mod, spec: WorkloadSpec, shape: Shape, index: int) -> list[str]:
     import torch
 
     world, env, path = spec.world_size, shape.env(spec.world_size), spec.reference_path
-    inputs = [b for b in spec.buffers.values() if b.role in READ_ROLES]  # make_inputs draws the weights too
+    drawn = [(mod.make_inputs, "make_inputs", [b for b in spec.buffers.values() if b.role == "input"])]
+    parameters = [b for b in spec.buffers.values() if b.role == "parameter"]
+    if callable(getattr(mod, "make_parameters", None)):
+        drawn.append((mod.make_parameters, "make_parameters", parameters))
+    else:  # make_inputs draws the weights too
+        drawn[0][2].extend(parameters)
     outputs = [b for b in spec.buffers.values() if b.role == "output"]
     everyone = []
     for rank in range(world):
-        what = f"make_inputs at small shape {shape.name!r}, rank {rank}"
-        gen = torch.Generator(device="cpu").manual_seed(index * 1_000_003 + rank)
-        got, failed = _call(mod.make_inputs, path, what, dict(shape.params), world, rank, gen, torch.device("cpu"))
-        problems = [failed] if failed else [f"{path.name}: {p}" for p in _checked(what, got, inputs, env, True)]
-        if problems:
-            return problems
-        everyone.append(got)
+        mine: dict[str, Any] = {}
+        for fn, name, buffers in drawn:
+            what = f"{name} at small shape {shape.name!r}, rank {rank}"
+            gen = torch.Generator(device="cpu").manual_seed(index * 1_000_003 + rank)
+            got, failed = _call(fn, path, what, dict(shape.params), world, rank, gen, torch.device("cpu"))
+            problems = [failed] if failed else [f"{path.name}: {p}" for p in _checked(what, got, buffers, env, True)]
+            if problems:
+                return problems
+            mine.update(got)
+        everyone.append(mine)
     for rank in range(world):
         what = f"reference at small shape {shape.name!r}, rank {rank}"
         got, failed = _call(mod.reference, path, what, dict(shape.params), world, rank, everyone)
