@@ -118,6 +118,6 @@ def test_beating_the_library_is_a_finding_and_only_the_speed_of_light_rejects():
 
 
 def test_where_no_ceilings_were_measured_the_library_bound_stands_in():
-    problems, _ = _judged("cpu", median=0.50, library=1.00, light=None)
+    problems, _ = _judged("cpu", median=0.20, library=1.00, light=None)  # the CPU's slack: 72%, from its noise
     assert len(problems) == 1 and "below the library bound (no speed of light measured here)" in problems[0]
-    assert _judged("cpu", median=0.95, library=1.00, light=None)[0] == []
+    assert _judged("cpu", median=0.50, library=1.00, light=None)[0] == []

@@ -85,7 +85,10 @@ class Timing:
     l2_flush: bool = True
     timeout_s: float = 300.0  # watchdog: whole evaluation of one candidate
     bound_slack: float = 0.05  # a median below bound * (1 - slack) is rejected as impossible
-    cpu_bound_slack: float = 0.30  # CPU timings are noisier
+    # The CPU has no speed of light: the library bound stands in, and its own measurement moves by half from
+    # one run to the next (benchmarks/results/cpu_bound_noise.md: 0.216 to 0.417 ms), so a program at the true
+    # bound may sit 48% under a high one; 1.5x that.
+    cpu_bound_slack: float = 0.72
 
 
 @dataclass(frozen=True)
