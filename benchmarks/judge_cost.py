@@ -6,8 +6,11 @@ evaluation's wall time (builds done beforehand, so they are not in it) and the v
 
     python benchmarks/judge_cost.py --other /path/to/other/checkout [--world 2] [--shapes 8k 4k]
         [--candidates seed device_lsa host_two_stream torch_host] [--rounds 2]
+    python benchmarks/judge_cost.py --other ... --device cpu --workload cpu_allgather_matmul --shapes tiny
+        --candidates seed --rounds 8
 
-Writes benchmarks/results/judge_cost.json and .md (the previous pair moves to benchmarks/results/archive/).
+Writes benchmarks/results/judge_cost.json and .md (judge_cost-cpu on the CPU; the previous pair moves to
+benchmarks/results/archive/).
 """
 
 from __future__ import annotations
@@ -27,11 +30,12 @@ SNIPPET = r"""
 import json, sys, time
 from cuco.runner.cascade import EvalOptions, evaluate
 from cuco.workload import load_workload
-workload, world, name, shapes, level = sys.argv[1], int(sys.argv[2]), sys.argv[3], sys.argv[4].split(","), sys.argv[5]
+workload, world, name, shapes, level, device = (sys.argv[1], int(sys.argv[2]), sys.argv[3], sys.argv[4].split(","),
+                                                 sys.argv[5], sys.argv[6])
 spec = load_workload(workload, world)
 t0 = time.monotonic()
-rec = evaluate(spec, spec.candidates[name], EvalOptions(device="cuda", shapes=shapes, small_shapes=["s_odd"],
-               max_level=level, gpus=list(range(world))))
+rec = evaluate(spec, spec.candidates[name], EvalOptions(device=device, shapes=shapes, max_level=level,
+               gpus=list(range(world)) if device == "cuda" else []))
 rec = rec.to_dict() if hasattr(rec, "to_dict") else rec  # an EvalRecord here, a dict in an older checkout
 out = {"ok": rec["ok"], "error": rec.get("error"), "seconds": time.monotonic() - t0, "shapes": {}}
 for s, r in rec.get("shapes", {}).items():
@@ -51,7 +55,8 @@ def _workload_dir(tree: Path, name: str) -> Path:
 def evaluate(tree: Path, home: Path, args, name: str, level: str) -> dict:
     env = {**os.environ, "PYTHONPATH": str(tree), "CUCO_HOME": str(home)}
     proc = subprocess.run([sys.executable, "-c", SNIPPET, str(_workload_dir(tree, args.workload)), str(args.world),
-                           name, ",".join(args.shapes), level], cwd=tree, env=env, text=True, capture_output=True)
+                           name, ",".join(args.shapes), level, args.device], cwd=tree, env=env, text=True,
+                          capture_output=True)
     for line in proc.stdout.splitlines():
         if line.startswith("RESULT "):
             return json.loads(line[7:])
@@ -66,11 +71,12 @@ def main() -> int:
     ap.add_argument("--shapes", nargs="+", default=["8k", "4k"])
     ap.add_argument("--candidates", nargs="+", default=["seed", "device_lsa", "host_two_stream", "torch_host"])
     ap.add_argument("--rounds", type=int, default=2, help="evaluations per candidate and tree, interleaved")
+    ap.add_argument("--device", choices=["cuda", "cpu"], default="cuda")
     ap.add_argument("--out", type=Path, default=ROOT / "benchmarks" / "results")
     args = ap.parse_args()
     import torch
 
-    args.world = args.world or min(2, torch.cuda.device_count())
+    args.world = args.world or (2 if args.device == "cpu" else min(2, torch.cuda.device_count()))
     trees = {"this tree": ROOT, "other": args.other.resolve()}
     homes = {k: Path(tempfile.mkdtemp(prefix="cuco-home-")) for k in trees}
     for k, tree in trees.items():  # builds (and the bound's references) outside the timed comparison
@@ -81,9 +87,8 @@ def main() -> int:
         for name in args.candidates:
             for k, tree in trees.items():
                 runs[k][name].append(evaluate(tree, homes[k], args, name, "L4"))
-    import torch as _torch
-
-    lines = [f"# What the judge costs: {args.workload}, world {args.world}, {_torch.cuda.get_device_name(0)}", "",
+    where = torch.cuda.get_device_name(0) if args.device == "cuda" else f"CPU, {os.cpu_count()} cores"
+    lines = [f"# What the judge costs: {args.workload}, world {args.world}, {where}", "",
              f"Date {record.meta()['date']}, commit {record.commit()}; other: {args.other}.", "",
              "ms, slowest rank, median of each evaluation; seconds of wall time per evaluation (builds excluded)", "",
              "| candidate | shape | other: median | this tree: median | this tree: judge's clock | bound | other: s | "
@@ -105,8 +110,10 @@ def main() -> int:
     sys.path.insert(0, str(ROOT))
     from cuco.machine import gpu_inventory
 
-    info = record.meta({"gpus": gpu_inventory()}, world=args.world, other=str(args.other))
-    record.save(args.out, "judge_cost", info, {"runs": runs}, lines, with_time=True)
+    info = record.meta({"gpus": gpu_inventory()} if args.device == "cuda" else None, world=args.world,
+                       other=str(args.other))
+    name = "judge_cost" if args.device == "cuda" else "judge_cost-cpu"
+    record.save(args.out, name, info, {"runs": runs}, lines, with_time=True)
     return 0
 
 
