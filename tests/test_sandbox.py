@@ -12,7 +12,7 @@ import textwrap
 import pytest
 from conftest import ROOT
 
-from cuco.runner.sandbox import ARCHES, judge_state, state_changes
+from cuco.runner.sandbox import ARCHES, JudgeState, judge_state, state_changes
 
 PROBE = textwrap.dedent('''
     import json, os, resource, threading
@@ -53,9 +53,7 @@ def test_the_judge_sees_its_own_state_change():
     before = judge_state()
     assert state_changes(before, judge_state()) == []
     nice = os.getpriority(os.PRIO_PROCESS, 0)
-    changed = {**before, "threads": {tid: (p, n + 1, cpus) for tid, (p, n, cpus) in before["threads"].items()}}
-    assert state_changes(before, changed)[0].endswith(f"nice value {nice} -> {nice + 1}")
-    limits = dict(before["limits"])
-    limits["RLIMIT_NOFILE"] = (16, 16)
-    assert state_changes(before, {**before, "limits": limits}) == [
-        f"RLIMIT_NOFILE {before['limits']['RLIMIT_NOFILE']} -> (16, 16)"]
+    niced = JudgeState({tid: (p, n + 1, cpus) for tid, (p, n, cpus) in before.threads.items()}, before.limits)
+    assert state_changes(before, niced)[0].endswith(f"nice value {nice} -> {nice + 1}")
+    limited = JudgeState(before.threads, {**before.limits, "RLIMIT_NOFILE": (16, 16)})
+    assert state_changes(before, limited) == [f"RLIMIT_NOFILE {before.limits['RLIMIT_NOFILE']} -> (16, 16)"]

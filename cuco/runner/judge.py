@@ -167,8 +167,8 @@ class Judge:
         if changes:
             raise CandidateFailed(f"{where}: this rank's judge was reached from outside: {changes[0]} (a candidate "
                                   f"may not change its judge's scheduling or limits)", "candidate")
-        for tid, value in now["threads"].items():  # threads started since: checked from now on
-            self.state["threads"].setdefault(tid, value)
+        for tid, value in now.threads.items():  # threads started since: checked from now on
+            self.state.threads.setdefault(tid, value)
 
     def _host_gone(self, where: str) -> CandidateFailed:
         try:

@@ -260,41 +260,46 @@ def confine(*writable: Path) -> Confinement:
 # ---- the judge's own state, checked around every timed run ---------------------------------------------------
 
 
-def judge_state() -> dict[str, object]:
-    """This process's scheduling (policy, nice value and CPU affinity of every thread) and resource limits: what a
-    process beside it could change to slow it down or make it fail."""
+@dataclass
+class JudgeState:
+    """What a process beside the judge could change to slow it down or make it fail: each thread's scheduling
+    policy, nice value and CPUs, and the process's resource limits."""
+
+    threads: dict[str, tuple[int, int, tuple[int, ...]]]
+    limits: dict[str, tuple[int, int]]
+
+
+def judge_state() -> JudgeState:
     import resource
 
-    threads: dict[str, object] = {}
+    threads = {}
     for entry in os.scandir("/proc/self/task"):
         tid = int(entry.name)
         try:
             threads[entry.name] = (os.sched_getscheduler(tid), os.getpriority(os.PRIO_PROCESS, tid),
-                                   sorted(os.sched_getaffinity(tid)))
+                                   tuple(sorted(os.sched_getaffinity(tid))))
         except OSError:  # the thread ended meanwhile
             continue
     limits = {name: resource.getrlimit(getattr(resource, name)) for name in dir(resource)
               if name.startswith("RLIMIT_")}
-    return {"threads": threads, "limits": limits}
+    return JudgeState(threads, limits)
 
 
-def state_changes(before: dict[str, object], after: dict[str, object]) -> list[str]:
-    """What differs between two judge_state() readings, for threads present in both."""
+def state_changes(before: JudgeState, after: JudgeState) -> list[str]:
+    """What differs between two readings, for the threads present in both."""
     out = []
-    b_threads, a_threads = before["threads"], after["threads"]
-    for tid in sorted(set(b_threads) & set(a_threads)):  # type: ignore[arg-type]
-        (bp, bn, ba), (ap, an, aa) = b_threads[tid], a_threads[tid]  # type: ignore[index]
+    for tid in sorted(set(before.threads) & set(after.threads)):
+        (bp, bn, ba), (ap, an, aa) = before.threads[tid], after.threads[tid]
         what = [f"{name} {b} -> {a}" for name, b, a in (("scheduling policy", bp, ap), ("nice value", bn, an),
                                                         ("CPUs", _cpus(ba), _cpus(aa))) if b != a]
         if what:
             out.append(f"thread {tid}'s " + ", ".join(what))
-    for name, value in before["limits"].items():  # type: ignore[attr-defined]
-        if after["limits"].get(name) != value:  # type: ignore[attr-defined]
-            out.append(f"{name} {value} -> {after['limits'].get(name)}")  # type: ignore[attr-defined]
+    out += [f"{name} {value} -> {after.limits.get(name)}" for name, value in before.limits.items()
+            if after.limits.get(name) != value]
     return out
 
 
-def _cpus(cpus: list[int]) -> str:
+def _cpus(cpus: tuple[int, ...]) -> str:
     return f"{len(cpus)} CPUs" if len(cpus) > 4 else str(cpus)
 
 
