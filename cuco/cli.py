@@ -473,7 +473,7 @@ def init(name: str = typer.Argument(..., help="The new workload's name, and its 
          parent: Path = typer.Option(Path("."), "--dir", help="Where the workload directory goes.")
          ) -> None:
     """Scaffold a workload around your own program: seed.cu, workload.toml from its analysis, reference.py to write."""
-    from cuco.workload.scaffold import create_workload
+    from cuco.scaffold import create_workload
 
     made = create_workload(name, absolute(source), absolute(parent))
     for w in made.warnings:

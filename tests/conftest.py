@@ -14,8 +14,8 @@ def _is_collective(root: Path) -> bool:
     """A benchmarked collective: a host NCCL seed and no compute of its own, so its bound is the communication's
     alone (the GEMM workloads, the KV transfer and the MoE layer time a compute; the CPU example and ring attention
     have Python seeds)."""
-    from cuco.runner.judge import load_reference
     from cuco.workload import load_workload
+    from cuco.workload.reference import load_reference
 
     return (root / "seed.cu").is_file() and not hasattr(load_reference(load_workload(root)), "compute_alone")
 

@@ -25,9 +25,17 @@ def _modules() -> dict[str, ast.Module]:
 MODULES = _modules()
 
 
+def _type_checking_only(tree: ast.Module) -> set[int]:
+    """ids of the nodes under `if TYPE_CHECKING:`: imports for annotations, never run."""
+    return {id(n) for node in ast.walk(tree) if isinstance(node, ast.If) and isinstance(node.test, ast.Name)
+            and node.test.id == "TYPE_CHECKING" for stmt in node.body for n in ast.walk(stmt)}
+
+
 def _imports(tree: ast.Module) -> set[str]:
-    found = set()
+    found, skipped = set(), _type_checking_only(tree)
     for node in ast.walk(tree):
+        if id(node) in skipped:
+            continue
         if isinstance(node, ast.Import):
             found |= {a.name for a in node.names if a.name.startswith("cuco")}
         elif isinstance(node, ast.ImportFrom) and node.module and node.module.startswith("cuco"):
@@ -73,7 +81,8 @@ def test_no_module_reaches_into_another_modules_private_names():
 
 
 @pytest.mark.parametrize("package,forbidden", [
-    ("cuco.fastpath", ("cuco.evolve", "cuco.report")),
+    ("cuco.workload", ("cuco.runner", "cuco.fastpath", "cuco.scaffold", "cuco.evolve", "cuco.report")),
+    ("cuco.fastpath", ("cuco.evolve", "cuco.report", "cuco.scaffold")),
     ("cuco.program", ("cuco.evolve", "cuco.fastpath", "cuco.report", "cuco.runner")),
     ("cuco.runner", ("cuco.evolve", "cuco.fastpath", "cuco.report", "cuco.llm")),
     ("cuco.evolve", ("cuco.report", "cuco.fastpath", "cuco.cluster")),
@@ -86,6 +95,55 @@ def test_layers_import_only_downwards(package, forbidden):
         reached = _reachable(mod)
         assert not [r for r in reached if r.startswith(forbidden)], (mod, sorted(r for r in reached
                                                                               if r.startswith(forbidden)))
+
+
+def _cycles(graph: dict[str, set[str]]) -> list[list[str]]:
+    """The graph's strongly connected components of more than one node (Tarjan's algorithm, iteratively)."""
+    index: dict[str, int] = {}
+    low: dict[str, int] = {}
+    stack: list[str] = []
+    found = []
+    for root in graph:
+        if root in index:
+            continue
+        work = [(root, iter(sorted(graph[root])))]
+        index[root] = low[root] = len(index)
+        stack.append(root)
+        while work:
+            node, edges = work[-1]
+            nxt = next((w for w in edges if w not in index or w in stack), None)
+            if nxt is None:
+                work.pop()
+                if work:
+                    low[work[-1][0]] = min(low[work[-1][0]], low[node])
+                if low[node] == index[node]:
+                    comp = stack[stack.index(node):]
+                    del stack[stack.index(node):]
+                    if len(comp) > 1:
+                        found.append(sorted(comp))
+            elif nxt in index:
+                low[node] = min(low[node], index[nxt])
+            else:
+                index[nxt] = low[nxt] = len(index)
+                stack.append(nxt)
+                work.append((nxt, iter(sorted(graph[nxt]))))
+    return found
+
+
+def _package(module: str) -> str:
+    return ".".join(module.split(".")[:2])
+
+
+def test_no_import_cycle_between_modules_or_packages():
+    modules = {m: {i for i in _imports(t) if i in MODULES and i != m} for m, t in MODULES.items()}
+    packages: dict[str, set[str]] = {}
+    for m, deps in modules.items():
+        packages.setdefault(_package(m), set()).update(_package(d) for d in deps if _package(d) != _package(m))
+    for p in {d for deps in packages.values() for d in deps}:
+        packages.setdefault(p, set())
+    assert _cycles(modules) == [] and _cycles(packages) == []
+    # the check sees a cycle where there is one
+    assert _cycles({"a": {"b"}, "b": {"c"}, "c": {"a"}, "d": {"a"}}) == [["a", "b", "c"]]
 
 
 def test_only_the_store_speaks_sql():

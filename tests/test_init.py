@@ -15,9 +15,9 @@ import pytest
 from conftest import WORKLOADS
 
 from cuco.errors import CucoError
+from cuco.scaffold import create_workload
 from cuco.workload.check import check_workload
 from cuco.workload.expr import ExprError, eval_expr
-from cuco.workload.scaffold import create_workload
 from cuco.workload.spec import WorkloadSpec, load_workload
 
 PROGRAMS = Path(__file__).parent / "init_programs"

@@ -18,8 +18,8 @@ from conftest import ROOT
 
 from cuco.errors import CucoError
 from cuco.fastpath.syntax import blank_macros, function_name, parser, text, walk
+from cuco.scaffold import create_workload
 from cuco.workload.expr import eval_expr
-from cuco.workload.scaffold import create_workload
 from cuco.workload.spec import load_workload
 
 EXAMPLES = ROOT / "examples" / "standalone"

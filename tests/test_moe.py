@@ -8,8 +8,8 @@ import torch.nn.functional as F
 from conftest import WORKLOADS
 
 from cuco.runner.cascade import EvalOptions, evaluate
-from cuco.runner.judge import load_reference
 from cuco.workload import load_workload
+from cuco.workload.reference import load_reference
 
 ROOT = WORKLOADS / "moe_deepseek_v3"
 

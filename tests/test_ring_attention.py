@@ -9,9 +9,9 @@ import torch
 from conftest import WORKLOADS
 
 from cuco.runner.cascade import EvalOptions, evaluate
-from cuco.runner.judge import load_reference
 from cuco.runner.verify import compare
 from cuco.workload import load_workload
+from cuco.workload.reference import load_reference
 
 ROOT = WORKLOADS / "ring_attention"
 

@@ -16,7 +16,6 @@ In bounds mode there is no host at all: the judges time the workload's reference
 from __future__ import annotations
 
 import hashlib
-import importlib.util
 import json
 import os
 import random
@@ -37,14 +36,15 @@ from cuco.paths import atomic_write_json
 from cuco.runner.buffers import BOUNCE, BOUNCE_BYTES, TORCH_DTYPES, Exchange, Layout, memfd_buffers
 from cuco.runner.channel import ChannelClosed, RemoteError, Reply
 from cuco.runner.harness import Harness
+from cuco.runner.host_process import HostProcess
 from cuco.runner.job import JUDGE_PORT_ENV, Job, Stage
 from cuco.runner.launch import describe_exit
 from cuco.runner.pages import key_offset
-from cuco.runner.rank import HostProcess
 from cuco.runner.sandbox import judge_state, kill_descendants, remove_shm_files, state_changes
 from cuco.runner.timing import cross_check, graphed, time_references_cpu, time_references_cuda
 from cuco.runner.verify import Check, compare, poison, same
-from cuco.workload.spec import READ_ROLES, WorkloadSpec, load_workload
+from cuco.workload.reference import ReferenceMissing, load_reference
+from cuco.workload.spec import READ_ROLES, load_workload
 
 L2_FLUSH_BYTES = 2 * 60 * 2**20  # twice the largest Hopper L2 (60 MB on H200): evicts everything
 VERIFIED_RUNS = 2  # timed runs whose outputs are verified, chosen at random per shape
@@ -64,17 +64,6 @@ class CandidateFailed(Exception):
         self.kind = kind
 
 
-def load_reference(spec: WorkloadSpec):
-    mod_spec = importlib.util.spec_from_file_location(f"cuco_reference_{spec.name}", spec.reference_path)
-    assert mod_spec and mod_spec.loader
-    mod = importlib.util.module_from_spec(mod_spec)
-    mod_spec.loader.exec_module(mod)
-    for fn in ("make_inputs", "reference"):
-        if not callable(getattr(mod, fn, None)):
-            raise CandidateFailed(f"{spec.reference_path}: defines no {fn}()", "workload")
-    return mod
-
-
 class Judge:
     def __init__(self, job: Job, rank: int, host: HostProcess | None) -> None:
         self.job, self.rank, self.world = job, rank, job.world
@@ -83,7 +72,10 @@ class Judge:
         self.out = Path(job.out_dir)
         self.progress = open(self.out / f"rank{rank}.progress", "a", buffering=1)
         self.spec = load_workload(Path(job.workload_root), job.world)
-        self.ref = load_reference(self.spec)
+        try:
+            self.ref = load_reference(self.spec)
+        except ReferenceMissing as exc:
+            raise CandidateFailed(str(exc), "workload") from None
         self.cuda = job.device == "cuda"
         self.device = torch.device("cuda", job.gpus[rank] if job.gpus else rank) if self.cuda else torch.device("cpu")
         self.proc = host.proc if host else None  # None once the host is stopped

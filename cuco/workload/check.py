@@ -18,6 +18,7 @@ from typing import Any
 
 from cuco.dtypes import torch_dtype
 from cuco.errors import CucoError
+from cuco.workload.reference import ReferenceMissing, load_reference
 from cuco.workload.spec import BufferSpec, Shape, WorkloadSpec, load_workload
 
 # `cuco_buffer(ctx, "x")`, `cuco_param(ctx, "N")`: the name is the string the program looks up.
@@ -97,15 +98,13 @@ def _where(exc: BaseException, path: Path) -> str:
 
 
 def _import(spec: WorkloadSpec) -> tuple[Any, str | None]:
-    """reference.py loaded as the judge loads it (cuco/runner/judge.py's load_reference)."""
-    from cuco.runner.judge import CandidateFailed, load_reference
-
+    """reference.py loaded as the judge loads it (cuco.workload.reference)."""
     path = spec.reference_path
     try:
         return load_reference(spec), None
     except KeyboardInterrupt:
         raise
-    except CandidateFailed as exc:  # no make_inputs() or no reference(): the judge's line, the file by its name
+    except ReferenceMissing as exc:  # no make_inputs() or no reference(): the judge's line, the file by its name
         return None, str(exc).replace(str(path), path.name, 1)
     except BaseException as exc:  # a reference that calls exit() is still one line
         return None, f"{_where(exc, path)}: importing it raised {_message(exc)}"

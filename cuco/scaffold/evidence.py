@@ -17,12 +17,12 @@ from dataclasses import dataclass, field, replace
 from cuco.dtypes import DTYPES, NCCL_DTYPES
 from cuco.fastpath.analyze import ALLOCATORS, BLAS, COPIES, FREES, NCCL_SIGNATURES, SYNCS, Analysis, Op
 from cuco.fastpath.syntax import text, walk
+from cuco.scaffold.c_expr import strip
+from cuco.scaffold.declarations import dtype_of
+from cuco.scaffold.program import Call, Program
+from cuco.scaffold.size_expr import constant, dims, tidy
+from cuco.scaffold.translate import Dim
 from cuco.workload.expr import ExprError, eval_expr, names_in
-from cuco.workload.scaffold.c_expr import strip
-from cuco.workload.scaffold.declarations import dtype_of
-from cuco.workload.scaffold.program import Call, Program
-from cuco.workload.scaffold.size_expr import constant, dims, tidy
-from cuco.workload.scaffold.translate import Dim
 
 # Per NCCL call: the send buffer's and the receive buffer's elements as multiples of its count, and the elements
 # each rank must receive (C: the count), for the bound.

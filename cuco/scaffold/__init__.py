@@ -1,5 +1,5 @@
 """Scaffolding of a workload around a user's host-driven program (`cuco init`)."""
 
-from cuco.workload.scaffold.create import Created, create_workload
+from cuco.scaffold.create import Created, create_workload
 
 __all__ = ["Created", "create_workload"]

@@ -15,9 +15,9 @@ from pathlib import Path
 
 from cuco.fastpath.analyze import ALLOCATORS
 from cuco.fastpath.syntax import blank_macros, function_name, parser, text, walk
-from cuco.workload.scaffold.buffer_refs import BufferRefs, Ref
-from cuco.workload.scaffold.c_expr import callee, cast_call, in_loop, literal_arg, peel
-from cuco.workload.scaffold.declarations import (
+from cuco.scaffold.buffer_refs import BufferRefs, Ref
+from cuco.scaffold.c_expr import callee, cast_call, in_loop, literal_arg, peel
+from cuco.scaffold.declarations import (
     BYTE_VIEWS,
     C_TYPES,
     INTEGER_TYPES,
@@ -26,10 +26,10 @@ from cuco.workload.scaffold.declarations import (
     dtype_of,
     parameters,
 )
-from cuco.workload.scaffold.definitions import Definitions
-from cuco.workload.scaffold.kernel_access import Access, param_access
-from cuco.workload.scaffold.size_expr import dims, param_name, tidy
-from cuco.workload.scaffold.translate import Dim, Translator
+from cuco.scaffold.definitions import Definitions
+from cuco.scaffold.kernel_access import Access, param_access
+from cuco.scaffold.size_expr import dims, param_name, tidy
+from cuco.scaffold.translate import Dim, Translator
 
 # C_TYPES, dims, param_name and tidy: re-exported for the standalone conversion, which imports them from here.
 __all__ = ["C_TYPES", "Call", "Dim", "Program", "dims", "param_name", "tidy"]

@@ -6,10 +6,10 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from cuco.fastpath.syntax import text, walk
-from cuco.workload.scaffold.c_expr import LOOPS
-from cuco.workload.scaffold.standalone.calls import WORK
-from cuco.workload.scaffold.standalone.nodes import callee, calls_in, line_of
-from cuco.workload.scaffold.standalone.program import Standalone
+from cuco.scaffold.c_expr import LOOPS
+from cuco.scaffold.standalone.calls import WORK
+from cuco.scaffold.standalone.nodes import callee, calls_in, line_of
+from cuco.scaffold.standalone.program import Standalone
 
 
 @dataclass

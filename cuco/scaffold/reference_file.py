@@ -11,7 +11,7 @@ import re
 
 from cuco.dtypes import DTYPES
 from cuco.fastpath.analyze import Op
-from cuco.workload.scaffold.infer import Buffer, Scaffold, computes
+from cuco.scaffold.infer import Buffer, Scaffold, computes
 
 REDUCE_OPS = {"ncclSum": "SUM", "ncclProd": "PRODUCT", "ncclMax": "MAX", "ncclMin": "MIN", "ncclAvg": "AVG"}
 

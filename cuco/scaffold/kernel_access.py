@@ -11,8 +11,8 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from cuco.fastpath.syntax import text, walk
-from cuco.workload.scaffold.c_expr import callee, cast_call, strip
-from cuco.workload.scaffold.declarations import KernelParam, declared_name
+from cuco.scaffold.c_expr import callee, cast_call, strip
+from cuco.scaffold.declarations import KernelParam, declared_name
 
 READ_INTRINSICS = ("__ldg", "__ldca", "__ldcg", "__ldcs", "__ldlu", "__ldcv")
 WRITE_INTRINSICS = ("__stwb", "__stcg", "__stcs", "__stwt")

@@ -15,11 +15,11 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from cuco.fastpath.analyze import Analysis, Op
+from cuco.scaffold.evidence import Evidence, Steps, gather, same, steps
+from cuco.scaffold.kernel_access import uses_atomics
+from cuco.scaffold.program import Program
+from cuco.scaffold.size_expr import param_name, tidy
 from cuco.workload.expr import ExprError, eval_expr
-from cuco.workload.scaffold.evidence import Evidence, Steps, gather, same, steps
-from cuco.workload.scaffold.kernel_access import uses_atomics
-from cuco.workload.scaffold.program import Program
-from cuco.workload.scaffold.size_expr import param_name, tidy
 
 RUN_FUNCTION = "cuco_run"  # the candidate ABI's timed entry point (cuco.h)
 FULL_SIZE = 4096  # placeholder of a named dimension at the timed shape

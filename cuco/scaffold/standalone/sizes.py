@@ -2,9 +2,9 @@
 
 from __future__ import annotations
 
-from cuco.workload.scaffold.c_expr import cast_call, strip
-from cuco.workload.scaffold.size_expr import SizeWriter, constant, param_name
-from cuco.workload.scaffold.standalone.program import Standalone
+from cuco.scaffold.c_expr import cast_call, strip
+from cuco.scaffold.size_expr import SizeWriter, constant, param_name
+from cuco.scaffold.standalone.program import Standalone
 
 
 class Sizes(SizeWriter):

@@ -15,11 +15,11 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from cuco.errors import CucoError, CucoFailure
-from cuco.workload.scaffold.infer import Scaffold, infer
-from cuco.workload.scaffold.program import Program
-from cuco.workload.scaffold.reference_file import reference_py
-from cuco.workload.scaffold.standalone import Conversion, convert, refine
-from cuco.workload.scaffold.toml_file import workload_toml
+from cuco.scaffold.infer import Scaffold, infer
+from cuco.scaffold.program import Program
+from cuco.scaffold.reference_file import reference_py
+from cuco.scaffold.standalone import Conversion, convert, refine
+from cuco.scaffold.toml_file import workload_toml
 
 NAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9_.-]*")
 

@@ -12,9 +12,9 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from cuco.fastpath.syntax import function_name, text, walk
-from cuco.workload.scaffold.c_expr import callee, cast_call, literal_arg, strip
-from cuco.workload.scaffold.declarations import cast_type, declared_name, element_type
-from cuco.workload.scaffold.size_expr import int_literal
+from cuco.scaffold.c_expr import callee, cast_call, literal_arg, strip
+from cuco.scaffold.declarations import cast_type, declared_name, element_type
+from cuco.scaffold.size_expr import int_literal
 
 
 @dataclass(frozen=True)

@@ -11,7 +11,7 @@ import json
 import re
 
 from cuco.dtypes import DTYPES
-from cuco.workload.scaffold.infer import WORLD, Buffer, Scaffold
+from cuco.scaffold.infer import WORLD, Buffer, Scaffold
 from cuco.workload.spec import Timing
 
 # Elementwise and norm tolerances by the outputs' element type, loosest first: (rtol, atol, norm_rtol).

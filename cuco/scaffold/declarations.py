@@ -11,7 +11,7 @@ from dataclasses import dataclass
 
 from cuco.dtypes import DTYPES
 from cuco.fastpath.syntax import text, walk
-from cuco.workload.scaffold.c_expr import cast_call
+from cuco.scaffold.c_expr import cast_call
 
 # C element types and the workload dtype they hold (sizeof(...) and pointer types).
 C_TYPES = {**{d.c_type: d.name for d in DTYPES.values()}, "nv_bfloat16": "bf16", "bfloat16": "bf16", "half": "f16",

@@ -7,10 +7,10 @@ from dataclasses import dataclass
 
 from cuco.fastpath.analyze import BLAS, COPIES, NCCL_SIGNATURES
 from cuco.fastpath.syntax import walk
-from cuco.workload.scaffold.c_expr import LOOPS
-from cuco.workload.scaffold.size_expr import MAX_DEPTH
-from cuco.workload.scaffold.standalone.calls import GEMM_SIZES, WORK
-from cuco.workload.scaffold.standalone.nodes import (
+from cuco.scaffold.c_expr import LOOPS
+from cuco.scaffold.size_expr import MAX_DEPTH
+from cuco.scaffold.standalone.calls import GEMM_SIZES, WORK
+from cuco.scaffold.standalone.nodes import (
     address_of,
     call_args,
     callee,
@@ -18,9 +18,9 @@ from cuco.workload.scaffold.standalone.nodes import (
     line_of,
     root_name,
 )
-from cuco.workload.scaffold.standalone.place import Place, loop_counters
-from cuco.workload.scaffold.standalone.program import Standalone, declarators
-from cuco.workload.scaffold.standalone.render import step_lines
+from cuco.scaffold.standalone.place import Place, loop_counters
+from cuco.scaffold.standalone.program import Standalone, declarators
+from cuco.scaffold.standalone.render import step_lines
 
 JUMPS = ("return_statement", "break_statement", "continue_statement", "goto_statement")
 

@@ -11,10 +11,10 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 
 from cuco.fastpath.syntax import text
-from cuco.workload.scaffold.c_expr import callee, cast_call, literal_arg, only_arg, strip
-from cuco.workload.scaffold.declarations import INTEGER_TYPES
-from cuco.workload.scaffold.definitions import UNSURE, Definitions
-from cuco.workload.scaffold.size_expr import SizeWriter, constant, param_name, tidy
+from cuco.scaffold.c_expr import callee, cast_call, literal_arg, only_arg, strip
+from cuco.scaffold.declarations import INTEGER_TYPES
+from cuco.scaffold.definitions import UNSURE, Definitions
+from cuco.scaffold.size_expr import SizeWriter, constant, param_name, tidy
 
 # Identifiers and fields that hold the number of ranks in the programs cuco sees.
 WORLD_NAMES = frozenset({"nRanks", "nranks", "n_ranks", "numRanks", "num_ranks", "world", "world_size", "worldSize",

@@ -15,14 +15,14 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from cuco.workload.scaffold.standalone.calls import COMM_INIT
-from cuco.workload.scaffold.standalone.facts import Conversion, Facts, refine
-from cuco.workload.scaffold.standalone.nodes import callee, calls_in
-from cuco.workload.scaffold.standalone.place import find_step
-from cuco.workload.scaffold.standalone.program import Standalone
-from cuco.workload.scaffold.standalone.seed import Seed
-from cuco.workload.scaffold.standalone.step import read_steps
-from cuco.workload.scaffold.standalone.variables import Locals
+from cuco.scaffold.standalone.calls import COMM_INIT
+from cuco.scaffold.standalone.facts import Conversion, Facts, refine
+from cuco.scaffold.standalone.nodes import callee, calls_in
+from cuco.scaffold.standalone.place import find_step
+from cuco.scaffold.standalone.program import Standalone
+from cuco.scaffold.standalone.seed import Seed
+from cuco.scaffold.standalone.step import read_steps
+from cuco.scaffold.standalone.variables import Locals
 
 __all__ = ["Conversion", "convert", "refine"]
 

@@ -8,15 +8,15 @@ import textwrap
 
 from cuco.fastpath.analyze import ALLOCATORS
 from cuco.fastpath.syntax import text
-from cuco.workload.scaffold.program import param_name
-from cuco.workload.scaffold.standalone.calls import GEMM_SIZES, HANDLE_CREATE
-from cuco.workload.scaffold.standalone.nodes import address_of, call_args, callee, calls_in, idents, line_of, root_name
-from cuco.workload.scaffold.standalone.place import Place
-from cuco.workload.scaffold.standalone.program import Local, Standalone
-from cuco.workload.scaffold.standalone.render import Render, step_lines
-from cuco.workload.scaffold.standalone.scope import file_scope
-from cuco.workload.scaffold.standalone.step import Step
-from cuco.workload.scaffold.standalone.variables import Locals
+from cuco.scaffold.program import param_name
+from cuco.scaffold.standalone.calls import GEMM_SIZES, HANDLE_CREATE
+from cuco.scaffold.standalone.nodes import address_of, call_args, callee, calls_in, idents, line_of, root_name
+from cuco.scaffold.standalone.place import Place
+from cuco.scaffold.standalone.program import Local, Standalone
+from cuco.scaffold.standalone.render import Render, step_lines
+from cuco.scaffold.standalone.scope import file_scope
+from cuco.scaffold.standalone.step import Step
+from cuco.scaffold.standalone.variables import Locals
 
 PREFIXES = ("d_", "dev_", "device_", "gpu_")
 SUFFIXES = ("_d", "_dev", "_device", "_gpu")

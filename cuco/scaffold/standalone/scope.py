@@ -6,8 +6,8 @@ from __future__ import annotations
 import re
 
 from cuco.fastpath.syntax import function_name, text, walk
-from cuco.workload.scaffold.standalone.nodes import idents
-from cuco.workload.scaffold.standalone.program import Standalone
+from cuco.scaffold.standalone.nodes import idents
+from cuco.scaffold.standalone.program import Standalone
 
 # Headers of what the runner owns (MPI, processes, files, sockets): left out of the seed.
 RUNNER_HEADERS = re.compile(r"^(mpi.*|unistd|fcntl|netdb|signal|pthread|dlfcn|thread|chrono|(sys|netinet|arpa)/.*)"

@@ -8,7 +8,7 @@ it is UNSURE, and a size built on it is never passed off as known.
 from __future__ import annotations
 
 from cuco.fastpath.syntax import function_name, text, walk
-from cuco.workload.scaffold.declarations import declared_name, initializer, parameters
+from cuco.scaffold.declarations import declared_name, initializer, parameters
 
 UNSURE = object()  # a name defined more than once, or changed after its definition
 

@@ -5,10 +5,10 @@ from __future__ import annotations
 
 from cuco.fastpath.analyze import ALLOCATORS
 from cuco.fastpath.syntax import text, walk
-from cuco.workload.scaffold.standalone.calls import COMM_INIT, DEFAULT_STREAMS, HANDLE_CREATE
-from cuco.workload.scaffold.standalone.nodes import address_of, call_args, callee, calls_in, idents, line_of, strings_in
-from cuco.workload.scaffold.standalone.program import Local, Standalone, declarators
-from cuco.workload.scaffold.standalone.sizes import Sizes
+from cuco.scaffold.standalone.calls import COMM_INIT, DEFAULT_STREAMS, HANDLE_CREATE
+from cuco.scaffold.standalone.nodes import address_of, call_args, callee, calls_in, idents, line_of, strings_in
+from cuco.scaffold.standalone.program import Local, Standalone, declarators
+from cuco.scaffold.standalone.sizes import Sizes
 
 # Environment variables that launchers set, by what they tell.
 RANK_ENV = frozenset({"RANK", "OMPI_COMM_WORLD_RANK", "PMI_RANK", "PMIX_RANK", "SLURM_PROCID", "MV2_COMM_WORLD_RANK"})

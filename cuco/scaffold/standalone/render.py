@@ -7,12 +7,12 @@ from typing import TYPE_CHECKING
 
 from cuco.fastpath.analyze import COPIES, NCCL_SIGNATURES
 from cuco.fastpath.syntax import text
-from cuco.workload.scaffold.standalone.calls import CHECKS, DEFAULT_STREAMS
-from cuco.workload.scaffold.standalone.nodes import call_args, callee, calls_in, is_launch
-from cuco.workload.scaffold.standalone.program import Standalone
+from cuco.scaffold.standalone.calls import CHECKS, DEFAULT_STREAMS
+from cuco.scaffold.standalone.nodes import call_args, callee, calls_in, is_launch
+from cuco.scaffold.standalone.program import Standalone
 
 if TYPE_CHECKING:
-    from cuco.workload.scaffold.standalone.step import Step
+    from cuco.scaffold.standalone.step import Step
 
 CHECK_MACROS = (("cublas", "CUCO_CUBLAS"), ("nccl", "CUCO_NCCL"), ("cuda", "CUCO_CUDA"))
 
