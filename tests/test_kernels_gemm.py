@@ -237,3 +237,17 @@ def test_two_ranks_sum_at_once(op, m, k, n):
             assert torch.equal(outs[0], outs[1]), "the ranks' all-reduced results differ"
         seen.append([o.clone() for o in outs])
     assert all(torch.equal(x, y) for x, y in zip(seen[1], seen[2])), "the same inputs gave other bits"
+
+
+@pytest.mark.parametrize("call", ["gemm", "gemm_reduce_scatter"])
+def test_a_strided_view_is_refused_by_name(call):
+    """The kernels read row r at r * columns: a transposed operand is refused, not computed on wrongly."""
+    a, b_t, c = _rand(64, 32), _rand(48, 32).t(), torch.empty(64, 48, device=DEVICE, dtype=DTYPE)
+    with pytest.raises(ValueError, match=rf"^{call}: b must be a dense row-major 2-D tensor .* pass b\.contiguous\(\)"):
+        if call == "gemm":
+            gemm(a, b_t, c)
+        else:
+            parts = Partials(recv=c, counters=torch.zeros(1, dtype=torch.int32, device=DEVICE),
+                             dest_ptrs=torch.zeros(1, dtype=torch.int64, device=DEVICE),
+                             flag_ptrs=torch.zeros(1, dtype=torch.int64, device=DEVICE), rank=0, world=1, target=1)
+            gemm_reduce_scatter(a, b_t, c, parts)

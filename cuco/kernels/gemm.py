@@ -351,6 +351,15 @@ def _gemm_ar_kernel(a_desc, b_desc, out_desc, a, b, out, recv, counters, dest_pt
         _store_out(out_desc, out, row, col, M, total, N, BLOCK_M, BLOCK_N, OUT_TMA)
 
 
+def _row_major(call: str, **tensors: torch.Tensor) -> None:
+    """The kernels address every matrix as row-major and dense (row r starts at r * columns): a transposed or
+    sliced view would be read wrongly, so it is refused by name rather than computed on."""
+    for name, t in tensors.items():
+        if t.dim() != 2 or not t.is_contiguous():
+            raise ValueError(f"{call}: {name} must be a dense row-major 2-D tensor (got shape {tuple(t.shape)}, "
+                             f"strides {t.stride()}): pass {name}.contiguous()")
+
+
 def _tma_ok(*tensors: torch.Tensor) -> bool:
     return all(t.data_ptr() % TMA_ALIGN == 0 and (t.stride(0) * t.element_size()) % TMA_ALIGN == 0
                and t.stride(1) == 1 for t in tensors)
@@ -366,6 +375,7 @@ def _launch(a_own, a_all, b, c, *, own_row0, own_rows, arrival, push, config, pr
     Nothing here allocates device memory: a cudaMalloc may wait for the device, and a rank whose kernel spins on
     a peer's push must never wait for that kernel. A plain GEMM takes a program per tile by default (the SMs
     hold several of the small ones at once); a waiting one at most one per SM, so that all are resident."""
+    _row_major("gemm", a=a_own, a_all=a_all, b=b, c=c)
     m, k = a_all.shape
     n = b.shape[1]
     cfg = config or config_for(m, n, k)
@@ -424,7 +434,7 @@ def gemm_gathered(a_own: torch.Tensor, b: torch.Tensor, c: torch.Tensor, arrival
                    config=cfg, programs=programs)
 
 
-def _summed(kernel, a: torch.Tensor, b: torch.Tensor, out: torch.Tensor, parts: Partials, rows: int,
+def _summed(kernel, call: str, a: torch.Tensor, b: torch.Tensor, out: torch.Tensor, parts: Partials, rows: int,
             config: GemmConfig | None, programs: int | None) -> torch.Tensor:
     """One launch of a GEMM whose epilogue sums partials across ranks over `rows` rows. Grid: one program per SM
     at most (tiles wait for the peers'); nothing allocated.
@@ -432,6 +442,7 @@ def _summed(kernel, a: torch.Tensor, b: torch.Tensor, out: torch.Tensor, parts: 
     Its cost beside the plain GEMM (benchmarks/results/triton_gemm.md, the summing epilogue) is registers: the
     partials' loads and stores address every element of a tile, and ncu read 255 a thread with spills at 128x64
     tiles and 4 warps (the plain GEMM: 90). TMA descriptors for them, or more warps, are the ways to cut it."""
+    _row_major(call, a=a, b=b, out=out)
     m, k = a.shape
     n = b.shape[1]
     cfg = config or config_for(rows, n, k)
@@ -454,11 +465,12 @@ def gemm_reduce_scatter(a: torch.Tensor, b: torch.Tensor, out: torch.Tensor, par
                         config: GemmConfig | None = None, programs: int | None = None) -> torch.Tensor:
     """out = this rank's shard of the sum over ranks of a @ b (a: this rank's K slice), the reduce-scatter done
     by the GEMM's own tiles: pushed to their owners as they finish, summed by the owner's last tiles."""
-    return _summed(_gemm_rs_kernel, a, b, out, parts, a.shape[0] // parts.world, config, programs)
+    return _summed(_gemm_rs_kernel, "gemm_reduce_scatter", a, b, out, parts, a.shape[0] // parts.world, config,
+                   programs)
 
 
 def gemm_all_reduce(a: torch.Tensor, b: torch.Tensor, out: torch.Tensor, parts: Partials, *,
                     config: GemmConfig | None = None, programs: int | None = None) -> torch.Tensor:
     """out = the sum over ranks of a @ b on every rank (a: this rank's K slice), the all-reduce done by the GEMM's
     own tiles: each pushed to every peer as it finishes and summed there, in rank order, with theirs."""
-    return _summed(_gemm_ar_kernel, a, b, out, parts, a.shape[0], config, programs)
+    return _summed(_gemm_ar_kernel, "gemm_all_reduce", a, b, out, parts, a.shape[0], config, programs)
