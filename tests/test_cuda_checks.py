@@ -84,8 +84,8 @@ def test_include_outside_the_toolchain_is_refused_and_not_quoted(tmp_path):
     (tmp_path / "helper.h").write_text("static void bye() { exit(3); }\n")
     src = _candidate(tmp_path, "absolute", f'#include "{tmp_path / "helper.h"}"\n', "bye();")
     _, problems = check_and_build(src)
-    assert problems == [f"absolute.cu: includes {tmp_path / 'helper.h'}: only the headers of cuco, CUDA, NCCL, "
-                        "cuBLAS and the system compiler may be included"]
+    assert problems == [f"absolute.cu: includes {tmp_path / 'helper.h'}: only the headers of cuco, its workload "
+                        "(include/), CUDA, NCCL, cuBLAS and the system compiler may be included"]
     runner_file = ROOT / "cuco" / "runner" / "build.py"
     src = _candidate(tmp_path, "not_a_header", f'#include "{runner_file}"\n', "")
     built, problems = check_and_build(src)
@@ -100,6 +100,15 @@ def test_toolchain_headers_may_name_what_the_candidate_may_not(tmp_path):
                      'S s; (void)s.fork; const char* m = "exit(1) getenv dlsym"; (void)m;')
     rep = check_preprocessed(src)
     assert rep.ok, rep.problems
+
+
+def test_a_workloads_own_headers_are_on_its_programs_path_alone(tmp_path):
+    """MoE's layout header lives in its workload's include/: its programs build with it, others cannot reach it."""
+    moe = load_workload(ROOT / "cuco" / "workloads" / "moe_deepseek_v3")
+    src = _candidate(tmp_path, "moe", '#include "cuco_moe.cuh"\n', "")
+    assert check_preprocessed(src, includes=moe.includes).ok
+    rep = check_preprocessed(src)
+    assert not rep.ok and "includes 'cuco_moe.cuh', which is not there" in rep.problems[0], rep.problems
 
 
 def test_line_directives_are_found_through_splices_and_comments():
@@ -135,16 +144,17 @@ def test_planted_candidate_is_refused_after_compiling(tmp_path, name, before, bo
     assert plain.ok and check_library_symbols(plain.library).problems == problems
 
 
-def _honest() -> list[Path]:
+def _honest() -> list[tuple[Path, tuple[Path, ...]]]:
     found = []
     for wl in sorted((ROOT / "cuco" / "workloads").glob("*/workload.toml")):
-        found += [p for p in load_workload(wl.parent).candidates.values() if p.suffix == ".cu"]
+        spec = load_workload(wl.parent)
+        found += [(p, spec.includes) for p in spec.candidates.values() if p.suffix == ".cu"]
     return found
 
 
-@pytest.mark.parametrize("src", _honest(), ids=lambda p: str(p.relative_to(ROOT)))
-def test_shipped_cuda_candidate_passes_all_checks(src):
-    built, problems = check_and_build(src)
+@pytest.mark.parametrize("src,includes", _honest(), ids=[str(p.relative_to(ROOT)) for p, _ in _honest()])
+def test_shipped_cuda_candidate_passes_all_checks(src, includes):
+    built, problems = check_and_build(src, includes=includes)
     assert problems == [] and built.ok and built.library is not None, (problems, built.log)
 
 

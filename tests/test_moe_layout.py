@@ -12,6 +12,7 @@ import pytest
 from conftest import ROOT
 
 from cuco.runner.build import build
+from cuco.workload import load_workload
 
 pytestmark = pytest.mark.nvcc
 MAX_GROUPS = 16
@@ -20,7 +21,8 @@ COMBINE = MAX_GROUPS  # the combine's counter, after the dispatch's
 
 @pytest.fixture(scope="module")
 def lib():
-    res = build(ROOT / "tests" / "cuda" / "moe_layout_host.cu")
+    res = build(ROOT / "tests" / "cuda" / "moe_layout_host.cu",
+                includes=load_workload(ROOT / "cuco" / "workloads" / "moe_deepseek_v3").includes)
     assert res.ok, res.log
     return ctypes.CDLL(str(res.library))
 

@@ -53,4 +53,4 @@ def prebuild(strategy: StrategySpec, directory: Path, machine: dict[str, Any] | 
         srcs.append(directory / f"point{i}.cu")
         srcs[-1].write_text(materialize(strategy, p))
     with ThreadPoolExecutor(os.cpu_count() or 4) as pool:
-        return sum(r.ok for r in pool.map(build, srcs)), len(srcs)
+        return sum(r.ok for r in pool.map(lambda src: build(src, includes=strategy.includes), srcs)), len(srcs)

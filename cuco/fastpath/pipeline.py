@@ -58,7 +58,7 @@ def transform(spec: WorkloadSpec, analysis: Analysis, target: Path, llm: LLMFall
     that and, given VERIFY, run it at L3."""
     source = Path(analysis.path)
     if source.is_file() and not find_toolchain().missing():  # without nvcc the rewritten build says what is missing
-        given = build(source)
+        given = build(source, includes=spec.includes)
         if not given.ok:
             raise TransformError(str(source), "the program does not build as it is, so it is not rewritten: "
                                  + first_error(given.log))
@@ -80,7 +80,7 @@ def transform(spec: WorkloadSpec, analysis: Analysis, target: Path, llm: LLMFall
     target.write_text(code)
     if not no_host_collective_left(code):
         raise TransformError(str(target), "re-analysis still finds a host NCCL call")
-    built = build(target)
+    built = build(target, includes=spec.includes)
     if not built.ok:
         raise TransformError(str(target), "the rewritten program does not build: " + first_error(built.log))
     return TransformResult(analysis, target, code, len(evolve_blocks(code)), built, rewrites, stopped, stages,

@@ -107,10 +107,11 @@ def cudart_dir(nvcc: Path) -> Path | None:
     return None
 
 
-def nvcc_command(src: Path, out: Path, tc: Toolchain, arch: str) -> list[str]:
+def nvcc_command(src: Path, out: Path, tc: Toolchain, arch: str, includes: tuple[Path, ...] = ()) -> list[str]:
+    """includes: a workload's own header folders, searched after cuco's."""
     cmd = [str(tc.nvcc), "-O3", "-std=c++17", "-lineinfo", "-shared", "-cudart", "shared", "-Xcompiler",
            "-fPIC,-fvisibility=hidden", f"-gencode=arch=compute_{arch},code=sm_{arch}", "-I", str(INCLUDE_DIR)]
-    for inc in (tc.nccl_include, tc.cublas_include):
+    for inc in (*includes, tc.nccl_include, tc.cublas_include):
         if inc:
             cmd += ["-I", str(inc)]
     cmd += ["-o", str(out), str(src)]
@@ -194,13 +195,14 @@ def _run_passes(commands: dict[str, tuple[str, ...]], stage: Path, out: Path) ->
     return results
 
 
-def preprocess(src: Path, toolchain: Toolchain | None = None, arch: str | None = None) -> Preprocessed:
+def preprocess(src: Path, toolchain: Toolchain | None = None, arch: str | None = None,
+               includes: tuple[Path, ...] = ()) -> Preprocessed:
     """Run nvcc's host and device preprocessing on a staged copy of `src`, as the build will compile it."""
     tc = toolchain or find_toolchain()
     arch = arch or os.environ.get("CUCO_CUDA_ARCH", DEFAULT_ARCH)
     if tc.missing():
         return Preprocessed(False, {}, (), "cannot build: missing " + "; ".join(tc.missing()))
-    commands = preprocess_commands(tuple(nvcc_command(Path(STAGED_NAME), Path("candidate.so"), tc, arch)))
+    commands = preprocess_commands(tuple(nvcc_command(Path(STAGED_NAME), Path("candidate.so"), tc, arch, includes)))
     if set(commands) != {"host", "device"}:
         return Preprocessed(False, {}, (), f"nvcc --dryrun shows no host and device preprocessing: {sorted(commands)}")
     stage = Path(tempfile.mkdtemp(prefix=".pre-", dir=build_cache_dir()))
@@ -228,7 +230,7 @@ def build_key(unit_text: str, cmd_template: list[str], tc: Toolchain) -> str:
 
 
 def build(src: Path, arch: str | None = None, toolchain: Toolchain | None = None,
-          pre: Preprocessed | None = None) -> BuildResult:
+          pre: Preprocessed | None = None, includes: tuple[Path, ...] = ()) -> BuildResult:
     """Compile `src` into a shared library (or return the cached one). `pre`: its preprocess() for the same
     toolchain and arch, when the caller already has it."""
     tc = toolchain or find_toolchain()
@@ -236,11 +238,11 @@ def build(src: Path, arch: str | None = None, toolchain: Toolchain | None = None
     missing = tc.missing()
     if missing:
         return BuildResult(False, None, "cannot build: missing " + "; ".join(missing), False, 0.0, [])
-    pre = pre or preprocess(src, tc, arch)
+    pre = pre or preprocess(src, tc, arch, includes)
     if not pre.ok:
         return BuildResult(False, None, pre.log, False, 0.0, [])
     data = Path(src).read_bytes()
-    template = nvcc_command(Path("SRC.cu"), Path("OUT.so"), tc, arch)
+    template = nvcc_command(Path("SRC.cu"), Path("OUT.so"), tc, arch, includes)
     key = build_key(pre.text, template, tc)
     d = build_cache_dir() / key
     lib, status = d / "candidate.so", d / "status.json"
@@ -251,7 +253,7 @@ def build(src: Path, arch: str | None = None, toolchain: Toolchain | None = None
     d.parent.mkdir(parents=True, exist_ok=True)
     tmp = Path(tempfile.mkdtemp(prefix=f".{key}-", dir=d.parent))
     (tmp / STAGED_NAME).write_bytes(data)
-    cmd = nvcc_command(tmp / STAGED_NAME, tmp / "candidate.so", tc, arch)
+    cmd = nvcc_command(tmp / STAGED_NAME, tmp / "candidate.so", tc, arch, includes)
     t0 = time.perf_counter()
     proc = subprocess.run(cmd, capture_output=True, text=True, cwd=tmp, stdin=subprocess.DEVNULL)
     secs = time.perf_counter() - t0

@@ -76,7 +76,7 @@ def evaluate(spec: WorkloadSpec, candidate: Path, opts: EvalOptions,
     if opts.max_level == "L0":
         return _done(record)
     # L1
-    failed, library, harness = _level1(record, candidate, kind, text, opts)
+    failed, library, harness = _level1(record, candidate, kind, text, opts, spec.includes)
     if failed is not None:
         return failed
     record.level_reached = "L1"
@@ -131,7 +131,8 @@ def evaluate(spec: WorkloadSpec, candidate: Path, opts: EvalOptions,
             shutil.rmtree(work, ignore_errors=True)
 
 
-def _level1(record: EvalRecord, candidate: Path, kind: str, text: str, opts: EvalOptions):
+def _level1(record: EvalRecord, candidate: Path, kind: str, text: str, opts: EvalOptions,
+            includes: tuple[Path, ...] = ()):
     """Build (CUDA: the checks of what the compiler sees, nvcc, the library's symbols) or compile (Python); on GPUs
     the runner's harness too, which every candidate's host needs. Returns (the failed record or None, the
     candidate's library, the harness)."""
@@ -141,7 +142,7 @@ def _level1(record: EvalRecord, candidate: Path, kind: str, text: str, opts: Eva
         return _fail(record, "L1", "cuco cannot build CUDA programs on this machine: missing " + "; ".join(missing),
                      fault="runner"), None, None
     if kind == "cuda":
-        built, problems = check_and_build(candidate)
+        built, problems = check_and_build(candidate, includes=includes)
         record.build = {"cached": built.cached, "seconds": built.seconds}
         if problems:
             return _fail(record, "L1", "static checks of what the compiler sees failed: " + problems[0],

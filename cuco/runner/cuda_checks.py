@@ -267,11 +267,12 @@ def _flag_dirs(argv: tuple[str, ...]) -> list[str]:
     return dirs
 
 
-def allowed_include_dirs(tc: Toolchain, arch: str) -> tuple[Path, ...]:
-    """cuco's, NCCL's, cuBLAS's and CUDA's headers (the -I folders of nvcc's own preprocessing command) and the
-    system compiler's."""
-    host = preprocess_commands(tuple(nvcc_command(Path(STAGED_NAME), Path("candidate.so"), tc, arch))).get("host", ())
-    dirs: list[str | Path | None] = [INCLUDE_DIR, tc.nccl_include, tc.cublas_include, *_flag_dirs(host),
+def allowed_include_dirs(tc: Toolchain, arch: str, includes: tuple[Path, ...] = ()) -> tuple[Path, ...]:
+    """cuco's, the workload's own (`includes`), NCCL's, cuBLAS's and CUDA's headers (the -I folders of nvcc's own
+    preprocessing command) and the system compiler's."""
+    cmd = nvcc_command(Path(STAGED_NAME), Path("candidate.so"), tc, arch, includes)
+    host = preprocess_commands(tuple(cmd)).get("host", ())
+    dirs: list[str | Path | None] = [INCLUDE_DIR, *includes, tc.nccl_include, tc.cublas_include, *_flag_dirs(host),
                                      *SYSTEM_INCLUDE_DIRS]
     if host:
         dirs += compiler_search_dirs(host[0])
@@ -279,20 +280,21 @@ def allowed_include_dirs(tc: Toolchain, arch: str) -> tuple[Path, ...]:
 
 
 def include_problems(pre: Preprocessed, name: str, allowed: tuple[Path, ...]) -> list[str]:
-    return [f"{name}: includes {f}: only the headers of cuco, CUDA, NCCL, cuBLAS and the system compiler may be "
-            "included" for f in pre.files if not any(f.is_relative_to(d) for d in allowed)]
+    return [f"{name}: includes {f}: only the headers of cuco, its workload (include/), CUDA, NCCL, cuBLAS and the "
+            "system compiler may be included" for f in pre.files if not any(f.is_relative_to(d) for d in allowed)]
 
 
 def missing_include_problems(log: str, name: str) -> list[str]:
     """An include the staged copy cannot find: the candidate is built alone, so a header beside it is not there."""
     pattern = rf"^{re.escape(name)}:(\d+):\d+: fatal error: (.+?): No such file or directory"
     return [f"{name}:{m.group(1)}: includes {m.group(2)!r}, which is not there: a candidate is built alone, from a "
-            "copy, and may include only the headers of cuco, CUDA, NCCL, cuBLAS and the system compiler"
+            "copy, and may include only the headers of cuco, its workload (include/), CUDA, NCCL, cuBLAS and the "
+            "system compiler"
             for m in re.finditer(pattern, log, flags=re.M)]
 
 
 def check_preprocessed(src: Path, toolchain: Toolchain | None = None, arch: str | None = None,
-                       pre: Preprocessed | None = None) -> StaticReport:
+                       pre: Preprocessed | None = None, includes: tuple[Path, ...] = ()) -> StaticReport:
     """Line directives, includes and forbidden identifiers, on the unit nvcc's preprocessing produces."""
     tc = toolchain or find_toolchain()
     arch = arch or os.environ.get("CUCO_CUDA_ARCH", DEFAULT_ARCH)
@@ -300,11 +302,11 @@ def check_preprocessed(src: Path, toolchain: Toolchain | None = None, arch: str 
     problems = line_directive_problems(Path(src).read_text(errors="replace"), name)
     if problems:
         return StaticReport(False, problems)
-    pre = pre or preprocess(src, tc, arch)
+    pre = pre or preprocess(src, tc, arch, includes)
     if not pre.units:
         first = pre.log.strip().splitlines()[0] if pre.log.strip() else "no output"
         return StaticReport(False, [f"{name}: cannot preprocess: {first}"])
-    problems = include_problems(pre, name, allowed_include_dirs(tc, arch))
+    problems = include_problems(pre, name, allowed_include_dirs(tc, arch, includes))
     if not pre.ok:
         problems += missing_include_problems(pre.log, name)
     problems += identifier_problems(pre.units, name)
@@ -359,20 +361,20 @@ def check_library_symbols(lib: Path) -> StaticReport:
     return StaticReport(not problems, problems)
 
 
-def check_and_build(src: Path, arch: str | None = None, toolchain: Toolchain | None = None
-                    ) -> tuple[BuildResult, list[str]]:
+def check_and_build(src: Path, arch: str | None = None, toolchain: Toolchain | None = None,
+                    includes: tuple[Path, ...] = ()) -> tuple[BuildResult, list[str]]:
     """Preprocess once, check the unit, build, check the library. Returns the build and the static problems (empty
     when fine); a static problem stops before compiling, and a library that fails its check is not handed out."""
     tc = toolchain or find_toolchain()
     arch = arch or os.environ.get("CUCO_CUDA_ARCH", DEFAULT_ARCH)
     if tc.missing():
-        return build(src, arch, tc), []
-    pre = preprocess(src, tc, arch)
-    report = check_preprocessed(src, tc, arch, pre)
+        return build(src, arch, tc, includes=includes), []
+    pre = preprocess(src, tc, arch, includes)
+    report = check_preprocessed(src, tc, arch, pre, includes)
     if not report.ok:
         log = "static check after preprocessing failed:\n" + "\n".join(report.problems)
         return BuildResult(False, None, log, False, 0.0, [], static_problems=report.problems), report.problems
-    built = build(src, arch, tc, pre=pre)
+    built = build(src, arch, tc, pre=pre, includes=includes)
     if not built.ok or built.library is None:
         return built, []
     lib_report = check_library_symbols(built.library)

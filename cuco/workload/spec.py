@@ -102,6 +102,14 @@ class Bounds:
     serial_comm_bytes: str = "0"
 
 
+WORKLOAD_INCLUDE = "include"  # a workload's own headers: on its programs' include path, and theirs alone
+
+
+def workload_includes(root: Path) -> tuple[Path, ...]:
+    d = root / WORKLOAD_INCLUDE
+    return (d.resolve(),) if d.is_dir() else ()
+
+
 @dataclass(frozen=True)
 class StrategySpec:
     """A parameterised strategy kernel: the design points (per dimension) it accepts."""
@@ -109,6 +117,7 @@ class StrategySpec:
     name: str
     path: Path
     accepts: dict[str, tuple]  # dimension -> accepted values
+    includes: tuple[Path, ...] = ()  # its workload's own header folder, where it has one
 
 
 @dataclass
@@ -132,6 +141,11 @@ class WorkloadSpec:
     nccl_env: dict[str, str] = field(default_factory=dict)
     # Candidates declared with NCCL settings of their own (name -> settings), applied over nccl_env.
     candidate_env: dict[str, dict[str, str]] = field(default_factory=dict)
+
+    @property
+    def includes(self) -> tuple[Path, ...]:
+        """Folders of headers the workload's CUDA programs may include beside cuco's (its `include/`)."""
+        return workload_includes(self.root)
 
     @property
     def reference_path(self) -> Path:
@@ -206,7 +220,7 @@ def _load_strategies(ssec: _Section, root: Path) -> dict[str, StrategySpec]:
                 raise sec.fail(dim, "accepts no value")
             accepts[dim] = tuple(values)
         sec.done()
-        out[sname] = StrategySpec(sname, root / rel, accepts)
+        out[sname] = StrategySpec(sname, root / rel, accepts, workload_includes(root))
     ssec.done()
     return out
 
