@@ -84,7 +84,7 @@ class Timing:
     trials: int = 2  # correctness trials, each on fresh random inputs
     l2_flush: bool = True
     timeout_s: float = 300.0  # watchdog: whole evaluation of one candidate
-    bound_slack: float = 0.05  # a median below bound * (1 - slack) is rejected as impossible
+    bound_slack: float = 0.05  # a median below the speed of light * (1 - slack) is rejected as impossible
     # The CPU has no speed of light: the library bound stands in, and its own measurement moves by half from
     # one run to the next (benchmarks/results/cpu_bound_noise.md: 0.216 to 0.417 ms), so a program at the true
     # bound may sit 48% under a high one; 1.5x that.
