@@ -44,8 +44,8 @@ def candidates(tmp: Path) -> dict[str, Path]:
 
 
 def evaluate(path: Path, home: Path, out: Path) -> dict[str, float | None]:
-    os.environ["CUCO_HOME"] = str(home)
-    proc = record.cuco("eval", str(WORKLOAD), str(path), "--device", "cpu", "--out", str(out), tail=1)
+    proc = record.cuco("eval", str(WORKLOAD), str(path), "--device", "cpu", "--out", str(out), tail=1,
+                       env={"CUCO_HOME": str(home)})
     if proc.returncode != 0 or not out.is_file():
         return {"median_ms": None, "bound_ms": None}
     shape = json.loads(out.read_text())["shapes"]["tiny"]

@@ -25,17 +25,17 @@ from typing import Any
 ROOT = Path(__file__).resolve().parents[1]
 
 
-def run(*cmd: str, tail: int = 3000) -> subprocess.CompletedProcess:
-    """A command from the repository root with this checkout's cuco importable, as a user would run it; the end
-    of its output is echoed, all of it is returned."""
-    env = {**os.environ, "PYTHONPATH": str(ROOT) + os.pathsep + os.environ.get("PYTHONPATH", "")}
+def run(*cmd: str, tail: int = 3000, env: dict[str, str] | None = None) -> subprocess.CompletedProcess:
+    """A command from the repository root with this checkout's cuco importable, as a user would run it (`env`:
+    variables set for it alone); the end of its output is echoed, all of it is returned."""
+    env = {**os.environ, **(env or {}), "PYTHONPATH": str(ROOT) + os.pathsep + os.environ.get("PYTHONPATH", "")}
     proc = subprocess.run(list(cmd), cwd=ROOT, env=env, text=True, capture_output=True)
     print(proc.stdout[-tail:], proc.stderr[-tail:], sep="", flush=True)
     return proc
 
 
-def cuco(*args: str, tail: int = 3000) -> subprocess.CompletedProcess:
-    return run(sys.executable, "-m", "cuco", *args, tail=tail)
+def cuco(*args: str, tail: int = 3000, env: dict[str, str] | None = None) -> subprocess.CompletedProcess:
+    return run(sys.executable, "-m", "cuco", *args, tail=tail, env=env)
 
 
 def commit() -> str:

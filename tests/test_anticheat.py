@@ -38,6 +38,7 @@ CAUGHT = {
                   ("L2", ["exited with status 0"])),
     "detached_process": (("L0", ["forbidden"]), None),  # with the checks off it passes: see its own test
     "work_in_the_gap": (("L0", ["forbidden"]), ("L2", ["out of tolerance"])),
+    "write_parameter": (("L2", ["parameter changed by the runs"]), ("L2", ["parameter changed by the runs"])),
     # refused by the host's seccomp filter, or by the kernel (a judge with capabilities, root, to a host without);
     # where neither refuses (affinity passes the filter), the judge sees its own state change
     "reach_scheduler": (("L0", ["forbidden"]), ("L2|L4", REACH)),

@@ -7,8 +7,8 @@ import torch
 from conftest import WORKLOADS
 
 from cuco.runner.cascade import EvalOptions, evaluate
-from cuco.runner.judge import load_reference
 from cuco.workload import load_workload
+from cuco.workload.reference import load_reference
 
 ROOT = WORKLOADS / "kv_transfer"
 
@@ -16,7 +16,8 @@ ROOT = WORKLOADS / "kv_transfer"
 def test_the_reference_fills_the_named_pages_and_nothing_else():
     ref = load_reference(load_workload(ROOT))
     p = load_workload(ROOT).shape("s_odd").params  # 37 tokens: two full pages and 5 slots of a third
-    inputs = [ref.make_inputs(p, 2, r, torch.Generator().manual_seed(r), "cpu") for r in range(2)]
+    inputs = [{**ref.make_inputs(p, 2, r, torch.Generator().manual_seed(r), "cpu"),
+               **ref.make_parameters(p, 2, r, torch.Generator().manual_seed(10 + r), "cpu")} for r in range(2)]
     prefill, decode = (ref.reference(p, 2, r, inputs)["pool"] for r in range(2))
     assert prefill.isnan().all()  # the prefill rank's pool is never written
     table = inputs[1]["block_table"].long()

@@ -254,12 +254,16 @@ __global__ void snapshotKernel(uint4* dst, const uint4* src, size_t nVec, unsign
 #define SNAPSHOT_THREADS 512
 #define SNAPSHOT_MAX_CTAS 1024  // enough 16-byte loads in flight to run at memory speed on Hopper
 
+// The grid of a kernel that moves nVec 16-byte vectors, a thread each, in grid-stride loops (snapshot, crypt).
+static unsigned copyCtas(size_t nVec) {
+  const size_t ctas = (nVec + SNAPSHOT_THREADS - 1) / SNAPSHOT_THREADS;
+  return (unsigned)(ctas < 1 ? 1 : ctas > SNAPSHOT_MAX_CTAS ? SNAPSHOT_MAX_CTAS : ctas);
+}
+
 CUCO_EXPORT int cuco_h_snapshot(void* stream, void* dst, const void* src, size_t bytes) {
   if ((uintptr_t)dst % 16 || (uintptr_t)src % 16) return fail("snapshot buffers must be 16-byte aligned");
   const size_t nVec = bytes / 16, nTail = bytes % 16;
-  size_t ctas = (nVec + SNAPSHOT_THREADS - 1) / SNAPSHOT_THREADS;
-  ctas = ctas < 1 ? 1 : ctas > SNAPSHOT_MAX_CTAS ? SNAPSHOT_MAX_CTAS : ctas;
-  snapshotKernel<<<(unsigned)ctas, SNAPSHOT_THREADS, 0, (cudaStream_t)stream>>>(
+  snapshotKernel<<<copyCtas(nVec), SNAPSHOT_THREADS, 0, (cudaStream_t)stream>>>(
       (uint4*)dst, (const uint4*)src, nVec, (unsigned char*)dst + nVec * 16, (const unsigned char*)src + nVec * 16,
       nTail);
   HCUDA(cudaGetLastError());
@@ -273,9 +277,7 @@ CUCO_EXPORT int cuco_h_crypt(void* stream, void* dst, const void* src, size_t by
                              unsigned streamId) {
   if ((uintptr_t)dst % 16 || (uintptr_t)src % 16) return fail("sealed buffers must be 16-byte aligned");
   const size_t nVec = bytes / 16, nTail = bytes % 16;
-  size_t ctas = (nVec + SNAPSHOT_THREADS - 1) / SNAPSHOT_THREADS;
-  ctas = ctas < 1 ? 1 : ctas > SNAPSHOT_MAX_CTAS ? SNAPSHOT_MAX_CTAS : ctas;
-  cryptKernel<<<(unsigned)ctas, SNAPSHOT_THREADS, 0, (cudaStream_t)stream>>>(
+  cryptKernel<<<copyCtas(nVec), SNAPSHOT_THREADS, 0, (cudaStream_t)stream>>>(
       (uint4*)dst, (const uint4*)src, nVec, (unsigned char*)dst + nVec * 16, (const unsigned char*)src + nVec * 16,
       nTail, (const volatile unsigned long long*)keyDev, streamId);
   HCUDA(cudaGetLastError());

@@ -6,9 +6,14 @@ import torch
 
 
 def make_inputs(p: dict[str, int], world: int, rank: int, gen: torch.Generator, device) -> dict[str, torch.Tensor]:
-    m, k, n = p["M"] // world, p["K"], p["N"] // world
-    return {"a": torch.randn(m, k, generator=gen, device=device) / k**0.25,
-            "b": torch.randn(k, n, generator=gen, device=device) / k**0.25}
+    m, k = p["M"] // world, p["K"]
+    return {"a": torch.randn(m, k, generator=gen, device=device) / k**0.25}
+
+def make_parameters(p: dict[str, int], world: int, rank: int, gen: torch.Generator,
+                    device) -> dict[str, torch.Tensor]:
+    """This rank's weights, drawn once per shape."""
+    k, n = p["K"], p["N"] // world
+    return {"b": torch.randn(k, n, generator=gen, device=device) / k**0.25}
 
 
 def reference(p: dict[str, int], world: int, rank: int,

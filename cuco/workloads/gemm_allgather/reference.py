@@ -6,11 +6,15 @@ import torch
 
 
 def make_inputs(p: dict[str, int], world: int, rank: int, gen: torch.Generator, device) -> dict[str, torch.Tensor]:
-    m, k, n = p["M"] // world, p["K"], p["N"] // world
-    # Scaled so that C has entries of order one whatever K is.
-    a = torch.randn(m, k, generator=gen, device=device, dtype=torch.float32) / k**0.25
-    b = torch.randn(k, n, generator=gen, device=device, dtype=torch.float32) / k**0.25
-    return {"a": a.to(torch.bfloat16), "b": b.to(torch.bfloat16)}
+    m, k = p["M"] // world, p["K"]
+    # Scaled (with B's) so that C has entries of order one whatever K is.
+    return {"a": (torch.randn(m, k, generator=gen, device=device) / k**0.25).to(torch.bfloat16)}
+
+def make_parameters(p: dict[str, int], world: int, rank: int, gen: torch.Generator,
+                    device) -> dict[str, torch.Tensor]:
+    """This rank's weights, drawn once per shape."""
+    k, n = p["K"], p["N"] // world
+    return {"b": (torch.randn(k, n, generator=gen, device=device) / k**0.25).to(torch.bfloat16)}
 
 
 def reference(p: dict[str, int], world: int, rank: int,

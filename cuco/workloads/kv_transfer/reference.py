@@ -12,18 +12,24 @@ def pages(p: dict[str, int]) -> int:
 
 
 def make_inputs(p: dict[str, int], world: int, rank: int, gen: torch.Generator, device) -> dict[str, torch.Tensor]:
-    s, hid, cols, layers = p["S"], p["HID"], p["KV"] * p["D"], p["L"]
-
-    def randn(*shape, scale=1.0):
-        return (torch.randn(*shape, generator=gen, device=device, dtype=torch.float32) * scale).to(torch.bfloat16)
-
     if p["LAYOUT"] == 2:
         table = torch.randperm(p["POOL"], generator=gen, device=device)[:pages(p)]
     else:
         table = torch.arange(pages(p), device=device)
-    # Weights scaled by 1/sqrt(HID): K and V of order one, as after a real model's projections.
-    return {"x": randn(s, hid), "wk": randn(layers, hid, cols, scale=hid ** -0.5),
-            "wv": randn(layers, hid, cols, scale=hid ** -0.5), "block_table": table.to(torch.int32)}
+    x = torch.randn(p["S"], p["HID"], generator=gen, device=device).to(torch.bfloat16)
+    return {"x": x, "block_table": table.to(torch.int32)}
+
+
+def make_parameters(p: dict[str, int], world: int, rank: int, gen: torch.Generator,
+                    device) -> dict[str, torch.Tensor]:
+    """The K and V projections, drawn once per shape, a layer at a time (no fp32 copy of all of them), scaled by
+    1/sqrt(HID): K and V of order one, as after a real model's projections."""
+    hid, cols, layers = p["HID"], p["KV"] * p["D"], p["L"]
+    out = {n: torch.empty(layers, hid, cols, dtype=torch.bfloat16, device=device) for n in ("wk", "wv")}
+    for w in out.values():
+        for layer in range(layers):
+            w[layer] = torch.randn(hid, cols, generator=gen, device=device) * hid ** -0.5
+    return out
 
 
 def reference(p: dict[str, int], world: int, rank: int,
