@@ -146,8 +146,10 @@ def test_host_start_up_failure_is_the_runners(tmp_path):
 def test_broken_reference_is_the_workloads_fault(tmp_path):
     wl = copy_workload(tmp_path / "wl")
     ref = wl / "reference.py"
-    ref.write_text(ref.read_text().replace('    m, k, n = p["M"] // world, p["K"], p["N"] // world',
-                                           '    m, k, n = p["M"] // world, p["K"], p["Q"]'))
+    text = ref.read_text()
+    line = '    m, k = p["M"] // world, p["K"]\n    return {"a"'
+    assert line in text  # the planted fault lands in make_inputs
+    ref.write_text(text.replace(line, line.replace('p["K"]', 'p["Q"]'), 1))
     ev = cuco(["eval", "wl", "seed", "--out", "r.json"], tmp_path)
     assert ev.returncode == 2, said(ev)
     record = json.loads((tmp_path / "r.json").read_text())
