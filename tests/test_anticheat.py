@@ -93,7 +93,8 @@ def test_a_patched_timer_changes_nothing(tmp_path, no_static_checks):
     honest = evaluate(spec, spec.candidates["torch_host"], _opts(tmp_path / "h"))
     patched = evaluate(spec, CHEATS / "patch_timer.py", _opts(tmp_path / "p"))
     assert honest.ok and patched.ok, (honest.error, patched.error)
-    h, p = (r.shapes["s256"].timing.median_ms for r in (honest, patched))
+    # Against the honest run's fastest iteration: its median on a busy 2-core machine can be several times that.
+    h, p = honest.shapes["s256"].timing.min_ms, patched.shapes["s256"].timing.median_ms
     assert p > 0.3 * h, (p, h)  # a clock that stood still would give 0
 
 
