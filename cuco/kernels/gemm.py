@@ -25,9 +25,9 @@ from dataclasses import dataclass
 import torch
 import triton
 import triton.language as tl
-from triton.tools.tensor_descriptor import TensorDescriptor
 
-TMA_ALIGN = 16  # bytes: TMA's rule for a descriptor's base address and row stride
+from cuco.kernels.common import descriptor, row_major, sm_count, tma_ok
+
 PUSH_ROWS, PUSH_COLS = 16, 512  # elements a push program moves per step: 16 KiB of bf16, 16-byte accesses
 
 
@@ -113,17 +113,6 @@ class Partials:
 def partials_counters(world: int, rows: int, n: int) -> int:
     """Counters Partials needs for `rows` summed rows, whatever tiles the shape gets (16, the smallest tile edge)."""
     return world * triton.cdiv(rows, 16) * triton.cdiv(n, 16)
-
-
-def interpreted() -> bool:
-    """Triton's CPU interpreter (TRITON_INTERPRET=1 at import) runs the kernels on the host: no TMA, no PTX."""
-    return type(_gemm_kernel).__name__ == "InterpretedFunction"
-
-
-def sm_count(device: torch.device) -> int:
-    if device.type != "cuda":
-        return 4  # the interpreter runs programs one after another: a few keep a CPU test quick
-    return torch.cuda.get_device_properties(device).multi_processor_count
 
 
 @triton.jit
@@ -351,22 +340,6 @@ def _gemm_ar_kernel(a_desc, b_desc, out_desc, a, b, out, recv, counters, dest_pt
         _store_out(out_desc, out, row, col, M, total, N, BLOCK_M, BLOCK_N, OUT_TMA)
 
 
-def _row_major(call: str, **tensors: torch.Tensor) -> None:
-    """The kernels address every matrix as row-major and dense (row r starts at r * columns): a transposed or
-    sliced view would be read wrongly, so it is refused by name rather than computed on."""
-    for name, t in tensors.items():
-        if t.dim() != 2 or not t.is_contiguous():
-            raise ValueError(f"{call}: {name} must be a dense row-major 2-D tensor (got shape {tuple(t.shape)}, "
-                             f"strides {t.stride()}): pass {name}.contiguous()")
-
-
-def _tma_ok(*tensors: torch.Tensor) -> bool:
-    return all(t.data_ptr() % TMA_ALIGN == 0 and (t.stride(0) * t.element_size()) % TMA_ALIGN == 0
-               and t.stride(1) == 1 for t in tensors)
-
-
-def _descriptor(t: torch.Tensor, block: list[int], tma: bool):
-    return TensorDescriptor.from_tensor(t, block) if tma else t
 
 
 def _launch(a_own, a_all, b, c, *, own_row0, own_rows, arrival, push, config, programs):
@@ -375,11 +348,11 @@ def _launch(a_own, a_all, b, c, *, own_row0, own_rows, arrival, push, config, pr
     Nothing here allocates device memory: a cudaMalloc may wait for the device, and a rank whose kernel spins on
     a peer's push must never wait for that kernel. A plain GEMM takes a program per tile by default (the SMs
     hold several of the small ones at once); a waiting one at most one per SM, so that all are resident."""
-    _row_major("gemm", a=a_own, a_all=a_all, b=b, c=c)
+    row_major("gemm", a=a_own, a_all=a_all, b=b, c=c)
     m, k = a_all.shape
     n = b.shape[1]
     cfg = config or config_for(m, n, k)
-    tma = not interpreted() and _tma_ok(a_own, a_all, b, c)
+    tma = tma_ok(a_own, a_all, b, c)
     gated = arrival is not None
     if programs is None:  # flattened loops pay across a program's tiles: persistent too
         persistent = gated or push or cfg.flatten
@@ -388,10 +361,10 @@ def _launch(a_own, a_all, b, c, *, own_row0, own_rows, arrival, push, config, pr
     gemm_progs = max(1, programs - push_progs)
     shard_rows = arrival.shard_rows if gated else max(m, 1)
     chunks = arrival.chunks if gated else 1
-    a_all_desc = _descriptor(a_all, [cfg.block_m, cfg.block_k], tma)
+    a_all_desc = descriptor(a_all, [cfg.block_m, cfg.block_k], tma)
     _gemm_kernel[(gemm_progs + push_progs,)](
-        _descriptor(a_own, [cfg.block_m, cfg.block_k], tma) if own_rows else a_all_desc, a_all_desc,
-        _descriptor(b, [cfg.block_k, cfg.block_n], tma), _descriptor(c, [cfg.block_m, cfg.block_n], tma),
+        descriptor(a_own, [cfg.block_m, cfg.block_k], tma) if own_rows else a_all_desc, a_all_desc,
+        descriptor(b, [cfg.block_k, cfg.block_n], tma), descriptor(c, [cfg.block_m, cfg.block_n], tma),
         a_own, a_all, b, c,
         arrival.flags if gated else c, arrival.work if gated else c,  # c: unused
         push.dest_ptrs if push else c, push.flag_ptrs if push else c,
@@ -442,18 +415,18 @@ def _summed(kernel, call: str, a: torch.Tensor, b: torch.Tensor, out: torch.Tens
     Its cost beside the plain GEMM (benchmarks/results/triton_gemm.md, the summing epilogue) is registers: the
     partials' loads and stores address every element of a tile, and ncu read 255 a thread with spills at 128x64
     tiles and 4 warps (the plain GEMM: 90). TMA descriptors for them, or more warps, are the ways to cut it."""
-    _row_major(call, a=a, b=b, out=out)
+    row_major(call, a=a, b=b, out=out)
     m, k = a.shape
     n = b.shape[1]
     cfg = config or config_for(rows, n, k)
     if parts.counters.numel() < parts.world * triton.cdiv(rows, cfg.block_m) * triton.cdiv(n, cfg.block_n):
         raise ValueError("Partials.counters is too small for this shape: size it with partials_counters()")
-    tma = not interpreted() and _tma_ok(a, b)
-    out_tma = not interpreted() and _tma_ok(out)
+    tma = tma_ok(a, b)
+    out_tma = tma_ok(out)
     programs = programs or sm_count(out.device)
     kernel[(programs,)](
-        _descriptor(a, [cfg.block_m, cfg.block_k], tma), _descriptor(b, [cfg.block_k, cfg.block_n], tma),
-        _descriptor(out, [cfg.block_m, cfg.block_n], out_tma),
+        descriptor(a, [cfg.block_m, cfg.block_k], tma), descriptor(b, [cfg.block_k, cfg.block_n], tma),
+        descriptor(out, [cfg.block_m, cfg.block_n], out_tma),
         a, b, out, parts.recv, parts.counters, parts.dest_ptrs, parts.flag_ptrs,
         m, n, k, rows, parts.world, parts.rank, parts.target, programs,
         BLOCK_M=cfg.block_m, BLOCK_N=cfg.block_n, BLOCK_K=cfg.block_k, GROUP_M=cfg.group_m, TMA=tma,
