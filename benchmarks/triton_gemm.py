@@ -55,7 +55,7 @@ def main() -> int:
     import triton
 
     from cuco.kernels.gemm import GemmConfig, Partials, config_for, gemm, gemm_all_reduce, partials_counters
-    from cuco.runner.judge import L2_FLUSH_BYTES
+    from cuco.runner.l2 import L2Flush
     from cuco.runner.timing import graphed
     from cuco.workload import load_workload
 
@@ -67,17 +67,17 @@ def main() -> int:
         for s in load_workload(ROOT / "cuco" / "workloads" / wl).shapes:
             shapes.setdefault(cut(s.params["M"], s.params["K"], s.params["N"], args.world), []).append(f"{wl}/{s.name}")
 
-    flush = torch.empty(L2_FLUSH_BYTES, dtype=torch.int8, device=dev)
+    l2 = L2Flush(dev)
 
     def bench(fn, reps: int = 50) -> float:
-        """Median of graph replays, each after L2 is overwritten (the judge's flush): the kernels' time, not
+        """Median of graph replays, each after L2 is flushed (the judge's flush): the kernels' time, not
         Python's launch cost, as the runner's start gate times a candidate (its launches are queued first)."""
         replay, captured = graphed(fn)
         if not captured:
             raise RuntimeError("could not be captured in a CUDA graph")
         events = [(torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)) for _ in range(reps)]
         for start, end in events:
-            flush.zero_()
+            l2.flush()
             start.record()
             replay()
             end.record()

@@ -38,6 +38,7 @@ from cuco.runner.channel import ChannelClosed, RemoteError, Reply
 from cuco.runner.harness import Harness
 from cuco.runner.host_process import HostProcess
 from cuco.runner.job import JUDGE_PORT_ENV, Job, Stage
+from cuco.runner.l2 import L2Flush
 from cuco.runner.launch import describe_exit
 from cuco.runner.pages import key_offset
 from cuco.runner.sandbox import judge_state, kill_descendants, remove_shm_files, state_changes
@@ -46,7 +47,6 @@ from cuco.runner.verify import Check, compare, poison, same
 from cuco.workload.reference import ReferenceMissing, load_reference
 from cuco.workload.spec import READ_ROLES, load_workload
 
-L2_FLUSH_BYTES = 2 * 60 * 2**20  # twice the largest Hopper L2 (60 MB on H200): evicts everything
 VERIFIED_RUNS = 2  # timed runs whose outputs are verified, chosen at random per shape
 NULL_RUNS = 5  # runs that do nothing, timed by the judge: its own overhead, for the clock cross-check
 HOST_START_S = 120.0  # the host's imports, process group and NCCL communicator
@@ -131,7 +131,7 @@ class Judge:
         if self.cuda:
             torch.cuda.set_device(self.device)
             torch.backends.cuda.matmul.allow_tf32 = False  # references in true fp32
-            self.flush_buf = torch.empty(L2_FLUSH_BYTES, dtype=torch.uint8, device=self.device)
+            self.l2 = L2Flush(self.device)
             self.key_dev = torch.zeros(1, dtype=torch.int64, device=self.device)  # the judge's copy of a run's key
 
     def run_key(self, seq: int, rank: int) -> int:
@@ -432,7 +432,7 @@ class Judge:
 
     def flush_l2(self) -> None:
         if self.cuda and self.spec.timing.l2_flush:
-            self.flush_buf.zero_()
+            self.l2.flush()
             self.sync()
 
     # ---- stages ---------------------------------------------------------------------------------
@@ -610,7 +610,7 @@ class Judge:
                 if b.role in ("output", "scratch"):
                     poison(bufs[b.name])
             if self.cuda and t.l2_flush:
-                self.flush_buf.zero_()
+                self.l2.flush()
 
         for key in ("compute_alone", "comm_alone"):
             factory = getattr(self.ref, key, None)
