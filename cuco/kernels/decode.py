@@ -1,11 +1,11 @@
 """The decode GEMM: C = A @ B with few rows in A (a step's tokens), where the time is reading B (the weights) once.
 
-With M <= 128 a GEMM has too few output tiles to keep every SM streaming B (N = 8192 in 64-wide columns is 128
+With M <= 32 a GEMM has too few output tiles to keep every SM streaming B (N = 8192 in 64-wide columns is 128
 tiles for 132 SMs, each with one tile's loads in flight), so the reduction dimension is split as well: program
 (tile, s) multiplies columns `tile` over the s-th slice of K, and the partial products of one tile are summed by
 whichever of its programs finishes last, in split order, so that the result has the same bits whatever order the
-programs finish in. A split's program stores its fp32 partial in a workspace that stays in L2 (at M = 128, N = 8192
-and 8 splits: 32 MB), then counts itself done on the tile's counter (acq_rel: the partial before the count; the
+programs finish in. A split's program stores its fp32 partial in a workspace that stays in L2 (at M = 32, N = 8192
+and 2 splits: 2 MB), then counts itself done on the tile's counter (acq_rel: the partial before the count; the
 last one's later loads after every count); the last resets the counter for the next launch.
 
 Splits of one tile are adjacent programs, so they run at the same time and their partials are read back from L2.
@@ -21,7 +21,7 @@ import triton.language as tl
 
 from cuco.kernels.common import descriptor, row_major, sm_count, tma_ok
 
-MAX_ROWS = 128  # above this a tile of rows reuses B enough for the tiled GEMM (cuco.kernels.gemm) to stream it
+MAX_ROWS = 32  # above this the tiled GEMM (cuco.kernels.gemm) is faster: its tall tiles reuse A from registers
 
 
 @dataclass(frozen=True)
@@ -34,14 +34,14 @@ class DecodeConfig:
 
 
 def decode_config_for(m: int, n: int, k: int, sms: int) -> DecodeConfig:
-    """Tiles by the measured sweep (benchmarks/results/decode_gemm.md): enough programs that every SM has several
-    tiles' loads in flight, each slice of K long enough to keep its pipeline full."""
-    block_n, block_k = (64, 256) if m <= 32 else (64, 128)
-    tiles = triton.cdiv(n, block_n)
+    """64 x 128 tiles of B, K split so that there are about two programs per SM: the fastest of the sweep at every
+    M <= 32 (benchmarks/results/decode_gemm.md). More splits only add partial sums; fewer leave SMs with one
+    tile's loads in flight."""
+    tiles = triton.cdiv(n, 64)
     split = 1
-    while tiles * split < 4 * sms and k // (split * 2) >= 4 * block_k:
+    while split < 8 and tiles * split <= sms and k >= split * 2 * 4 * 128:  # doubled: <= 2 a SM, slices >= 4 blocks
         split *= 2
-    return DecodeConfig(block_n, block_k, split, num_stages=4, num_warps=4)
+    return DecodeConfig(64, 128, split, num_stages=4, num_warps=4)
 
 
 @triton.jit

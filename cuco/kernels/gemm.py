@@ -27,6 +27,8 @@ import triton
 import triton.language as tl
 
 from cuco.kernels.common import descriptor, row_major, sm_count, tma_ok
+from cuco.kernels.decode import MAX_ROWS as DECODE_ROWS
+from cuco.kernels.decode import gemm_decode
 
 PUSH_ROWS, PUSH_COLS = 16, 512  # elements a push program moves per step: 16 KiB of bf16, 16-byte accesses
 
@@ -380,7 +382,10 @@ def _launch(a_own, a_all, b, c, *, own_row0, own_rows, arrival, push, config, pr
 
 def gemm(a: torch.Tensor, b: torch.Tensor, c: torch.Tensor, *, config: GemmConfig | None = None,
          programs: int | None = None) -> torch.Tensor:
-    """c = a @ b, no communication: the plain form, to be measured beside cuBLAS."""
+    """c = a @ b, no communication: the plain form, to be measured beside cuBLAS. With few rows and no tiles asked
+    for, the decode GEMM (cuco.kernels.decode: K split over every SM) streams b faster than these tiles."""
+    if config is None and programs is None and a.shape[0] <= DECODE_ROWS:
+        return gemm_decode(a, b, c)
     return _launch(a, a, b, c, own_row0=0, own_rows=a.shape[0], arrival=None, push=None, config=config,
                    programs=programs)
 
