@@ -1,12 +1,14 @@
-"""The ring-attention workload on CPUs: its fp32 reference against torch's causal attention, and the host-driven
-rings (gloo send/recv, torch's flash-attention kernel, log-sum-exp merges) against the reference."""
+"""The ring-attention workload: its fp32 reference against torch's causal attention, the host-driven rings (gloo
+send/recv, cuco.kernels.attention's blocks and log-sum-exp merges) against the reference on CPUs, the bound's
+compute doing the rings' whole work, and the rings on a GPU (cuDNN's blocks, the fused merge)."""
 
 from __future__ import annotations
 
 import math
 
+import pytest
 import torch
-from conftest import WORKLOADS
+from conftest import WORKLOADS, gpu_count
 
 from cuco.runner.cascade import EvalOptions, evaluate
 from cuco.runner.verify import compare
@@ -71,3 +73,34 @@ def test_the_ring_push_strategy_matches_the_reference_on_nccl_host(tmp_path):
         src.write_text(materialize(spec.strategies["ring_push"], point))
         rec = evaluate(spec, src, EvalOptions(device="cpu", max_level="L2", small_shapes=["s96"]))
         assert rec.ok, (point.label(), rec.error)
+
+
+def test_the_bounds_compute_is_the_rings_whole_work():
+    """compute_alone attends every block and merges it, as the rings do: on every rank its outputs are the
+    reference's, so the library bound times all of the work a program must do."""
+    spec = load_workload(ROOT, 2)
+    ref = load_reference(spec)
+    p = {"S": 96, "H": 8, "KV": 2, "D": 64}
+    gen = torch.Generator().manual_seed(3)
+    inputs = [ref.make_inputs(p, 2, r, gen, "cpu") for r in range(2)]
+    for rank in range(2):
+        bufs = {**{n: t.clone() for n, t in inputs[rank].items()},
+                "o": torch.full_like(inputs[rank]["q"], float("nan")), "lse": torch.full((8, 48), float("nan"))}
+        ref.compute_alone(p, 2, rank, inputs, bufs, None)()
+        want = ref.reference(p, 2, rank, inputs)
+        for name in ("o", "lse"):
+            tol = spec.tolerance_for(name)
+            assert compare(name, bufs[name], want[name], tol.rtol, tol.atol, tol.norm_rtol, tol.atol_scale).ok, name
+
+
+@pytest.mark.gpu(1)
+@pytest.mark.nvcc
+def test_the_host_rings_match_the_reference_on_gpus(tmp_path):
+    """The seed and the pipelined ring on GPUs (cuDNN's blocks, the fused merge) at the small and odd shapes: at
+    world 2 where two GPUs are present, else at world 1 (every block of the sequence on one rank)."""
+    world = max(1, min(2, gpu_count()))
+    spec = load_workload(ROOT, world)
+    for name in ("seed", "host_pipeline"):
+        rec = evaluate(spec, spec.candidates[name], EvalOptions(device="cuda", max_level="L2", gpus=list(range(world)),
+                                                                timeout_s=120, work_dir=tmp_path / name))
+        assert rec.ok, (name, rec.error)

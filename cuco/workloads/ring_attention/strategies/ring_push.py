@@ -14,10 +14,10 @@ DESIGN (prepended by the directive proposer) picks the point:
              each attended once it has arrived
 
 Zig-zag: rank r holds sequence chunks r and 2*world-1-r. A query chunk sees a key chunk whole if it comes earlier,
-causally if it is the same chunk, not at all if it comes later. Outputs merge by the log-sum-exp: with the running
-output A (log-sum-exp a) and a block's B (b), the result is A + (B - A) * sigmoid(b - a), one lerp, its
-log-sum-exp logaddexp(a, b). Attention is torch's flash kernel; on GPUs it takes grouped-query heads natively
-([L, heads, D], no repeat), on CPUs the CPU kernel with the K/V heads repeated.
+causally if it is the same chunk, not at all if it comes later. Attention is cuco.kernels.attention's block (torch's
+cuDNN attention on GPUs, chosen per shape; grouped-query heads in the buffers' own [L, heads, D] layout, never
+repeated); each query chunk's output starts from its first block and every further one merges by the log-sum-exp
+in one fused pass over the output (O and the log-sum-exp in place).
 """
 
 import math
@@ -25,38 +25,23 @@ import math
 import torch
 import torch.distributed as dist
 
+from cuco.kernels.attention import block_attention, merge_lse_
+
 ARRIVED = 0  # signal channels: ARRIVED + piece for a piece in a slot; FREE once a slot may be written again
 
 
-def _attend(q, k, v, causal, scale):
-    """q [Lq, H, D], k and v [Lk, KV, D] -> out [Lq, H, D] (q's dtype), lse [H, Lq] (fp32)."""
-    if q.is_cuda:
-        out = torch.ops.aten._flash_attention_forward(q[None], k[None], v[None], None, None, q.shape[0], k.shape[0],
-                                                      0.0, causal, False, scale=scale)
-        return out[0][0], out[1][0]
-    group = q.shape[1] // k.shape[1]
-    qh, kh, vh = (x.transpose(0, 1).repeat_interleave(g, dim=0)[None] for x, g in ((q, 1), (k, group), (v, group)))
-    out = torch.ops.aten._scaled_dot_product_flash_attention_for_cpu(qh, kh, vh, 0.0, causal, scale=scale)
-    return out[0][0].transpose(0, 1), out[1][0]
-
-
 class Accumulator:
-    """This rank's output and log-sum-exp per query chunk, fp32; the first block initialises, the rest merge."""
+    """This rank's output per query chunk in fp32, and its log-sum-exp (the lse output itself); a chunk's first block
+    is copied in, every further one merged."""
 
-    def __init__(self, q):
+    def __init__(self, q, lse):
         self.acc = torch.empty(q.shape, dtype=torch.float32, device=q.device)
-        self.lse = torch.empty(q.shape[1], q.shape[0], dtype=torch.float32, device=q.device)
+        self.lse = lse
         self.started = set()
 
     def add(self, rows: slice, out, lse) -> None:
-        if rows.start not in self.started:
-            self.started.add(rows.start)
-            self.acc[rows].copy_(out)
-            self.lse[:, rows].copy_(lse)
-            return
-        weight = torch.sigmoid(lse - self.lse[:, rows])  # [H, L]: the block's share
-        self.acc[rows].lerp_(out.float(), weight.t()[..., None])
-        self.lse[:, rows] = torch.logaddexp(self.lse[:, rows], lse)
+        merge_lse_(self.acc[rows], self.lse[:, rows], out, lse, first=rows.start not in self.started)
+        self.started.add(rows.start)
 
 
 def _attend_block(acc, q, k, v, key_chunks, world, rank, c, scale, whole):
@@ -65,11 +50,11 @@ def _attend_block(acc, q, k, v, key_chunks, world, rank, c, scale, whole):
         rows = slice(i * c, (i + 1) * c)
         seen = [j for j, kj in enumerate(key_chunks) if kj <= qi]
         if whole and len(key_chunks) > 1 and all(kj < qi for kj in key_chunks):  # the block whole: one call
-            acc.add(rows, *_attend(q[rows], k, v, False, scale))
+            acc.add(rows, *block_attention(q[rows], k, v, False, scale))
             continue
         for j in seen:
             keys = slice(j * c, (j + 1) * c)
-            acc.add(rows, *_attend(q[rows], k[keys], v[keys], key_chunks[j] == qi, scale))
+            acc.add(rows, *block_attention(q[rows], k[keys], v[keys], key_chunks[j] == qi, scale))
 
 
 def _chunks_of(src, world):
@@ -100,7 +85,7 @@ def run(ctx):
     q, k, v, o, lse = (ctx.buffers[n] for n in ("q", "k", "v", "o", "lse"))
     world, rank = ctx.world, ctx.rank
     c, scale = q.shape[0] // 2, 1.0 / math.sqrt(q.shape[2])
-    acc = Accumulator(q)
+    acc = Accumulator(q, lse)
     whole = DESIGN["chunks"] == 1  # noqa: F821
     if DESIGN["placement"] == "deferred":  # noqa: F821
         blocks = _gather(ctx, k, v)
@@ -112,7 +97,6 @@ def run(ctx):
     else:
         _ring_nccl(ctx, acc, q, k, v, c, scale, whole)
     o.copy_(acc.acc)
-    lse.copy_(acc.lse)
 
 
 def _gather(ctx, k, v):
