@@ -46,7 +46,7 @@ def main() -> int:
 
     from cuco.ceilings import hbm_rates
     from cuco.kernels.decode import DecodeConfig, decode_config_for, decode_workspace, gemm_decode
-    from cuco.kernels.gemm import gemm
+    from cuco.kernels.gemm import config_for, gemm
     from cuco.runner.l2 import L2Flush
     from cuco.runner.timing import graphed
 
@@ -101,7 +101,7 @@ def main() -> int:
                 entry["ms"] = bench(run)
             tried.append(entry)
         runs = {"cublas": lambda a=a, b=b, ref=ref: torch.matmul(a, b, out=ref),
-                "tiled": lambda a=a, b=b, c=c: gemm(a, b, c),
+                "tiled": lambda a=a, b=b, c=c, cfg=config_for(m, n, k): gemm(a, b, c, config=cfg),
                 "decode": decode_run(a, b, c, own_cfg)}
         rounds = [{name: bench(fn) for name, fn in runs.items()} for _ in range(ROUNDS)]
         med = {name: statistics.median(r[name] for r in rounds) for name in runs}

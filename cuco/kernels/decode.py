@@ -118,11 +118,14 @@ _cached: dict[tuple[torch.device, int], DecodeWorkspace] = {}
 
 def _stream_workspace(device: torch.device, partial_elems: int, tiles: int) -> DecodeWorkspace:
     """The workspace of the current stream (launches on one stream run one after another, so they may share it),
-    grown as shapes need. Made inside a CUDA graph's capture, its zeroing is captured too: pass a workspace made
-    beforehand to keep it out of the graph."""
+    grown as shapes need. None is made inside a CUDA graph's capture (the capture stream is new, and its zeroing
+    would be captured): there a workspace made beforehand is passed."""
     stream = torch.cuda.current_stream(device).cuda_stream if device.type == "cuda" else 0
     ws = _cached.get((device, stream))
     if ws is None or not ws.fits(partial_elems, tiles):
+        if device.type == "cuda" and torch.cuda.is_current_stream_capturing():
+            raise ValueError("gemm_decode: inside a CUDA graph's capture, pass a workspace made before it "
+                             "(decode_workspace())")
         ws = _cached[device, stream] = DecodeWorkspace.create(device, partial_elems, tiles)
     return ws
 
