@@ -1,8 +1,10 @@
 """The MoE workload on CPUs: its reference against a token-by-token computation, the routing skew its inputs
-carry, and the host-driven PyTorch program (all_to_all_single both ways) verified against the reference."""
+carry, the host-driven PyTorch program (all_to_all_single both ways) and the grouped-GEMM program (its kernels in
+Triton's interpreter) verified against the reference; on a GPU, the grouped-GEMM program at the full shapes."""
 
 from __future__ import annotations
 
+import pytest
 import torch
 import torch.nn.functional as F
 from conftest import WORKLOADS
@@ -51,4 +53,25 @@ def test_skewed_routing_has_hot_experts_and_one_no_token_picks():
 def test_the_host_program_is_correct():
     spec = load_workload(ROOT)
     rec = evaluate(spec, spec.candidates["torch_host"], EvalOptions(device="cpu", max_level="L2", timeout_s=120))
+    assert rec.ok, rec.error
+
+
+@pytest.mark.parametrize("world", [1, 2])
+def test_the_grouped_gemm_program_is_correct(world, monkeypatch):
+    """Its expert GEMMs in Triton's interpreter (the rank processes inherit the variable and read it at import);
+    at world 1 nothing is exchanged and no size reaches the host."""
+    monkeypatch.setenv("TRITON_INTERPRET", "1")
+    spec = load_workload(ROOT, world)
+    rec = evaluate(spec, spec.candidates["grouped_triton"], EvalOptions(device="cpu", max_level="L2", timeout_s=120))
+    assert rec.ok, rec.error
+
+
+@pytest.mark.gpu(1)
+@pytest.mark.timeout(1200)
+def test_the_grouped_gemm_program_is_correct_at_full_shapes(tmp_path):
+    """World 1 (all 256 experts on one GPU), decode and prefill, uniform and skewed routing, L3."""
+    spec = load_workload(ROOT, 1)
+    rec = evaluate(spec, spec.candidates["grouped_triton"],
+                   EvalOptions(device="cuda", max_level="L3", gpus=[0], shapes=["t128", "t128_hot5", "t4096_hot5"],
+                               work_dir=tmp_path / "w"))
     assert rec.ok, rec.error

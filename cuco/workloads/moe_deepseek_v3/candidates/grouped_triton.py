@@ -1,0 +1,60 @@
+"""The MoE layer with its experts in cuco.kernels' grouped GEMM: one launch per projection for all local experts,
+the group sizes read by the kernel from device memory.
+
+Dispatch and combine are torch_host's (split sizes on the host, all_to_all_single out and back); at world 1 there
+is nothing to exchange and the layer runs with no host synchronisation at all. The received rows are sorted by
+local expert on the device (cuco.kernels.grouped_gemm.sort_by_expert), both projections run as grouped launches
+(w13 with the SwiGLU epilogue, so the hidden activation is written once, in bf16), and the outputs go back to
+their received order before the combine. Runs on GPUs (NCCL) and on CPUs (gloo, the kernels in Triton's
+interpreter).
+"""
+
+import torch
+import torch.distributed as dist
+
+from cuco.kernels.grouped_gemm import moe_experts, sort_by_expert
+
+
+def _unsorted(layout, x_sorted, w13, w2):
+    """The experts' outputs for the rows of `layout` (x_sorted: its rows, sorted by expert), in unsorted order."""
+    out = torch.empty_like(x_sorted)
+    out[layout.order] = moe_experts(x_sorted, layout.offs, w13, w2)
+    return out
+
+
+def _exchanged(ctx, x, idx, local):
+    """Every pair's expert output, token-major (row t * k + j is token t's j-th expert), through the experts'
+    owners: pairs grouped by owning rank, sent, computed there, and sent back."""
+    k, world = idx.shape[1], ctx.world
+    flat = idx.flatten()
+    order = torch.argsort(flat, stable=True)  # pairs grouped by expert, hence by the rank that owns it
+    expert = flat[order]
+    send_counts = torch.bincount(expert // local, minlength=world)
+    recv_counts = torch.empty_like(send_counts)
+    dist.all_to_all_single(recv_counts, send_counts, group=ctx.group)
+    send, recv = send_counts.tolist(), recv_counts.tolist()
+    rows = torch.empty(sum(recv), x.shape[1], dtype=x.dtype, device=x.device)
+    dist.all_to_all_single(rows, x[order // k], recv, send, group=ctx.group)
+    row_expert = torch.empty(sum(recv), dtype=expert.dtype, device=x.device)
+    dist.all_to_all_single(row_expert, expert, recv, send, group=ctx.group)
+    layout = sort_by_expert(row_expert % local, local)
+    out = _unsorted(layout, rows[layout.order], ctx.buffers["w13"], ctx.buffers["w2"])
+    back = torch.empty(len(order), x.shape[1], dtype=x.dtype, device=x.device)
+    dist.all_to_all_single(back, out, send, recv, group=ctx.group)
+    pairs = torch.empty_like(back)
+    pairs[order] = back
+    return pairs
+
+
+def run(ctx):
+    p, b = ctx.params, ctx.buffers
+    k, local = p["TOPK"], p["E"] // ctx.world
+    x, y = b["x"], b["y"]
+    vals, idx = b["logits"].topk(k, dim=-1)
+    weight = torch.softmax(vals, dim=-1)
+    if ctx.world == 1:  # every expert is here: sorted row i is token order[i] // k's
+        layout = sort_by_expert(idx, local)
+        pairs = _unsorted(layout, x[layout.order // k], b["w13"], b["w2"])
+    else:
+        pairs = _exchanged(ctx, x, idx, local)
+    y.copy_((pairs.view(-1, k, x.shape[1]).float() * weight[..., None]).sum(dim=1))
