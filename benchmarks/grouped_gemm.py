@@ -82,14 +82,14 @@ class Bench:
     def __init__(self, reps: int):
         import torch
 
-        from cuco.runner.judge import L2_FLUSH_BYTES
+        from cuco.runner.l2 import L2Flush
         from cuco.workload import load_workload
         from cuco.workload.reference import load_reference
 
         self.torch, self.reps, self.dev = torch, reps, torch.device("cuda")
         self.spec = load_workload(ROOT / "cuco" / "workloads" / "moe_deepseek_v3", 1)
         self.ref = load_reference(self.spec)
-        self.flush = torch.empty(L2_FLUSH_BYTES, dtype=torch.int8, device=self.dev)
+        self.l2 = L2Flush(self.dev)
         self.weights: dict[str, torch.Tensor] = {}
         self.captured = False
 
@@ -129,7 +129,7 @@ class Bench:
         events = [(torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True))
                   for _ in range(self.reps)]
         for start, end in events:
-            self.flush.zero_()
+            self.l2.flush()
             start.record()
             run()
             end.record()
