@@ -36,7 +36,8 @@ def _eval(src, tmp_path, shapes=("4k",), **kw):
 def no_static_checks(monkeypatch):
     """The runtime alone: L0 passes everything, and L1 builds without its checks."""
     monkeypatch.setattr(cascade, "check_source", lambda path: StaticReport(True, []))
-    monkeypatch.setattr(cascade, "check_and_build", lambda path: (build_mod.build(path), []))
+    monkeypatch.setattr(cascade, "check_and_build",
+                        lambda path, includes=(): (build_mod.build(path, includes=includes), []))
 
 
 def _fault(name: str, tmp_path):
