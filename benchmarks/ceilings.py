@@ -1,10 +1,11 @@
 """The machine's ceilings as `cuco doctor` measures and saves them, with their method and share of the datasheet.
 
-    python benchmarks/ceilings.py        # on a GPU machine; two GPUs add the peer link
+    python benchmarks/ceilings.py [--out DIR]        # on a GPU machine; two GPUs add the peer link
 """
 
 from __future__ import annotations
 
+import argparse
 import json
 import sys
 from pathlib import Path
@@ -16,6 +17,9 @@ from cuco.machine import load_machine  # noqa: E402
 
 
 def main() -> int:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--out", type=Path, default=Path(record.ROOT) / "benchmarks" / "results")
+    args = ap.parse_args()
     proc = record.cuco("doctor", "--json")
     if proc.returncode != 0:
         return proc.returncode
@@ -31,7 +35,7 @@ def main() -> int:
         sheet = c.get("datasheet") or "-"
         lines.append(f"| {key} | {c['value']:.0f} {c['unit']} | {sheet} | {share} | {c['method']} |")
     gpu = (info.get("gpu") or "gpu").replace(" ", "_")
-    record.save(Path(record.ROOT) / "benchmarks" / "results", f"ceilings-{gpu}", info,
+    record.save(args.out, f"ceilings-{gpu}", info,
                 {"ceilings": ceilings, "refused": machine.get("ceilings_refused")}, lines)
     print(json.dumps(ceilings, indent=1)[:2000])
     return 0 if ceilings and not machine.get("ceilings_refused") else 1
