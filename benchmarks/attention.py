@@ -22,12 +22,12 @@ from __future__ import annotations
 
 import argparse
 import gc
-import statistics
 import sys
 from pathlib import Path
 from typing import Any
 
 import record
+from replay import median_ms
 
 ROOT = record.ROOT
 H, KV, D = 32, 8, 128  # Llama-3-8B's attention heads
@@ -38,7 +38,6 @@ QUICK = {"sizes": (8192, 32768), "worlds": (2, 4), "merge_rows": (2048, 8192)}
 ITERS = 20
 WARMUP = 3
 SAMPLE_ROWS = 16  # query rows checked against the fp32 reference (the first, the last, evenly between)
-SPIN_CYCLES = 2_000_000  # about 1 ms at Hopper clocks: the eager launches are queued before the clock starts
 
 
 def flops(lq: int, lk: int, causal: bool) -> float:
@@ -102,26 +101,7 @@ def check(outs: dict[str, Any], q, k, v, causal: bool) -> dict[str, dict[str, An
 def make_timer(flush):
     """Median ms of ITERS replays of fn (a CUDA graph where it captures), each after flush(), and whether it was
     captured."""
-    import torch
-
-    from cuco.runner.timing import graphed
-
-    def timed(fn) -> tuple[float, bool]:
-        replay, captured = graphed(fn)
-        for _ in range(WARMUP):
-            replay()
-        events = [(torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)) for _ in range(ITERS)]
-        for start, end in events:
-            flush()
-            if not captured:
-                torch.cuda._sleep(SPIN_CYCLES)
-            start.record()
-            replay()
-            end.record()
-        torch.cuda.synchronize()
-        return statistics.median(s.elapsed_time(e) for s, e in events), captured
-
-    return timed
+    return lambda fn: median_ms(fn, flush, ITERS, warmup=WARMUP)
 
 
 def tensor_rate() -> tuple[float, str]:

@@ -22,6 +22,7 @@ from dataclasses import asdict
 from pathlib import Path
 
 import record
+from replay import graph_median_ms
 
 ROOT = record.ROOT
 ROWS = (1, 8, 32, 128)
@@ -48,7 +49,6 @@ def main() -> int:
     from cuco.kernels.decode import MAX_ROWS, DecodeConfig, decode_config_for, decode_workspace, gemm_decode
     from cuco.kernels.gemm import config_for, gemm
     from cuco.runner.l2 import L2Flush
-    from cuco.runner.timing import graphed
 
     if not torch.cuda.is_available():
         sys.exit("decode_gemm: needs a CUDA GPU")
@@ -57,18 +57,8 @@ def main() -> int:
     hbm_read, hbm_how = hbm_rates()["read"]
     l2 = L2Flush(dev)
 
-    def bench(fn, reps: int = 50, flush=l2.flush) -> float:
-        replay, captured = graphed(fn)
-        if not captured:
-            raise RuntimeError("could not be captured in a CUDA graph")
-        events = [(torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)) for _ in range(reps)]
-        for start, end in events:
-            flush()
-            start.record()
-            replay()
-            end.record()
-        torch.cuda.synchronize()
-        return statistics.median(start.elapsed_time(end) for start, end in events)
+    def bench(fn, flush=l2.flush) -> float:
+        return graph_median_ms(fn, flush)
 
     def decode_run(a, b, c, cfg):
         ws = decode_workspace(a.shape[0], b.shape[1], a.shape[1], dev, cfg)  # made before the graph's capture

@@ -26,12 +26,12 @@ Writes benchmarks/results/grouped_gemm.json and .md.
 from __future__ import annotations
 
 import argparse
-import statistics
 import sys
 from dataclasses import asdict
 from pathlib import Path
 
 import record
+from replay import median_ms
 
 ROOT = record.ROOT
 CASES = ("t4096", "t4096_hot5", "t128", "t128_hot5")
@@ -116,25 +116,10 @@ class Bench:
         self.weights = {**w, **{f"{k}_cm": v.transpose(1, 2).contiguous().transpose(1, 2) for k, v in w.items()}}
 
     def time(self, fn, graph: bool = True) -> float:
-        """Median ms of `reps` runs, L2 overwritten before each; replays of a CUDA graph of fn where it captures
+        """Median ms of `reps` runs, L2 flushed before each; replays of a CUDA graph of fn where it captures
         (self.captured says whether it did: a method that cannot be captured is timed eager, launches and all)."""
-        from cuco.runner.timing import graphed
-
-        torch = self.torch
-        if graph:
-            run, self.captured = graphed(fn)  # run once before the capture: compiled and warm
-        else:
-            fn()
-            run, self.captured = fn, False
-        events = [(torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True))
-                  for _ in range(self.reps)]
-        for start, end in events:
-            self.l2.flush()
-            start.record()
-            run()
-            end.record()
-        torch.cuda.synchronize()
-        return statistics.median(start.elapsed_time(end) for start, end in events)
+        ms, self.captured = median_ms(fn, self.l2.flush, self.reps, graph=graph)
+        return ms
 
     def case(self, name: str, sweep: bool) -> dict:
         torch = self.torch

@@ -23,6 +23,7 @@ from dataclasses import asdict
 from pathlib import Path
 
 import record
+from replay import graph_median_ms
 
 ROOT = record.ROOT
 # The per-rank GEMM of each workload at world w, from its shape (M, K, N): the column-parallel all-gather GEMM
@@ -56,7 +57,6 @@ def main() -> int:
 
     from cuco.kernels.gemm import GemmConfig, Partials, config_for, gemm, gemm_all_reduce, partials_counters
     from cuco.runner.l2 import L2Flush
-    from cuco.runner.timing import graphed
     from cuco.workload import load_workload
 
     if not torch.cuda.is_available():
@@ -69,20 +69,8 @@ def main() -> int:
 
     l2 = L2Flush(dev)
 
-    def bench(fn, reps: int = 50) -> float:
-        """Median of graph replays, each after L2 is flushed (the judge's flush): the kernels' time, not
-        Python's launch cost, as the runner's start gate times a candidate (its launches are queued first)."""
-        replay, captured = graphed(fn)
-        if not captured:
-            raise RuntimeError("could not be captured in a CUDA graph")
-        events = [(torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)) for _ in range(reps)]
-        for start, end in events:
-            l2.flush()
-            start.record()
-            replay()
-            end.record()
-        torch.cuda.synchronize()
-        return statistics.median(start.elapsed_time(end) for start, end in events)
+    def bench(fn) -> float:
+        return graph_median_ms(fn, l2.flush)
 
     rows = []
     for (m, k, n), names in sorted(shapes.items(), key=lambda kv: -kv[0][0] * kv[0][1] * kv[0][2]):
