@@ -23,7 +23,3 @@ class L2Flush:
 
     def flush(self) -> None:
         torch.sum(self.buf, dim=0, out=self.out)
-
-    def flush_by_writing(self) -> None:
-        """The written flush, for measuring what its write-back costs a timed run (benchmarks only)."""
-        self.buf.zero_()
