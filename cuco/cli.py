@@ -6,6 +6,7 @@ from __future__ import annotations
 import json
 import os
 import sys
+from dataclasses import replace
 from datetime import datetime, timezone
 from pathlib import Path
 
@@ -310,12 +311,15 @@ def evolve(workload: str = typer.Argument(..., help="Built-in workload name or a
         for kind, text in example_prompts(spec, target_shape, load_machine()).items():
             print(f"==================== {kind} ====================\n{text}\n")
         return
+    knobs = _derived_knobs(spec, cfg)
     dev, slots, evaluator, where = _slots(cfg, spec, target_shape)
     start = Path(cfg.search.start) if cfg.search.start else spec.seed_path
     if dev == "cpu" and start is not None and start.suffix == ".cu":
         raise NeedsGPU(spec.name, f"its programs are CUDA and this machine has no {spec.world_size} GPU(s) to run "
                                   "them: a search here could only build them (cuco eval does that)")
     rd = _writable_dir(absolute(run_dir) if run_dir else absolute(Path("cuco-runs") / f"{spec.name}-{target_shape}"))
+    if knobs is not None:
+        spec = replace(spec, strategies=knobs.strategies(rd / "derived", spec))
     evo = Evolution(spec, cfg, rd, slots, evaluator, dev, machine=load_machine())
     console.print(f"[dim]{spec.name}, shape {target_shape}, {cfg.search.generations} evaluations, "
                   f"{len(slots)} slot(s) {where}, proposer {cfg.search.proposer}; run directory {rd}[/]")
@@ -386,6 +390,8 @@ def transform(workload: str = typer.Argument(..., help="Built-in workload name o
               source: Path | None = typer.Option(None, "--source", help="The host-driven program (default: the "
                                                     "workload's seed)."),
               analyze_only: bool = typer.Option(False, "--analyze-only", help="Print the analysis and stop."),
+              explain: bool = typer.Option(False, "--explain", help="Print the knobs the rewrite offers a search, "
+                                           "per collective, and why any placement is not offered; then stop."),
               as_json: bool = typer.Option(False, "--json", help="Print the analysis as JSON."),
               out: Path | None = typer.Option(None, "--out", help="Where the device-initiated program goes "
                                                  "(default: cuco-runs/WORKLOAD-transform/transformed.cu)."),
@@ -419,7 +425,10 @@ def transform(workload: str = typer.Argument(..., help="Built-in workload name o
         console.print(analysis_table(analysis))
         for w in analysis.warnings:
             console.print(f"[yellow]warning:[/] {escape(w)}")
-    if analyze_only:
+    if explain:
+        for line in _knobs(spec, analysis).explain():
+            console.print(line, highlight=False, markup=False)
+    if analyze_only or explain:
         return
     dev = _device(ecfg.device, spec.world_size)
     opts = _options(spec, dev, [], [], "L3", None, ecfg)
@@ -449,6 +458,39 @@ def transform(workload: str = typer.Argument(..., help="Built-in workload name o
         console.print(f"verified; start a search from it: cuco evolve {workload} --set search.start={target}",
                       highlight=False)
     raise typer.Exit(_exit_code(result.record))
+
+
+def _knobs(spec, analysis):
+    """The knobs the rules' rewrite of the analysed program offers a search (cuco/fastpath/knobs.py)."""
+    from cuco.fastpath.knobs import derive
+    from cuco.fastpath.rewrite import RewriteError
+
+    try:
+        return derive(analysis, spec)
+    except RewriteError as exc:
+        raise CucoError(analysis.path, f"the rules cannot rewrite it, so it has no knobs: {exc}") from None
+
+
+def _derived_knobs(spec, cfg):
+    """For the directive proposer on a workload without [strategies]: the knobs of the rules' rewrite of its seed,
+    or None where it has strategies or another proposer is asked for."""
+    if spec.strategies or cfg.search.proposer != "directive":
+        return None
+    seed = spec.seed_path
+    if seed is None or seed.suffix != ".cu":
+        raise CucoError(str(spec.source), "ships no strategy kernels ([strategies] in workload.toml) and has no CUDA "
+                                          "seed to derive knobs from: the directive proposer has nothing to search")
+    from cuco.fastpath.analyze import AnalysisError, analyze
+
+    try:
+        knobs = _knobs(spec, analyze(seed))
+    except (AnalysisError, CucoError) as exc:
+        raise CucoError(str(spec.source), f"ships no strategy kernels ([strategies] in workload.toml), and its seed "
+                                          f"gives the directive proposer nothing to search: {exc}") from None
+    console.print(f"no \\[strategies] in {spec.source.name}: the directive proposer searches the {knobs.points()} "
+                  f"design points derived from the rules' rewrite of {seed.name} (cuco transform {spec.root} "
+                  "--explain lists them)", highlight=False)
+    return knobs
 
 
 def _llm_fallback(config: Path | None, tries: int, check):

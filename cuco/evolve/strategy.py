@@ -28,6 +28,7 @@ def materialize(strategy: StrategySpec, point: DesignPoint) -> str:
         for dim in ("backend", "placement", "sync", "issuer"):
             head.append(f"#define CUCO_{dim.upper()}_{getattr(point, dim).upper()} 1")
         head.append(f"#define CUCO_CHUNKS {point.chunks}")
+        head += [f"#define {name} {value}" for name, value in strategy.defines]
         return "\n".join(head) + "\n" + body
     head = f"# cuco directive: strategy {strategy.name}, design point {point.label()}\n"
     return head + f"DESIGN = {json.dumps(asdict(point), sort_keys=True)}\n" + body

@@ -71,6 +71,12 @@ class Op:
     span: tuple[int, int] = (0, 0)  # bytes of the call; for NCCL calls with the check macro around it, if any
     wrapper: str | None = None  # that check macro (CUCO_NCCL, NCCLCHECK, ...)
     loops: list[int] = field(default_factory=list)  # lines of the loops around the call, outermost first
+    # Where the statement holding the call starts, when that statement stands in a block (a statement may be put
+    # before it there); -1 where it does not (the body of an unbraced `if`, a condition).
+    statement: int = -1
+    # Arguments in pointer positions that name no buffer the analysis knows ("?" for a kernel defined elsewhere,
+    # whose pointer parameters are unknown): what such a call touches cannot be told.
+    unplaced: list[str] = field(default_factory=list)
 
 
 @dataclass
@@ -88,6 +94,9 @@ class Analysis:
     pointers: dict[str, Pointers] = field(default_factory=dict, repr=False)
     # Edges a loop carries from one iteration to the next: producer op, consumer op, buffer, the loop's line.
     carried: list[tuple[int, int, str, int]] = field(default_factory=list)
+    # Per function, the byte where a statement may go last in its body: before its final top-level return, or
+    # before its closing brace.
+    ends: dict[str, int] = field(default_factory=dict, repr=False)
 
     @property
     def nccl(self) -> list[Op]:
@@ -171,19 +180,45 @@ def _parse(path: Path, raw: bytes) -> tuple[list, list[str]]:
                        for e in errors[:5]]
 
 
+def _parameters(fn) -> list:
+    params = fn.child_by_field_name("declarator")
+    while params is not None and params.type != "function_declarator":
+        params = params.child_by_field_name("declarator")
+    plist = params.child_by_field_name("parameters") if params is not None else None
+    return plist.named_children if plist is not None else []
+
+
 def const_params(functions: list) -> dict[str, list[bool]]:
     """Kernels defined here: which pointer parameters are const (read only); the others may be written."""
-    out: dict[str, list[bool]] = {}
-    for fn in functions:
-        params = fn.child_by_field_name("declarator")
-        while params is not None and params.type != "function_declarator":
-            params = params.child_by_field_name("declarator")
-        plist = params.child_by_field_name("parameters") if params is not None else None
-        if plist is not None:
-            out[function_name(fn)] = [p.type == "parameter_declaration" and "const" in
-                                      [text(c) for c in p.children if c.type == "type_qualifier"]
-                                      for p in plist.named_children]
-    return out
+    return {function_name(fn): [p.type == "parameter_declaration" and "const" in
+                                [text(c) for c in p.children if c.type == "type_qualifier"] for p in _parameters(fn)]
+            for fn in functions}
+
+
+def pointer_positions(functions: list) -> dict[str, list[bool]]:
+    """Kernels defined here: which parameters are pointers (or arrays), the arguments that may name a buffer."""
+    return {function_name(fn): [any(n.type in ("pointer_declarator", "array_declarator", "abstract_pointer_declarator")
+                                    for n in walk(p)) for p in _parameters(fn)] for fn in functions}
+
+
+def _statement_start(node) -> int:
+    """The first byte of the statement holding NODE when that statement stands in a block, else -1."""
+    kinds = ("expression_statement", "return_statement", "declaration")
+    while node is not None and node.type not in kinds:
+        if node.type in ("compound_statement", "function_definition"):
+            return -1
+        node = node.parent
+    return node.start_byte if node is not None and node.parent is not None and \
+        node.parent.type == "compound_statement" else -1
+
+
+def _body_end(fn) -> int:
+    """Where a statement goes last in a function's body: before its final top-level return, or its brace."""
+    body = fn.child_by_field_name("body")
+    if body is None:
+        return -1
+    last = body.named_children[-1] if body.named_child_count else None
+    return last.start_byte if last is not None and last.type == "return_statement" else body.end_byte - 1
 
 
 class _Calls:
@@ -193,14 +228,21 @@ class _Calls:
         self.res = _Resolver()
         self.ops: list[Op] = []
         self.const = const_params(functions)
+        self.pointers = pointer_positions(functions)
         self.blas_streams: dict[str, str] = {}
         self.scalars: dict[str, dict[str, str | None]] = {}
         self.warnings: list[str] = []
 
     def add(self, kind: str, name: str, node, fname: str, args: dict[str, str], reads: list[str] | None = None,
-            writes: list[str] | None = None, stream: str | None = None, span=None, wrapper=None) -> None:
+            writes: list[str] | None = None, stream: str | None = None, span=None, wrapper=None,
+            unplaced: list[str] | None = None) -> None:
         self.ops.append(Op(len(self.ops), kind, name, node.start_point.row + 1, fname, args, reads or [],
-                           writes or [], stream, span or (0, 0), wrapper, _loops(node)))
+                           writes or [], stream, span or (0, 0), wrapper, _loops(node), _statement_start(node),
+                           unplaced or []))
+
+    def unplaced(self, args: list, positions) -> list[str]:
+        """The arguments at POSITIONS that name no known buffer."""
+        return [text(args[i]) for i in positions if i is not None and i < len(args) and not self.res.buffer_of(args[i])]
 
     def buffers(self, args: list, positions) -> list[str]:
         out = []
@@ -262,20 +304,23 @@ class _Calls:
                 reads.append(b)
                 if not (i < len(consts) and consts[i]):  # unknown kernels: assume written too
                     writes.append(b)
+        pointers = self.pointers.get(name)
+        unplaced = ["?"] if pointers is None else self.unplaced(args, [i for i, p in enumerate(pointers) if p])
         self.add("kernel", name, node, fname, {"config": ", ".join(cfg)}, reads, writes,
-                 cfg[3] if len(cfg) > 3 else "default stream")
+                 cfg[3] if len(cfg) > 3 else "default stream", unplaced=unplaced)
 
     def library_call(self, node, name: str, args: list, fname: str) -> None:
         if name in BLAS:
             rpos, wpos = BLAS[name]
             handle = text(args[0]) if args else ""
             self.add("blas", name, node, fname, {"handle": handle}, self.buffers(args, rpos), self.buffers(args, wpos),
-                     self.blas_streams.get(handle))
+                     self.blas_streams.get(handle), unplaced=self.unplaced(args, rpos + wpos))
         elif name in COPIES:
             wpos, rpos, spos = COPIES[name]
             self.add("copy", name, node, fname, {"bytes": text(args[2]) if len(args) > 2 else "?"},
                      self.buffers(args, [rpos]), self.buffers(args, [wpos]),
-                     text(args[spos]) if spos is not None and spos < len(args) else None)
+                     text(args[spos]) if spos is not None and spos < len(args) else None,
+                     unplaced=self.unplaced(args, [rpos, wpos]))
         elif name in SYNCS:
             pos = SYNCS[name]
             self.add("sync", name, node, fname, {"args": ", ".join(text(a) for a in args)},
@@ -366,7 +411,7 @@ def analyze(path: Path, source: bytes | None = None) -> Analysis:
                                             calls.scalars.get(function_name(fn), {})) for fn in functions}
     warnings += calls.warnings + _unsure_pointers(calls.ops, pointers)
     analysis = Analysis(str(path), calls.ops, _edges(calls.ops), buffers, warnings, raw, calls.scalars, pointers,
-                        _carried(calls.ops))
+                        _carried(calls.ops), {function_name(fn): _body_end(fn) for fn in functions})
     if not analysis.nccl:
         raise AnalysisError(f"{path}: no NCCL call found: nothing to move onto the GPU (cuco transform starts from "
                             "a program whose communication is host-issued NCCL)")

@@ -103,8 +103,9 @@ class _Windows:
                        for key, win in self.moved.items())
 
 
-def _replacement(op: Op, window: _Windows) -> str:
-    a = op.args
+def _replacement(op: Op, window: _Windows, stream: str | None = None) -> str:
+    """The device collective's call for OP, issued on STREAM (default: the stream OP names)."""
+    a = {**op.args, **({"stream": stream} if stream else {})}
     elem = (ELEMENT if "op" in NCCL_SIGNATURES[op.name] else COPY_ELEMENT).get(a.get("dtype", ""))
     if elem is None:
         raise RewriteError(f"line {op.line}: {op.name} on {a.get('dtype')} is not covered by the rules")
@@ -166,9 +167,23 @@ def _group(ops: list[Op], number: int, window: _Windows, scalars: dict[str, str 
     return out
 
 
-def rewrite(program: Path | Analysis, spec: WorkloadSpec) -> Rewrite:
+def _overlapped(op: Op, window: _Windows, site: int, join: int, src: bytes) -> tuple[str, tuple[tuple[int, int], str]]:
+    """OP's call moved to a side stream under CUCO_PLACEMENT_STREAM_OVERLAP (cuco::onSideStream), and the join
+    statement put at byte JOIN, where its buffers are next used."""
+    stream = op.args["stream"]
+    call = (f"cuco::onSideStream(ctx, {site}, {stream}, [&](cudaStream_t cucoSide) {{ "
+            f"return {_replacement(op, window, 'cucoSide')}; }})")
+    indent = src[src.rfind(b"\n", 0, join) + 1:join].decode()
+    indent = indent if not indent.strip() else "  "
+    return call, ((join, join), f"CUCO_CUDA(ctx, cuco::joinSideStream(ctx, {site}, {stream}));\n{indent}")
+
+
+def rewrite(program: Path | Analysis, spec: WorkloadSpec, overlap: dict[int, int] | None = None) -> Rewrite:
     """The program with its NCCL calls replaced by device-side collectives; PROGRAM is a file or its analysis (the
-    bytes analysed are the bytes edited: the source is parsed once)."""
+    bytes analysed are the bytes edited: the source is parsed once). OVERLAP: collectives (op index -> the byte of
+    their join) that move to a side stream when the program is compiled with CUCO_PLACEMENT_STREAM_OVERLAP; the
+    caller proves each safe (cuco/fastpath/knobs.py)."""
+    overlap = overlap or {}
     analysis = program if isinstance(program, Analysis) else analyze(Path(program))
     path, src = analysis.path, analysis.source
     text = src.decode()
@@ -181,6 +196,7 @@ def rewrite(program: Path | Analysis, spec: WorkloadSpec) -> Rewrite:
     calls: list[tuple[Op, str, bool]] = []
     group: list[Op] | None = None
     replaced = []
+    joins: list[tuple[tuple[int, int], str]] = []  # statements that join a side stream back (overlap)
     for op in analysis.nccl:
         if op.name == "ncclGroupStart":
             if group is not None:
@@ -200,13 +216,16 @@ def rewrite(program: Path | Analysis, spec: WorkloadSpec) -> Rewrite:
                                "rules (a group pairs each send with its receive)")
         else:
             call = _replacement(op, window)
-            calls.append((op, call, True))
             replaced.append(f"line {op.line}: {op.name} -> {call.split('(')[0]}")
+            if op.index in overlap:
+                call, join = _overlapped(op, window, len(joins), overlap[op.index], src)
+                joins.append(join)
+            calls.append((op, call, True))
     if group is not None:
         raise RewriteError(f"line {group[0].line}: ncclGroupStart without ncclGroupEnd")
     window.check_symmetric()
     edits = [(op.span, f"CUCO_CUDA(ctx, {call})" if op.wrapper and checked else call) for op, call, checked in calls]
-    edits += window.edits()
+    edits += window.edits() + joins
     replaced += [f"line {window.allocs[k].line}: cudaMalloc of {k} -> ncclMemAlloc + symmetric window"
                  for k in window.moved]
     out = src

@@ -118,6 +118,8 @@ class StrategySpec:
     path: Path
     accepts: dict[str, tuple]  # dimension -> accepted values
     includes: tuple[Path, ...] = ()  # its workload's own header folder, where it has one
+    # Compile-time definitions every point of it gets beside the point's own (a derived strategy's CTA count).
+    defines: tuple[tuple[str, str], ...] = ()
 
 
 @dataclass

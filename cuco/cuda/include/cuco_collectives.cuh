@@ -10,6 +10,11 @@
  * peer's stores to them have landed. pushSlice is the all-gather's copy for a caller that cuts the transfer
  * itself (into chunks, among CTAs or warps) and signals each piece its own way, as the GEMM+AllGather strategy
  * kernel does.
+ * Three knobs a program may define before the include (cuco's derived strategies do, cuco/fastpath/knobs.py):
+ * CUCO_COLL_CTAS, the CTAs of every collective kernel; CUCO_COLL_ISSUER_WARP, under which each warp of the
+ * grid moves (or reduces) a contiguous slice of its own instead of the grid's threads striding over the whole
+ * buffer together; and CUCO_COLL_SIDE_STREAM, under which onSideStream / joinSideStream move a collective to
+ * ctx->sideStreams[0] (placement stream_overlap); without it they are the plain call.
  * Reductions add in fixed rank order in fp32, so results are bitwise deterministic. Data moves by stores
  * into peers' windows (all-gather, all-to-all(v), send, reduceScatterPush), or loads from them (reduce-scatter,
  * all-reduce).
@@ -106,10 +111,26 @@ __host__ __device__ inline void copyBytes(char* const* dst, const char* const* s
   else copyAs<char>(dst, src, nPairs, n, tid, nThreads);
 }
 
-// One pair, by every thread of the grid.
-__device__ inline void copyBytes(char* dst, const char* src, size_t n) {
-  copyBytes(&dst, &src, 1, n, gridThread(), gridThreads());
+// The grid's part of a copy: every thread of the grid strides over the n bytes, or, under CUCO_COLL_ISSUER_WARP,
+// each warp copies a contiguous slice (a multiple of 16 bytes, so every slice keeps the pointers' alignment).
+__device__ inline void issueCopy(char* const* dst, const char* const* src, int nPairs, size_t n) {
+#if defined(CUCO_COLL_ISSUER_WARP)
+  constexpr size_t kWarp = 32;
+  const size_t warps = gridThreads() / kWarp, w = gridThread() / kWarp;
+  const size_t per = ((n + warps - 1) / warps + 15) / 16 * 16;
+  const size_t b = per * w < n ? per * w : n, e = b + per < n ? b + per : n;
+  if (b >= e) return;
+  char* to[CUCO_COLL_MAX_RANKS];
+  const char* from[CUCO_COLL_MAX_RANKS];
+  for (int d = 0; d < nPairs; d++) to[d] = dst[d] + b, from[d] = src[d] + b;
+  copyBytes(to, from, nPairs, e - b, threadIdx.x % kWarp, kWarp);
+#else
+  copyBytes(dst, src, nPairs, n, gridThread(), gridThreads());
+#endif
 }
+
+// One pair, by the grid (issueCopy).
+__device__ inline void copyBytes(char* dst, const char* src, size_t n) { issueCopy(&dst, &src, 1, n); }
 
 // One worker's piece of an all-gather that its caller cuts itself: bytes [lo, hi) of `src` are split evenly among
 // `nWorkers` workers (a CTA each, or a warp each...), and worker `w` stores its part at the same offsets of every
@@ -149,7 +170,7 @@ __global__ void __launch_bounds__(CUCO_COLL_THREADS)
     dst[p] = (char*)ncclGetLsaPointer(recvWin, recvOffset + (size_t)dc.lsaRank * blockBytes, p);
     src[p] = send + (size_t)p * srcStride;
   }
-  copyBytes(dst, src, dc.lsaSize, blockBytes, gridThread(), gridThreads());
+  issueCopy(dst, src, dc.lsaSize, blockBytes);
   bar.sync();
 }
 
@@ -310,6 +331,21 @@ __host__ __device__ inline void reduceRange(const T* const* in, int nIn, T* cons
   }
 }
 
+// The grid's part of a reduction of elements [lo, hi): every thread of the grid strides over them, or, under
+// CUCO_COLL_ISSUER_WARP, each warp reduces a contiguous slice cut on 16-byte packs (the same additions in the same
+// order either way: the result does not depend on the issuer).
+template <typename T>
+__device__ inline void issueReduce(const T* const* in, int nIn, T* const* out, int nOut, size_t lo, size_t hi) {
+#if defined(CUCO_COLL_ISSUER_WARP)
+  constexpr size_t kWarp = 32;
+  size_t b, e;
+  packSlice(hi - lo, 16 / sizeof(T), gridThread() / kWarp, gridThreads() / kWarp, &b, &e);
+  if (b < e) reduceRange<T>(in, nIn, out, nOut, lo + b, lo + e, threadIdx.x % kWarp, kWarp);
+#else
+  reduceRange<T>(in, nIn, out, nOut, lo, hi, gridThread(), gridThreads());
+#endif
+}
+
 // Reduce-scatter (sum): recv[i] = sum over ranks p (in order) of p's send[rank * count + i].
 template <typename T>
 __global__ void __launch_bounds__(CUCO_COLL_THREADS)
@@ -318,7 +354,7 @@ __global__ void __launch_bounds__(CUCO_COLL_THREADS)
   bar.sync();
   const T* in[CUCO_COLL_MAX_RANKS];
   for (int p = 0; p < dc.lsaSize; p++) in[p] = (const T*)ncclGetLsaPointer(sendWin, sendOffset, p) + (size_t)dc.lsaRank * count;
-  reduceRange<T>(in, dc.lsaSize, &recv, 1, 0, count, gridThread(), gridThreads());
+  issueReduce<T>(in, dc.lsaSize, &recv, 1, 0, count);
   bar.sync();  // peers may reuse their send buffers only once every rank has read them
 }
 
@@ -420,7 +456,7 @@ __global__ void __launch_bounds__(CUCO_COLL_THREADS)
     in[p] = (const T*)ncclGetLsaPointer(sendWin, sendOffset, p);
     out[p] = (T*)ncclGetLsaPointer(recvWin, recvOffset, p);
   }
-  reduceRange<T>(in, dc.lsaSize, out, dc.lsaSize, lo, hi, gridThread(), gridThreads());
+  issueReduce<T>(in, dc.lsaSize, out, dc.lsaSize, lo, hi);
   bar.sync();
 }
 
@@ -539,6 +575,48 @@ inline cudaError_t allToAllv(const cuco_ctx_t* ctx, ncclWindow_t countsWin, size
                                                                    (const char*)send, recvWin, recvOffset, elemBytes,
                                                                    recvCapacity, zeroTail);
   return cudaGetLastError();
+}
+
+// Placement stream_overlap of a rewritten collective: `issue` runs on ctx->sideStreams[0] behind everything queued
+// on `from` so far (an event), so the kernels that follow on `from` and touch none of its buffers run beside it;
+// joinSideStream makes `to` wait for it where its buffers are next used. `site` numbers the collective (its own
+// pair of events, created once). Without CUCO_COLL_SIDE_STREAM both are the plain call on `from`.
+#define CUCO_OVERLAP_SITES 16
+inline cudaError_t overlapEvent(int site, int which, cudaEvent_t* ev) {
+  static cudaEvent_t events[CUCO_OVERLAP_SITES][2] = {};
+  if (site < 0 || site >= CUCO_OVERLAP_SITES) return cudaErrorInvalidValue;
+  cudaError_t err = cudaSuccess;
+  if (!events[site][which]) err = cudaEventCreateWithFlags(&events[site][which], cudaEventDisableTiming);
+  *ev = events[site][which];
+  return err;
+}
+
+template <typename Issue>
+inline cudaError_t onSideStream(const cuco_ctx_t* ctx, int site, cudaStream_t from, Issue issue) {
+#if defined(CUCO_COLL_SIDE_STREAM)
+  if (ctx->nSideStreams < 1) return issue(from);
+  cudaEvent_t fork;
+  cudaError_t err = overlapEvent(site, 0, &fork);
+  if (err == cudaSuccess) err = cudaEventRecord(fork, from);
+  if (err == cudaSuccess) err = cudaStreamWaitEvent(ctx->sideStreams[0], fork, 0);
+  return err == cudaSuccess ? issue(ctx->sideStreams[0]) : err;
+#else
+  (void)ctx, (void)site;
+  return issue(from);
+#endif
+}
+
+inline cudaError_t joinSideStream(const cuco_ctx_t* ctx, int site, cudaStream_t to) {
+#if defined(CUCO_COLL_SIDE_STREAM)
+  if (ctx->nSideStreams < 1) return cudaSuccess;
+  cudaEvent_t join;
+  cudaError_t err = overlapEvent(site, 1, &join);
+  if (err == cudaSuccess) err = cudaEventRecord(join, ctx->sideStreams[0]);
+  return err == cudaSuccess ? cudaStreamWaitEvent(to, join, 0) : err;
+#else
+  (void)ctx, (void)site, (void)to;
+  return cudaSuccess;
+#endif
 }
 
 }  // namespace cuco

@@ -1,0 +1,154 @@
+"""The knobs of a rewritten program (cuco/fastpath/knobs.py) on the fast path's corpus: what is offered for each
+program, every offered point passes the static checks and builds with nvcc, a collective is never put beside a
+kernel the analysis cannot prove apart from it (planted programs), and on one GPU every point is correct."""
+
+from __future__ import annotations
+
+import pytest
+from conftest import ROOT, WORKLOADS
+
+from cuco.evolve.strategy import accepted_points, materialize
+from cuco.fastpath.analyze import analyze
+from cuco.fastpath.knobs import derive
+from cuco.runner.build import build
+from cuco.runner.cascade import EvalOptions, evaluate
+from cuco.runner.static_checks import check_source
+from cuco.workload import load_workload
+
+HERE = ROOT / "tests" / "fastpath"
+OVERLAP = "stream_overlap"
+# program -> (workload, source, the placements offered per collective, in program order).
+PROGRAMS = {
+    "typed_pointers": ("allreduce_sum", HERE / "corpus" / "typed_pointers.cu", [("deferred",)]),
+    "two_halves": ("allreduce_sum", HERE / "corpus" / "two_halves.cu", [("deferred",), ("deferred",)]),
+    "buffer_table": ("sendrecv_ring", HERE / "corpus" / "buffer_table.cu", [("deferred",)]),
+    "gemm_rs_scratch": ("gemm_reducescatter", HERE / "corpus" / "gemm_rs_scratch.cu", [("deferred",)]),
+    "gemm_ar_macros": ("gemm_allreduce", HERE / "corpus" / "gemm_ar_macros.cu", [("deferred",)]),
+    "inplace_allgather": ("allgather_bf16", HERE / "corpus" / "inplace_allgather.cu", [("deferred",)]),
+    "host_allreduce_scratch": ("allreduce_sum", HERE / "host_allreduce_scratch.cu", [("deferred",)]),
+    "host_halo_exchange": ("sendrecv_ring", HERE / "host_halo_exchange.cu", [("deferred",)]),
+    "overlap_beside": ("allgather_bf16", HERE / "knobs" / "overlap_beside.cu", [("deferred", OVERLAP)]),
+    **{f"{wl}_seed": (wl, WORKLOADS / wl / "seed.cu", [("deferred",)])
+       for wl in ("gemm_allgather", "allreduce_sum", "reducescatter_sum", "allgather_bf16", "alltoall_bf16",
+                  "sendrecv_ring", "gemm_reducescatter", "gemm_allreduce")},
+}
+
+
+def _knobs(name, world=None):
+    wl, src, _ = PROGRAMS[name]
+    spec = load_workload(WORKLOADS / wl, world)
+    return spec, derive(analyze(src), spec)
+
+
+def _points(name, tmp_path, world=None):
+    """(strategy, point, materialised file) for every point the program's derived strategies accept."""
+    spec, knobs = _knobs(name, world)
+    out = []
+    for sname, strategy in knobs.strategies(tmp_path / "derived", spec).items():
+        for point in accepted_points(strategy):
+            path = tmp_path / f"{sname}-{point.label().replace('/', '_')}.cu"
+            path.write_text(materialize(strategy, point))
+            out.append((strategy, point, path))
+    return spec, out
+
+
+@pytest.mark.parametrize("name", sorted(PROGRAMS))
+def test_the_knobs_offered_for_each_program(name):
+    _, knobs = _knobs(name)
+    assert [o.placements for o in knobs.offers] == PROGRAMS[name][2]
+    for o in knobs.offers:
+        assert (OVERLAP in o.placements) == (OVERLAP not in o.why_not), o
+    overlapped = any(OVERLAP in o.placements for o in knobs.offers)
+    assert knobs.accepts["placement"] == (("deferred", OVERLAP) if overlapped else ("deferred",))
+    assert knobs.points() == 3 * 2 * (2 if overlapped else 1)  # CTA counts x issuers x placements
+    assert all(line for line in knobs.explain())
+
+
+@pytest.mark.parametrize("name", sorted(PROGRAMS))
+def test_every_offered_point_passes_the_static_checks(name, tmp_path):
+    _, points = _points(name, tmp_path)
+    assert points
+    for _, point, path in points:
+        report = check_source(path)
+        assert report.ok, (point.label(), report.problems)
+
+
+@pytest.mark.nvcc
+@pytest.mark.parametrize("name", sorted(PROGRAMS))
+def test_every_offered_point_builds(name, tmp_path):
+    from concurrent.futures import ThreadPoolExecutor
+
+    _, points = _points(name, tmp_path)
+    with ThreadPoolExecutor(2) as pool:
+        results = list(pool.map(lambda p: build(p[2], includes=p[0].includes), points))
+    failed = [(p[0].name, p[1].label(), r.log[-600:]) for p, r in zip(points, results) if not r.ok]
+    assert not failed, failed
+
+
+def test_an_overlapped_collective_joins_before_the_kernel_that_uses_its_output():
+    _, knobs = _knobs("overlap_beside")
+    assert knobs.offers[0].beside == ["zero (line 35)"]
+    code = knobs.code
+    side = code.index("cuco::onSideStream(ctx, 0, ctx->stream, [&](cudaStream_t cucoSide) { return cuco::allGather(")
+    zero, join = code.index("zero<<<"), code.index("cuco::joinSideStream(ctx, 0, ctx->stream)")
+    assert side < zero < join < code.index("addInto<<<")
+
+
+BESIDE = "  zero<<<64, 256, 0, ctx->stream>>>(s->scratch, all);\n"
+# Planted: the kernel beside the all-gather changed so that it may touch the all-gather's buffers, or the two placed
+# where the order between them is not proven. Each is never offered a side stream, with its reason.
+PLANTED = {
+    "the kernel overwrites the all-gather's source (its producer for the next use)":
+        (BESIDE, "  zero<<<64, 256, 0, ctx->stream>>>((__nv_bfloat16*)x->ptr, n);\n",
+         "zero uses its buffer `x` next: nothing runs between them"),
+    "the kernel writes through a pointer the analysis cannot place":
+        (BESIDE, "  zero<<<64, 256, 0, ctx->stream>>>(pick(ctx), all);\n",
+         "zero takes `pick(ctx)`, which names no buffer the analysis knows"),
+    "the kernel is defined elsewhere":
+        (BESIDE, "  external_zero<<<64, 256, 0, ctx->stream>>>(s->scratch, all);\n",
+         "external_zero is defined elsewhere"),
+    "the kernel runs on the legacy default stream":
+        (BESIDE, "  zero<<<64, 256>>>(s->scratch, all);\n", "zero runs on default stream"),
+    "the program uses a side stream itself":
+        (BESIDE, "  zero<<<64, 256, 0, ctx->sideStreams[1]>>>(s->scratch, all);\n",
+         "the program uses ctx->sideStreams itself"),
+    "the all-gather is in a loop, where the next iteration's producer would run beside it":
+        ("  CUCO_NCCL(ctx, ncclAllGather(", "  for (int i = 0; i < 2; i++) CUCO_NCCL(ctx, ncclAllGather(",
+         "it is inside the loop of line"),
+    "a synchronisation lies between them":
+        (BESIDE, BESIDE + "  CUCO_CUDA(ctx, cudaStreamSynchronize(ctx->stream));\n",
+         "cudaStreamSynchronize synchronises before its buffers are used"),
+}
+HELPERS = """__nv_bfloat16* pick(cuco_ctx_t* ctx);
+__global__ void external_zero(__nv_bfloat16* out, int64_t n);
+
+CUCO_EXPORT int cuco_run("""
+
+
+@pytest.mark.parametrize("case", sorted(PLANTED))
+def test_a_collective_is_never_offered_a_side_stream_beside_what_may_touch_its_buffers(case, tmp_path):
+    old, new, why = PLANTED[case]
+    code = (HERE / "knobs" / "overlap_beside.cu").read_text()
+    assert old in code
+    src = tmp_path / "planted.cu"
+    src.write_text(code.replace(old, new, 1).replace("CUCO_EXPORT int cuco_run(", HELPERS, 1))
+    spec = load_workload(WORKLOADS / "allgather_bf16")
+    knobs = derive(analyze(src), spec)
+    assert knobs.offers[0].placements == ("deferred",)
+    assert why in knobs.offers[0].why_not[OVERLAP]
+    assert knobs.accepts["placement"] == ("deferred",)
+    assert "onSideStream" not in knobs.code
+
+
+@pytest.mark.gpu(1)
+@pytest.mark.nvcc
+@pytest.mark.parametrize("name", sorted(PROGRAMS))
+def test_every_offered_point_is_correct_on_one_gpu(name, tmp_path):
+    spec, points = _points(name, tmp_path, world=1)
+    failed = []
+    for strategy, point, path in points:
+        rec = evaluate(spec, path, EvalOptions(device="cuda", max_level="L2", gpus=[0],
+                                               work_dir=tmp_path / "w" / path.stem))
+        if not rec.ok:
+            failed.append((strategy.name, point.label(), rec.failed_level, rec.error))
+    assert not failed, failed
