@@ -22,7 +22,7 @@ from cuco.workload import load_workload
 CPU_WL = ROOT / "cuco" / "workloads" / "cpu_allgather_matmul"
 
 
-def fake_evaluator(spec, src, slot, work):
+def fake_evaluator(spec, src, slot, work, name=None):
     """Deterministic scores from the code: the search's choices then depend on the seed alone."""
     h = int(hashlib.sha256(src.read_text().encode()).hexdigest()[:8], 16)
     ms = 0.5 + (h % 1000) / 1000
@@ -162,7 +162,7 @@ def test_slots_evaluate_in_parallel(tmp_path):
     active, peak, calls, lock = [0], [0], [0], threading.Lock()
     both_running = threading.Barrier(2, timeout=30)  # the first two evaluations meet here: both in flight
 
-    def evaluator(spec, src, slot, work):
+    def evaluator(spec, src, slot, work, name=None):
         with lock:
             active[0] += 1
             peak[0] = max(peak[0], active[0])
@@ -182,3 +182,49 @@ def test_slots_evaluate_in_parallel(tmp_path):
     asyncio.run(evo.run())
     assert peak[0] == 2 and evo.db.count("done") == 6
     evo.db.close()
+
+
+def test_the_baselines_are_measured_once_in_the_run_and_the_best_is_compared_with_the_strongest(tmp_path):
+    """The workload's other baselines at the search's shape, by name (their NCCL settings go by it), kept in the
+    store: a resumed run does not time them again; the summary and the report name the strongest of them."""
+    from rich.console import Console
+
+    from cuco.evolve.database import Database
+    from cuco.evolve.run import strongest_baseline
+    from cuco.report.html import render_report
+    from cuco.report.live import summary_table
+
+    calls = []
+
+    def evaluator(spec, src, slot, work, name=None):
+        calls.append(name)
+        if name == "host_two_stream":  # a strong baseline: faster than every fake candidate
+            return EvalRecord.from_dict({"ok": True, "level_reached": "L4", "shapes": {
+                "8k": {"timing": {"median_ms": 0.45}, "bound": {"bound_ms": 0.4}}}})
+        return fake_evaluator(spec, src, slot, work)
+
+    cfg = RunConfig()
+    cfg.search.generations, cfg.search.shape = 4, "8k"
+    spec = load_workload(GEMM_AG)
+    evo = Evolution(spec, cfg, tmp_path, [Slot(0, ())], evaluator, "cuda")
+    asyncio.run(evo.run())
+    assert [c for c in calls if c] == ["host_two_stream", "torch_async_tp"]  # the seed is candidate #1
+    assert strongest_baseline(evo.db) == ("host_two_stream", 0.45)
+    console = Console(record=True, width=220)
+    console.print(summary_table(evo))
+    text = console.export_text()
+    assert "strongest baseline measured in this run: host_two_stream" in text
+    best = evo.db.best()
+    assert f"{0.45 / best.median_ms:.2f}x" in text
+    evo.db.close()
+    assert "the strongest baseline of this run (host_two_stream)" in render_report(tmp_path)
+
+    calls.clear()
+    cfg.search.generations = 6
+    evo = Evolution(spec, cfg, tmp_path, [Slot(0, ())], evaluator, "cuda")
+    asyncio.run(evo.run())
+    assert [c for c in calls if c] == []  # resumed: the baselines are in the store already
+    evo.db.close()
+    db = Database(tmp_path / "cuco.db")
+    assert set(db.get_meta("baselines")) == {"host_two_stream", "torch_async_tp"}
+    db.close()

@@ -23,7 +23,7 @@ from cuco.workload import load_workload
 CPU_WL = ROOT / "cuco" / "workloads" / "cpu_allgather_matmul"
 
 
-def fake_evaluator(spec, src, slot, work):
+def fake_evaluator(spec, src, slot, work, name=None):
     """Overlapped programs are faster: the search's bookkeeping is under test here, not the timing."""
     ms = 2.0 if "async_op=True" in src.read_text() else 4.0
     return EvalRecord.from_dict({"ok": True, "level_reached": "L4", "shapes": {"cpu": {"timing": {"median_ms": ms},

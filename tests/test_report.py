@@ -31,7 +31,7 @@ def _run(tmp_path, generations=12):
     cfg = RunConfig()
     cfg.search.generations, cfg.search.shape = generations, "8k"
 
-    def evaluator(spec, src, slot, work):
+    def evaluator(spec, src, slot, work, name=None):
         rec = fake_evaluator(spec, src, slot, work)
         if not rec.ok:
             rec.error = "<script>alert(1)</script> planted failure"

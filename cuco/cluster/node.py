@@ -31,6 +31,7 @@ class Job:
     timeout_s: float | None = None
     warmup: int | None = None
     iters: int | None = None
+    name: str | None = None  # the workload's name for the program (a baseline's NCCL settings go by it)
 
 
 def workload_files(root: Path) -> dict[str, bytes]:
@@ -54,7 +55,7 @@ def run_job(job: Job, gpus: list[int], node: dict[str, Any]) -> dict[str, Any]:
         if job.device == "cuda":
             ensure_bound_facts()
         opts = EvalOptions(device=job.device, shapes=[job.shape], gpus=gpus, timeout_s=job.timeout_s,
-                           warmup=job.warmup, iters=job.iters, work_dir=tmp / "work")
+                           warmup=job.warmup, iters=job.iters, work_dir=tmp / "work", name=job.name)
         record = evaluate(spec, src, opts)
         record.work_dir = None  # on the node, and removed below
         record.node = {"host": socket.gethostname(), **node}

@@ -81,11 +81,11 @@ class RayBackend:
 
         files: dict[Path, dict[str, bytes]] = {}  # the workload's files, read once for the whole run
 
-        def run(spec: WorkloadSpec, src: Path, slot: Slot, work: Path) -> EvalRecord:
+        def run(spec: WorkloadSpec, src: Path, slot: Slot, work: Path, name: str | None = None) -> EvalRecord:
             if spec.root not in files:
                 files[spec.root] = workload_files(spec.root)
             job = Job(spec.name, spec.world_size, src.read_text(), src.suffix, shape, self.device, files[spec.root],
-                      cfg.eval.timeout_s, cfg.eval.warmup, cfg.eval.iters)
+                      cfg.eval.timeout_s, cfg.eval.warmup, cfg.eval.iters, name)
             try:
                 record = EvalRecord.from_dict(ray.get(task.remote(job)))
             except ray.exceptions.RayError as exc:  # the node died on every try, or the task could not run

@@ -36,7 +36,18 @@ NOVELTY_RETRIES = 20
 # failure that reaches the search is rarely transient.
 RUNNER_FAULTS_TO_STOP = 3
 
-Evaluator = Callable[[WorkloadSpec, Path, Slot, Path], EvalRecord]
+# (workload, program, slot, work dir, the workload's name for the program: its NCCL settings) -> its record
+Evaluator = Callable[[WorkloadSpec, Path, Slot, Path, str | None], EvalRecord]
+
+
+def strongest_baseline(db: Database) -> tuple[str, float] | None:
+    """The fastest baseline measured in this run: the seed (candidate #1 when the search started from it) and the
+    workload's other baselines (measure_baselines), as (name, median ms); None before any was timed."""
+    times = {name: b["median_ms"] for name, b in (db.get_meta("baselines") or {}).items() if b.get("median_ms")}
+    seed = next((c for c in db.all() if c.proposer == "seed"), None)
+    if seed is not None and seed.label and seed.median_ms and "seed" not in times:
+        times["seed"] = seed.median_ms
+    return min(times.items(), key=lambda kv: kv[1]) if times else None
 
 
 def score_of(record: EvalRecord, shape: str, run_bound: float | None) -> tuple[float | None, float | None,
@@ -53,7 +64,7 @@ def score_of(record: EvalRecord, shape: str, run_bound: float | None) -> tuple[f
 
 @dataclass
 class Event:
-    kind: str  # "start" | "done" | "reject" | "stopped"
+    kind: str  # "start" | "done" | "reject" | "baseline" | "stopped"
     candidate: Candidate | None = None
     text: str = ""
 
@@ -209,7 +220,26 @@ class Evolution:
                               kind=cand.language, world=self.spec.world_size, device=self.device, failed_level="L0",
                               fault="runner", error=f"cuco cannot write the candidate into {work}: "
                                                     f"{exc.strerror or exc}")
-        return self.evaluator(self.spec, src, slot, work / f"attempt-{time.time_ns()}")
+        return self.evaluator(self.spec, src, slot, work / f"attempt-{time.time_ns()}", None)
+
+    async def measure_baselines(self, slot: Slot) -> None:
+        """The workload's baselines at the search's shape, each once per run (kept in the store, so a resumed run
+        times only those it lacks): the best is reported against the strongest program measured in the same run,
+        not against a number from another day. The seed, when the search started from it, is candidate #1."""
+        known = self.db.get_meta("baselines") or {}
+        for name in self.spec.baselines:
+            path = self.spec.candidates.get(name)
+            if name in known or path is None or (path == self.spec.seed_path and not self.cfg.search.start):
+                continue
+            if self.device == "cpu" and path.suffix == ".cu":
+                continue
+            work = self.run_dir / "baselines" / name / f"attempt-{time.time_ns()}"
+            record = await asyncio.to_thread(self.evaluator, self.spec, path, slot, work, name)
+            median = record.median_ms(self.shape) if record.ok else None
+            known[name] = {"median_ms": median, "error": None if median else record.error}
+            self.db.set_meta("baselines", known)
+            self.on_event(Event("baseline", None, f"{name} {median:.4f} ms" if median else
+                                f"{name} failed: {record.error}"), self)
 
     def record(self, cand: Candidate, record: EvalRecord, seconds: float) -> None:
         run_bound = self.db.get_meta("bound_ms")
@@ -276,5 +306,7 @@ class Evolution:
                     self.on_event(Event("done", self.db.get(cand.id)), self)
 
         await asyncio.gather(*(slot_worker(s) for s in self.slots))
+        if not self.stop_fault:  # a search cuco or the workload stopped would only fail them too
+            await self.measure_baselines(self.slots[0])
         if self.exhausted:
             self.on_event(Event("stopped", None, self.stop_reason), self)

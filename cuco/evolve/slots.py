@@ -31,9 +31,9 @@ def local_evaluator(device: str, eval_cfg, shape: str):
     from cuco.runner.cascade import EvalOptions, evaluate
     from cuco.runner.record import EvalRecord
 
-    def run(spec, src: Path, slot: Slot, work: Path) -> EvalRecord:
+    def run(spec, src: Path, slot: Slot, work: Path, name: str | None = None) -> EvalRecord:
         opts = EvalOptions(device=device, shapes=[shape], gpus=list(slot.gpus), timeout_s=eval_cfg.timeout_s,
-                           warmup=eval_cfg.warmup, iters=eval_cfg.iters, work_dir=work)
+                           warmup=eval_cfg.warmup, iters=eval_cfg.iters, work_dir=work, name=name)
         return evaluate(spec, src, opts)
 
     return run

@@ -12,6 +12,7 @@ from pathlib import Path
 from typing import Any
 
 from cuco.evolve.database import Candidate, Database
+from cuco.evolve.run import strongest_baseline
 from cuco.report.console import fmt_ms
 
 PLOT_W, PLOT_H, PAD = 720, 260, 40
@@ -93,10 +94,13 @@ def render_report(run_dir: Path) -> str:
         seed = cands[0] if cands else None
         llm = db.llm_totals()
         fails = db.failures_by_level()
+        strongest = strongest_baseline(db)
     finally:
         db.close()
     bound = best.bound_ms if best else None
     speed = f", {seed.median_ms / best.median_ms:.2f}x the seed" if best and seed and seed.median_ms else ""
+    if best and strongest:  # the number that says whether the search won, before the seed's
+        speed = f", {strongest[1] / best.median_ms:.2f}x the strongest baseline of this run ({strongest[0]})" + speed
     beats = " (beats the library)" if best and best.bound_ms and best.median_ms < best.bound_ms else ""
     light = _speed_of_light(best, meta.get("shape"))
     light = f"; speed of light {fmt_ms(light)} ms ({light / best.median_ms:.2f} of it)" if light else ""

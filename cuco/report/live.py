@@ -10,7 +10,7 @@ from rich.live import Live
 from rich.table import Table
 
 from cuco.evolve.database import Candidate
-from cuco.evolve.run import Event, Evolution
+from cuco.evolve.run import Event, Evolution, strongest_baseline
 from cuco.report.console import fmt_ms
 
 
@@ -79,14 +79,20 @@ class EvolveDisplay:
 
 def summary_table(evo: Evolution, top: int = 8) -> Table:
     db = evo.db
-    t = Table(title=f"{evo.spec.name} at {evo.shape}: best of {db.count('done')} evaluations", title_justify="left")
-    for col in ("rank", "id", "design point", "median ms", "bound ms", "efficiency", "vs seed", "found at evaluation"):
+    strongest = strongest_baseline(db)
+    title = f"{evo.spec.name} at {evo.shape}: best of {db.count('done')} evaluations"
+    if strongest:
+        title += f"; strongest baseline measured in this run: {strongest[0]}, {fmt_ms(strongest[1])} ms"
+    t = Table(title=title, title_justify="left")
+    for col in ("rank", "id", "design point", "median ms", "bound ms", "efficiency", "vs strongest baseline",
+                "vs seed", "found at evaluation"):
         t.add_column(col)
     done = list(db.iter_done())
     order = {c.id: i + 1 for i, c in enumerate(done)}
     seed_ms = next((c.median_ms for c in done if c.proposer == "seed" and c.median_ms), None)
     for i, c in enumerate(db.scored()[:top], 1):
         vs_seed = f"{seed_ms / c.median_ms:.2f}x" if seed_ms and c.median_ms else "-"
+        vs_best = f"{strongest[1] / c.median_ms:.2f}x" if strongest and c.median_ms else "-"
         t.add_row(str(i), str(c.id), c.label or "-", fmt_ms(c.median_ms), fmt_ms(c.bound_ms), f"{c.score:.2f}",
-                  vs_seed, str(order.get(c.id, "-")))
+                  vs_best, vs_seed, str(order.get(c.id, "-")))
     return t
