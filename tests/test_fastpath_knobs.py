@@ -130,6 +130,23 @@ __global__ void external_zero(__nv_bfloat16* out, int64_t n);
 CUCO_EXPORT int cuco_run("""
 
 
+def test_a_collective_is_never_offered_a_side_stream_where_a_helper_of_cuco_run_may_use_its_output(tmp_path):
+    """The kernel that reads the all-gather's output launched from a host function of the program's own that
+    cuco_run calls: the call is not an operation of cuco_run, so the join's place cannot be proven."""
+    code = (HERE / "knobs" / "overlap_beside.cu").read_text()
+    consumer = "  addInto<<<64, 256, 0, ctx->stream>>>((__nv_bfloat16*)y->ptr, s->scratch, all);\n"
+    helper = ("static void finish(cuco_ctx_t* ctx, __nv_bfloat16* out, __nv_bfloat16* add, int64_t n) {\n"
+              "  addInto<<<64, 256, 0, ctx->stream>>>(out, add, n);\n}\n\nstruct State {")
+    assert consumer in code and "struct State {" in code
+    src = tmp_path / "helper.cu"
+    src.write_text(code.replace(consumer, "  finish(ctx, (__nv_bfloat16*)y->ptr, s->scratch, all);\n")
+                   .replace("struct State {", helper))
+    knobs = derive(analyze(src), load_workload(WORKLOADS / "allgather_bf16"))
+    assert knobs.offers[0].placements == ("deferred",)
+    assert "is in finish(), a function of the program's own" in knobs.offers[0].why_not[OVERLAP]
+    assert "onSideStream" not in knobs.code
+
+
 @pytest.mark.parametrize("case", sorted(PLANTED))
 def test_a_collective_is_never_offered_a_side_stream_beside_what_may_touch_its_buffers(case, tmp_path):
     old, new, why = PLANTED[case]

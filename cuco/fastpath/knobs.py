@@ -27,6 +27,7 @@ from cuco.workload.spec import StrategySpec, WorkloadSpec
 CTAS = (32, 64, 128)  # CTA counts offered (CUCO_COLL_CTAS; 64 is the rules' own)
 ISSUERS = ("cta", "warp")
 ENTRY = "cuco_run"  # the step the runner times: the only function whose collectives are placed
+ENTRY_POINTS = ("cuco_setup", ENTRY, "cuco_teardown")  # called by the runner, never from cuco_run
 NOT_OFFERED = {
     "backend ce": "the copy engine needs every peer's window address on the host, fetched in cuco_setup with a "
                   "synchronisation; the rules do not add setup steps",
@@ -94,8 +95,8 @@ class Knobs:
 
 
 def derive(analysis: Analysis, spec: WorkloadSpec) -> Knobs:
-    """The knobs of the rules' rewrite of the analysed program; raises RewriteError where the rules refuse it."""
-    rewrite(analysis, spec)  # the conservative rewrite first: a program the rules refuse has no knobs
+    """The knobs of the rules' rewrite of the analysed program; raises RewriteError where the rules refuse it (the
+    rewrite below refuses whatever the conservative one does: the joins are all it adds)."""
     offers = []
     group: Op | None = None
     for op in analysis.nccl:
@@ -129,6 +130,10 @@ def _overlap(op: Op, analysis: Analysis) -> tuple[str | None, list[str], int | N
         return "its stream is not known", [], None
     if b"sideStreams" in analysis.source:
         return "the program uses ctx->sideStreams itself: the side stream is not free", [], None
+    helper = next((o for o in analysis.ops if o.function not in ENTRY_POINTS), None)
+    if helper is not None:  # where cuco_run calls it is not tracked, so it may use the buffers before the join
+        return f"line {helper.line}: {helper.name} is in {helper.function}(), a function of the program's own that " \
+               f"{ENTRY}() may call: what it does between the collective and the join is not known", [], None
     mine = set(op.reads) | set(op.writes)
     if ("send" in op.args and not op.reads) or ("recv" in op.args and not op.writes):
         return "one of its buffers is not known to the analysis", [], None

@@ -26,7 +26,7 @@ import torch
 import triton
 import triton.language as tl
 
-from cuco.kernels.common import TMA_ALIGN, descriptor, interpreted, sm_count
+from cuco.kernels.common import descriptor, interpreted, row_major, sm_count, tma_ok
 
 MIN_DOT = 16  # tl.dot's smallest tile edge
 MIN_EXPERT_LANES = 16  # the offsets' vector is at least this long: one- or two-element tensors are a corner of
@@ -165,22 +165,15 @@ def _grouped_kernel(x_desc, w_desc, x, w, y, offs, E, K, N_OUT, N_W, programs,
 def _check(call: str, x: torch.Tensor, offs: torch.Tensor, w: torch.Tensor, y: torch.Tensor, n_out: int) -> None:
     """The kernel addresses X, W and Y as dense row-major and reads offs as E + 1 int32 values: anything else would
     be read wrongly, so it is refused by name."""
-    if x.dim() != 2 or w.dim() != 3 or y.dim() != 2 or not (x.is_contiguous() and w.is_contiguous()
-                                                            and y.is_contiguous()):
-        raise ValueError(f"{call}: x [rows, K], w [E, K, N] and y [rows, N] must be dense row-major tensors (got "
-                         f"{tuple(x.shape)}, {tuple(w.shape)}, {tuple(y.shape)})")
+    row_major(call, x=x, y=y)
+    if w.dim() != 3 or not w.is_contiguous():
+        raise ValueError(f"{call}: w must be a dense row-major [E, K, N] tensor (got shape {tuple(w.shape)}, strides "
+                         f"{w.stride()}): pass w.contiguous()")
     if w.shape[1] != x.shape[1] or y.shape != (x.shape[0], n_out):
         raise ValueError(f"{call}: shapes do not chain: x {tuple(x.shape)}, w {tuple(w.shape)}, y {tuple(y.shape)}")
     if offs.dtype != torch.int32 or offs.shape != (w.shape[0] + 1,):
         raise ValueError(f"{call}: offs must be int32 of E + 1 = {w.shape[0] + 1} values (got {offs.dtype}, "
                          f"{tuple(offs.shape)})")
-
-
-def _tma_ok(cfg: GroupedConfig, x: torch.Tensor, w: torch.Tensor) -> bool:
-    """TMA boxes for X and W where compiled, aligned, and K a multiple of the K step (W's boxes then never straddle
-    two experts)."""
-    aligned = all(t.data_ptr() % TMA_ALIGN == 0 and (t.stride(-2) * t.element_size()) % TMA_ALIGN == 0 for t in (x, w))
-    return not interpreted() and aligned and x.shape[1] % cfg.block_k == 0
 
 
 def _launch(call: str, x, offs, w, y, n_out: int, swiglu: bool, config: GroupedConfig | None,
@@ -197,11 +190,12 @@ def _launch(call: str, x, offs, w, y, n_out: int, swiglu: bool, config: GroupedC
         _launch(call, x.float(), offs, w.float(), out, n_out, swiglu, config, programs)
         return y.copy_(out)
     cfg = fit(config, n_out, k) if config else config_for(rows, experts, n_out, k, swiglu)
-    tma = _tma_ok(cfg, x, w)
+    w_rows = w.view(experts * k, n_w)  # W as [E * K, N]: one descriptor over every expert
+    tma = tma_ok(x, w_rows) and k % cfg.block_k == 0  # then W's boxes never straddle two experts
     if programs is None:
         programs = sm_count(y.device) * cfg.programs_per_sm
     x_desc = descriptor(x, [cfg.block_m, cfg.block_k], tma)
-    w_desc = descriptor(w.view(experts * k, n_w), [cfg.block_k, cfg.block_n], tma)
+    w_desc = descriptor(w_rows, [cfg.block_k, cfg.block_n], tma)
     _grouped_kernel[(programs,)](
         x_desc, w_desc, x, w, y, offs, experts, k, n_out, n_w, programs,
         E_PAD=max(MIN_EXPERT_LANES, triton.next_power_of_2(experts)), BLOCK_M=cfg.block_m, BLOCK_N=cfg.block_n,
