@@ -4,7 +4,9 @@ follows the headers a candidate includes."""
 
 from __future__ import annotations
 
+import os
 import shutil
+from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
 import pytest
@@ -159,19 +161,26 @@ def test_shipped_cuda_candidate_passes_all_checks(src, includes):
 
 
 def test_gpu_fault_template_and_strategy_points_pass_all_checks(tmp_path):
+    """The first and the last point of every CUDA strategy kernel build and pass the checks (the GPU test runs
+    every point): the design point, the shared skeleton and the needs export compile together."""
     from cuco.evolve.strategy import accepted_points, materialize
 
     clean = tmp_path / "clean.cu"
     clean.write_text((ROOT / "tests" / "faults" / "gpu_faults.cu.in").read_text())
-    srcs = [clean]
-    strategy = load_workload(GEMM_AG).strategies["ag_gemm"]
-    points = accepted_points(strategy)
-    for i in (0, len(points) - 1):
-        srcs.append(tmp_path / f"point{i}.cu")
-        srcs[-1].write_text(materialize(strategy, points[i]))
-    for src in srcs:
-        built, problems = check_and_build(src)
-        assert problems == [] and built.ok, (src.name, problems, built.log)
+    srcs = [(clean, ())]
+    for wl in sorted((ROOT / "cuco" / "workloads").glob("*/workload.toml")):
+        spec = load_workload(wl.parent)
+        for name, strategy in spec.strategies.items():
+            if strategy.path.suffix != ".cu":
+                continue
+            points = accepted_points(strategy)
+            for i in sorted({0, len(points) - 1}):
+                srcs.append((tmp_path / f"{spec.name}-{name}-{i}.cu", strategy.includes))
+                srcs[-1][0].write_text(materialize(strategy, points[i]))
+    assert len(srcs) > 10
+    with ThreadPoolExecutor(os.cpu_count() or 2) as pool:
+        for (src, _), (built, problems) in zip(srcs, pool.map(lambda s: check_and_build(s[0], includes=s[1]), srcs)):
+            assert problems == [] and built.ok, (src.name, problems, built.log)
 
 
 def test_library_check_says_when_it_cannot_list_symbols(tmp_path, monkeypatch):

@@ -5,12 +5,14 @@ from __future__ import annotations
 import asyncio
 import json
 import random
+import re
 import sqlite3
 
 import pytest
 from conftest import GEMM_AG, ROOT, WORKLOADS
 
-from cuco.designspace import DesignPoint, Directive, violations
+from cuco.designspace import DesignPoint, Directive, Placement, violations
+from cuco.designspace.dimensions import DIMENSIONS, ENUMS
 from cuco.evolve.database import MIGRATIONS, Database
 from cuco.evolve.novelty import code_hash
 from cuco.evolve.proposers import ProposalContext, SearchStopped, point_key
@@ -86,10 +88,37 @@ def test_strategy_points_and_materialize():
     points = accepted_points(st)
     assert len(points) == 75 and all(not violations(p) for p in points)
     src = materialize(st, DesignPoint("ce", "stream_overlap", "chunk", "cta", 8))
-    assert "#define CUCO_BACKEND_CE 1" in src and "#define CUCO_CHUNKS 8" in src
+    head = src.splitlines()[1:6]
+    assert head == ["#define CUCO_BACKEND Ce", "#define CUCO_PLACEMENT StreamOverlap", "#define CUCO_SYNC Chunk",
+                    "#define CUCO_ISSUER Cta", "#define CUCO_CHUNKS 8"]
+    # workload.toml's requires, exported for the runner to check before cuco_setup
+    needs = src[src.index("CUCO_EXPORT void cuco_needs"):]
+    assert "needs->lsaTeam = 1;" in needs and "needs->sideStreams = 2;" in needs
+    assert 'cuco_need_symmetric(needs, "a");' in needs and 'cuco_need_symmetric(needs, "a_gathered");' in needs
+    # workload.toml is the only accept-list: a point outside it is refused before any source is written
+    with pytest.raises(ValueError, match="does not accept backend gin"):
+        materialize(st, DesignPoint("gin", "stream_overlap", "chunk", "cta", 8))
     cpu = load_workload(CPU_WL)
     py = materialize(cpu.strategies["overlap"], DesignPoint("nccl_host", "split_put_wait", "chunk", "cta", 2))
     assert py.splitlines()[1].startswith("DESIGN = ") and compile(py, "x.py", "exec")
+
+
+def test_design_point_header_names_every_value_of_every_dimension():
+    """cuco_design_point.cuh's enums and dimensions.py are one definition: every value, in order, in CamelCase."""
+    header = (ROOT / "cuco" / "cuda" / "include" / "cuco_design_point.cuh").read_text()
+    enums = {m[1]: [v.strip() for v in m[2].split(",")] for m in re.finditer(r"enum class (\w+) \{([^}]*)\}", header)}
+    cxx = {"backend": "Backend", "placement": "Placement", "sync": "Sync", "issuer": "Issuer"}
+    for dim, kind in ENUMS.items():
+        assert enums[cxx[dim]] == [v.cxx for v in kind], dim
+    assert f"kMaxChunks = {max(DIMENSIONS['chunks'])};" in header
+
+
+def test_design_point_holds_enums_and_reads_back_from_strings():
+    p = DesignPoint("ce", "stream_overlap", "chunk", "cta", 8)
+    assert p.placement is Placement.STREAM_OVERLAP and p == DesignPoint(*p.label().split("/")[:4], 8)
+    assert f"{p.placement}" == "stream_overlap" and Directive.from_json(Directive(p).to_json()).point == p
+    with pytest.raises(ValueError, match="placement: 'sideways'"):
+        DesignPoint("ce", "sideways", "chunk", "cta", 8)
 
 
 def test_novelty_ignores_comments_and_layout():

@@ -405,3 +405,21 @@ def test_eval_expr_rejects(text):
 def test_eval_expr_unknown_name():
     with pytest.raises(ExprError, match="'Q'"):
         eval_expr("Q / world", {"M": 4, "world": 2})
+
+
+@pytest.mark.parametrize("new,expected", [
+    ('symmetric = ["partial", "nope"]', ["requires.symmetric", "'nope' is not a buffer"]),
+    ('symmetric = ["a"]', ["requires.symmetric", "buffer 'a' is not declared symmetric"]),
+    ("side_streams = -1", ["requires.side_streams", "cannot be negative"]),
+    ("side_stream = 1", ["requires.side_stream", "unknown key"]),
+])
+def test_a_strategys_requirements_are_checked_against_its_workload(tmp_path, new, expected):
+    """What a strategy needs is declared once, in workload.toml; a need the workload cannot meet fails on load."""
+    root = tmp_path / "rs"
+    shutil.copytree(ROOT / "cuco" / "workloads" / "gemm_reducescatter", root)
+    toml = root / "workload.toml"
+    old = 'requires = { lsa_team = true, side_streams = 1, symmetric = ["partial"] }'
+    assert old in toml.read_text()
+    toml.write_text(toml.read_text().replace(old, f"requires = {{ lsa_team = true, {new} }}"))
+    msg = load_error(root)
+    assert "strategies.rs_gemm." in msg and all(part in msg for part in expected), msg

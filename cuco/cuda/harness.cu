@@ -135,6 +135,28 @@ CUCO_EXPORT int cuco_h_devcomm_create(cuco_ctx_t* ctx, void* requirementsFn) {
   return 0;
 }
 
+typedef void (*cuco_needs_fn)(cuco_needs_t*);
+
+// What the candidate said it needs (cuco_needs), against this run: before cuco_setup, after the device communicator.
+CUCO_EXPORT int cuco_h_check_needs(cuco_ctx_t* ctx, void* needsFn) {
+  cuco_needs_t needs;
+  memset(&needs, 0, sizeof(needs));
+  ((cuco_needs_fn)needsFn)(&needs);
+  if (needs.sideStreams > ctx->nSideStreams)
+    return fail("needs %d side streams; the runner gives %d", needs.sideStreams, ctx->nSideStreams);
+  if (needs.lsaTeam && !ctx->hasDevComm)
+    return fail("needs an LSA team but exports no cuco_dev_requirements (no device communicator)");
+  if (needs.lsaTeam && ctx->devComm.lsaSize != ctx->nRanks)
+    return fail("needs all %d ranks in one LSA team (one NVLink domain); this run's team has %d", ctx->nRanks,
+                ctx->devComm.lsaSize);
+  for (int i = 0; i < needs.nSymmetric && i < CUCO_MAX_BUFFERS; i++) {
+    const cuco_buffer_t* b = cuco_buffer(ctx, needs.symmetric[i]);
+    if (!b) return fail("needs buffer %s, which the workload does not have", needs.symmetric[i]);
+    if (!b->symmetric) return fail("needs buffer %s symmetric (a window); it is not", needs.symmetric[i]);
+  }
+  return 0;
+}
+
 CUCO_EXPORT int cuco_h_devcomm_destroy(cuco_ctx_t* ctx) {
   if (!ctx->hasDevComm) return 0;
   HNCCL(ncclDevCommDestroy(ctx->comm, &ctx->devComm));

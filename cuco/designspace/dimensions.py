@@ -1,11 +1,30 @@
-"""The five dimensions of a candidate's communication design (docs/design.md, "The design space")."""
+"""The five dimensions of a candidate's communication design (docs/design.md, "The design space").
+
+Each value is a string in workload.toml, in directives and in the store, and an enumerator of the same name in
+CamelCase in cuco/cuda/include/cuco_design_point.cuh (`stream_overlap` is `cuco::Placement::StreamOverlap`), which a
+test holds to this file."""
 
 from __future__ import annotations
 
 from enum import Enum
 
 
-class Backend(str, Enum):
+class DimensionValue(str, Enum):
+    """A value that compares, hashes and prints as its string, so stored points and TOML lists read back equal."""
+
+    def __str__(self) -> str:
+        return self.value
+
+    def __format__(self, spec: str) -> str:
+        return format(self.value, spec)
+
+    @property
+    def cxx(self) -> str:
+        """Its enumerator in cuco_design_point.cuh."""
+        return "".join(word.capitalize() for word in self.value.split("_"))
+
+
+class Backend(DimensionValue):
     """How bytes move."""
 
     LSA = "lsa"  # load/store over NVLink through NCCL device-API windows (ncclGetLsaPointer)
@@ -15,7 +34,7 @@ class Backend(str, Enum):
     NVSHMEM = "nvshmem"
 
 
-class Placement(str, Enum):
+class Placement(DimensionValue):
     """Where communication is issued relative to compute."""
 
     DEFERRED = "deferred"  # all communication, then all compute
@@ -24,7 +43,7 @@ class Placement(str, Enum):
     FUSED = "fused"  # inside the compute kernel
 
 
-class SyncScope(str, Enum):
+class SyncScope(DimensionValue):
     """What a consumer waits for."""
 
     GLOBAL = "global"  # a world barrier / everything
@@ -33,7 +52,7 @@ class SyncScope(str, Enum):
     TILE = "tile"  # a flag per output tile
 
 
-class Issuer(str, Enum):
+class Issuer(DimensionValue):
     """Who issues each transfer."""
 
     THREAD = "thread"
@@ -42,13 +61,12 @@ class Issuer(str, Enum):
     MULTI_CTA = "multi_cta"
 
 
-CHUNK_CHOICES = (1, 2, 4, 8, 16)
+CHUNK_CHOICES = (1, 2, 4, 8, 16)  # cuco::kMaxChunks (cuco_design_point.cuh) is the largest
+
+# The enumerated dimensions, in the order directives list them; chunks, a count, comes last.
+ENUMS: dict[str, type[DimensionValue]] = {"backend": Backend, "placement": Placement, "sync": SyncScope,
+                                          "issuer": Issuer}
 
 # name -> allowed values, in the order directives list them
-DIMENSIONS: dict[str, tuple] = {
-    "backend": tuple(b.value for b in Backend),
-    "placement": tuple(p.value for p in Placement),
-    "sync": tuple(s.value for s in SyncScope),
-    "issuer": tuple(i.value for i in Issuer),
-    "chunks": CHUNK_CHOICES,
-}
+DIMENSIONS: dict[str, tuple] = {**{name: tuple(v.value for v in kind) for name, kind in ENUMS.items()},
+                                "chunks": CHUNK_CHOICES}

@@ -6,22 +6,28 @@ import json
 from dataclasses import asdict, dataclass, field
 from typing import Any
 
-from cuco.designspace.dimensions import DIMENSIONS
+from cuco.designspace.dimensions import CHUNK_CHOICES, DIMENSIONS, ENUMS, Backend, Issuer, Placement, SyncScope
 
 
 @dataclass(frozen=True, order=True)
 class DesignPoint:
-    backend: str
-    placement: str
-    sync: str
-    issuer: str
+    """A point of the design space; built from strings (TOML, JSON, an LLM's reply) or the enums alike."""
+
+    backend: Backend
+    placement: Placement
+    sync: SyncScope
+    issuer: Issuer
     chunks: int
 
     def __post_init__(self) -> None:
-        for name, allowed in DIMENSIONS.items():
+        for name, kind in ENUMS.items():
             value = getattr(self, name)
-            if value not in allowed:
-                raise ValueError(f"{name}: {value!r} is not one of {', '.join(map(str, allowed))}")
+            try:
+                object.__setattr__(self, name, kind(value))
+            except ValueError:
+                raise ValueError(f"{name}: {value!r} is not one of {', '.join(DIMENSIONS[name])}") from None
+        if self.chunks not in CHUNK_CHOICES:
+            raise ValueError(f"chunks: {self.chunks!r} is not one of {', '.join(map(str, CHUNK_CHOICES))}")
 
     def replace(self, **kw: Any) -> DesignPoint:
         return DesignPoint(**{**asdict(self), **kw})

@@ -9,8 +9,8 @@ from pathlib import Path
 from typing import Any
 
 from cuco.designspace import DesignPoint, Directive, violations
-from cuco.designspace.dimensions import DIMENSIONS
-from cuco.workload.spec import StrategySpec
+from cuco.designspace.dimensions import DIMENSIONS, ENUMS
+from cuco.workload.spec import Requirements, StrategySpec
 
 
 def accepted_points(strategy: StrategySpec, machine: dict[str, Any] | None = None) -> list[DesignPoint]:
@@ -21,17 +21,33 @@ def accepted_points(strategy: StrategySpec, machine: dict[str, Any] | None = Non
 
 
 def materialize(strategy: StrategySpec, point: DesignPoint) -> str:
-    """The candidate's source: the design point as compile-time parameters, then the strategy kernel."""
+    """The candidate's source: the design point as compile-time parameters, then the strategy kernel, then (CUDA)
+    what it needs from the runner. Raises ValueError for a point its workload.toml does not accept."""
+    refused = [f"{dim} {getattr(point, dim)}" for dim in DIMENSIONS if getattr(point, dim) not in strategy.accepts[dim]]
+    if refused:
+        raise ValueError(f"strategy {strategy.name} does not accept {', '.join(refused)} (its workload.toml)")
     body = strategy.path.read_text()
     if strategy.path.suffix == ".cu":
+        # Each dimension names its enumerator; cuco_design_point.cuh turns them into typed constants (cuco::kBackend).
         head = [f"// cuco directive: strategy {strategy.name}, design point {point.label()}"]
-        for dim in ("backend", "placement", "sync", "issuer"):
-            head.append(f"#define CUCO_{dim.upper()}_{getattr(point, dim).upper()} 1")
+        head += [f"#define CUCO_{dim.upper()} {getattr(point, dim).cxx}" for dim in ENUMS]
         head.append(f"#define CUCO_CHUNKS {point.chunks}")
         head += [f"#define {name} {value}" for name, value in strategy.defines]
-        return "\n".join(head) + "\n" + body
+        head += [f"#define {macro} 1" for dim, value, macro in strategy.point_defines if getattr(point, dim) == value]
+        return "\n".join(head) + "\n" + body + needs_export(strategy)
     head = f"# cuco directive: strategy {strategy.name}, design point {point.label()}\n"
     return head + f"DESIGN = {json.dumps(asdict(point), sort_keys=True)}\n" + body
+
+
+def needs_export(strategy: StrategySpec) -> str:
+    """cuco_needs (cuco.h) from the strategy's `requires`: the runner checks it before cuco_setup."""
+    req = strategy.requires
+    if req == Requirements():
+        return ""
+    lines = [f"  needs->lsaTeam = {int(req.lsa_team)};", f"  needs->sideStreams = {req.side_streams};"]
+    lines += [f'  cuco_need_symmetric(needs, "{name}");' for name in req.symmetric]
+    return ("\n// What the strategy needs from the runner ([strategies." + strategy.name + "] requires in workload.toml).\n"
+            "CUCO_EXPORT void cuco_needs(cuco_needs_t* needs) {\n" + "\n".join(lines) + "\n}\n")
 
 
 def directive_for(strategy: StrategySpec, point: DesignPoint, text: str) -> Directive:

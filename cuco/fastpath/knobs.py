@@ -35,15 +35,9 @@ NOT_OFFERED = {
                   "per-chunk flags), which is not derived",
     "sync chunk": "needs a consumer that waits per chunk (as chunks)",
 }
-# The derived program maps a point's definitions (cuco/evolve/strategy.py) to cuco_collectives.cuh's own knobs.
-PREAMBLE = """// cuco derived strategy: the fast path's rewrite of {source}, its knobs set by the point's definitions.
-#if defined(CUCO_ISSUER_WARP)
-#define CUCO_COLL_ISSUER_WARP 1
-#endif
-#if defined(CUCO_PLACEMENT_STREAM_OVERLAP)
-#define CUCO_COLL_SIDE_STREAM 1
-#endif
-"""
+PREAMBLE = "// cuco derived strategy: the fast path's rewrite of {source}, its knobs set by the point's definitions.\n"
+# A point's values as cuco_collectives.cuh's own knobs (StrategySpec.point_defines): defined where the point has them.
+POINT_DEFINES = (("issuer", "warp", "CUCO_COLL_ISSUER_WARP"), ("placement", "stream_overlap", "CUCO_COLL_SIDE_STREAM"))
 
 
 @dataclass
@@ -91,7 +85,7 @@ class Knobs:
         path = directory / "rewrite.cu"
         path.write_text(PREAMBLE.format(source=Path(self.source).name) + self.code)
         return {f"rewrite_ctas{n}": StrategySpec(f"rewrite_ctas{n}", path, self.accepts, spec.includes,
-                                                 (("CUCO_COLL_CTAS", str(n)),)) for n in CTAS}
+                                                 (("CUCO_COLL_CTAS", str(n)),), POINT_DEFINES) for n in CTAS}
 
 
 def derive(analysis: Analysis, spec: WorkloadSpec) -> Knobs:

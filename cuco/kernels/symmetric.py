@@ -3,7 +3,7 @@ allocated and exchanged once, in setup, on every rank in the same order (the ren
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 import torch
 import torch.distributed._symmetric_memory as symm_mem
@@ -23,15 +23,20 @@ class PartialsExchange:
     counters: torch.Tensor
     dest: list[torch.Tensor]  # per parity: each rank's address of its recv slot for this rank
     flags: torch.Tensor
+    run: int = field(default=0)  # runs so far
 
-    def for_run(self, run: int) -> Partials:
-        """What run number `run` (1, 2, ...: every run calls this once) passes to the GEMM."""
-        parity = run % 2
-        return Partials(self.rank, self.world, self.recv[parity], self.counters, self.dest[parity], self.flags, run)
+    def next_run(self) -> Partials:
+        """What the next run (every run calls this once) passes to the GEMM."""
+        self.run += 1
+        parity = self.run % 2
+        return Partials(self.rank, self.world, self.recv[parity], self.counters, self.dest[parity], self.flags,
+                        self.run)
 
 
-def partials_exchange(rows: int, n: int, dtype: torch.dtype, device: torch.device, rank: int, world: int,
-                      group_name: str) -> PartialsExchange:
+def partials_exchange(out: torch.Tensor, rank: int, world: int, group_name: str) -> PartialsExchange:
+    """The exchange of a GEMM whose output, on every rank, is `out` (rows x n): a partial product of that shape
+    passes from each rank to each other."""
+    (rows, n), dtype, device = out.shape, out.dtype, out.device
     recv = symm_mem.empty(2 * world * rows * n, dtype=dtype, device=device)
     counters = symm_mem.empty(partials_counters(world, rows, n), dtype=torch.int32, device=device)
     counters.zero_()

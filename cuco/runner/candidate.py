@@ -89,6 +89,11 @@ class CudaCandidate:
         req = getattr(self.lib, "cuco_dev_requirements", None)
         if req is not None:  # collective: every rank runs the same candidate
             self.harness.devcomm_create(self.ctx, ctypes.cast(req, ctypes.c_void_p).value)
+        needs = getattr(self.lib, "cuco_needs", None)
+        if needs is not None:
+            unmet = self.harness.check_needs(self.ctx, ctypes.cast(needs, ctypes.c_void_p).value)
+            if unmet:
+                raise CandidateError(f"cuco_needs: {unmet}")
         self._call("cuco_setup")
 
     def run(self) -> None:

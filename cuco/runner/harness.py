@@ -42,6 +42,7 @@ class Harness:
         L.cuco_h_nccl_version.argtypes = [ctypes.POINTER(i)]
         L.cuco_h_devcomm_create.argtypes = [vp, vp]
         L.cuco_h_devcomm_destroy.argtypes = [vp]
+        L.cuco_h_check_needs.argtypes = [vp, vp]
 
     def _check(self, rc: int, what: str) -> None:
         if rc != 0:
@@ -114,6 +115,12 @@ class Harness:
 
     def devcomm_create(self, ctx: int, requirements_fn: int) -> None:
         self._check(self.lib.cuco_h_devcomm_create(ctx, requirements_fn), "ncclDevCommCreate")
+
+    def check_needs(self, ctx: int, needs_fn: int) -> str | None:
+        """Why this run cannot give the candidate what its cuco_needs says it needs, or None."""
+        if self.lib.cuco_h_check_needs(ctx, needs_fn) != 0:
+            return self.lib.cuco_h_last_error().decode()
+        return None
 
     def devcomm_destroy(self, ctx: int) -> None:
         self._check(self.lib.cuco_h_devcomm_destroy(ctx), "ncclDevCommDestroy")

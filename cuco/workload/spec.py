@@ -111,8 +111,18 @@ def workload_includes(root: Path) -> tuple[Path, ...]:
 
 
 @dataclass(frozen=True)
+class Requirements:
+    """What a CUDA strategy needs from the runner ([strategies.X] requires): the materialised program exports it
+    as cuco_needs (cuco.h), and the runner checks it before cuco_setup, so a strategy needs no checks of its own."""
+
+    lsa_team: bool = False  # every rank in one LSA team (one NVLink domain)
+    side_streams: int = 0
+    symmetric: tuple[str, ...] = ()  # buffers it reaches through their windows
+
+
+@dataclass(frozen=True)
 class StrategySpec:
-    """A parameterised strategy kernel: the design points (per dimension) it accepts."""
+    """A parameterised strategy kernel: the design points (per dimension) it accepts, its only accept-list."""
 
     name: str
     path: Path
@@ -120,6 +130,9 @@ class StrategySpec:
     includes: tuple[Path, ...] = ()  # its workload's own header folder, where it has one
     # Compile-time definitions every point of it gets beside the point's own (a derived strategy's CTA count).
     defines: tuple[tuple[str, str], ...] = ()
+    # (dimension, value, macro): the macro is defined at the points with that value (a derived strategy's knobs).
+    point_defines: tuple[tuple[str, str, str], ...] = ()
+    requires: Requirements = field(default_factory=Requirements)
 
 
 @dataclass
@@ -203,7 +216,21 @@ def _load_shapes(top: _Section, key: str, params: tuple[str, ...], required: boo
     return shapes
 
 
-def _load_strategies(ssec: _Section, root: Path) -> dict[str, StrategySpec]:
+def _load_requirements(sec: _Section, buffers: dict[str, BufferSpec]) -> Requirements:
+    req = Requirements(sec.get("lsa_team", bool, False), sec.get("side_streams", int, 0),
+                       tuple(sec.get("symmetric", list[str], [])))
+    sec.done()
+    for name in req.symmetric:
+        if name not in buffers:
+            raise sec.fail("symmetric", f"{name!r} is not a buffer of this workload")
+        if not buffers[name].symmetric:
+            raise sec.fail("symmetric", f"buffer {name!r} is not declared symmetric ([buffers.{name}] symmetric)")
+    if req.side_streams < 0:
+        raise sec.fail("side_streams", f"cannot be negative, got {req.side_streams}")
+    return req
+
+
+def _load_strategies(ssec: _Section, root: Path, buffers: dict[str, BufferSpec]) -> dict[str, StrategySpec]:
     from cuco.designspace.dimensions import DIMENSIONS
 
     out = {}
@@ -221,8 +248,11 @@ def _load_strategies(ssec: _Section, root: Path) -> dict[str, StrategySpec]:
             if not values:
                 raise sec.fail(dim, "accepts no value")
             accepts[dim] = tuple(values)
+        requires = _load_requirements(sec.table("requires"), buffers)
+        if requires != Requirements() and not rel.endswith(".cu"):
+            raise sec.fail("requires", "is checked through cuco_needs (cuco.h): CUDA strategies only")
         sec.done()
-        out[sname] = StrategySpec(sname, root / rel, accepts, workload_includes(root))
+        out[sname] = StrategySpec(sname, root / rel, accepts, workload_includes(root), requires=requires)
     ssec.done()
     return out
 
@@ -359,7 +389,7 @@ def load_workload(root: Path, world_size: int | None = None) -> WorkloadSpec:
     buffers = _load_buffers(top, params)
     tolerance, timing, bounds = _load_measurement(top, params)
     candidates, baselines, candidate_env = _load_candidates(top, root)
-    strategies = _load_strategies(top.table("strategies"), root)
+    strategies = _load_strategies(top.table("strategies"), root, buffers)
     nccl_env = _load_nccl_env(top.table("nccl_env"))
     top.done()
     if not (root / "reference.py").is_file():

@@ -12,6 +12,11 @@
  * reqs arrives zeroed (NCCL 2.28.9 has no NCCL_DEV_COMM_REQUIREMENTS_INITIALIZER); the runner then
  * creates ctx->devComm with them before cuco_setup and destroys it after cuco_teardown.
  *
+ * Optionally, it states what it needs of the run (cuco_needs_t, below):
+ *   void cuco_needs(cuco_needs_t* needs);
+ * needs arrives zeroed; the runner checks it once the device communicator exists and, where it is not met, fails
+ * with the reason before cuco_setup. A strategy kernel's comes from its workload.toml ([strategies.X] requires).
+ *
  * The runner owns everything else: the NCCL communicator and device communicator, the streams, the
  * buffers (symmetric ones allocated with ncclMemAlloc and registered as NCCL_WIN_COLL_SYMMETRIC
  * windows), inputs, verification and timing. Work may be enqueued on ctx->stream and on ctx->sideStreams only: the
@@ -66,6 +71,18 @@ typedef struct {
   char error[CUCO_ERROR_LEN];                        // reason for a non-zero return
 } cuco_ctx_t;
 
+// What a candidate needs of the run, beyond the contract (cuco_needs above).
+typedef struct {
+  int lsaTeam;      // every rank in one LSA team (one NVLink domain): devComm.lsaSize == nRanks
+  int sideStreams;  // side streams it enqueues on
+  int nSymmetric;
+  char symmetric[CUCO_MAX_BUFFERS][CUCO_NAME_LEN];  // buffers it reaches through their windows
+} cuco_needs_t;
+
+static inline void cuco_need_symmetric(cuco_needs_t* needs, const char* name) {
+  if (needs->nSymmetric < CUCO_MAX_BUFFERS) strncpy(needs->symmetric[needs->nSymmetric++], name, CUCO_NAME_LEN - 1);
+}
+
 static inline cuco_buffer_t* cuco_buffer(cuco_ctx_t* ctx, const char* name) {
   for (int i = 0; i < ctx->nBuffers; i++)
     if (strncmp(ctx->buffers[i].name, name, CUCO_NAME_LEN) == 0) return &ctx->buffers[i];
@@ -98,6 +115,12 @@ static inline int64_t cuco_param(const cuco_ctx_t* ctx, const char* name) {
     ncclResult_t r_ = (call);                                                   \
     if (r_ != ncclSuccess)                                                      \
       CUCO_FAIL(ctx, "%s:%d: %s: %s", __FILE__, __LINE__, #call, ncclGetErrorString(r_)); \
+  } while (0)
+
+// Pass on the failure of a helper that returns non-zero and has already written its reason into ctx->error.
+#define CUCO_TRY(call)        \
+  do {                        \
+    if ((call) != 0) return 1; \
   } while (0)
 
 #define CUCO_CUBLAS(ctx, call)                                                  \

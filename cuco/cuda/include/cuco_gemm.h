@@ -46,4 +46,19 @@ static inline cublasStatus_t cuco_gemm_bf16_batched(cublasHandle_t h, const void
                                     strideC, batch, CUBLAS_COMPUTE_32F, CUBLAS_GEMM_DEFAULT);
 }
 
+// A handle whose GEMMs go on `stream`.
+static inline cublasStatus_t cuco_gemm_handle(cublasHandle_t* h, cudaStream_t stream) {
+  const cublasStatus_t st = cublasCreate(h);
+  return st != CUBLAS_STATUS_SUCCESS ? st : cublasSetStream(*h, stream);
+}
+
+// Keep `reserved` SMs of `device` free of the handle's GEMMs, for kernels that must run beside them (cuBLAS's
+// persistent kernels otherwise hold every SM until they end).
+static inline cublasStatus_t cuco_gemm_leave_sms(cublasHandle_t h, int device, int reserved) {
+  int sms = 0;
+  if (cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, device) != cudaSuccess)
+    return CUBLAS_STATUS_INTERNAL_ERROR;
+  return cublasSetSmCountTarget(h, sms - reserved);
+}
+
 #endif  // CUCO_GEMM_H_

@@ -16,26 +16,23 @@
 #include "cuco.h"
 #include "cuco_collectives.cuh"
 #include "cuco_gemm.h"
+#include "cuco_program.cuh"
 
-struct State {
-  cublasHandle_t blas;
-};
+using State = cuco::Common;
 
 CUCO_EXPORT void cuco_dev_requirements(const cuco_ctx_t* ctx, ncclDevCommRequirements* reqs) {
   cuco::coll_requirements(reqs);
 }
 
+// Checked by the runner before cuco_setup.
+CUCO_EXPORT void cuco_needs(cuco_needs_t* needs) {
+  needs->lsaTeam = 1;
+  cuco_need_symmetric(needs, "a_gathered");
+}
+
 CUCO_EXPORT int cuco_setup(cuco_ctx_t* ctx) {
-  cuco_buffer_t* aFull = cuco_buffer(ctx, "a_gathered");
-  if (!aFull || !aFull->symmetric) CUCO_FAIL(ctx, "a_gathered must be a symmetric buffer (a window)");
-  if (ctx->nRanks > CUCO_COLL_MAX_RANKS) CUCO_FAIL(ctx, "at most %d ranks", CUCO_COLL_MAX_RANKS);
-  State* s = new State();
-  ctx->state = s;
-  CUCO_CUBLAS(ctx, cublasCreate(&s->blas));
-  CUCO_CUBLAS(ctx, cublasSetStream(s->blas, ctx->stream));
-  if (ctx->devComm.lsaSize != ctx->nRanks)
-    CUCO_FAIL(ctx, "all %d ranks must share one LSA team; this one has %d", ctx->nRanks, ctx->devComm.lsaSize);
-  return 0;
+  State* s;
+  return cuco::newState(ctx, &s, 0);
 }
 
 CUCO_EXPORT int cuco_run(cuco_ctx_t* ctx) {
@@ -49,10 +46,4 @@ CUCO_EXPORT int cuco_run(cuco_ctx_t* ctx) {
   return 0;
 }
 
-CUCO_EXPORT int cuco_teardown(cuco_ctx_t* ctx) {
-  State* s = (State*)ctx->state;
-  CUCO_CUBLAS(ctx, cublasDestroy(s->blas));
-  delete s;
-  ctx->state = NULL;
-  return 0;
-}
+CUCO_EXPORT int cuco_teardown(cuco_ctx_t* ctx) { return cuco::deleteState<State>(ctx); }

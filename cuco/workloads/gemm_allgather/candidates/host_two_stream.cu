@@ -11,26 +11,21 @@
 
 #include "cuco.h"
 #include "cuco_gemm.h"
+#include "cuco_program.cuh"
 
 // Pieces each peer's shard is received in. More pieces start the GEMM earlier but make it smaller;
 // 4 keeps every piece of the 8192-row shapes at 1024 rows, which cuBLAS still runs near peak.
 #define K_CHUNKS 4
+static_assert(K_CHUNKS <= cuco::kMaxChunks, "an event per piece");
 
-struct State {
-  cublasHandle_t blas;
-  cudaEvent_t fork, join, chunkReady[K_CHUNKS];
-};
+using State = cuco::Common;  // chunkReady[j]: piece j of every peer's shard received
+
+// One side stream (checked by the runner before cuco_setup).
+CUCO_EXPORT void cuco_needs(cuco_needs_t* needs) { needs->sideStreams = 1; }
 
 CUCO_EXPORT int cuco_setup(cuco_ctx_t* ctx) {
-  if (ctx->nSideStreams < 1) CUCO_FAIL(ctx, "needs one side stream, got %d", ctx->nSideStreams);
-  State* s = new State();
-  ctx->state = s;
-  CUCO_CUBLAS(ctx, cublasCreate(&s->blas));
-  CUCO_CUBLAS(ctx, cublasSetStream(s->blas, ctx->stream));
-  CUCO_CUDA(ctx, cudaEventCreateWithFlags(&s->fork, cudaEventDisableTiming));
-  CUCO_CUDA(ctx, cudaEventCreateWithFlags(&s->join, cudaEventDisableTiming));
-  for (int j = 0; j < K_CHUNKS; j++) CUCO_CUDA(ctx, cudaEventCreateWithFlags(&s->chunkReady[j], cudaEventDisableTiming));
-  return 0;
+  State* s;
+  return cuco::newState(ctx, &s, 0);
 }
 
 CUCO_EXPORT int cuco_run(cuco_ctx_t* ctx) {
@@ -46,8 +41,7 @@ CUCO_EXPORT int cuco_run(cuco_ctx_t* ctx) {
   const size_t cRowBytes = (size_t)nLocal * 2;
   cudaStream_t comm = ctx->sideStreams[0];
 
-  CUCO_CUDA(ctx, cudaEventRecord(s->fork, ctx->stream));
-  CUCO_CUDA(ctx, cudaStreamWaitEvent(comm, s->fork, 0));
+  CUCO_CUDA(ctx, cuco::streamAfter(comm, ctx->stream, s->fork));
   for (int j = 0; j < K_CHUNKS; j++) {
     const int64_t r0 = mLocal * j / K_CHUNKS, r1 = mLocal * (j + 1) / K_CHUNKS;
     if (r1 > r0) {
@@ -73,18 +67,8 @@ CUCO_EXPORT int cuco_run(cuco_ctx_t* ctx) {
       CUCO_CUBLAS(ctx, cuco_gemm_bf16(s->blas, aFull + row * rowBytes, b, c + row * cRowBytes, r1 - r0, K, nLocal));
     }
   }
-  CUCO_CUDA(ctx, cudaEventRecord(s->join, comm));
-  CUCO_CUDA(ctx, cudaStreamWaitEvent(ctx->stream, s->join, 0));
+  CUCO_CUDA(ctx, cuco::streamAfter(ctx->stream, comm, s->join));
   return 0;
 }
 
-CUCO_EXPORT int cuco_teardown(cuco_ctx_t* ctx) {
-  State* s = (State*)ctx->state;
-  CUCO_CUBLAS(ctx, cublasDestroy(s->blas));
-  CUCO_CUDA(ctx, cudaEventDestroy(s->fork));
-  CUCO_CUDA(ctx, cudaEventDestroy(s->join));
-  for (int j = 0; j < K_CHUNKS; j++) CUCO_CUDA(ctx, cudaEventDestroy(s->chunkReady[j]));
-  delete s;
-  ctx->state = NULL;
-  return 0;
-}
+CUCO_EXPORT int cuco_teardown(cuco_ctx_t* ctx) { return cuco::deleteState<State>(ctx); }

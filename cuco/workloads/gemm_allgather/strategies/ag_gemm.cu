@@ -1,22 +1,21 @@
 /*************************************************************************
  * GEMM + AllGather strategy kernel: one program for many design points, chosen at compile time.
  *
- * The directive proposer prepends the design point as macros (cuco/evolve/strategy.py):
- *   backend    CUCO_BACKEND_LSA   push stores through NCCL device-API windows (ncclGetLsaPointer)
- *              CUCO_BACKEND_CE    copy engine: cudaMemcpyAsync pulls peers' shards (LSA-mapped)
- *   placement  CUCO_PLACEMENT_DEFERRED        all-gather, then one GEMM, on ctx->stream
- *              CUCO_PLACEMENT_STREAM_OVERLAP  transfers on side stream 0; the local rows' GEMM on the main
- *                                             stream; each chunk's GEMM on side stream 1 once that chunk
- *                                             has arrived, so it fills SMs as the local GEMM's tail frees them
- *              CUCO_PLACEMENT_SPLIT_PUT_WAIT  transfers on a side stream; local GEMM; one wait; the peers' GEMMs
- *   sync       CUCO_SYNC_GLOBAL   LSA barrier across all ranks (CE: one event after all copies, except
- *                                 under stream_overlap, which waits per chunk with either scope)
- *              CUCO_SYNC_CHUNK    a counter per chunk, bumped on the receiver by each producer (CE: an
- *                                 event per chunk)
- *   issuer     CUCO_ISSUER_CTA / CUCO_ISSUER_WARP: the unit that copies a contiguous slice and signals it
- *   chunks     CUCO_CHUNKS: pieces each shard is sent in (1..16)
+ * The design point (cuco_design_point.cuh; the values workload.toml accepts):
+ *   backend    lsa   push stores through NCCL device-API windows (ncclGetLsaPointer)
+ *              ce    copy engine: cudaMemcpyAsync pulls peers' shards (LSA-mapped)
+ *   placement  deferred        all-gather, then one GEMM, on ctx->stream
+ *              stream_overlap  transfers on side stream 0; the local rows' GEMM on the main stream; each chunk's
+ *                              GEMM on side stream 1 once that chunk has arrived, so it fills SMs as the local
+ *                              GEMM's tail frees them
+ *              split_put_wait  transfers on a side stream; local GEMM; one wait; the peers' GEMMs
+ *   sync       global  LSA barrier across all ranks (ce: one event after all copies, except under
+ *                      stream_overlap, which waits per chunk with either scope)
+ *              chunk   a counter per chunk, bumped on the receiver by each producer (ce: an event per chunk)
+ *   issuer     cta or warp: the unit that copies a contiguous slice and signals it
+ *   chunks     pieces each shard is sent in (1..16)
  *
- * The macros are read once, below, into constants; each dimension is then one policy, picked once:
+ * Each dimension is one policy, picked once:
  *   IssuerUnit<kIssuer>            a put kernel's worker (CTA or warp) and how its threads meet
  *   Transport<kBackend, ...>       start and end barriers, the transfer of a chunk range, the wait for it
  *   Schedule<kPlacement>           which stream the transfers go on, and where the GEMMs go around them
@@ -31,60 +30,16 @@
  * Small kernels that must run while a GEMM is running (CE barriers) go on the main stream before the fork
  * and after the join: cuBLAS's persistent GEMM kernels hold every SM, so a kernel queued on a side stream
  * behind them would not start until the GEMM ends.
- * Requires: a and a_gathered symmetric; all ranks in one LSA team; two side streams.
+ * Requires (workload.toml): a and a_gathered symmetric; all ranks in one LSA team; two side streams.
  *************************************************************************/
 #include <cuda_bf16.h>
 
 #include "cuco.h"
-#include "cuco_collectives.cuh"
 #include "cuco_gemm.h"
+#include "cuco_strategy.cuh"
 
-// ---- The design point --------------------------------------------------------------------------------
-
-#if defined(CUCO_BACKEND_LSA) + defined(CUCO_BACKEND_CE) != 1
-#error "define exactly one backend: CUCO_BACKEND_LSA or CUCO_BACKEND_CE"
-#endif
-#if defined(CUCO_PLACEMENT_DEFERRED) + defined(CUCO_PLACEMENT_STREAM_OVERLAP) + defined(CUCO_PLACEMENT_SPLIT_PUT_WAIT) != 1
-#error "define exactly one placement"
-#endif
-#if defined(CUCO_SYNC_GLOBAL) + defined(CUCO_SYNC_CHUNK) != 1
-#error "define exactly one sync scope"
-#endif
-#if defined(CUCO_ISSUER_CTA) + defined(CUCO_ISSUER_WARP) != 1
-#error "define exactly one issuer"
-#endif
-#if !defined(CUCO_CHUNKS) || CUCO_CHUNKS < 1 || CUCO_CHUNKS > 16
-#error "CUCO_CHUNKS must be 1..16"
-#endif
-
-enum class Backend { Lsa, Ce };
-enum class Placement { Deferred, StreamOverlap, SplitPutWait };
-enum class Sync { Global, Chunk };
-enum class Issuer { Cta, Warp };
-
-#if defined(CUCO_BACKEND_LSA)
-constexpr Backend kBackend = Backend::Lsa;
-#else
-constexpr Backend kBackend = Backend::Ce;
-#endif
-#if defined(CUCO_PLACEMENT_DEFERRED)
-constexpr Placement kPlacement = Placement::Deferred;
-#elif defined(CUCO_PLACEMENT_STREAM_OVERLAP)
-constexpr Placement kPlacement = Placement::StreamOverlap;
-#else
-constexpr Placement kPlacement = Placement::SplitPutWait;
-#endif
-#if defined(CUCO_SYNC_GLOBAL)
-constexpr Sync kSync = Sync::Global;
-#else
-constexpr Sync kSync = Sync::Chunk;
-#endif
-#if defined(CUCO_ISSUER_CTA)
-constexpr Issuer kIssuer = Issuer::Cta;
-#else
-constexpr Issuer kIssuer = Issuer::Warp;
-#endif
-constexpr int kChunks = CUCO_CHUNKS;
+using namespace cuco::point;
+using cuco::Worker;
 
 // ---- Constants ---------------------------------------------------------------------------------------
 
@@ -92,39 +47,32 @@ constexpr int kChunks = CUCO_CHUNKS;
 // barrier b. 512 threads: the most a CTA can run at full occupancy of its registers here.
 constexpr int kPutCtas = 32;
 constexpr int kPutThreads = 512;
-constexpr int kWarpSize = 32;
-// Setup, barrier and wait kernels run as one warp: their work is a few words, or one thread's spin.
-constexpr int kSmallKernelThreads = kWarpSize;
+// Units per put kernel: the signals each producer sends per chunk.
+constexpr int kUnitsPerPut = cuco::IssuerUnit<kIssuer>::perKernel(kPutCtas, kPutThreads);
 // State::peerA and the put kernel's destinations hold one pointer per rank.
-constexpr int kMaxRanks = 8;
-static_assert(kMaxRanks <= CUCO_COLL_MAX_RANKS, "cuco::pushSlice takes a destination per rank");
-// The most chunks a shard is cut into (CUCO_CHUNKS's bound above): the counter array is this long at
-// every design point.
-constexpr int kMaxChunks = 16;
-static_assert(kChunks <= kMaxChunks, "a chunk counter per chunk");
 // a, a_gathered, b and c hold bf16 elements (workload.toml).
 constexpr size_t kBytesPerElem = sizeof(__nv_bfloat16);
-// The counters' array starts on its own 128-byte cache line, apart from the barriers' state.
-constexpr size_t kCounterAlign = 128;
 
-// One counter per chunk: how many units of the peers' put kernels have signalled that chunk, over all runs.
-using ChunkCounter = unsigned long long;
+// Chunk counters: how many units of the peers' put kernels have signalled chunk j, over all runs.
+static cuco::Counters counters;
 
-#define CHECK(call)     \
-  do {                  \
-    if (call) return 1; \
-  } while (0)
+// epoch: chunk j is complete when its counter reaches epoch * signals.
+struct State : cuco::Common {
+  cublasHandle_t blasSide;  // side stream 1's: a handle's workspace must not be shared by concurrent GEMMs
+  cudaEvent_t joinGemm;     // side stream 1 joined back
+  char* peerA[cuco::kMaxRanks];   // CE: every rank's shard of A, mapped into this rank's address space
 
-// Chunk counters live in the device communicator's resource buffer (not a workload buffer: the runner
-// poisons those before every trial). Filled in during ncclDevCommCreate.
-static ncclDevResourceRequirements flagsReq;
-static ncclDevResourceHandle_t flagsHandle;
-
-struct State {
-  cublasHandle_t blas, blasSide;  // one per stream: a handle's workspace must not be shared by concurrent GEMMs
-  cudaEvent_t fork, join, joinGemm, chunkReady[kChunks];
-  unsigned long long epoch;  // runs so far: chunk j is complete when its counter reaches epoch * signals
-  char* peerA[kMaxRanks];    // CE: every rank's shard of A, mapped into this rank's address space
+  int create(cuco_ctx_t* ctx, int reservedSms) {
+    CUCO_TRY(Common::create(ctx, reservedSms));
+    CUCO_CUBLAS(ctx, cuco_gemm_handle(&blasSide, ctx->sideStreams[1]));
+    CUCO_CUDA(ctx, cuco::createEvents(&joinGemm, 1));
+    return 0;
+  }
+  int destroy(cuco_ctx_t* ctx) {
+    CUCO_CUBLAS(ctx, cublasDestroy(blasSide));
+    CUCO_CUDA(ctx, cuco::destroyEvents(&joinGemm, 1));
+    return Common::destroy(ctx);
+  }
 };
 
 // The run's shape: A is M x K, gathered from nRanks shards of mLocal rows; B and C hold nLocal columns.
@@ -141,93 +89,17 @@ static Shape shapeOf(const cuco_ctx_t* ctx) {
   return sh;
 }
 
-// Row range [r0, r1) of chunk j of a shard of mLocal rows.
-__host__ __device__ static inline void chunkRows(int64_t mLocal, int j, int64_t* r0, int64_t* r1) {
-  *r0 = mLocal * j / kChunks;
-  *r1 = mLocal * (j + 1) / kChunks;
-}
-
-// ---- Kernels every design point uses ----------------------------------------------------------------
-
-__global__ void zeroFlagsKernel(ncclDevComm devComm, ncclDevResourceHandle_t flagsHandle) {
-  ChunkCounter* flags = (ChunkCounter*)ncclGetResourceBufferLocalPointer(devComm, flagsHandle);
-  if (threadIdx.x < kChunks) flags[threadIdx.x] = 0;
-  __threadfence_system();
-}
-
-__global__ void barrierKernel(ncclDevComm devComm) {
-  ncclLsaBarrierSession<ncclCoopCta> bar{ncclCoopCta(), devComm, ncclTeamLsa(devComm), devComm.lsaBarrier, blockIdx.x};
-  // acq_rel: what each rank did before is visible to every rank after.
-  bar.sync(ncclCoopCta(), cuda::memory_order_acq_rel);
-}
-
-__global__ void peerPointersKernel(ncclWindow_t win, char** out, int n) {
-  for (int p = threadIdx.x; p < n; p += blockDim.x) out[p] = (char*)ncclGetLsaPointer(win, 0, p);
-}
-
-// ---- Issuer: the unit that copies a contiguous slice of a chunk and signals it ----------------------
-
-// A unit of the put kernel: `index` of `count` units, each of `lanes` threads; this thread is `lane`.
-struct Worker {
-  int index, count, lane, lanes;
-};
-
-template <Issuer>
-struct IssuerUnit;
-
-template <>
-struct IssuerUnit<Issuer::Cta> {
-  static constexpr int kPerPut = kPutCtas;  // units per put kernel: the signals each producer sends per chunk
-  __device__ static Worker self() {
-    return {(int)blockIdx.x, (int)gridDim.x, (int)threadIdx.x, (int)blockDim.x};
-  }
-  __device__ static void sync() { __syncthreads(); }
-};
-
-template <>
-struct IssuerUnit<Issuer::Warp> {
-  static constexpr int kPerPut = kPutCtas * kPutThreads / kWarpSize;
-  __device__ static Worker self() {
-    return {(int)((blockIdx.x * blockDim.x + threadIdx.x) / kWarpSize), (int)(gridDim.x * blockDim.x / kWarpSize),
-            (int)(threadIdx.x % kWarpSize), kWarpSize};
-  }
-  __device__ static void sync() { __syncwarp(); }
-};
-
 // ---- Sync chunk over LSA: a counter per chunk on every rank, bumped by every unit of every peer ---------
 
-// Unit `me` has stored its share of chunk j on every peer: count it there.
+// Unit `me` has stored its share of chunk j on every peer: count it there. bumpCounter releases at system scope,
+// so this unit's stores (its threads' too, through the sync) are visible on a peer before its counter moves.
 template <class Unit>
-__device__ inline void signalChunk(const ncclDevComm& devComm, ncclDevResourceHandle_t flagsHandle, int j,
+__device__ inline void signalChunk(const ncclDevComm& devComm, ncclDevResourceHandle_t counterHandle, int j,
                                    const Worker& me) {
   Unit::sync();  // every thread of the unit has issued its stores
-  if (me.lane == 0) {
-    // Release at system scope: this unit's stores (its threads' too, through the sync above) are visible on
-    // every peer before the peer sees the counter move.
-    __threadfence_system();
-    for (int peer = 0; peer < devComm.lsaSize; peer++) {
-      if (peer == devComm.lsaRank) continue;
-      ChunkCounter* f = (ChunkCounter*)ncclGetResourceBufferLsaPointer(devComm, flagsHandle, peer);
-      atomicAdd_system(f + j, 1ull);
-    }
-  }
-}
-
-// Waits until every peer has signalled chunks [c0, c1) of this run: `target` signals each. Instantiated at
-// sync chunk only, the one scope with counters.
-template <Sync S>
-__global__ void waitKernel(ncclDevComm devComm, ncclDevResourceHandle_t flagsHandle, int c0, int c1,
-                           unsigned long long target) {
-  static_assert(S == Sync::Chunk, "counters exist at sync chunk only");
-  ChunkCounter* flags = (ChunkCounter*)ncclGetResourceBufferLocalPointer(devComm, flagsHandle);
-  if (threadIdx.x == 0) {
-    for (int j = c0; j < c1; j++) {
-      cuda::atomic_ref<ChunkCounter, cuda::thread_scope_system> f(flags[j]);
-      // Acquire: the peers' stores that preceded their signals are visible to the GEMM that follows.
-      while (f.load(cuda::memory_order_acquire) < target) {
-      }
-    }
-  }
+  if (me.lane == 0)
+    for (int peer = 0; peer < devComm.lsaSize; peer++)
+      if (peer != devComm.lsaRank) cuco::bumpCounter(devComm, counterHandle, peer, j);
 }
 
 // ---- Backend LSA: the put kernel -------------------------------------------------------------------
@@ -235,17 +107,17 @@ __global__ void waitKernel(ncclDevComm devComm, ncclDevResourceHandle_t flagsHan
 // Push chunks [c0, c1) of this rank's shard into slot `rank` of every rank's a_gathered (this rank's own
 // too unless skipSelf): each unit its share of each chunk (cuco::pushSlice), which at sync chunk it signals.
 template <Issuer I, Sync S>
-__global__ void __launch_bounds__(kPutThreads) putKernel(ncclDevComm devComm, ncclDevResourceHandle_t flagsHandle,
+__global__ void __launch_bounds__(kPutThreads) putKernel(ncclDevComm devComm, ncclDevResourceHandle_t counterHandle,
                                                          ncclWindow_t gatherWin,
                                                          const char* shard, int64_t mLocal, size_t rowBytes,
                                                          size_t slotOffset, int c0, int c1, int startBarrier,
                                                          int endBarrier, int skipSelf) {
-  using Unit = IssuerUnit<I>;
+  using Unit = cuco::IssuerUnit<I>;
   ncclLsaBarrierSession<ncclCoopCta> bar{ncclCoopCta(), devComm, ncclTeamLsa(devComm), devComm.lsaBarrier, blockIdx.x};
   // acq_rel: every peer's previous GEMM over its a_gathered is done before our stores land there.
   if (startBarrier) bar.sync(ncclCoopCta(), cuda::memory_order_acq_rel);
   const Worker me = Unit::self();
-  char* dst[kMaxRanks];
+  char* dst[cuco::kMaxRanks];
   int nDst = 0;
   for (int peer = 0; peer < devComm.lsaSize; peer++)
     if (!skipSelf || peer != devComm.lsaRank) dst[nDst++] = (char*)ncclGetLsaPointer(gatherWin, slotOffset, peer);
@@ -253,7 +125,7 @@ __global__ void __launch_bounds__(kPutThreads) putKernel(ncclDevComm devComm, nc
     int64_t r0, r1;
     chunkRows(mLocal, j, &r0, &r1);
     cuco::pushSlice(dst, nDst, shard, r0 * rowBytes, r1 * rowBytes, me.index, me.count, me.lane, me.lanes);
-    if constexpr (S == Sync::Chunk) signalChunk<Unit>(devComm, flagsHandle, j, me);
+    if constexpr (S == Sync::Chunk) signalChunk<Unit>(devComm, counterHandle, j, me);
   }
   // acq_rel: our stores are visible to the peers, theirs to us, before anything after this kernel.
   if (endBarrier) bar.sync(ncclCoopCta(), cuda::memory_order_acq_rel);
@@ -281,7 +153,7 @@ struct Transport<Backend::Lsa, I, S> {
     const Shape sh = shapeOf(ctx);
     cuco_buffer_t *a = cuco_buffer(ctx, "a"), *aFull = cuco_buffer(ctx, "a_gathered");
     const int endBarrier = S == Sync::Global;
-    putKernel<I, S><<<kPutCtas, kPutThreads, 0, st>>>(ctx->devComm, flagsHandle, aFull->window, (const char*)a->ptr,
+    putKernel<I, S><<<kPutCtas, kPutThreads, 0, st>>>(ctx->devComm, counters.handle, aFull->window, (const char*)a->ptr,
                                                       sh.mLocal, sh.rowBytes, (size_t)ctx->rank * a->bytes, c0, c1,
                                                       first, endBarrier, skipSelf);
     CUCO_CUDA(ctx, cudaGetLastError());
@@ -291,9 +163,9 @@ struct Transport<Backend::Lsa, I, S> {
   // Make `st` wait until chunks [c0, c1) have arrived; `ev`: the event recorded after their transfer.
   static int wait(cuco_ctx_t* ctx, State* s, cudaStream_t st, int c0, int c1, cudaEvent_t ev) {
     if constexpr (kCounters) {
-      const unsigned long long target = s->epoch * (unsigned long long)IssuerUnit<I>::kPerPut * (ctx->nRanks - 1);
-      waitKernel<S><<<1, kSmallKernelThreads, 0, st>>>(ctx->devComm, flagsHandle, c0, c1, target);
-      CUCO_CUDA(ctx, cudaGetLastError());
+      // Every peer has signalled chunks [c0, c1) of this run: kUnitsPerPut signals each.
+      const unsigned long long target = s->epoch * (unsigned long long)kUnitsPerPut * (ctx->nRanks - 1);
+      CUCO_CUDA(ctx, counters.await(ctx->devComm, st, c0, c1, target));
     } else {
       CUCO_CUDA(ctx, cudaStreamWaitEvent(st, ev, 0));
     }
@@ -337,8 +209,7 @@ struct Transport<Backend::Ce, I, S> {
  private:
   // On the main stream, outside the fork: a GEMM on a side stream would hold it back (header).
   static int barrier(cuco_ctx_t* ctx) {
-    barrierKernel<<<1, kSmallKernelThreads, 0, ctx->stream>>>(ctx->devComm);
-    CUCO_CUDA(ctx, cudaGetLastError());
+    CUCO_CUDA(ctx, cuco::barrier(ctx->devComm, ctx->stream));
     return 0;
   }
 };
@@ -386,15 +257,14 @@ static int gemmPeerRows(cuco_ctx_t* ctx, cublasHandle_t blas, int64_t r0, int64_
 // and one event, chunkReady[kChunks - 1].
 static int sideStreamTransfers(cuco_ctx_t* ctx, State* s, bool perChunk) {
   cudaStream_t comm = ctx->sideStreams[0];
-  CUCO_CUDA(ctx, cudaEventRecord(s->fork, ctx->stream));
-  CUCO_CUDA(ctx, cudaStreamWaitEvent(comm, s->fork, 0));
+  CUCO_CUDA(ctx, cuco::streamAfter(comm, ctx->stream, s->fork));
   if (perChunk) {
     for (int j = 0; j < kChunks; j++) {
-      CHECK(Transfers::put(ctx, s, comm, j, j + 1, j == 0, true));
+      CUCO_TRY(Transfers::put(ctx, s, comm, j, j + 1, j == 0, true));
       CUCO_CUDA(ctx, cudaEventRecord(s->chunkReady[j], comm));
     }
   } else {
-    CHECK(Transfers::put(ctx, s, comm, 0, kChunks, true, true));
+    CUCO_TRY(Transfers::put(ctx, s, comm, 0, kChunks, true, true));
     CUCO_CUDA(ctx, cudaEventRecord(s->chunkReady[kChunks - 1], comm));
   }
   return 0;
@@ -402,8 +272,7 @@ static int sideStreamTransfers(cuco_ctx_t* ctx, State* s, bool perChunk) {
 
 // The main stream waits for side stream 0 (the transfers) to finish.
 static int joinSideStream(cuco_ctx_t* ctx, State* s) {
-  CUCO_CUDA(ctx, cudaEventRecord(s->join, ctx->sideStreams[0]));
-  CUCO_CUDA(ctx, cudaStreamWaitEvent(ctx->stream, s->join, 0));
+  CUCO_CUDA(ctx, cuco::streamAfter(ctx->stream, ctx->sideStreams[0], s->join));
   return 0;
 }
 
@@ -418,7 +287,7 @@ struct Schedule<Placement::Deferred> {
   }
   static int gemms(cuco_ctx_t* ctx, State* s) {
     // Stream order covers events and barriers; counters need their wait kernel.
-    if constexpr (Transfers::kCounters) CHECK(Transfers::wait(ctx, s, ctx->stream, 0, kChunks, NULL));
+    if constexpr (Transfers::kCounters) CUCO_TRY(Transfers::wait(ctx, s, ctx->stream, 0, kChunks, NULL));
     return gemmGathered(ctx, s);
   }
 };
@@ -433,17 +302,16 @@ struct Schedule<Placement::StreamOverlap> {
   }
   static int gemms(cuco_ctx_t* ctx, State* s) {
     const Shape sh = shapeOf(ctx);
-    CHECK(gemmLocalRows(ctx, s));
+    CUCO_TRY(gemmLocalRows(ctx, s));
     cudaStream_t gemmSide = ctx->sideStreams[1];
     CUCO_CUDA(ctx, cudaStreamWaitEvent(gemmSide, s->fork, 0));
     for (int j = 0; j < kChunks; j++) {
       int64_t r0, r1;
       chunkRows(sh.mLocal, j, &r0, &r1);
-      CHECK(Transfers::wait(ctx, s, gemmSide, j, j + 1, s->chunkReady[j]));
-      CHECK(gemmPeerRows(ctx, s->blasSide, r0, r1));
+      CUCO_TRY(Transfers::wait(ctx, s, gemmSide, j, j + 1, s->chunkReady[j]));
+      CUCO_TRY(gemmPeerRows(ctx, s->blasSide, r0, r1));
     }
-    CUCO_CUDA(ctx, cudaEventRecord(s->joinGemm, gemmSide));
-    CUCO_CUDA(ctx, cudaStreamWaitEvent(ctx->stream, s->joinGemm, 0));
+    CUCO_CUDA(ctx, cuco::streamAfter(ctx->stream, gemmSide, s->joinGemm));
     return joinSideStream(ctx, s);
   }
 };
@@ -454,9 +322,9 @@ struct Schedule<Placement::SplitPutWait> {
   static int transfers(cuco_ctx_t* ctx, State* s) { return sideStreamTransfers(ctx, s, Transfers::kEventPerChunk); }
   static int gemms(cuco_ctx_t* ctx, State* s) {
     const Shape sh = shapeOf(ctx);
-    CHECK(gemmLocalRows(ctx, s));
-    CHECK(Transfers::wait(ctx, s, ctx->stream, 0, kChunks, s->chunkReady[kChunks - 1]));
-    CHECK(gemmPeerRows(ctx, s->blas, 0, sh.mLocal));
+    CUCO_TRY(gemmLocalRows(ctx, s));
+    CUCO_TRY(Transfers::wait(ctx, s, ctx->stream, 0, kChunks, s->chunkReady[kChunks - 1]));
+    CUCO_TRY(gemmPeerRows(ctx, s->blas, 0, sh.mLocal));
     return joinSideStream(ctx, s);
   }
 };
@@ -467,64 +335,25 @@ using Scheduled = Schedule<kPlacement>;
 
 CUCO_EXPORT void cuco_dev_requirements(const cuco_ctx_t* ctx, ncclDevCommRequirements* reqs) {
   reqs->lsaBarrierCount = kPutCtas;
-  memset(&flagsReq, 0, sizeof(flagsReq));
-  flagsReq.bufferSize = kMaxChunks * sizeof(ChunkCounter);
-  flagsReq.bufferAlign = kCounterAlign;
-  flagsReq.outBufferHandle = &flagsHandle;
-  reqs->resourceRequirementsList = &flagsReq;
+  counters.require(reqs, cuco::kMaxChunks);
 }
 
 CUCO_EXPORT int cuco_setup(cuco_ctx_t* ctx) {
-  if (ctx->nSideStreams < 2) CUCO_FAIL(ctx, "needs two side streams");
-  if (ctx->nRanks > kMaxRanks) CUCO_FAIL(ctx, "at most %d ranks", kMaxRanks);
-  if (!ctx->hasDevComm || ctx->devComm.lsaSize != ctx->nRanks)
-    CUCO_FAIL(ctx, "all ranks must share one LSA team (one NVLink domain)");
-  cuco_buffer_t *a = cuco_buffer(ctx, "a"), *aFull = cuco_buffer(ctx, "a_gathered");
-  if (!a->symmetric || !aFull->symmetric) CUCO_FAIL(ctx, "a and a_gathered must be symmetric");
-  State* s = new State();
-  ctx->state = s;
-  CUCO_CUBLAS(ctx, cublasCreate(&s->blas));
-  CUCO_CUBLAS(ctx, cublasSetStream(s->blas, ctx->stream));
-  CUCO_CUBLAS(ctx, cublasCreate(&s->blasSide));
-  CUCO_CUBLAS(ctx, cublasSetStream(s->blasSide, ctx->sideStreams[1]));
-  CUCO_CUDA(ctx, cudaEventCreateWithFlags(&s->fork, cudaEventDisableTiming));
-  CUCO_CUDA(ctx, cudaEventCreateWithFlags(&s->join, cudaEventDisableTiming));
-  CUCO_CUDA(ctx, cudaEventCreateWithFlags(&s->joinGemm, cudaEventDisableTiming));
-  for (int j = 0; j < kChunks; j++) CUCO_CUDA(ctx, cudaEventCreateWithFlags(&s->chunkReady[j], cudaEventDisableTiming));
-  char** dPtrs;
-  CUCO_CUDA(ctx, cudaMalloc(&dPtrs, kMaxRanks * sizeof(char*)));
-  peerPointersKernel<<<1, kSmallKernelThreads, 0, ctx->stream>>>(a->window, dPtrs, ctx->nRanks);
-  CUCO_CUDA(ctx, cudaGetLastError());
-  CUCO_CUDA(ctx, cudaMemcpyAsync(s->peerA, dPtrs, ctx->nRanks * sizeof(char*), cudaMemcpyDeviceToHost, ctx->stream));
-  zeroFlagsKernel<<<1, kSmallKernelThreads, 0, ctx->stream>>>(ctx->devComm, flagsHandle);
-  CUCO_CUDA(ctx, cudaGetLastError());
-  // Every rank's counters are zero before any signal.
-  barrierKernel<<<1, kSmallKernelThreads, 0, ctx->stream>>>(ctx->devComm);
-  CUCO_CUDA(ctx, cudaGetLastError());
-  CUCO_CUDA(ctx, cudaStreamSynchronize(ctx->stream));
-  CUCO_CUDA(ctx, cudaFree(dPtrs));
+  State* s;
+  CUCO_TRY(cuco::newState(ctx, &s, 0));
+  CUCO_CUDA(ctx, cuco::windowPointers(cuco_buffer(ctx, "a")->window, ctx->nRanks, s->peerA, ctx->stream));
+  CUCO_CUDA(ctx, counters.reset(ctx->devComm, ctx->stream));
   return 0;
 }
 
 CUCO_EXPORT int cuco_run(cuco_ctx_t* ctx) {
   State* s = (State*)ctx->state;
   s->epoch++;
-  CHECK(Transfers::startBarrier(ctx));
-  CHECK(Scheduled::transfers(ctx, s));
-  CHECK(Scheduled::gemms(ctx, s));
-  CHECK(Transfers::endBarrier(ctx));
+  CUCO_TRY(Transfers::startBarrier(ctx));
+  CUCO_TRY(Scheduled::transfers(ctx, s));
+  CUCO_TRY(Scheduled::gemms(ctx, s));
+  CUCO_TRY(Transfers::endBarrier(ctx));
   return 0;
 }
 
-CUCO_EXPORT int cuco_teardown(cuco_ctx_t* ctx) {
-  State* s = (State*)ctx->state;
-  CUCO_CUBLAS(ctx, cublasDestroy(s->blas));
-  CUCO_CUBLAS(ctx, cublasDestroy(s->blasSide));
-  CUCO_CUDA(ctx, cudaEventDestroy(s->fork));
-  CUCO_CUDA(ctx, cudaEventDestroy(s->join));
-  CUCO_CUDA(ctx, cudaEventDestroy(s->joinGemm));
-  for (int j = 0; j < kChunks; j++) CUCO_CUDA(ctx, cudaEventDestroy(s->chunkReady[j]));
-  delete s;
-  ctx->state = NULL;
-  return 0;
-}
+CUCO_EXPORT int cuco_teardown(cuco_ctx_t* ctx) { return cuco::deleteState<State>(ctx); }

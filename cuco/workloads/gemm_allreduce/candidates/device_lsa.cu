@@ -16,26 +16,24 @@
 #include "cuco.h"
 #include "cuco_collectives.cuh"
 #include "cuco_gemm.h"
+#include "cuco_program.cuh"
 
-struct State {
-  cublasHandle_t blas;
-};
+using State = cuco::Common;
 
 CUCO_EXPORT void cuco_dev_requirements(const cuco_ctx_t* ctx, ncclDevCommRequirements* reqs) {
   cuco::coll_requirements(reqs);
 }
 
+// Checked by the runner before cuco_setup.
+CUCO_EXPORT void cuco_needs(cuco_needs_t* needs) {
+  needs->lsaTeam = 1;
+  cuco_need_symmetric(needs, "partial");
+  cuco_need_symmetric(needs, "c");
+}
+
 CUCO_EXPORT int cuco_setup(cuco_ctx_t* ctx) {
-  cuco_buffer_t *partial = cuco_buffer(ctx, "partial"), *c = cuco_buffer(ctx, "c");
-  if (!partial->symmetric || !c->symmetric) CUCO_FAIL(ctx, "partial and c must be symmetric buffers (windows)");
-  if (ctx->nRanks > CUCO_COLL_MAX_RANKS) CUCO_FAIL(ctx, "at most %d ranks", CUCO_COLL_MAX_RANKS);
-  if (ctx->devComm.lsaSize != ctx->nRanks)
-    CUCO_FAIL(ctx, "all %d ranks must share one LSA team; this one has %d", ctx->nRanks, ctx->devComm.lsaSize);
-  State* s = new State();
-  ctx->state = s;
-  CUCO_CUBLAS(ctx, cublasCreate(&s->blas));
-  CUCO_CUBLAS(ctx, cublasSetStream(s->blas, ctx->stream));
-  return 0;
+  State* s;
+  return cuco::newState(ctx, &s, 0);
 }
 
 CUCO_EXPORT int cuco_run(cuco_ctx_t* ctx) {
@@ -49,10 +47,4 @@ CUCO_EXPORT int cuco_run(cuco_ctx_t* ctx) {
   return 0;
 }
 
-CUCO_EXPORT int cuco_teardown(cuco_ctx_t* ctx) {
-  State* s = (State*)ctx->state;
-  CUCO_CUBLAS(ctx, cublasDestroy(s->blas));
-  delete s;
-  ctx->state = NULL;
-  return 0;
-}
+CUCO_EXPORT int cuco_teardown(cuco_ctx_t* ctx) { return cuco::deleteState<State>(ctx); }

@@ -5,41 +5,23 @@
  * done so, adds all of them (rank order, fp32) into its own c: each rank computes the whole sum, so no second
  * exchange and no second barrier are needed. The two slots make the one barrier enough: a rank that passed run
  * e-1's barrier knows every peer has finished reading run e-2's slot, the one run e overwrites.
- * The design point (cuco/evolve/strategy.py):
- *   backend    CUCO_BACKEND_LSA   one kernel: barrier, then loads of every rank's slot through NCCL windows
- *              CUCO_BACKEND_CE    a barrier kernel, cudaMemcpyAsync of the peers' slots into staging, then
- *                                 a local addition
+ * The design point (cuco_design_point.cuh; the values workload.toml accepts):
+ *   backend    lsa  one kernel: barrier, then loads of every rank's slot through NCCL windows
+ *              ce   a barrier kernel, cudaMemcpyAsync of the peers' slots into staging, then a local addition
  *   placement  deferred; sync global (the barrier)
- *   issuer     CUCO_ISSUER_CTA / CUCO_ISSUER_WARP: the unit of the addition that owns a contiguous slice
- *   chunks     CUCO_CHUNKS: pieces the product is added in, each its own launch (LSA: the first holds the barrier)
+ *   issuer     cta or warp: the unit of the addition that owns a contiguous slice
+ *   chunks     pieces the product is added in, each its own launch (lsa: the first holds the barrier)
  *
- * Requires: partial symmetric with two slots of M x N; all ranks in one LSA team.
+ * Requires: partial with two slots of M x N; (workload.toml) partial symmetric, all ranks in one LSA team.
  *************************************************************************/
 #include <cuda_bf16.h>
 
 #include "cuco.h"
-#include "cuco_collectives.cuh"
-#include "cuco_design_point.cuh"
 #include "cuco_gemm.h"
 #include "cuco_strategy.cuh"
 
-// ---- The design point --------------------------------------------------------------------------------
-
-#if defined(CUCO_BACKEND_LSA) + defined(CUCO_BACKEND_CE) != 1
-#error "define exactly one backend: CUCO_BACKEND_LSA or CUCO_BACKEND_CE"
-#endif
-#if !defined(CUCO_PLACEMENT_DEFERRED) || !defined(CUCO_SYNC_GLOBAL)
-#error "the one-shot all-reduce is placement deferred, sync global"
-#endif
-
-using cuco::Issuer;
-using cuco::kIssuer;
-#if defined(CUCO_BACKEND_LSA)
-constexpr bool kLsa = true;
-#else
-constexpr bool kLsa = false;
-#endif
-using cuco::kChunks;
+using namespace cuco::point;
+constexpr bool kLsa = kBackend == Backend::Lsa;
 
 // ---- Constants ---------------------------------------------------------------------------------------
 
@@ -47,24 +29,17 @@ using cuco::kChunks;
 // count (CUCO_COLL_CTAS), which moved data fastest over NVLink.
 constexpr int kCtas = CUCO_COLL_CTAS;
 constexpr int kThreads = CUCO_COLL_THREADS;
-constexpr int kMaxRanks = CUCO_COLL_MAX_RANKS;  // cuco::reduceRange takes at most this many inputs
 constexpr int kSlots = 2;                       // partial's slots (workload.toml), used by alternate runs
 using Elem = __nv_bfloat16;                     // a, b, c, partial and staging hold bf16 (workload.toml)
 constexpr size_t kPackElems = 16 / sizeof(Elem);
 
-#define CHECK(call)     \
-  do {                  \
-    if (call) return 1; \
-  } while (0)
-
-struct State {
-  cublasHandle_t blas;
-  unsigned long long epoch;        // runs so far: this run writes slot epoch % kSlots
-  char* peerPartial[kMaxRanks];    // every rank's partial, mapped into this rank's address space
+// epoch: this run writes slot epoch % kSlots.
+struct State : cuco::Common {
+  char* peerPartial[cuco::kMaxRanks];  // every rank's partial, mapped into this rank's address space
 };
 
 struct Inputs {
-  const Elem* in[kMaxRanks];
+  const Elem* in[cuco::kMaxRanks];
   int n;
 };
 
@@ -73,11 +48,7 @@ struct Inputs {
 template <Issuer I>
 __global__ void __launch_bounds__(kThreads) addKernel(ncclDevComm devComm, Inputs in, Elem* out, size_t lo,
                                                       size_t hi, int barrier) {
-  if (barrier) {
-    ncclLsaBarrierSession<ncclCoopCta> bar{ncclCoopCta(), devComm, ncclTeamLsa(devComm), devComm.lsaBarrier,
-                                           blockIdx.x};
-    bar.sync(ncclCoopCta(), cuda::memory_order_acq_rel);
-  }
+  if (barrier) cuco::lsaBarrier(devComm);
   const cuco::Worker me = cuco::IssuerUnit<I>::self();
   size_t a, b;
   cuco::packSlice(hi - lo, kPackElems, me.index, me.count, &a, &b);
@@ -111,16 +82,9 @@ CUCO_EXPORT void cuco_dev_requirements(const cuco_ctx_t* ctx, ncclDevCommRequire
 }
 
 CUCO_EXPORT int cuco_setup(cuco_ctx_t* ctx) {
-  if (ctx->nRanks > kMaxRanks) CUCO_FAIL(ctx, "at most %d ranks", kMaxRanks);
-  if (!ctx->hasDevComm || ctx->devComm.lsaSize != ctx->nRanks)
-    CUCO_FAIL(ctx, "all ranks must share one LSA team (one NVLink domain)");
-  cuco_buffer_t* partial = cuco_buffer(ctx, "partial");
-  if (!partial->symmetric) CUCO_FAIL(ctx, "partial must be symmetric");
-  State* s = new State();
-  ctx->state = s;
-  CUCO_CUBLAS(ctx, cublasCreate(&s->blas));
-  CUCO_CUBLAS(ctx, cublasSetStream(s->blas, ctx->stream));
-  CUCO_CUDA(ctx, cuco::windowPointers(partial->window, ctx->nRanks, s->peerPartial, ctx->stream));
+  State* s;
+  CUCO_TRY(cuco::newState(ctx, &s, 0));
+  CUCO_CUDA(ctx, cuco::windowPointers(cuco_buffer(ctx, "partial")->window, ctx->nRanks, s->peerPartial, ctx->stream));
   return 0;
 }
 
@@ -132,22 +96,13 @@ CUCO_EXPORT int cuco_run(cuco_ctx_t* ctx) {
   char* partial = (char*)cuco_buffer(ctx, "partial")->ptr;
   CUCO_CUBLAS(ctx, cuco_gemm_bf16(s->blas, cuco_buffer(ctx, "a")->ptr, cuco_buffer(ctx, "b")->ptr,
                                   partial + slotOffset, M, K / ctx->nRanks, N));
-  if (!kLsa) {
-    cuco::barrierKernel<<<1, cuco::kSmallKernelThreads, 0, ctx->stream>>>(ctx->devComm);
-    CUCO_CUDA(ctx, cudaGetLastError());
-  }
+  if (!kLsa) CUCO_CUDA(ctx, cuco::barrier(ctx->devComm, ctx->stream));
   for (int j = 0, done = 0; j < kChunks; j++) {
     size_t lo, hi;
     cuco::packSlice(count, kPackElems, j, kChunks, &lo, &hi);
-    if (hi > lo) CHECK(addChunk(ctx, s, slotOffset, count, lo, hi, done++ == 0));
+    if (hi > lo) CUCO_TRY(addChunk(ctx, s, slotOffset, count, lo, hi, done++ == 0));
   }
   return 0;
 }
 
-CUCO_EXPORT int cuco_teardown(cuco_ctx_t* ctx) {
-  State* s = (State*)ctx->state;
-  CUCO_CUBLAS(ctx, cublasDestroy(s->blas));
-  delete s;
-  ctx->state = NULL;
-  return 0;
-}
+CUCO_EXPORT int cuco_teardown(cuco_ctx_t* ctx) { return cuco::deleteState<State>(ctx); }

@@ -8,72 +8,54 @@
  * every rank's chunk j has landed in its `partial` slot, then adds chunk j of every rank's slot (rank order, fp32)
  * into c, row by row, while the main stream multiplies chunk j+1. cuBLAS is held to fewer SMs
  * (cublasSetSmCountTarget) so that the waits and additions have SMs to run on.
- * The design point (cuco/evolve/strategy.py): backend lsa (loads through NCCL windows), placement
- * stream_overlap, sync chunk (a counter per chunk);
- *   issuer  CUCO_ISSUER_CTA / CUCO_ISSUER_WARP: the addition's unit, which owns whole rows of a chunk
- *   chunks  CUCO_CHUNKS: column chunks (1 = the GEMM whole, then the addition)
+ * The design point (cuco_design_point.cuh; workload.toml accepts backend lsa (loads through NCCL windows),
+ * placement stream_overlap, sync chunk (a counter per chunk)):
+ *   issuer  cta or warp: the addition's unit, which owns whole rows of a chunk
+ *   chunks  column chunks (1 = the GEMM whole, then the addition)
  *
  * Slots alternate between runs, and every run ends with its side stream joined: when a rank's counter j shows
  * that every peer has finished run e-1's chunk j, those peers have also finished reading run e-2's slot (their
  * run e-2 was joined before run e-1 began), which run e now overwrites. Counters only grow (zeroed once, in
  * setup): counter j reaches epoch * world once every rank's chunk j of this run is in its slot.
- * Requires: partial symmetric with two slots of M x N; N a multiple of 8 (rows of 16-byte packs); all ranks in one
- * LSA team; one side stream.
+ * Requires: partial with two slots of M x N; N a multiple of 8 (rows of 16-byte packs); (workload.toml) partial
+ * symmetric, all ranks in one LSA team, one side stream.
  *************************************************************************/
 #include <cuda_bf16.h>
 
 #include "cuco.h"
-#include "cuco_collectives.cuh"
-#include "cuco_design_point.cuh"
 #include "cuco_gemm.h"
 #include "cuco_strategy.cuh"
 
-// ---- The design point --------------------------------------------------------------------------------
-
-#if !defined(CUCO_BACKEND_LSA) || !defined(CUCO_PLACEMENT_STREAM_OVERLAP) || !defined(CUCO_SYNC_CHUNK)
-#error "the overlapped all-reduce is backend lsa, placement stream_overlap, sync chunk"
-#endif
-
-using cuco::Issuer;
-using cuco::kIssuer;
-using cuco::kChunks;
+using namespace cuco::point;
 
 // ---- Constants ---------------------------------------------------------------------------------------
 
-// The addition's CTAs: few, because they run beside the GEMM on SMs kept from it; 8 of 512 threads are 128
-// warps, one per row of the M = 128 decode shape.
-constexpr int kAddCtas = 8;
+// The addition runs beside the GEMM (cuco::kBesideCtas): 8 CTAs of 512 threads are 128 warps, one per row of the
+// M = 128 decode shape.
+constexpr int kAddCtas = cuco::kBesideCtas;
 constexpr int kAddThreads = CUCO_COLL_THREADS;
-// SMs kept from cuBLAS: the addition's, and one for the wait kernel on the side stream.
-constexpr int kReservedSms = kAddCtas + 1;
-constexpr int kMaxRanks = CUCO_COLL_MAX_RANKS;  // cuco::reduceRange takes at most this many inputs
 constexpr int kSlots = 2;                       // partial's slots (workload.toml), used by alternate runs
-using cuco::kMaxChunks;
 using Elem = __nv_bfloat16;                     // a, b, c and partial hold bf16 (workload.toml)
 constexpr int64_t kPackElems = 16 / sizeof(Elem);
 
-// Chunk counters live in the device communicator's resource buffer (not a workload buffer: the runner poisons
-// those before every trial). Filled in during ncclDevCommCreate.
-static ncclDevResourceRequirements flagsReq;
-static ncclDevResourceHandle_t flagsHandle;
+// Counter j: how many ranks have written chunk j of their slot, over all runs.
+static cuco::Counters counters;
 
-struct State {
-  cublasHandle_t blas;
-  cudaEvent_t fork, join;
-  unsigned long long epoch;      // runs so far: this run writes slot (epoch - 1) % kSlots
-  char* peerPartial[kMaxRanks];  // every rank's partial, mapped into this rank's address space
+// epoch: this run writes slot (epoch - 1) % kSlots.
+struct State : cuco::Common {
+  char* peerPartial[cuco::kMaxRanks];  // every rank's partial, mapped into this rank's address space
 };
 
 struct Inputs {
-  const Elem* in[kMaxRanks];
+  const Elem* in[cuco::kMaxRanks];
   int n;
 };
 
 // ---- Kernels -----------------------------------------------------------------------------------------
 
 // Chunk j of this rank's slot is complete (the GEMM before it on the stream): bump counter j on every rank.
-__global__ void signalChunk(ncclDevComm devComm, ncclDevResourceHandle_t flagsHandle, int j) {
-  if (threadIdx.x < devComm.lsaSize) cuco::bumpCounter(devComm, flagsHandle, threadIdx.x, j);
+__global__ void signalChunk(ncclDevComm devComm, ncclDevResourceHandle_t counterHandle, int j) {
+  if (threadIdx.x < devComm.lsaSize) cuco::bumpCounter(devComm, counterHandle, threadIdx.x, j);
 }
 
 // Columns [c0, c1) of every row of c = the sum over ranks of their slots; each unit adds whole rows.
@@ -82,7 +64,7 @@ __global__ void __launch_bounds__(kAddThreads) addColumns(Inputs in, Elem* c, in
                                                           int64_t c1) {
   const cuco::Worker me = cuco::IssuerUnit<I>::self();
   for (int64_t m = me.index; m < M; m += me.count) {
-    const Elem* row[kMaxRanks];
+    const Elem* row[cuco::kMaxRanks];
     for (int p = 0; p < in.n; p++) row[p] = in.in[p] + m * N;
     Elem* out = c + m * N;
     cuco::reduceRange<Elem>(row, in.n, &out, 1, c0, c1, me.lane, me.lanes);
@@ -93,28 +75,15 @@ __global__ void __launch_bounds__(kAddThreads) addColumns(Inputs in, Elem* c, in
 
 CUCO_EXPORT void cuco_dev_requirements(const cuco_ctx_t* ctx, ncclDevCommRequirements* reqs) {
   reqs->lsaBarrierCount = 1;  // setup's barrier
-  cuco::counterRequirements(reqs, &flagsReq, &flagsHandle, kMaxChunks);
+  counters.require(reqs, cuco::kMaxChunks);
 }
 
 CUCO_EXPORT int cuco_setup(cuco_ctx_t* ctx) {
-  if (ctx->nSideStreams < 1) CUCO_FAIL(ctx, "needs one side stream");
-  if (ctx->nRanks > kMaxRanks) CUCO_FAIL(ctx, "at most %d ranks", kMaxRanks);
-  if (!ctx->hasDevComm || ctx->devComm.lsaSize != ctx->nRanks)
-    CUCO_FAIL(ctx, "all ranks must share one LSA team (one NVLink domain)");
-  cuco_buffer_t* partial = cuco_buffer(ctx, "partial");
-  if (!partial->symmetric) CUCO_FAIL(ctx, "partial must be symmetric");
   if (cuco_param(ctx, "N") % kPackElems) CUCO_FAIL(ctx, "N must be a multiple of %ld", (long)kPackElems);
-  State* s = new State();
-  ctx->state = s;
-  int sms = 0;
-  CUCO_CUDA(ctx, cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, ctx->cudaDevice));
-  CUCO_CUBLAS(ctx, cublasCreate(&s->blas));
-  CUCO_CUBLAS(ctx, cublasSetStream(s->blas, ctx->stream));
-  CUCO_CUBLAS(ctx, cublasSetSmCountTarget(s->blas, sms - kReservedSms));
-  CUCO_CUDA(ctx, cudaEventCreateWithFlags(&s->fork, cudaEventDisableTiming));
-  CUCO_CUDA(ctx, cudaEventCreateWithFlags(&s->join, cudaEventDisableTiming));
-  CUCO_CUDA(ctx, cuco::windowPointers(partial->window, ctx->nRanks, s->peerPartial, ctx->stream));
-  CUCO_CUDA(ctx, cuco::resetCounters(ctx->devComm, flagsHandle, kMaxChunks, ctx->stream));
+  State* s;
+  CUCO_TRY(cuco::newState(ctx, &s, cuco::kBesideReservedSms));
+  CUCO_CUDA(ctx, cuco::windowPointers(cuco_buffer(ctx, "partial")->window, ctx->nRanks, s->peerPartial, ctx->stream));
+  CUCO_CUDA(ctx, counters.reset(ctx->devComm, ctx->stream));
   return 0;
 }
 
@@ -131,31 +100,20 @@ CUCO_EXPORT int cuco_run(cuco_ctx_t* ctx) {
   in.n = ctx->nRanks;
   for (int p = 0; p < ctx->nRanks; p++) in.in[p] = (const Elem*)(s->peerPartial[p] + slotOffset);
   cudaStream_t side = ctx->sideStreams[0];
-  CUCO_CUDA(ctx, cudaEventRecord(s->fork, ctx->stream));
-  CUCO_CUDA(ctx, cudaStreamWaitEvent(side, s->fork, 0));
+  CUCO_CUDA(ctx, cuco::streamAfter(side, ctx->stream, s->fork));
   for (int j = 0; j < kChunks; j++) {
     size_t c0, c1;
     cuco::packSlice((size_t)N, kPackElems, j, kChunks, &c0, &c1);
     if (c1 == c0) continue;
     CUCO_CUBLAS(ctx, cuco_gemm_bf16_ld(s->blas, a, b + c0, mine + c0, M, K / ctx->nRanks, (int64_t)(c1 - c0), N, 0.0f));
-    signalChunk<<<1, cuco::kSmallKernelThreads, 0, ctx->stream>>>(ctx->devComm, flagsHandle, j);
+    signalChunk<<<1, cuco::kSmallKernelThreads, 0, ctx->stream>>>(ctx->devComm, counters.handle, j);
     CUCO_CUDA(ctx, cudaGetLastError());
-    cuco::awaitCounterKernel<<<1, cuco::kSmallKernelThreads, 0, side>>>(ctx->devComm, flagsHandle, j, target);
-    CUCO_CUDA(ctx, cudaGetLastError());
+    CUCO_CUDA(ctx, counters.await(ctx->devComm, side, j, j + 1, target));
     addColumns<kIssuer><<<kAddCtas, kAddThreads, 0, side>>>(in, c, M, N, (int64_t)c0, (int64_t)c1);
     CUCO_CUDA(ctx, cudaGetLastError());
   }
-  CUCO_CUDA(ctx, cudaEventRecord(s->join, side));
-  CUCO_CUDA(ctx, cudaStreamWaitEvent(ctx->stream, s->join, 0));
+  CUCO_CUDA(ctx, cuco::streamAfter(ctx->stream, side, s->join));
   return 0;
 }
 
-CUCO_EXPORT int cuco_teardown(cuco_ctx_t* ctx) {
-  State* s = (State*)ctx->state;
-  CUCO_CUBLAS(ctx, cublasDestroy(s->blas));
-  CUCO_CUDA(ctx, cudaEventDestroy(s->fork));
-  CUCO_CUDA(ctx, cudaEventDestroy(s->join));
-  delete s;
-  ctx->state = NULL;
-  return 0;
-}
+CUCO_EXPORT int cuco_teardown(cuco_ctx_t* ctx) { return cuco::deleteState<State>(ctx); }

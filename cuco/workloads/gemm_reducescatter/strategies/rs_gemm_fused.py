@@ -20,15 +20,11 @@ from cuco.kernels.symmetric import partials_exchange
 
 
 def setup(ctx):
-    c = ctx.buffers["c"]
-    ctx.state.update(run=0, exchange=partials_exchange(c.shape[0], c.shape[1], c.dtype, c.device, ctx.rank, ctx.world,
-                                                       ctx.group.group_name))
+    ctx.state["exchange"] = partials_exchange(ctx.buffers["c"], ctx.rank, ctx.world, ctx.group.group_name)
 
 
 def run(ctx):
-    ctx.state["run"] += 1
-    gemm_reduce_scatter(ctx.buffers["a"], ctx.buffers["b"], ctx.buffers["c"],
-                        ctx.state["exchange"].for_run(ctx.state["run"]))
+    gemm_reduce_scatter(ctx.buffers["a"], ctx.buffers["b"], ctx.buffers["c"], ctx.state["exchange"].next_run())
 
 
 def teardown(ctx):

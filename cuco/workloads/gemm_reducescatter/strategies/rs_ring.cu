@@ -11,103 +11,59 @@
  * Each block is cut into CUCO_CHUNKS row ranges, so a chunk travels on while the next one is multiplied; the
  * put kernels run on side stream 0 on SMs kept from cuBLAS (cublasSetSmCountTarget), and each unit of a put
  * kernel bumps the receiver's counter for the chunk once its stores are issued.
- * The design point (cuco/evolve/strategy.py): backend lsa, placement fused, sync chunk;
- *   issuer  CUCO_ISSUER_CTA / CUCO_ISSUER_WARP: the put kernel's unit that stores a contiguous slice and signals it
- *   chunks  CUCO_CHUNKS: row ranges per block (1..16)
+ * The design point (cuco_design_point.cuh; workload.toml accepts backend lsa, placement fused, sync chunk):
+ *   issuer  cta or warp: the put kernel's unit that stores a contiguous slice and signals it
+ *   chunks  row ranges per block (1..16)
  *
  * Sums run in ring order (rank d+1 first) in fp32 and are rounded to bf16 at every hop, the same way every run:
  * results are bitwise deterministic. Counters only grow (zeroed once, in setup): rank r's counter for chunk j
  * reaches ((epoch - 1) * (world - 1) + s) * units once the previous rank's step s-1 of this run has stored it.
  * A barrier opens each run's first put kernel: no rank stores into a peer's staging or c before that peer has
  * finished its previous run.
- * Requires: c and staging symmetric; all ranks in one LSA team; one side stream.
+ * Requires (workload.toml): c and staging symmetric; all ranks in one LSA team; one side stream.
  *************************************************************************/
-#include <cuda_bf16.h>
-
 #include "cuco.h"
-#include "cuco_collectives.cuh"
-#include "cuco_design_point.cuh"
 #include "cuco_gemm.h"
+#include "cuco_rs.cuh"
 #include "cuco_strategy.cuh"
 
-// ---- The design point --------------------------------------------------------------------------------
-
-#if !defined(CUCO_BACKEND_LSA) || !defined(CUCO_PLACEMENT_FUSED) || !defined(CUCO_SYNC_CHUNK)
-#error "the ring is backend lsa, placement fused, sync chunk"
-#endif
-
-using cuco::Issuer;
-using cuco::kIssuer;
-using cuco::kChunks;
+using namespace cuco::point;
 
 // ---- Constants ---------------------------------------------------------------------------------------
 
-// The put kernel's shape; kPutCtas is also the device communicator's lsaBarrierCount (CTA b uses barrier b).
-// Stores need no round trip before the next one, so a few CTAs keep NVLink busy: 8 of 512 threads, 6% of an
-// H100's or H200's SMs, kept from the GEMM.
-constexpr int kPutCtas = 8;
+// The put kernel runs beside the GEMM (cuco::kBesideCtas); kPutCtas is also the device communicator's
+// lsaBarrierCount (CTA b uses barrier b).
+constexpr int kPutCtas = cuco::kBesideCtas;
 constexpr int kPutThreads = CUCO_COLL_THREADS;
-// SMs kept from cuBLAS: the put kernel's, and one for the wait kernels on the main stream.
-constexpr int kReservedSms = kPutCtas + 1;
 constexpr int kUnitsPerPut = cuco::IssuerUnit<kIssuer>::perKernel(kPutCtas, kPutThreads);
-constexpr int kMaxRanks = CUCO_COLL_MAX_RANKS;
-using cuco::kMaxChunks;
-using Elem = __nv_bfloat16;     // a, b, c and staging hold bf16 (workload.toml)
+using Elem = cuco::rs::Elem;
 
-#define CHECK(call)     \
-  do {                  \
-    if (call) return 1; \
-  } while (0)
+// Chunk counters: how many units of the previous rank's put kernels have stored chunk j here, over all runs.
+static cuco::Counters counters;
 
-// Chunk counters live in the device communicator's resource buffer (not a workload buffer: the runner poisons
-// those before every trial). Filled in during ncclDevCommCreate.
-static ncclDevResourceRequirements flagsReq;
-static ncclDevResourceHandle_t flagsHandle;
-
-struct State {
-  cublasHandle_t blas;
-  cudaEvent_t fork, join, chunkReady[kChunks];
-  unsigned long long epoch;  // runs so far
-  bool firstPut;             // the run's first put kernel opens with the barrier
+struct State : cuco::Common {
+  bool firstPut;  // the run's first put kernel opens with the barrier
 };
 
-struct Shape {
-  int64_t M, K, N, mLocal, kLocal;
-};
-
-static Shape shapeOf(const cuco_ctx_t* ctx) {
-  Shape sh;
-  sh.M = cuco_param(ctx, "M"), sh.K = cuco_param(ctx, "K"), sh.N = cuco_param(ctx, "N");
-  sh.mLocal = sh.M / ctx->nRanks, sh.kLocal = sh.K / ctx->nRanks;
-  return sh;
-}
-
-// Row range [r0, r1) of chunk j of a block of mLocal rows.
-static void chunkRows(int64_t mLocal, int j, int64_t* r0, int64_t* r1) {
-  *r0 = mLocal * j / kChunks;
-  *r1 = mLocal * (j + 1) / kChunks;
-}
+using cuco::rs::Shape;
+using cuco::rs::shapeOf;
 
 // ---- The put kernel --------------------------------------------------------------------------------
 
 // Store `bytes` from src at `dstOffset` of rank `peer`'s window, each unit its contiguous share
 // (cuco::pushSlice), then bump the peer's counter for chunk j. startBarrier: all ranks meet first.
 template <Issuer I>
-__global__ void __launch_bounds__(kPutThreads) putKernel(ncclDevComm devComm, ncclDevResourceHandle_t flagsHandle,
+__global__ void __launch_bounds__(kPutThreads) putKernel(ncclDevComm devComm, ncclDevResourceHandle_t counterHandle,
                                                          ncclWindow_t win, size_t dstOffset, int peer,
                                                          const char* src, size_t bytes, int j, int startBarrier) {
   using Unit = cuco::IssuerUnit<I>;
-  if (startBarrier) {
-    ncclLsaBarrierSession<ncclCoopCta> bar{ncclCoopCta(), devComm, ncclTeamLsa(devComm), devComm.lsaBarrier,
-                                           blockIdx.x};
-    // acq_rel: the peer's previous run, which read its staging and c, is done before our stores land there.
-    bar.sync(ncclCoopCta(), cuda::memory_order_acq_rel);
-  }
+  // The peer's previous run, which read its staging and c, is done before our stores land there.
+  if (startBarrier) cuco::lsaBarrier(devComm);
   const cuco::Worker me = Unit::self();
   char* dst = (char*)ncclGetLsaPointer(win, dstOffset, peer);
   cuco::pushSlice(&dst, 1, src, 0, bytes, me.index, me.count, me.lane, me.lanes);
   Unit::sync();  // every thread of the unit has issued its stores before lane 0 releases them
-  if (me.lane == 0) cuco::bumpCounter(devComm, flagsHandle, peer, j);
+  if (me.lane == 0) cuco::bumpCounter(devComm, counterHandle, peer, j);
 }
 
 // ---- One step of the ring ----------------------------------------------------------------------------
@@ -130,8 +86,7 @@ static int step(cuco_ctx_t* ctx, State* s, int st, int j) {
     CUCO_CUBLAS(ctx, cuco_gemm_bf16(s->blas, a, b, x, r1 - r0, sh.kLocal, sh.N));
   } else {
     const unsigned long long target = ((s->epoch - 1) * (n - 1) + st) * (unsigned long long)kUnitsPerPut;
-    cuco::awaitCounterKernel<<<1, cuco::kSmallKernelThreads, 0, ctx->stream>>>(ctx->devComm, flagsHandle, j, target);
-    CUCO_CUDA(ctx, cudaGetLastError());
+    CUCO_CUDA(ctx, counters.await(ctx->devComm, ctx->stream, j, j + 1, target));
     CUCO_CUBLAS(ctx, cuco_gemm_bf16_accumulate(s->blas, a, b, x, r1 - r0, sh.kLocal, sh.N));
   }
   if (last) return 0;
@@ -139,9 +94,8 @@ static int step(cuco_ctx_t* ctx, State* s, int st, int j) {
   const bool toC = st == n - 2;
   const size_t dstOffset = toC ? r0 * sh.N * sizeof(Elem) : xOffset;
   cudaStream_t side = ctx->sideStreams[0];
-  CUCO_CUDA(ctx, cudaEventRecord(s->chunkReady[j], ctx->stream));
-  CUCO_CUDA(ctx, cudaStreamWaitEvent(side, s->chunkReady[j], 0));
-  putKernel<kIssuer><<<kPutCtas, kPutThreads, 0, side>>>(ctx->devComm, flagsHandle, (toC ? c : staging)->window,
+  CUCO_CUDA(ctx, cuco::streamAfter(side, ctx->stream, s->chunkReady[j]));
+  putKernel<kIssuer><<<kPutCtas, kPutThreads, 0, side>>>(ctx->devComm, counters.handle, (toC ? c : staging)->window,
                                                          dstOffset, (rank + 1) % n, (const char*)x,
                                                          (size_t)(r1 - r0) * sh.N * sizeof(Elem), j, s->firstPut);
   CUCO_CUDA(ctx, cudaGetLastError());
@@ -153,27 +107,13 @@ static int step(cuco_ctx_t* ctx, State* s, int st, int j) {
 
 CUCO_EXPORT void cuco_dev_requirements(const cuco_ctx_t* ctx, ncclDevCommRequirements* reqs) {
   reqs->lsaBarrierCount = kPutCtas;
-  cuco::counterRequirements(reqs, &flagsReq, &flagsHandle, kMaxChunks);
+  counters.require(reqs, cuco::kMaxChunks);
 }
 
 CUCO_EXPORT int cuco_setup(cuco_ctx_t* ctx) {
-  if (ctx->nSideStreams < 1) CUCO_FAIL(ctx, "needs one side stream");
-  if (ctx->nRanks > kMaxRanks) CUCO_FAIL(ctx, "at most %d ranks", kMaxRanks);
-  if (!ctx->hasDevComm || ctx->devComm.lsaSize != ctx->nRanks)
-    CUCO_FAIL(ctx, "all ranks must share one LSA team (one NVLink domain)");
-  if (!cuco_buffer(ctx, "c")->symmetric || !cuco_buffer(ctx, "staging")->symmetric)
-    CUCO_FAIL(ctx, "c and staging must be symmetric");
-  State* s = new State();
-  ctx->state = s;
-  int sms = 0;
-  CUCO_CUDA(ctx, cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, ctx->cudaDevice));
-  CUCO_CUBLAS(ctx, cublasCreate(&s->blas));
-  CUCO_CUBLAS(ctx, cublasSetStream(s->blas, ctx->stream));
-  CUCO_CUBLAS(ctx, cublasSetSmCountTarget(s->blas, sms - kReservedSms));
-  CUCO_CUDA(ctx, cudaEventCreateWithFlags(&s->fork, cudaEventDisableTiming));
-  CUCO_CUDA(ctx, cudaEventCreateWithFlags(&s->join, cudaEventDisableTiming));
-  for (int j = 0; j < kChunks; j++) CUCO_CUDA(ctx, cudaEventCreateWithFlags(&s->chunkReady[j], cudaEventDisableTiming));
-  CUCO_CUDA(ctx, cuco::resetCounters(ctx->devComm, flagsHandle, kMaxChunks, ctx->stream));
+  State* s;
+  CUCO_TRY(cuco::newState(ctx, &s, cuco::kBesideReservedSms));
+  CUCO_CUDA(ctx, counters.reset(ctx->devComm, ctx->stream));
   return 0;
 }
 
@@ -181,22 +121,11 @@ CUCO_EXPORT int cuco_run(cuco_ctx_t* ctx) {
   State* s = (State*)ctx->state;
   s->epoch++;
   s->firstPut = true;
-  CUCO_CUDA(ctx, cudaEventRecord(s->fork, ctx->stream));
-  CUCO_CUDA(ctx, cudaStreamWaitEvent(ctx->sideStreams[0], s->fork, 0));
+  CUCO_CUDA(ctx, cuco::streamAfter(ctx->sideStreams[0], ctx->stream, s->fork));
   for (int st = 0; st < ctx->nRanks; st++)
-    for (int j = 0; j < kChunks; j++) CHECK(step(ctx, s, st, j));
-  CUCO_CUDA(ctx, cudaEventRecord(s->join, ctx->sideStreams[0]));
-  CUCO_CUDA(ctx, cudaStreamWaitEvent(ctx->stream, s->join, 0));
+    for (int j = 0; j < kChunks; j++) CUCO_TRY(step(ctx, s, st, j));
+  CUCO_CUDA(ctx, cuco::streamAfter(ctx->stream, ctx->sideStreams[0], s->join));
   return 0;
 }
 
-CUCO_EXPORT int cuco_teardown(cuco_ctx_t* ctx) {
-  State* s = (State*)ctx->state;
-  CUCO_CUBLAS(ctx, cublasDestroy(s->blas));
-  CUCO_CUDA(ctx, cudaEventDestroy(s->fork));
-  CUCO_CUDA(ctx, cudaEventDestroy(s->join));
-  for (int j = 0; j < kChunks; j++) CUCO_CUDA(ctx, cudaEventDestroy(s->chunkReady[j]));
-  delete s;
-  ctx->state = NULL;
-  return 0;
-}
+CUCO_EXPORT int cuco_teardown(cuco_ctx_t* ctx) { return cuco::deleteState<State>(ctx); }

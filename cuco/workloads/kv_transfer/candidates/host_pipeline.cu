@@ -13,6 +13,7 @@
 
 #include "cuco.h"
 #include "cuco_gemm.h"
+#include "cuco_program.cuh"
 
 constexpr int kVec = 8;         // bf16 values per 16-byte vector
 constexpr int kThreads = 256;
@@ -30,22 +31,27 @@ __global__ void scatterToPages(const uint4* __restrict__ kv, uint4* __restrict__
   }
 }
 
-struct State {
-  cublasHandle_t blas;
-  cudaEvent_t fork, join, layerReady[kMaxLayers];
+struct State : cuco::Common {
+  cudaEvent_t layerReady[kMaxLayers];
+
+  int create(cuco_ctx_t* ctx, int reservedSms) {
+    CUCO_TRY(Common::create(ctx, reservedSms));
+    CUCO_CUDA(ctx, cuco::createEvents(layerReady, kMaxLayers));
+    return 0;
+  }
+  int destroy(cuco_ctx_t* ctx) {
+    CUCO_CUDA(ctx, cuco::destroyEvents(layerReady, kMaxLayers));
+    return Common::destroy(ctx);
+  }
 };
 
+// One side stream (checked by the runner before cuco_setup).
+CUCO_EXPORT void cuco_needs(cuco_needs_t* needs) { needs->sideStreams = 1; }
+
 CUCO_EXPORT int cuco_setup(cuco_ctx_t* ctx) {
-  if (ctx->nSideStreams < 1) CUCO_FAIL(ctx, "needs one side stream, got %d", ctx->nSideStreams);
   if (cuco_param(ctx, "L") > kMaxLayers) CUCO_FAIL(ctx, "at most %d layers, got %ld", kMaxLayers, (long)cuco_param(ctx, "L"));
-  State* s = new State();
-  ctx->state = s;
-  CUCO_CUBLAS(ctx, cublasCreate(&s->blas));
-  CUCO_CUBLAS(ctx, cublasSetStream(s->blas, ctx->stream));
-  CUCO_CUDA(ctx, cudaEventCreateWithFlags(&s->fork, cudaEventDisableTiming));
-  CUCO_CUDA(ctx, cudaEventCreateWithFlags(&s->join, cudaEventDisableTiming));
-  for (int l = 0; l < kMaxLayers; l++) CUCO_CUDA(ctx, cudaEventCreateWithFlags(&s->layerReady[l], cudaEventDisableTiming));
-  return 0;
+  State* s;
+  return cuco::newState(ctx, &s, 0);
 }
 
 CUCO_EXPORT int cuco_run(cuco_ctx_t* ctx) {
@@ -62,8 +68,7 @@ CUCO_EXPORT int cuco_run(cuco_ctx_t* ctx) {
   const int blocks = (int)((2 * S * rowVecs + kThreads - 1) / kThreads);
   cudaStream_t comm = ctx->sideStreams[0];
 
-  CUCO_CUDA(ctx, cudaEventRecord(s->fork, ctx->stream));
-  CUCO_CUDA(ctx, cudaStreamWaitEvent(comm, s->fork, 0));
+  CUCO_CUDA(ctx, cuco::streamAfter(comm, ctx->stream, s->fork));
   for (int64_t l = 0; l < L; l++) {
     __nv_bfloat16* kv = stage + l * stageLayer;
     if (ctx->rank == 0) {
@@ -85,18 +90,8 @@ CUCO_EXPORT int cuco_run(cuco_ctx_t* ctx) {
       CUCO_CUDA(ctx, cudaGetLastError());
     }
   }
-  CUCO_CUDA(ctx, cudaEventRecord(s->join, comm));
-  CUCO_CUDA(ctx, cudaStreamWaitEvent(ctx->stream, s->join, 0));
+  CUCO_CUDA(ctx, cuco::streamAfter(ctx->stream, comm, s->join));
   return 0;
 }
 
-CUCO_EXPORT int cuco_teardown(cuco_ctx_t* ctx) {
-  State* s = (State*)ctx->state;
-  CUCO_CUBLAS(ctx, cublasDestroy(s->blas));
-  CUCO_CUDA(ctx, cudaEventDestroy(s->fork));
-  CUCO_CUDA(ctx, cudaEventDestroy(s->join));
-  for (int l = 0; l < kMaxLayers; l++) CUCO_CUDA(ctx, cudaEventDestroy(s->layerReady[l]));
-  delete s;
-  ctx->state = NULL;
-  return 0;
-}
+CUCO_EXPORT int cuco_teardown(cuco_ctx_t* ctx) { return cuco::deleteState<State>(ctx); }

@@ -6,44 +6,28 @@
  * it names, in the decode rank's pool: no staging on the decode side, no scatter pass, no host. Each unit of
  * every put kernel bumps the decode rank's counter once its stores are issued; the decode rank's stream waits
  * until the counter has reached this run's count (nothing on the decode side can start earlier).
- * The design point (cuco/evolve/strategy.py): backend lsa, sync global (one counter, one wait);
+ * The design point (cuco_design_point.cuh; workload.toml accepts backend lsa, sync global: one counter, one wait):
  *   placement  deferred: every layer's GEMMs, then the puts, on one stream;
  *              stream_overlap: the puts of a group on side stream 0 while the next group is multiplied, cuBLAS
  *              held to fewer SMs (cublasSetSmCountTarget) so that the puts have SMs to run on
- *   issuer     CUCO_ISSUER_CTA / CUCO_ISSUER_WARP: the put kernel's unit that owns a contiguous slice of rows
- *   chunks     CUCO_CHUNKS: layers per put kernel (1 = one per layer; more = fewer, larger puts)
+ *   issuer     cta or warp: the put kernel's unit that owns a contiguous slice of rows
+ *   chunks     layers per put kernel (1 = one per layer; more = fewer, larger puts)
  *
  * A barrier opens each run on the put stream: the prefill rank stores into no pool before the decode rank has
  * finished its previous run and the runner has poisoned its pool for this one. Counters only grow (zeroed once,
  * in setup): it reaches epoch * groups * units once this run's puts have all landed.
- * Requires: pool and block_table symmetric; all ranks in one LSA team; one side stream (stream_overlap);
- * KV*D a multiple of 8 (rows of 16-byte vectors).
+ * Requires: KV*D a multiple of 8 (rows of 16-byte vectors); (workload.toml) pool and block_table symmetric, all
+ * ranks in one LSA team, one side stream.
  *************************************************************************/
 #include <cuda_bf16.h>
 
 #include "cuco.h"
-#include "cuco_collectives.cuh"
-#include "cuco_design_point.cuh"
 #include "cuco_gemm.h"
 #include "cuco_strategy.cuh"
 
-// ---- The design point --------------------------------------------------------------------------------
-
-#if !defined(CUCO_BACKEND_LSA) || !defined(CUCO_SYNC_GLOBAL)
-#error "the put strategy is backend lsa, sync global"
-#endif
-#if defined(CUCO_PLACEMENT_DEFERRED) + defined(CUCO_PLACEMENT_STREAM_OVERLAP) != 1
-#error "placement deferred or stream_overlap"
-#endif
-
-using cuco::Issuer;
-using cuco::kIssuer;
-#if defined(CUCO_PLACEMENT_STREAM_OVERLAP)
-constexpr bool kOverlap = true;
-#else
-constexpr bool kOverlap = false;
-#endif
-constexpr int kLayersPerPut = cuco::kChunks;
+using namespace cuco::point;
+constexpr bool kOverlap = kPlacement == Placement::StreamOverlap;
+constexpr int kLayersPerPut = kChunks;
 
 // ---- Constants ---------------------------------------------------------------------------------------
 
@@ -60,20 +44,21 @@ constexpr int kWarp = cuco::kWarpSize;
 constexpr int kUnroll = 4;       // 16-byte loads in flight per lane: one 2 KB row (KV*D = 1024) per warp per pass
 using Elem = __nv_bfloat16;
 
-#define CHECK(call)     \
-  do {                  \
-    if (call) return 1; \
-  } while (0)
+// The arrival counter: how many units of the prefill rank's put kernels have landed here, over all runs.
+static cuco::Counters counters;
 
-// The arrival counter lives in the device communicator's resource buffer (not a workload buffer: the runner poisons
-// those before every trial). Filled in during ncclDevCommCreate.
-static ncclDevResourceRequirements flagsReq;
-static ncclDevResourceHandle_t flagsHandle;
+struct State : cuco::Common {
+  cudaEvent_t groupReady[kMaxGroups];
 
-struct State {
-  cublasHandle_t blas;
-  cudaEvent_t fork, join, groupReady[kMaxGroups];
-  unsigned long long epoch;  // runs so far
+  int create(cuco_ctx_t* ctx, int reservedSms) {
+    CUCO_TRY(Common::create(ctx, reservedSms));
+    CUCO_CUDA(ctx, cuco::createEvents(groupReady, kMaxGroups));
+    return 0;
+  }
+  int destroy(cuco_ctx_t* ctx) {
+    CUCO_CUDA(ctx, cuco::destroyEvents(groupReady, kMaxGroups));
+    return Common::destroy(ctx);
+  }
 };
 
 struct Shape {
@@ -96,7 +81,7 @@ static Shape shapeOf(const cuco_ctx_t* ctx) {
 // slice's rows in turn (the page lookup once per row), a warp's lanes the row's 16-byte vectors, kUnroll loads
 // in flight before their stores. Then each unit bumps the decode rank's counter.
 template <Issuer I>
-__global__ void __launch_bounds__(kPutThreads) putKernel(ncclDevComm devComm, ncclDevResourceHandle_t flagsHandle,
+__global__ void __launch_bounds__(kPutThreads) putKernel(ncclDevComm devComm, ncclDevResourceHandle_t counterHandle,
                                                          ncclWindow_t poolWin, ncclWindow_t tableWin, int decode,
                                                          const uint4* stage, int l0, int l1, int64_t S, int64_t page,
                                                          int64_t pool, int rowVecs) {
@@ -124,7 +109,7 @@ __global__ void __launch_bounds__(kPutThreads) putKernel(ncclDevComm devComm, nc
     }
   }
   Unit::sync();  // every thread of the unit has issued its stores before lane 0 releases them
-  if (me.lane == 0) cuco::bumpCounter(devComm, flagsHandle, decode, 0);
+  if (me.lane == 0) cuco::bumpCounter(devComm, counterHandle, decode, 0);
 }
 
 // ---- The prefill rank's work -------------------------------------------------------------------------
@@ -145,7 +130,7 @@ static int gemms(cuco_ctx_t* ctx, State* s, const Shape& sh, int l0, int l1) {
 static int put(cuco_ctx_t* ctx, const Shape& sh, cudaStream_t st, int g) {
   const int l0 = g * kLayersPerPut, l1 = (int)(l0 + kLayersPerPut < sh.L ? l0 + kLayersPerPut : sh.L);
   putKernel<kIssuer><<<kPutCtas, kPutThreads, 0, st>>>(
-      ctx->devComm, flagsHandle, cuco_buffer(ctx, "pool")->window, cuco_buffer(ctx, "block_table")->window,
+      ctx->devComm, counters.handle, cuco_buffer(ctx, "pool")->window, cuco_buffer(ctx, "block_table")->window,
       ctx->nRanks - 1, (const uint4*)cuco_buffer(ctx, "kv_stage")->ptr, l0, l1, sh.S, sh.page, sh.pool,
       (int)(sh.cols / kVec));
   CUCO_CUDA(ctx, cudaGetLastError());
@@ -154,17 +139,16 @@ static int put(cuco_ctx_t* ctx, const Shape& sh, cudaStream_t st, int g) {
 
 static int prefill(cuco_ctx_t* ctx, State* s, const Shape& sh) {
   if (!kOverlap) {
-    CHECK(gemms(ctx, s, sh, 0, (int)sh.L));
-    for (int g = 0; g < sh.groups; g++) CHECK(put(ctx, sh, ctx->stream, g));
+    CUCO_TRY(gemms(ctx, s, sh, 0, (int)sh.L));
+    for (int g = 0; g < sh.groups; g++) CUCO_TRY(put(ctx, sh, ctx->stream, g));
     return 0;
   }
   cudaStream_t side = ctx->sideStreams[0];
   for (int g = 0; g < sh.groups; g++) {
     const int l0 = g * kLayersPerPut;
-    CHECK(gemms(ctx, s, sh, l0, (int)(l0 + kLayersPerPut < sh.L ? l0 + kLayersPerPut : sh.L)));
-    CUCO_CUDA(ctx, cudaEventRecord(s->groupReady[g], ctx->stream));
-    CUCO_CUDA(ctx, cudaStreamWaitEvent(side, s->groupReady[g], 0));
-    CHECK(put(ctx, sh, side, g));
+    CUCO_TRY(gemms(ctx, s, sh, l0, (int)(l0 + kLayersPerPut < sh.L ? l0 + kLayersPerPut : sh.L)));
+    CUCO_CUDA(ctx, cuco::streamAfter(side, ctx->stream, s->groupReady[g]));
+    CUCO_TRY(put(ctx, sh, side, g));
   }
   return 0;
 }
@@ -173,29 +157,16 @@ static int prefill(cuco_ctx_t* ctx, State* s, const Shape& sh) {
 
 CUCO_EXPORT void cuco_dev_requirements(const cuco_ctx_t* ctx, ncclDevCommRequirements* reqs) {
   reqs->lsaBarrierCount = 1;
-  cuco::counterRequirements(reqs, &flagsReq, &flagsHandle, 1);
+  counters.require(reqs, 1);
 }
 
 CUCO_EXPORT int cuco_setup(cuco_ctx_t* ctx) {
   const Shape sh = shapeOf(ctx);
-  if (kOverlap && ctx->nSideStreams < 1) CUCO_FAIL(ctx, "needs one side stream");
-  if (!ctx->hasDevComm || ctx->devComm.lsaSize != ctx->nRanks)
-    CUCO_FAIL(ctx, "all ranks must share one LSA team (one NVLink domain)");
-  if (!cuco_buffer(ctx, "pool")->symmetric || !cuco_buffer(ctx, "block_table")->symmetric)
-    CUCO_FAIL(ctx, "pool and block_table must be symmetric");
   if (sh.groups > kMaxGroups) CUCO_FAIL(ctx, "at most %d put groups, got %ld", kMaxGroups, (long)sh.groups);
   if (sh.cols % kVec) CUCO_FAIL(ctx, "KV*D must be a multiple of %d", kVec);
-  State* s = new State();
-  ctx->state = s;
-  int sms = 0;
-  CUCO_CUDA(ctx, cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, ctx->cudaDevice));
-  CUCO_CUBLAS(ctx, cublasCreate(&s->blas));
-  CUCO_CUBLAS(ctx, cublasSetStream(s->blas, ctx->stream));
-  if (kOverlap) CUCO_CUBLAS(ctx, cublasSetSmCountTarget(s->blas, sms - kOverlapSms));
-  CUCO_CUDA(ctx, cudaEventCreateWithFlags(&s->fork, cudaEventDisableTiming));
-  CUCO_CUDA(ctx, cudaEventCreateWithFlags(&s->join, cudaEventDisableTiming));
-  for (int g = 0; g < kMaxGroups; g++) CUCO_CUDA(ctx, cudaEventCreateWithFlags(&s->groupReady[g], cudaEventDisableTiming));
-  CUCO_CUDA(ctx, cuco::resetCounters(ctx->devComm, flagsHandle, 1, ctx->stream));
+  State* s;
+  CUCO_TRY(cuco::newState(ctx, &s, kOverlap ? kOverlapSms : 0));
+  CUCO_CUDA(ctx, counters.reset(ctx->devComm, ctx->stream));
   return 0;
 }
 
@@ -203,34 +174,16 @@ CUCO_EXPORT int cuco_run(cuco_ctx_t* ctx) {
   State* s = (State*)ctx->state;
   const Shape sh = shapeOf(ctx);
   s->epoch++;
-  if (kOverlap) {
-    CUCO_CUDA(ctx, cudaEventRecord(s->fork, ctx->stream));
-    CUCO_CUDA(ctx, cudaStreamWaitEvent(ctx->sideStreams[0], s->fork, 0));
-  }
+  if (kOverlap) CUCO_CUDA(ctx, cuco::streamAfter(ctx->sideStreams[0], ctx->stream, s->fork));
   // Every rank meets at the run's barrier; the prefill rank's on its put stream, ahead of the first put.
-  cuco::barrierKernel<<<1, cuco::kSmallKernelThreads, 0, kOverlap && ctx->rank == 0 ? ctx->sideStreams[0] : ctx->stream>>>(
-      ctx->devComm);
-  CUCO_CUDA(ctx, cudaGetLastError());
-  if (ctx->rank == 0) CHECK(prefill(ctx, s, sh));
+  CUCO_CUDA(ctx, cuco::barrier(ctx->devComm, kOverlap && ctx->rank == 0 ? ctx->sideStreams[0] : ctx->stream));
+  if (ctx->rank == 0) CUCO_TRY(prefill(ctx, s, sh));
   if (ctx->rank == ctx->nRanks - 1) {
     const unsigned long long target = s->epoch * sh.groups * (unsigned long long)kUnitsPerPut;
-    cuco::awaitCounterKernel<<<1, cuco::kSmallKernelThreads, 0, ctx->stream>>>(ctx->devComm, flagsHandle, 0, target);
-    CUCO_CUDA(ctx, cudaGetLastError());
+    CUCO_CUDA(ctx, counters.await(ctx->devComm, ctx->stream, 0, 1, target));
   }
-  if (kOverlap) {
-    CUCO_CUDA(ctx, cudaEventRecord(s->join, ctx->sideStreams[0]));
-    CUCO_CUDA(ctx, cudaStreamWaitEvent(ctx->stream, s->join, 0));
-  }
+  if (kOverlap) CUCO_CUDA(ctx, cuco::streamAfter(ctx->stream, ctx->sideStreams[0], s->join));
   return 0;
 }
 
-CUCO_EXPORT int cuco_teardown(cuco_ctx_t* ctx) {
-  State* s = (State*)ctx->state;
-  CUCO_CUBLAS(ctx, cublasDestroy(s->blas));
-  CUCO_CUDA(ctx, cudaEventDestroy(s->fork));
-  CUCO_CUDA(ctx, cudaEventDestroy(s->join));
-  for (int g = 0; g < kMaxGroups; g++) CUCO_CUDA(ctx, cudaEventDestroy(s->groupReady[g]));
-  delete s;
-  ctx->state = NULL;
-  return 0;
-}
+CUCO_EXPORT int cuco_teardown(cuco_ctx_t* ctx) { return cuco::deleteState<State>(ctx); }

@@ -13,54 +13,31 @@
  * The unit that moves a run bumps a counter of the receiving rank once its stores are issued; the receiving stream
  * waits on the counter before it reads. Counters only grow (zeroed once, in setup): each rank keeps the running
  * totals it waits for.
- * The design point (cuco/evolve/strategy.py): backend lsa;
+ * The design point (cuco_design_point.cuh; workload.toml accepts backend lsa):
  *   placement  deferred: dispatch, wait, every expert, combine, wait, on one stream |
- *              stream_overlap: the dispatch on side stream 0; the experts in CUCO_CHUNKS groups, each started once
+ *              stream_overlap: the dispatch on side stream 0; the experts in `chunks` groups, each started once
  *              its rows have arrived; each group's combine on side stream 1 while the next group computes, cuBLAS
  *              held to all SMs but kOverlapSms (cublasSetSmCountTarget) so that the stores have SMs to run on
  *   sync       global: one dispatch counter (the experts wait for the whole dispatch) | chunk: one per group
- *   issuer     CUCO_ISSUER_CTA / CUCO_ISSUER_WARP: the unit that moves one run and signals it
- *   chunks     CUCO_CHUNKS: groups of consecutive local experts
- * Requires: dispatch, combine and counts symmetric; all ranks in one LSA team; two side streams (stream_overlap);
- * HID and FF multiples of 8.
+ *   issuer     cta or warp: the unit that moves one run and signals it
+ *   chunks     groups of consecutive local experts
+ * Requires: HID and FF multiples of 8; (workload.toml) dispatch, combine and counts symmetric, all ranks in one LSA
+ * team, two side streams.
  *************************************************************************/
 #include <cuda_bf16.h>
 
 #include "cuco.h"
-#include "cuco_design_point.cuh"
 #include "cuco_gemm.h"
 #include "cuco_moe.cuh"
 #include "cuco_strategy.cuh"
 
-// ---- The design point --------------------------------------------------------------------------------
-
-#if !defined(CUCO_BACKEND_LSA)
-#error "the MoE strategy is backend lsa"
-#endif
-#if defined(CUCO_PLACEMENT_DEFERRED) + defined(CUCO_PLACEMENT_STREAM_OVERLAP) != 1
-#error "placement deferred or stream_overlap"
-#endif
-#if defined(CUCO_SYNC_GLOBAL) + defined(CUCO_SYNC_CHUNK) != 1
-#error "sync global or chunk"
-#endif
-
-using cuco::Issuer;
-using cuco::kIssuer;
-#if defined(CUCO_PLACEMENT_STREAM_OVERLAP)
-constexpr bool kOverlap = true;
-#else
-constexpr bool kOverlap = false;
-#endif
-#if defined(CUCO_SYNC_CHUNK)
-constexpr bool kPerGroup = true;
-#else
-constexpr bool kPerGroup = false;
-#endif
-constexpr int kGroups = cuco::kChunks;
+using namespace cuco::point;
+constexpr bool kOverlap = kPlacement == Placement::StreamOverlap;
+constexpr bool kPerGroup = kSync == Sync::Chunk;
+constexpr int kGroups = kChunks;
 
 // ---- Constants ---------------------------------------------------------------------------------------
 
-constexpr int kMaxRanks = 8;
 constexpr int kVec = 8;  // bf16 values per 16-byte vector
 // The put kernel's shape: 32 CTAs of 512 threads, as the KV transfer's overlapped puts (two per kept SM).
 constexpr int kPutCtas = 32;
@@ -72,30 +49,38 @@ static_assert(cuco::kMaxChunks <= cuco::moe::kMaxGroups, "a group per chunk");
 constexpr int kCounters = kCombineCounter + 1;
 using Elem = __nv_bfloat16;
 
-#define CHECK(call)     \
-  do {                  \
-    if (call) return 1; \
-  } while (0)
-
 using cuco::moe::Layout;
 using cuco::moe::Run;
 
-static ncclDevResourceRequirements flagsReq;
-static ncclDevResourceHandle_t flagsHandle;
+static cuco::Counters counters;
 
-struct State {
-  cublasHandle_t blas;
+// Events: fork starts the dispatch stream, join brings it back; chunkReady[g]: group g's experts are done.
+struct State : cuco::Common {
   cuco::moe::Routing routing;
   Elem *sendRows, *h13, *h, *out;
   int32_t* hostCounts;  // pinned, [world][E]
   Run *hostRuns, *runs;  // pinned and device: the dispatch's runs, then the combine's
-  cudaEvent_t fork, dispatched, combined, groupDone[cuco::kMaxChunks];
+  cudaEvent_t combined;  // the combine stream brought back
   unsigned long long dispatchSeen[cuco::kMaxChunks], combineSeen;  // running totals of runs into this rank
+
+  int create(cuco_ctx_t* ctx, int reservedSms) {
+    CUCO_TRY(Common::create(ctx, reservedSms));
+    CUCO_CUDA(ctx, cuco::createEvents(&combined, 1));
+    return 0;
+  }
+  int destroy(cuco_ctx_t* ctx) {
+    CUCO_CUDA(ctx, cuco::moe::freeRouting(&routing));
+    for (void* p : {(void*)sendRows, (void*)h13, (void*)h, (void*)out, (void*)runs}) CUCO_CUDA(ctx, cudaFree(p));
+    CUCO_CUDA(ctx, cudaFreeHost(hostCounts));
+    CUCO_CUDA(ctx, cudaFreeHost(hostRuns));
+    CUCO_CUDA(ctx, cuco::destroyEvents(&combined, 1));
+    return Common::destroy(ctx);
+  }
 };
 
 struct Shape {
   int64_t T, HID, K, FF;
-  cuco::moe::Split split;  // the experts over the ranks, in CUCO_CHUNKS groups (one per local expert if fewer)
+  cuco::moe::Split split;  // the experts over the ranks, in `chunks` groups (one per local expert if fewer)
 };
 
 static Shape shapeOf(const cuco_ctx_t* ctx) {
@@ -173,16 +158,14 @@ static int experts(cuco_ctx_t* ctx, State* s, const Shape& sh, const Layout& L, 
 static int put(cuco_ctx_t* ctx, State* s, const Shape& sh, cudaStream_t st, const char* win, const Elem* src, int r0,
                int r1) {
   if (r1 <= r0) return 0;
-  putRunsKernel<kIssuer><<<kPutCtas, kPutThreads, 0, st>>>(ctx->devComm, flagsHandle, cuco_buffer(ctx, win)->window,
+  putRunsKernel<kIssuer><<<kPutCtas, kPutThreads, 0, st>>>(ctx->devComm, counters.handle, cuco_buffer(ctx, win)->window,
                                                           (const uint4*)src, s->runs, r0, r1, (int)(sh.HID / kVec));
   CUCO_CUDA(ctx, cudaGetLastError());
   return 0;
 }
 
 static int await(cuco_ctx_t* ctx, int counter, unsigned long long target) {
-  cuco::awaitCounterKernel<<<1, cuco::kSmallKernelThreads, 0, ctx->stream>>>(ctx->devComm, flagsHandle, counter,
-                                                                              target);
-  CUCO_CUDA(ctx, cudaGetLastError());
+  CUCO_CUDA(ctx, counters.await(ctx->devComm, ctx->stream, counter, counter + 1, target));
   return 0;
 }
 
@@ -190,30 +173,18 @@ static int await(cuco_ctx_t* ctx, int counter, unsigned long long target) {
 
 CUCO_EXPORT void cuco_dev_requirements(const cuco_ctx_t* ctx, ncclDevCommRequirements* reqs) {
   reqs->lsaBarrierCount = 1;
-  cuco::counterRequirements(reqs, &flagsReq, &flagsHandle, kCounters);
+  counters.require(reqs, kCounters);
 }
 
 CUCO_EXPORT int cuco_setup(cuco_ctx_t* ctx) {
   const Shape sh = shapeOf(ctx);
   const int world = ctx->nRanks;
-  if (world > kMaxRanks) CUCO_FAIL(ctx, "at most %d ranks, got %d", kMaxRanks, world);
   if (sh.K > cuco::moe::kMaxTopK) CUCO_FAIL(ctx, "TOPK at most %d, got %ld", cuco::moe::kMaxTopK, (long)sh.K);
   if (sh.split.E > cuco::moe::kMaxExperts) CUCO_FAIL(ctx, "at most %d experts, got %ld", cuco::moe::kMaxExperts, (long)sh.split.E);
   if (sh.HID % kVec || sh.FF % kVec) CUCO_FAIL(ctx, "HID and FF must be multiples of %d", kVec);
-  if (kOverlap && ctx->nSideStreams < 2) CUCO_FAIL(ctx, "needs two side streams");
-  if (!ctx->hasDevComm || ctx->devComm.lsaSize != world) CUCO_FAIL(ctx, "all ranks must share one LSA team");
-  for (const char* name : {"dispatch", "combine", "counts"})
-    if (!cuco_buffer(ctx, name)->symmetric) CUCO_FAIL(ctx, "%s must be symmetric", name);
-  State* s = new State();
-  ctx->state = s;
+  State* s;
+  CUCO_TRY(cuco::newState(ctx, &s, kOverlap ? kOverlapSms : 0));
   const int64_t pairs = sh.T * sh.K, rows = world * pairs;  // this rank's pairs; the most its experts can get
-  CUCO_CUBLAS(ctx, cublasCreate(&s->blas));
-  CUCO_CUBLAS(ctx, cublasSetStream(s->blas, ctx->stream));
-  if (kOverlap) {
-    int sms = 0;
-    CUCO_CUDA(ctx, cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, ctx->cudaDevice));
-    CUCO_CUBLAS(ctx, cublasSetSmCountTarget(s->blas, sms - kOverlapSms));
-  }
   CUCO_CUDA(ctx, cuco::moe::allocRouting(&s->routing, sh.T, sh.split.E, sh.K));
   CUCO_CUDA(ctx, cudaMalloc(&s->sendRows, pairs * sh.HID * sizeof(Elem)));
   CUCO_CUDA(ctx, cudaMalloc(&s->h13, rows * 2 * sh.FF * sizeof(Elem)));
@@ -223,11 +194,7 @@ CUCO_EXPORT int cuco_setup(cuco_ctx_t* ctx) {
   CUCO_CUDA(ctx, cudaMallocHost(&s->hostCounts, world * sh.split.E * sizeof(int32_t)));
   CUCO_CUDA(ctx, cudaMallocHost(&s->hostRuns, maxRuns * sizeof(Run)));
   CUCO_CUDA(ctx, cudaMalloc(&s->runs, maxRuns * sizeof(Run)));
-  for (cudaEvent_t* e : {&s->fork, &s->dispatched, &s->combined})
-    CUCO_CUDA(ctx, cudaEventCreateWithFlags(e, cudaEventDisableTiming));
-  for (int g = 0; g < cuco::kMaxChunks; g++)
-    CUCO_CUDA(ctx, cudaEventCreateWithFlags(&s->groupDone[g], cudaEventDisableTiming));
-  CUCO_CUDA(ctx, cuco::resetCounters(ctx->devComm, flagsHandle, kCounters, ctx->stream));
+  CUCO_CUDA(ctx, counters.reset(ctx->devComm, ctx->stream));
   return 0;
 }
 
@@ -257,48 +224,29 @@ CUCO_EXPORT int cuco_run(cuco_ctx_t* ctx) {
 
   // 3. Dispatch; each group of experts once its rows are in; its outputs back to their ranks.
   cudaStream_t dispatchStream = kOverlap ? ctx->sideStreams[0] : st, combineStream = kOverlap ? ctx->sideStreams[1] : st;
-  if (kOverlap) {
-    CUCO_CUDA(ctx, cudaEventRecord(s->fork, st));
-    CUCO_CUDA(ctx, cudaStreamWaitEvent(dispatchStream, s->fork, 0));
-  }
-  CHECK(put(ctx, s, sh, dispatchStream, "dispatch", s->sendRows, 0, L.nDispatch));
+  if (kOverlap) CUCO_CUDA(ctx, cuco::streamAfter(dispatchStream, st, s->fork));
+  CUCO_TRY(put(ctx, s, sh, dispatchStream, "dispatch", s->sendRows, 0, L.nDispatch));
   for (int g = 0; g < sh.split.groups; g++) {
-    if (kPerGroup || g == 0) CHECK(await(ctx, g, s->dispatchSeen[g]));
-    CHECK(experts(ctx, s, sh, L, cuco::moe::groupStart(sh.split, g), cuco::moe::groupStart(sh.split, g + 1)));
+    if (kPerGroup || g == 0) CUCO_TRY(await(ctx, g, s->dispatchSeen[g]));
+    CUCO_TRY(experts(ctx, s, sh, L, cuco::moe::groupStart(sh.split, g), cuco::moe::groupStart(sh.split, g + 1)));
     if (kOverlap) {
-      CUCO_CUDA(ctx, cudaEventRecord(s->groupDone[g], st));
-      CUCO_CUDA(ctx, cudaStreamWaitEvent(combineStream, s->groupDone[g], 0));
-      CHECK(put(ctx, s, sh, combineStream, "combine", s->out, L.combineAt[g], L.combineAt[g + 1]));
+      CUCO_CUDA(ctx, cuco::streamAfter(combineStream, st, s->chunkReady[g]));
+      CUCO_TRY(put(ctx, s, sh, combineStream, "combine", s->out, L.combineAt[g], L.combineAt[g + 1]));
     }
   }
-  if (!kOverlap) CHECK(put(ctx, s, sh, st, "combine", s->out, L.combineAt[0], L.combineAt[sh.split.groups]));
+  if (!kOverlap) CUCO_TRY(put(ctx, s, sh, st, "combine", s->out, L.combineAt[0], L.combineAt[sh.split.groups]));
 
   // 4. Every output of this rank's pairs is in; the weighted sum per token.
-  CHECK(await(ctx, kCombineCounter, s->combineSeen));
+  CUCO_TRY(await(ctx, kCombineCounter, s->combineSeen));
   cuco::moe::combineRows<<<cuco::moe::blocksFor(sh.T * sh.HID), cuco::moe::kThreads, 0, st>>>(
       (const Elem*)cuco_buffer(ctx, "combine")->ptr, s->routing.slot, s->routing.weight,
       (Elem*)cuco_buffer(ctx, "y")->ptr, (int)sh.T, (int)sh.K, sh.HID);
   CUCO_CUDA(ctx, cudaGetLastError());
   if (kOverlap) {
-    CUCO_CUDA(ctx, cudaEventRecord(s->dispatched, dispatchStream));
-    CUCO_CUDA(ctx, cudaEventRecord(s->combined, combineStream));
-    CUCO_CUDA(ctx, cudaStreamWaitEvent(st, s->dispatched, 0));
-    CUCO_CUDA(ctx, cudaStreamWaitEvent(st, s->combined, 0));
+    CUCO_CUDA(ctx, cuco::streamAfter(st, dispatchStream, s->join));
+    CUCO_CUDA(ctx, cuco::streamAfter(st, combineStream, s->combined));
   }
   return 0;
 }
 
-CUCO_EXPORT int cuco_teardown(cuco_ctx_t* ctx) {
-  State* s = (State*)ctx->state;
-  CUCO_CUBLAS(ctx, cublasDestroy(s->blas));
-  CUCO_CUDA(ctx, cuco::moe::freeRouting(&s->routing));
-  for (void* p : {(void*)s->sendRows, (void*)s->h13, (void*)s->h, (void*)s->out, (void*)s->runs})
-    CUCO_CUDA(ctx, cudaFree(p));
-  CUCO_CUDA(ctx, cudaFreeHost(s->hostCounts));
-  CUCO_CUDA(ctx, cudaFreeHost(s->hostRuns));
-  for (cudaEvent_t e : {s->fork, s->dispatched, s->combined}) CUCO_CUDA(ctx, cudaEventDestroy(e));
-  for (int g = 0; g < cuco::kMaxChunks; g++) CUCO_CUDA(ctx, cudaEventDestroy(s->groupDone[g]));
-  delete s;
-  ctx->state = NULL;
-  return 0;
-}
+CUCO_EXPORT int cuco_teardown(cuco_ctx_t* ctx) { return cuco::deleteState<State>(ctx); }
