@@ -46,3 +46,26 @@ def test_strategy_point_is_correct(wl, name, point, tmp_path, prebuilt):
                                           small_shapes=[s.name for s in spec.small_shapes],
                                           gpus=list(range(WORLD)), timeout_s=60, work_dir=tmp_path / "w"))
     assert rec.ok, rec.error
+
+
+NEEDS_TOO_MUCH = """#include "cuco.h"
+CUCO_EXPORT void cuco_needs(cuco_needs_t* needs) {{ {needs} }}
+CUCO_EXPORT int cuco_setup(cuco_ctx_t* ctx) {{ CUCO_FAIL(ctx, "cuco_setup ran"); }}
+CUCO_EXPORT int cuco_run(cuco_ctx_t* ctx) {{ return 0; }}
+CUCO_EXPORT int cuco_teardown(cuco_ctx_t* ctx) {{ return 0; }}
+"""
+
+
+@pytest.mark.parametrize("needs,reason", [
+    ("needs->sideStreams = 4;", "needs 4 side streams; the runner gives 2"),
+    ('cuco_need_symmetric(needs, "b");', "needs buffer b symmetric"),
+    ('cuco_need_symmetric(needs, "nope");', "needs buffer nope, which the workload does not have"),
+    ("needs->lsaTeam = 1;", "exports no cuco_dev_requirements"),
+])
+def test_a_need_the_run_cannot_meet_fails_with_its_reason_before_setup(needs, reason, tmp_path):
+    spec = SPECS["gemm_allgather"]
+    src = tmp_path / "needy.cu"
+    src.write_text(NEEDS_TOO_MUCH.format(needs=needs))
+    rec = evaluate(spec, src, EvalOptions(device="cuda", max_level="L2", small_shapes=[spec.small_shapes[0].name],
+                                          gpus=list(range(WORLD)), timeout_s=60, work_dir=tmp_path / "w"))
+    assert not rec.ok and reason in rec.error and "cuco_setup ran" not in rec.error, rec.error
