@@ -10,7 +10,7 @@ from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
 import pytest
-from conftest import GEMM_AG, ROOT
+from conftest import ROOT
 
 from cuco.runner import build as b
 from cuco.runner.cuda_checks import check_and_build, check_library_symbols, check_preprocessed, line_directive_problems

@@ -46,7 +46,7 @@ def needs_export(strategy: StrategySpec) -> str:
         return ""
     lines = [f"  needs->lsaTeam = {int(req.lsa_team)};", f"  needs->sideStreams = {req.side_streams};"]
     lines += [f'  cuco_need_symmetric(needs, "{name}");' for name in req.symmetric]
-    return ("\n// What the strategy needs from the runner ([strategies." + strategy.name + "] requires in workload.toml).\n"
+    return (f"\n// What the strategy needs of the run ([strategies.{strategy.name}] requires in workload.toml).\n"
             "CUCO_EXPORT void cuco_needs(cuco_needs_t* needs) {\n" + "\n".join(lines) + "\n}\n")
 
 

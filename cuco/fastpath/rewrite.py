@@ -168,8 +168,8 @@ def _group(ops: list[Op], number: int, window: _Windows, scalars: dict[str, str 
 
 
 def _overlapped(op: Op, window: _Windows, site: int, join: int, src: bytes) -> tuple[str, tuple[tuple[int, int], str]]:
-    """OP's call moved to a side stream under CUCO_PLACEMENT_STREAM_OVERLAP (cuco::onSideStream), and the join
-    statement put at byte JOIN, where its buffers are next used."""
+    """OP's call moved to a side stream under CUCO_COLL_SIDE_STREAM (cuco::onSideStream; placement stream_overlap),
+    and the join statement put at byte JOIN, where its buffers are next used."""
     stream = op.args["stream"]
     call = (f"cuco::onSideStream(ctx, {site}, {stream}, [&](cudaStream_t cucoSide) {{ "
             f"return {_replacement(op, window, 'cucoSide')}; }})")
@@ -181,8 +181,8 @@ def _overlapped(op: Op, window: _Windows, site: int, join: int, src: bytes) -> t
 def rewrite(program: Path | Analysis, spec: WorkloadSpec, overlap: dict[int, int] | None = None) -> Rewrite:
     """The program with its NCCL calls replaced by device-side collectives; PROGRAM is a file or its analysis (the
     bytes analysed are the bytes edited: the source is parsed once). OVERLAP: collectives (op index -> the byte of
-    their join) that move to a side stream when the program is compiled with CUCO_PLACEMENT_STREAM_OVERLAP; the
-    caller proves each safe (cuco/fastpath/knobs.py)."""
+    their join) that move to a side stream when the program is compiled with CUCO_COLL_SIDE_STREAM (placement
+    stream_overlap); the caller proves each safe (cuco/fastpath/knobs.py)."""
     overlap = overlap or {}
     analysis = program if isinstance(program, Analysis) else analyze(Path(program))
     path, src = analysis.path, analysis.source
