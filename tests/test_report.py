@@ -31,8 +31,12 @@ def _run(tmp_path, generations=12):
     cfg = RunConfig()
     cfg.search.generations, cfg.search.shape = generations, "8k"
 
+    calls = iter(range(1 << 30))
+
     def evaluator(spec, src, slot, work, name=None):
         rec = fake_evaluator(spec, src, slot, work)
+        if next(calls) % 4 == 1:  # a failure every fourth evaluation, whatever the code's hash
+            rec.ok, rec.level_reached, rec.failed_level = False, "L2", "L2"
         if not rec.ok:
             rec.error = "<script>alert(1)</script> planted failure"
         rec.shapes["8k"].bound.speed_of_light_ms = 0.25
