@@ -44,12 +44,14 @@ inline cudaError_t destroyEvents(cudaEvent_t* ev, int n) {
   return cudaSuccess;
 }
 
-// What most programs hold between runs. A program's State derives from it and adds its own; a State with
-// resources of its own hides destroy() with one that releases them and then calls Common::destroy.
+// What most programs hold between runs, with kReady events for the pieces a run is cut into (chunks, layers,
+// groups). A program's State derives from it and adds its own; a State with resources of its own hides create()
+// and destroy() with ones that call Common's and add them.
+template <int kReady = kMaxChunks>
 struct Common {
-  cublasHandle_t blas;                 // GEMMs on the main stream
-  cudaEvent_t fork, join;              // a side stream forked from the main one, and joined back
-  cudaEvent_t chunkReady[kMaxChunks];  // chunk j is done on the stream that recorded it
+  cublasHandle_t blas;             // GEMMs on the main stream
+  cudaEvent_t fork, join;          // a side stream forked from the main one, and joined back
+  cudaEvent_t chunkReady[kReady];  // piece j is done on the stream that recorded it
   unsigned long long epoch;            // runs so far: counters that only grow are waited on at multiples of it
 
   // reservedSms > 0: cuBLAS leaves that many SMs to the kernels that run beside its GEMMs.
@@ -58,7 +60,7 @@ struct Common {
     if (reservedSms > 0) CUCO_CUBLAS(ctx, cuco_gemm_leave_sms(blas, ctx->cudaDevice, reservedSms));
     CUCO_CUDA(ctx, createEvents(&fork, 1));
     CUCO_CUDA(ctx, createEvents(&join, 1));
-    CUCO_CUDA(ctx, createEvents(chunkReady, kMaxChunks));
+    CUCO_CUDA(ctx, createEvents(chunkReady, kReady));
     return 0;
   }
 
@@ -66,7 +68,7 @@ struct Common {
     CUCO_CUBLAS(ctx, cublasDestroy(blas));
     CUCO_CUDA(ctx, destroyEvents(&fork, 1));
     CUCO_CUDA(ctx, destroyEvents(&join, 1));
-    CUCO_CUDA(ctx, destroyEvents(chunkReady, kMaxChunks));
+    CUCO_CUDA(ctx, destroyEvents(chunkReady, kReady));
     return 0;
   }
 };

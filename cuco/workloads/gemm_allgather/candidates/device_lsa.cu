@@ -18,7 +18,7 @@
 #include "cuco_gemm.h"
 #include "cuco_program.cuh"
 
-struct State : cuco::Common {};
+struct State : cuco::Common<> {};
 
 CUCO_EXPORT void cuco_dev_requirements(const cuco_ctx_t* ctx, ncclDevCommRequirements* reqs) {
   cuco::coll_requirements(reqs);

@@ -18,7 +18,7 @@
 #define K_CHUNKS 4
 static_assert(K_CHUNKS <= cuco::kMaxChunks, "an event per piece");
 
-struct State : cuco::Common {};  // chunkReady[j]: piece j of every peer's shard received
+struct State : cuco::Common<> {};  // chunkReady[j]: piece j of every peer's shard received
 
 // One side stream (checked by the runner before cuco_setup).
 CUCO_EXPORT void cuco_needs(cuco_needs_t* needs) { needs->sideStreams = 1; }

@@ -57,7 +57,7 @@ constexpr size_t kBytesPerElem = sizeof(__nv_bfloat16);
 static cuco::Counters counters;
 
 // epoch: chunk j is complete when its counter reaches epoch * signals.
-struct State : cuco::Common {
+struct State : cuco::Common<> {
   cublasHandle_t blasSide;  // side stream 1's: a handle's workspace must not be shared by concurrent GEMMs
   cudaEvent_t joinGemm;     // side stream 1 joined back
   char* peerA[cuco::kMaxRanks];   // CE: every rank's shard of A, mapped into this rank's address space

@@ -34,7 +34,7 @@ using Elem = __nv_bfloat16;                     // a, b, c, partial and staging 
 constexpr size_t kPackElems = 16 / sizeof(Elem);
 
 // epoch: this run writes slot epoch % kSlots.
-struct State : cuco::Common {
+struct State : cuco::Common<> {
   char* peerPartial[cuco::kMaxRanks];  // every rank's partial, mapped into this rank's address space
 };
 

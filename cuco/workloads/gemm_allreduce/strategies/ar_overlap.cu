@@ -42,7 +42,7 @@ constexpr int64_t kPackElems = 16 / sizeof(Elem);
 static cuco::Counters counters;
 
 // epoch: this run writes slot (epoch - 1) % kSlots.
-struct State : cuco::Common {
+struct State : cuco::Common<> {
   char* peerPartial[cuco::kMaxRanks];  // every rank's partial, mapped into this rank's address space
 };
 

@@ -20,7 +20,7 @@
 #define K_CHUNKS 4
 static_assert(K_CHUNKS <= cuco::kMaxChunks, "an event per chunk");
 
-struct State : cuco::Common {};  // chunkReady[j]: chunk j of every block multiplied
+struct State : cuco::Common<> {};  // chunkReady[j]: chunk j of every block multiplied
 
 // One side stream (checked by the runner before cuco_setup).
 CUCO_EXPORT void cuco_needs(cuco_needs_t* needs) { needs->sideStreams = 1; }

@@ -45,7 +45,7 @@ constexpr size_t kPackElems = 16 / sizeof(Elem);  // a 16-byte pack: the reducti
 static cuco::Counters counters;
 
 // epoch: chunk j is complete everywhere at epoch * (nRanks - 1) signals.
-struct State : cuco::Common {
+struct State : cuco::Common<> {
   char* peerPartial[cuco::kMaxRanks];  // every rank's partial, mapped into this rank's address space (LSA)
 };
 

@@ -41,7 +41,7 @@ using Elem = cuco::rs::Elem;
 // Chunk counters: how many units of the previous rank's put kernels have stored chunk j here, over all runs.
 static cuco::Counters counters;
 
-struct State : cuco::Common {
+struct State : cuco::Common<> {
   bool firstPut;  // the run's first put kernel opens with the barrier
 };
 

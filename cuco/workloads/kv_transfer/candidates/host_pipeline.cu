@@ -31,19 +31,7 @@ __global__ void scatterToPages(const uint4* __restrict__ kv, uint4* __restrict__
   }
 }
 
-struct State : cuco::Common {
-  cudaEvent_t layerReady[kMaxLayers];
-
-  int create(cuco_ctx_t* ctx, int reservedSms) {
-    CUCO_TRY(Common::create(ctx, reservedSms));
-    CUCO_CUDA(ctx, cuco::createEvents(layerReady, kMaxLayers));
-    return 0;
-  }
-  int destroy(cuco_ctx_t* ctx) {
-    CUCO_CUDA(ctx, cuco::destroyEvents(layerReady, kMaxLayers));
-    return Common::destroy(ctx);
-  }
-};
+struct State : cuco::Common<kMaxLayers> {};  // chunkReady[l]: layer l's K and V computed
 
 // One side stream (checked by the runner before cuco_setup).
 CUCO_EXPORT void cuco_needs(cuco_needs_t* needs) { needs->sideStreams = 1; }
@@ -78,8 +66,8 @@ CUCO_EXPORT int cuco_run(cuco_ctx_t* ctx) {
       CUCO_CUBLAS(ctx, cuco_gemm_bf16(s->blas, x, wk + l * HID * cols, kv, S, HID, cols));
       CUCO_CUBLAS(ctx, cuco_gemm_bf16(s->blas, x, wv + l * HID * cols, kv + S * cols, S, HID, cols));
       if (sends) {
-        CUCO_CUDA(ctx, cudaEventRecord(s->layerReady[l], ctx->stream));
-        CUCO_CUDA(ctx, cudaStreamWaitEvent(comm, s->layerReady[l], 0));
+        CUCO_CUDA(ctx, cudaEventRecord(s->chunkReady[l], ctx->stream));
+        CUCO_CUDA(ctx, cudaStreamWaitEvent(comm, s->chunkReady[l], 0));
         CUCO_NCCL(ctx, ncclSend(kv, stageLayer, ncclBfloat16, decode, ctx->comm, comm));
       }
     }

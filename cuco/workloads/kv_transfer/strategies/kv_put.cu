@@ -47,19 +47,7 @@ using Elem = __nv_bfloat16;
 // The arrival counter: how many units of the prefill rank's put kernels have landed here, over all runs.
 static cuco::Counters counters;
 
-struct State : cuco::Common {
-  cudaEvent_t groupReady[kMaxGroups];
-
-  int create(cuco_ctx_t* ctx, int reservedSms) {
-    CUCO_TRY(Common::create(ctx, reservedSms));
-    CUCO_CUDA(ctx, cuco::createEvents(groupReady, kMaxGroups));
-    return 0;
-  }
-  int destroy(cuco_ctx_t* ctx) {
-    CUCO_CUDA(ctx, cuco::destroyEvents(groupReady, kMaxGroups));
-    return Common::destroy(ctx);
-  }
-};
+struct State : cuco::Common<kMaxGroups> {};  // chunkReady[g]: put group g's layers multiplied
 
 struct Shape {
   int64_t S, L, HID, cols, page, pool, groups;
@@ -147,7 +135,7 @@ static int prefill(cuco_ctx_t* ctx, State* s, const Shape& sh) {
   for (int g = 0; g < sh.groups; g++) {
     const int l0 = g * kLayersPerPut;
     CUCO_TRY(gemms(ctx, s, sh, l0, (int)(l0 + kLayersPerPut < sh.L ? l0 + kLayersPerPut : sh.L)));
-    CUCO_CUDA(ctx, cuco::streamAfter(side, ctx->stream, s->groupReady[g]));
+    CUCO_CUDA(ctx, cuco::streamAfter(side, ctx->stream, s->chunkReady[g]));
     CUCO_TRY(put(ctx, sh, side, g));
   }
   return 0;

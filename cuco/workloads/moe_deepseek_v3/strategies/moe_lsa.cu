@@ -55,7 +55,7 @@ using cuco::moe::Run;
 static cuco::Counters counters;
 
 // Events: fork starts the dispatch stream, join brings it back; chunkReady[g]: group g's experts are done.
-struct State : cuco::Common {
+struct State : cuco::Common<> {
   cuco::moe::Routing routing;
   Elem *sendRows, *h13, *h, *out;
   int32_t* hostCounts;  // pinned, [world][E]
