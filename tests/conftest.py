@@ -17,7 +17,7 @@ def _is_collective(root: Path) -> bool:
     from cuco.workload import load_workload
     from cuco.workload.reference import load_reference
 
-    return (root / "seed.cu").is_file() and not hasattr(load_reference(load_workload(root)), "compute_alone")
+    return (root / "seed.cu").is_file() and load_reference(load_workload(root)).compute_alone is None
 
 
 COLLECTIVES = sorted(p.parent for p in WORKLOADS.glob("*/workload.toml") if _is_collective(p.parent))

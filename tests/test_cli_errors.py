@@ -35,7 +35,8 @@ def _workload(tmp_path: Path, toml_text: str) -> Path:
     root = tmp_path / "wl"
     root.mkdir()
     (root / "workload.toml").write_text(toml_text)
-    (root / "reference.py").write_text("# reference\n")
+    (root / "reference.py").write_text("def make_inputs(p, world, rank, gen, device): ...\n"
+                                       "def reference(p, world, rank, inputs): ...\n")
     (root / "cand.py").write_text("# candidate\n")
     return root
 

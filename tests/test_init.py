@@ -17,6 +17,7 @@ from conftest import WORKLOADS
 from cuco.errors import CucoError
 from cuco.scaffold import create_workload
 from cuco.workload.check import check_workload
+from cuco.workload.contract import RankView
 from cuco.workload.expr import ExprError, eval_expr
 from cuco.workload.spec import WorkloadSpec, load_workload
 
@@ -119,13 +120,13 @@ def test_reference_stubs_say_what_to_write_and_raise_until_written(tmp_path):
     made = create_workload("ag", WORKLOADS / "gemm_allgather" / "seed.cu", tmp_path)
     ref = _reference(made.root)
     for fn, args in (("make_inputs", ({}, 2, 0, None, "cpu")), ("reference", ({}, 2, 0, [])),
-                     ("compute_alone", ({}, 2, 0, [], {}, None)), ("comm_alone", ({}, 2, 0, [], {}, None))):
+                     ("compute_alone", (RankView({}, 2, 0, []),)), ("comm_alone", (RankView({}, 2, 0, []),))):
         with pytest.raises(NotImplementedError, match=fn):
             getattr(ref, fn)(*args)
     assert '"a": shape (p["M"] // world, p["K"]), torch.bfloat16' in ref.make_inputs.__doc__
     assert '"c": shape (p["M"], p["N"] // world), torch.bfloat16' in ref.reference.__doc__
     assert "ncclAllGather (a -> a_gathered)" in ref.reference.__doc__
-    assert "dist.all_gather_into_tensor(out, bufs['a'], group=group)" in ref.comm_alone.__doc__
+    assert "dist.all_gather_into_tensor(out, view.bufs['a'], group=view.group)" in ref.comm_alone.__doc__
 
 
 def test_communication_only_program_has_no_compute_stub(tmp_path):
@@ -387,10 +388,10 @@ def test_comm_alone_names_only_workload_buffers(tmp_path):
     for source in [PROGRAMS / f"{p}.cu" for p in WANT] + [WORKLOADS / s / "seed.cu" for s in SEEDS]:
         made = create_workload(f"{source.parent.name}_{source.stem}", source, tmp_path)
         doc = _reference(made.root).comm_alone.__doc__
-        assert set(re.findall(r"bufs\['([^']+)'\]", doc)) <= set(load_workload(made.root).buffers), source
+        assert set(re.findall(r"view\.bufs\['([^']+)'\]", doc)) <= set(load_workload(made.root).buffers), source
     doc = _reference(tmp_path / "init_programs_zero_sgd_reducescatter").comm_alone.__doc__
-    assert "out = torch.empty(bufs['grad'].numel() // world, dtype=bufs['grad'].dtype" in doc
-    assert "dist.reduce_scatter_tensor(out, bufs['grad'], op=dist.ReduceOp.SUM, group=group)" in doc
+    assert "out = torch.empty(view.bufs['grad'].numel() // view.world, dtype=view.bufs['grad'].dtype" in doc
+    assert "dist.reduce_scatter_tensor(out, view.bufs['grad'], op=dist.ReduceOp.SUM, group=view.group)" in doc
 
 
 def test_kernel_outputs_are_read_from_the_kernel_body(tmp_path):

@@ -63,6 +63,16 @@ other = "kernels/other.cu"
 """
 
 
+REFERENCE = """\
+def make_inputs(p, world, rank, gen, device):
+    raise NotImplementedError
+
+
+def reference(p, world, rank, inputs):
+    raise NotImplementedError
+"""
+
+
 def mutate(text: str, old: str, new: str) -> str:
     """Replace one exact, present fragment of the template (fails loudly if the template drifted)."""
     assert text.count(old) == 1, f"fragment not found exactly once in template: {old!r}"
@@ -76,7 +86,7 @@ def make_workload(tmp_path: Path, toml_text: str = BASE, *, reference: bool = Tr
     root.mkdir(parents=True)
     (root / "workload.toml").write_text(toml_text)
     if reference:
-        (root / "reference.py").write_text("# reference for tests\n")
+        (root / "reference.py").write_text(REFERENCE)
     for rel in candidates:
         p = root / rel
         p.parent.mkdir(parents=True, exist_ok=True)
@@ -277,6 +287,41 @@ def test_missing_reference_py(tmp_path):
     msg = load_error(root)
     assert str(root / "reference.py") in msg
     assert "missing reference.py" in msg
+
+
+@pytest.mark.parametrize("old,new,where,words", [
+    ("def reference(", "def reference_of(", "reference.py",
+     "defines no reference(p, world, rank, inputs) (the outputs every candidate is checked against)"),
+    ("def make_inputs(p, world, rank, gen, device)", "def make_inputs(p, world, rank, gen)", "reference.py:1",
+     "make_inputs takes 4 arguments; the judge calls make_inputs(p, world, rank, gen, device)"),
+    ("", "def compute_alone(p, world, rank, inputs, bufs, group):\n    pass\n", "reference.py:1",
+     "compute_alone takes 6 arguments; the judge calls compute_alone(view)"),
+    ("", "def comm_alone():\n    pass\n", "reference.py:1", "comm_alone takes 0 arguments"),
+    ("def make_inputs(p, world, rank, gen, device)", "def make_inputs(p, world, rank, gen, device, x, y=1)",
+     "reference.py:1", "make_inputs takes 6 to 7 arguments"),
+    ("def reference(p, world, rank, inputs):", "def reference(p, world,", "reference.py:5", "invalid Python"),
+])
+def test_a_reference_that_breaks_the_contract_fails_the_load(tmp_path, old, new, where, words):
+    """The judge's calls, held to reference.py's definitions when the workload loads: the function and its line."""
+    root = make_workload(tmp_path)
+    (root / "reference.py").write_text(mutate(REFERENCE, old, new) if old else new + REFERENCE)
+    msg = load_error(root)
+    assert msg.startswith(f"{root / where}: ") and words in msg, msg
+
+
+@pytest.mark.parametrize("text", [
+    REFERENCE.replace("def reference(p, world, rank, inputs):", "def reference(*args):"),
+    REFERENCE.replace("def reference(p, world, rank, inputs):", "def reference(p, world, rank, inputs, extra=0):"),
+    REFERENCE + "\ndef compute_alone(view):\n    pass\n\n\ndef make_parameters(p, world, rank, gen, device):\n    pass\n",
+    "from shared import make_inputs\n" + REFERENCE.split("\n\n\n")[1],
+    REFERENCE.split("\n\n\n")[0] + "\n\n\nreference = make_inputs\n",
+])
+def test_a_reference_within_the_contract_loads(tmp_path, text):
+    """Defaults and *args fit any call; a name imported or assigned is taken as defined (its callability is checked
+    when the judge loads the module)."""
+    root = make_workload(tmp_path)
+    (root / "reference.py").write_text(text)
+    assert load_workload(root).name == "tiny"
 
 
 def test_missing_workload_toml(tmp_path):

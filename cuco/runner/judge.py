@@ -44,6 +44,7 @@ from cuco.runner.pages import key_offset
 from cuco.runner.sandbox import judge_state, kill_descendants, remove_shm_files, state_changes
 from cuco.runner.timing import cross_check, graphed, time_references_cpu, time_references_cuda
 from cuco.runner.verify import Check, compare, poison, same
+from cuco.workload.contract import RankView
 from cuco.workload.reference import ReferenceMissing, load_reference
 from cuco.workload.spec import READ_ROLES, load_workload
 
@@ -305,7 +306,7 @@ class Judge:
         names = [b.name for b in self.spec.buffers.values() if b.role == "parameter"]
         if not names:
             return {}
-        make = getattr(self.ref, "make_parameters", None)
+        make = self.ref.make_parameters
         out = {}
         for r in range(self.world):
             gen = torch.Generator(device=self.device).manual_seed(seed * 1_000_003 + r)
@@ -613,13 +614,13 @@ class Judge:
                 self.l2.flush()
 
         for key in ("compute_alone", "comm_alone"):
-            factory = getattr(self.ref, key, None)
+            factory = getattr(self.ref, key)
             if factory is None:
                 continue
             group = (dist.new_group(backend="nccl", device_id=self.device) if self.cuda else self.gloo) \
                 if key == "comm_alone" else None  # type: ignore[call-arg]
             self.mark(f"bounds: timing {key}")
-            fn = factory(params, self.world, self.rank, inputs, bufs, group)
+            fn = factory(RankView(params, self.world, self.rank, inputs, bufs, group))
             if key == "compute_alone":
                 fn = delivered(fn)
             if self.cuda and key == "compute_alone":

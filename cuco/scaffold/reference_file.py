@@ -37,7 +37,8 @@ def _step(op: Op, names: dict[str, str]) -> str:
 
 # Elements of a collective's send buffer per element received, as Python over `world`: how to size the one end
 # from the other where the program's own allocation, not a workload buffer, is that end.
-SEND_PER_RECV = {"ncclAllGather": ("// world", "* world"), "ncclReduceScatter": ("* world", "// world")}
+SEND_PER_RECV = {"ncclAllGather": ("// view.world", "* view.world"),
+                 "ncclReduceScatter": ("* view.world", "// view.world")}
 IN_PLACE = ("ncclAllReduce", "ncclBroadcast", "ncclReduce")
 
 
@@ -54,14 +55,15 @@ def _ends(op: Op, by_source: dict[str, str]) -> tuple[list[str], str, str] | Non
     from_recv, from_send = SEND_PER_RECV.get(op.name, ("", ""))
     if send is None and recv is None:
         return None
-    lines, send_expr = [], f"bufs[{send!r}]"
+    lines, send_expr = [], f"view.bufs[{send!r}]"
     if send is None:
-        lines.append(f"send = {_sized_like(f'bufs[{recv!r}]', from_recv)}  # the program sends from its own buffer")
+        sized = _sized_like(f"view.bufs[{recv!r}]", from_recv)
+        lines.append(f"send = {sized}  # the program sends from its own buffer")
         send_expr = "send"
     if op.name in IN_PLACE:
         lines.append(f"out = {send_expr}.clone()")
     elif recv is not None:
-        lines.append(f"out = torch.empty_like(bufs[{recv!r}])")
+        lines.append(f"out = torch.empty_like(view.bufs[{recv!r}])")
     else:
         lines.append(f"out = {_sized_like(send_expr, from_send)}  # the program receives into its own buffer")
     return lines, send_expr, "out"
@@ -72,19 +74,19 @@ def _comm_hint(sc: Scaffold) -> list[str]:
     buffers (an end the program allocates itself is made here, sized from the other)."""
     op = next((o for o in sc.steps if o.kind == "collective"), None)
     if op is None:
-        return ["(the program's send/recv exchange alone, e.g. with dist.batch_isend_irecv on group)"]
+        return ["(the program's send/recv exchange alone, e.g. with dist.batch_isend_irecv on view.group)"]
     ends = _ends(op, {b.source: b.name for b in sc.buffers})
     if ends is None:
         return [f"(the program's {op.name} (line {op.line}) moves buffers it allocates itself: make tensors of the "
                 "sizes it moves, and the same call of torch.distributed on them)"]
     lines, send, out = ends
     red = f", op=dist.ReduceOp.{REDUCE_OPS.get(op.args.get('op', ''), 'SUM')}"
-    calls = {"ncclAllGather": f"dist.all_gather_into_tensor({out}, {send}, group=group)",
-             "ncclReduceScatter": f"dist.reduce_scatter_tensor({out}, {send}{red}, group=group)",
-             "ncclAlltoAll": f"dist.all_to_all_single({out}, {send}, group=group)",
-             "ncclAllReduce": f"dist.all_reduce({out}{red}, group=group)",
-             "ncclBroadcast": f"dist.broadcast({out}, src=0, group=group)",
-             "ncclReduce": f"dist.reduce({out}, dst=0{red}, group=group)"}
+    calls = {"ncclAllGather": f"dist.all_gather_into_tensor({out}, {send}, group=view.group)",
+             "ncclReduceScatter": f"dist.reduce_scatter_tensor({out}, {send}{red}, group=view.group)",
+             "ncclAlltoAll": f"dist.all_to_all_single({out}, {send}, group=view.group)",
+             "ncclAllReduce": f"dist.all_reduce({out}{red}, group=view.group)",
+             "ncclBroadcast": f"dist.broadcast({out}, src=0, group=view.group)",
+             "ncclReduce": f"dist.reduce({out}, dst=0{red}, group=view.group)"}
     return ["import torch.distributed as dist", *lines, f"return lambda: {calls.get(op.name, 'the collective on out')}"]
 
 
@@ -129,10 +131,11 @@ def _reference(sc: Scaffold) -> list[str]:
 
 def _compute_alone(sc: Scaffold) -> list[str]:
     names = sorted({o.name for o in sc.steps if computes(o)})
-    return ["def compute_alone(p, world, rank, inputs, bufs, group):",
+    return ["def compute_alone(view: RankView):",
             '    """The program\'s computation alone, with the best library version of it (torch.matmul for a',
-            "    GEMM), on already communicated data: the compute half of the physical bound. bufs are this rank's",
-            "    buffers; group is None. Return a function of no argument that runs it once (it is timed).",
+            "    GEMM), on already communicated data: the compute half of the physical bound. view.bufs are this",
+            "    rank's buffers, view.inputs every rank's inputs. Return a function of no argument that runs it once",
+            "    (it is timed).",
             f"    The program computes with: {', '.join(names)}.",
             '    """',
             ('    raise NotImplementedError("reference.py: write compute_alone, or delete it to bound by '
@@ -140,10 +143,10 @@ def _compute_alone(sc: Scaffold) -> list[str]:
 
 
 def _comm_alone(sc: Scaffold) -> list[str]:
-    return ["def comm_alone(p, world, rank, inputs, bufs, group):",
-            '    """The program\'s communication alone, through torch.distributed on `group`: on a machine without a',
-            "    measured link rate it stands for the communication half of the bound. Return a function of no",
-            "    argument that runs it once (it is timed). For the program's first collective:",
+    return ["def comm_alone(view: RankView):",
+            '    """The program\'s communication alone, through torch.distributed on view.group: on a machine',
+            "    without a measured link rate it stands for the communication half of the bound. Return a function",
+            "    of no argument that runs it once (it is timed). For the program's first collective:",
             *[f"        {line}" for line in _comm_hint(sc)],
             '    """',
             '    raise NotImplementedError("reference.py: write comm_alone (its docstring shows the collective)")']
@@ -154,6 +157,6 @@ def reference_py(sc: Scaffold) -> str:
     parts = [f'"""Reference of the {sc.name} workload (scaffolded by `cuco init` from {sc.program.name}): what the',
              "program computes, in PyTorch. Write each function as its docstring says; until then it raises",
              'NotImplementedError, and no candidate is verified or timed against a guess."""', "",
-             "import torch", "", ""]
+             "import torch", "", "from cuco.workload.contract import RankView", "", ""]
     funcs = [_make_inputs(sc), _reference(sc)] + ([_compute_alone(sc)] if sc.has_compute() else []) + [_comm_alone(sc)]
     return "\n\n\n".join("\n".join(f) for f in [parts[:-2]] + funcs) + "\n"

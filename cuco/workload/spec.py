@@ -15,6 +15,7 @@ from cuco.errors import CucoError
 from cuco.machine import SAFE_ENV
 from cuco.tomlconfig import Section as _Section
 from cuco.tomlconfig import load_dataclass as _load_dataclass
+from cuco.workload.contract import check_contract
 from cuco.workload.expr import ExprError, eval_expr, names_in
 
 if sys.version_info >= (3, 11):
@@ -394,6 +395,7 @@ def load_workload(root: Path, world_size: int | None = None) -> WorkloadSpec:
     top.done()
     if not (root / "reference.py").is_file():
         raise CucoError(str(root / "reference.py"), "missing reference.py")
+    check_contract(root / "reference.py")
     notes_path = root / "notes.md"
     spec = WorkloadSpec(name=name, root=root, description=description,
                         world_size=world if world_size is None else world_size, params=params, shapes=shapes,

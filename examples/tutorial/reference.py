@@ -2,6 +2,8 @@
 
 import torch
 
+from cuco.workload.contract import RankView
+
 
 def make_inputs(p, world, rank, gen, device):
     """This rank's activations and gain; of order one, so that bf16 rounding is judged fairly."""
@@ -20,24 +22,24 @@ def _scale_rows(x, gain):
     return partial, partial.float().sum(dim=1)
 
 
-def compute_alone(p, world, rank, inputs, bufs, group):
+def compute_alone(view: RankView):
     """The scaling and the row sums, the compute half of the bound: compiled by torch into one pass over x, as
     the program's kernel does it (run eagerly, torch reads x three times, and a bound from that would sit above
     what the program itself reaches)."""
-    x, gain = bufs["x"], bufs["gain"]
+    x, gain = view.bufs["x"], view.bufs["gain"]
     fused = torch.compile(_scale_rows, dynamic=False)
     return lambda: fused(x, gain)
 
 
-def comm_alone(p, world, rank, inputs, bufs, group):
+def comm_alone(view: RankView):
     """The all-reduce of the scaled activations and the all-gather of the row sums, through torch.distributed."""
     import torch.distributed as dist
 
-    partial, sums = torch.empty_like(bufs["out"]), torch.empty(p["T"], device=bufs["out"].device)
-    gathered = torch.empty(world * p["T"], device=bufs["out"].device)
+    partial, sums = torch.empty_like(view.bufs["out"]), torch.empty(view.params["T"], device=view.bufs["out"].device)
+    gathered = torch.empty(view.world * view.params["T"], device=view.bufs["out"].device)
 
     def run():
-        dist.all_reduce(partial, group=group)
-        dist.all_gather_into_tensor(gathered, sums, group=group)
+        dist.all_reduce(partial, group=view.group)
+        dist.all_gather_into_tensor(gathered, sums, group=view.group)
 
     return run

@@ -2,6 +2,8 @@
 
 import torch
 
+from cuco.workload.contract import RankView
+
 
 def make_inputs(p, world, rank, gen, device):
     return {"x": torch.randn(p["N"], generator=gen, device=device).to(torch.bfloat16)}
@@ -11,8 +13,8 @@ def reference(p, world, rank, inputs):
     return {"y": sum(inp["x"].double() for inp in inputs)}
 
 
-def comm_alone(p, world, rank, inputs, bufs, group):
+def comm_alone(view: RankView):
     import torch.distributed as dist
 
-    work = bufs["x"].clone()
-    return lambda: dist.all_reduce(work, group=group)
+    work = view.bufs["x"].clone()
+    return lambda: dist.all_reduce(work, group=view.group)

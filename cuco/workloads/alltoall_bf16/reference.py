@@ -2,6 +2,8 @@
 
 import torch
 
+from cuco.workload.contract import RankView
+
 
 def make_inputs(p, world, rank, gen, device):
     return {"x": torch.randn(p["N"], generator=gen, device=device).to(torch.bfloat16)}
@@ -12,7 +14,7 @@ def reference(p, world, rank, inputs):
     return {"y": torch.cat([inp["x"][rank * b:(rank + 1) * b] for inp in inputs]).double()}
 
 
-def comm_alone(p, world, rank, inputs, bufs, group):
+def comm_alone(view: RankView):
     import torch.distributed as dist
 
-    return lambda: dist.all_to_all_single(bufs["y"], bufs["x"], group=group)
+    return lambda: dist.all_to_all_single(view.bufs["y"], view.bufs["x"], group=view.group)

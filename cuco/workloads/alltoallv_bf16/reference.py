@@ -2,6 +2,8 @@
 
 import torch
 
+from cuco.workload.contract import RankView
+
 
 def make_inputs(p, world, rank, gen, device):
     n = p["N"]
@@ -22,8 +24,9 @@ def reference(p, world, rank, inputs):
     return {"y": torch.cat([y, torch.zeros(p["N"] - y.numel(), dtype=torch.float64, device=y.device)])}
 
 
-def comm_alone(p, world, rank, inputs, bufs, group):
+def comm_alone(view: RankView):
     import torch.distributed as dist
 
-    n = p["N"] // world
-    return lambda: dist.all_to_all_single(bufs["y"][:n * world], bufs["x"][:n * world], group=group)
+    rows = view.params["N"] // view.world * view.world
+    y, x = view.bufs["y"][:rows], view.bufs["x"][:rows]
+    return lambda: dist.all_to_all_single(y, x, group=view.group)

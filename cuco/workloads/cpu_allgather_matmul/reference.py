@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import torch
 
+from cuco.workload.contract import RankView
+
 
 def make_inputs(p: dict[str, int], world: int, rank: int, gen: torch.Generator, device) -> dict[str, torch.Tensor]:
     m, k = p["M"] // world, p["K"]
@@ -22,14 +24,14 @@ def reference(p: dict[str, int], world: int, rank: int,
     return {"c": a @ inputs[rank]["b"].double()}
 
 
-def compute_alone(p, world, rank, inputs, bufs, group):
-    a_full = torch.cat([inp["a"] for inp in inputs])
-    b, c = bufs["b"], bufs["c"]
+def compute_alone(view: RankView):
+    a_full = torch.cat([inp["a"] for inp in view.inputs])
+    b, c = view.bufs["b"], view.bufs["c"]
     return lambda: torch.matmul(a_full, b, out=c)
 
 
-def comm_alone(p, world, rank, inputs, bufs, group):
+def comm_alone(view: RankView):
     import torch.distributed as dist
 
-    a, out = bufs["a"], torch.empty_like(bufs["a_gathered"])
-    return lambda: dist.all_gather(list(out.chunk(world)), a, group=group)
+    a, out = view.bufs["a"], torch.empty_like(view.bufs["a_gathered"])
+    return lambda: dist.all_gather(list(out.chunk(view.world)), a, group=view.group)

@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import torch
 
+from cuco.workload.contract import RankView
+
 
 def make_inputs(p: dict[str, int], world: int, rank: int, gen: torch.Generator, device) -> dict[str, torch.Tensor]:
     m, k = p["M"] // world, p["K"]
@@ -23,16 +25,16 @@ def reference(p: dict[str, int], world: int, rank: int,
     return {"c": a @ inputs[rank]["b"].float()}
 
 
-def compute_alone(p, world, rank, inputs, bufs, group):
+def compute_alone(view: RankView):
     """The GEMM alone, through cuBLAS (torch.matmul), on the already gathered A: the bound's compute half."""
-    a_full = torch.cat([inp["a"] for inp in inputs])
-    b, c = bufs["b"], bufs["c"]
+    a_full = torch.cat([inp["a"] for inp in view.inputs])
+    b, c = view.bufs["b"], view.bufs["c"]
     return lambda: torch.matmul(a_full, b, out=c)
 
 
-def comm_alone(p, world, rank, inputs, bufs, group):
+def comm_alone(view: RankView):
     """NCCL's (or gloo's) all-gather alone: reported beside the bound."""
     import torch.distributed as dist
 
-    a, out = bufs["a"], torch.empty_like(bufs["a_gathered"])
-    return lambda: dist.all_gather_into_tensor(out, a, group=group)
+    a, out = view.bufs["a"], torch.empty_like(view.bufs["a_gathered"])
+    return lambda: dist.all_gather_into_tensor(out, a, group=view.group)

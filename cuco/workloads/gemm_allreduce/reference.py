@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import torch
 
+from cuco.workload.contract import RankView
+
 
 def make_inputs(p: dict[str, int], world: int, rank: int, gen: torch.Generator, device) -> dict[str, torch.Tensor]:
     m, k = p["M"], p["K"] // world
@@ -22,15 +24,15 @@ def reference(p: dict[str, int], world: int, rank: int,
     return {"c": sum(inp["a"].float() @ inp["b"].float() for inp in inputs)}
 
 
-def compute_alone(p, world, rank, inputs, bufs, group):
+def compute_alone(view: RankView):
     """This rank's partial product through cuBLAS (torch.matmul): the bound's compute half."""
-    a, b, c = bufs["a"], bufs["b"], bufs["c"]
+    a, b, c = view.bufs["a"], view.bufs["b"], view.bufs["c"]
     return lambda: torch.matmul(a, b, out=c)
 
 
-def comm_alone(p, world, rank, inputs, bufs, group):
+def comm_alone(view: RankView):
     """NCCL's all-reduce of one partial product alone: reported beside the bound."""
     import torch.distributed as dist
 
-    out = torch.empty_like(bufs["c"])
-    return lambda: dist.all_reduce(out, group=group)
+    out = torch.empty_like(view.bufs["c"])
+    return lambda: dist.all_reduce(out, group=view.group)

@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import torch
 
+from cuco.workload.contract import RankView
+
 
 def make_inputs(p: dict[str, int], world: int, rank: int, gen: torch.Generator, device) -> dict[str, torch.Tensor]:
     m, k = p["M"], p["K"] // world
@@ -24,15 +26,15 @@ def reference(p: dict[str, int], world: int, rank: int,
     return {"c": sum(inp["a"][rows].float() @ inp["b"].float() for inp in inputs)}
 
 
-def compute_alone(p, world, rank, inputs, bufs, group):
+def compute_alone(view: RankView):
     """This rank's whole partial product through cuBLAS (torch.matmul): the bound's compute half."""
-    a, b, partial = bufs["a"], bufs["b"], bufs["partial"]
+    a, b, partial = view.bufs["a"], view.bufs["b"], view.bufs["partial"]
     return lambda: torch.matmul(a, b, out=partial)
 
 
-def comm_alone(p, world, rank, inputs, bufs, group):
+def comm_alone(view: RankView):
     """NCCL's reduce-scatter of the partial products alone: reported beside the bound."""
     import torch.distributed as dist
 
-    partial, out = bufs["partial"], torch.empty_like(bufs["c"])
-    return lambda: dist.reduce_scatter_tensor(out, partial, group=group)
+    partial, out = view.bufs["partial"], torch.empty_like(view.bufs["c"])
+    return lambda: dist.reduce_scatter_tensor(out, partial, group=view.group)

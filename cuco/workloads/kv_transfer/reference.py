@@ -6,6 +6,8 @@ from __future__ import annotations
 
 import torch
 
+from cuco.workload.contract import RankView
+
 
 def pages(p: dict[str, int]) -> int:
     return (p["S"] + p["PAGE"] - 1) // p["PAGE"]
@@ -48,29 +50,29 @@ def reference(p: dict[str, int], world: int, rank: int,
     return {"pool": pool}
 
 
-def compute_alone(p, world, rank, inputs, bufs, group):
+def compute_alone(view: RankView):
     """The prefill rank's projections alone, through cuBLAS (torch.matmul), into the contiguous staging buffer."""
-    if rank != 0:
+    if view.rank != 0:
         return lambda: None
-    x, wk, wv, stage = bufs["x"], bufs["wk"], bufs["wv"], bufs["kv_stage"]
+    x, wk, wv, stage = view.bufs["x"], view.bufs["wk"], view.bufs["wv"], view.bufs["kv_stage"]
 
     def run():
-        for layer in range(p["L"]):
+        for layer in range(view.params["L"]):
             torch.matmul(x, wk[layer], out=stage[layer, 0])
             torch.matmul(x, wv[layer], out=stage[layer, 1])
     return run
 
 
-def comm_alone(p, world, rank, inputs, bufs, group):
+def comm_alone(view: RankView):
     """NCCL moving every layer's contiguous K and V from the prefill rank to the decode rank, in one send."""
     import torch.distributed as dist
 
-    stage, decode = bufs["kv_stage"], world - 1
-    if decode == 0 or rank not in (0, decode):
+    stage, decode = view.bufs["kv_stage"], view.world - 1
+    if decode == 0 or view.rank not in (0, decode):
         return lambda: None
-    op = dist.isend if rank == 0 else dist.irecv
+    op = dist.isend if view.rank == 0 else dist.irecv
 
     def run():
-        for req in dist.batch_isend_irecv([dist.P2POp(op, stage, decode if rank == 0 else 0, group)]):
+        for req in dist.batch_isend_irecv([dist.P2POp(op, stage, decode if view.rank == 0 else 0, view.group)]):
             req.wait()
     return run

@@ -6,6 +6,8 @@ from __future__ import annotations
 
 import torch
 
+from cuco.workload.contract import RankView
+
 
 def routing(logits: torch.Tensor, topk: int) -> tuple[torch.Tensor, torch.Tensor]:
     """Per token: the top-k experts by logit, in descending order, and their weights (softmax over those logits)."""
@@ -62,17 +64,17 @@ def reference(p: dict[str, int], world: int, rank: int,
     return {"y": y}
 
 
-def compute_alone(p, world, rank, inputs, bufs, group):
+def compute_alone(view: RankView):
     """The expert FFNs alone on the tokens this rank's experts receive from every rank, one cuBLAS call per
     projection per expert (torch.matmul), the tokens already in place: the bound's compute half."""
-    local = p["E"] // world
+    local = view.params["E"] // view.world
     counts = torch.zeros(local, dtype=torch.long)
-    for inp in inputs:
-        idx, _ = routing(inp["logits"], p["TOPK"])
-        mine = idx[(idx // local) == rank] % local
+    for inp in view.inputs:
+        idx, _ = routing(inp["logits"], view.params["TOPK"])
+        mine = idx[(idx // local) == view.rank] % local
         counts += torch.bincount(mine.cpu(), minlength=local)
-    w13, w2 = bufs["w13"], bufs["w2"]
-    xs = [torch.randn(int(n), p["HID"], device=w13.device).to(torch.bfloat16) for n in counts.tolist()]
+    w13, w2 = view.bufs["w13"], view.bufs["w2"]
+    xs = [torch.randn(int(n), view.params["HID"], device=w13.device).to(torch.bfloat16) for n in counts.tolist()]
 
     def run():
         for e, xe in enumerate(xs):
@@ -82,27 +84,27 @@ def compute_alone(p, world, rank, inputs, bufs, group):
     return run
 
 
-def comm_alone(p, world, rank, inputs, bufs, group):
+def comm_alone(view: RankView):
     """NCCL's all-to-allv of the dispatch (one row per token and chosen expert on another rank) and of the
     combine back, with this routing's counts: reported beside the bound."""
     import torch.distributed as dist
 
-    local, hid = p["E"] // world, p["HID"]
-    send = [0] * world  # rows this rank sends to each rank
-    recv = [0] * world
-    for src, inp in enumerate(inputs):
-        owner = routing(inp["logits"], p["TOPK"])[0] // local
-        for dst in range(world):
+    local, hid = view.params["E"] // view.world, view.params["HID"]
+    send = [0] * view.world  # rows this rank sends to each rank
+    recv = [0] * view.world
+    for src, inp in enumerate(view.inputs):
+        owner = routing(inp["logits"], view.params["TOPK"])[0] // local
+        for dst in range(view.world):
             n = int((owner == dst).sum())
-            if src == rank:
+            if src == view.rank:
                 send[dst] = n
-            if dst == rank:
+            if dst == view.rank:
                 recv[src] = n
-    send[rank] = recv[rank] = 0  # a rank's own tokens stay where they are
-    device = bufs["x"].device
+    send[view.rank] = recv[view.rank] = 0  # a rank's own tokens stay where they are
+    device = view.bufs["x"].device
     out_d, in_d = (torch.empty(sum(c), hid, dtype=torch.bfloat16, device=device) for c in (recv, send))
 
     def run():
-        dist.all_to_all_single(out_d, in_d, recv, send, group=group)
-        dist.all_to_all_single(in_d, out_d, send, recv, group=group)
+        dist.all_to_all_single(out_d, in_d, recv, send, group=view.group)
+        dist.all_to_all_single(in_d, out_d, send, recv, group=view.group)
     return run

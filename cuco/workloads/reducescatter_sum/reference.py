@@ -2,6 +2,8 @@
 
 import torch
 
+from cuco.workload.contract import RankView
+
 
 def make_inputs(p, world, rank, gen, device):
     return {"x": torch.randn(p["N"], generator=gen, device=device).to(torch.bfloat16)}
@@ -12,8 +14,8 @@ def reference(p, world, rank, inputs):
     return {"y": sum(inp["x"][rank * n:(rank + 1) * n].double() for inp in inputs)}
 
 
-def comm_alone(p, world, rank, inputs, bufs, group):
+def comm_alone(view: RankView):
     import torch.distributed as dist
 
-    out = torch.empty_like(bufs["y"])
-    return lambda: dist.reduce_scatter_tensor(out, bufs["x"], group=group)
+    out = torch.empty_like(view.bufs["y"])
+    return lambda: dist.reduce_scatter_tensor(out, view.bufs["x"], group=view.group)

@@ -7,6 +7,8 @@ import math
 
 import torch
 
+from cuco.workload.contract import RankView
+
 # Query rows per block of the reference: keeps the fp32 scores of one block of one KV group within a few GB at 128K.
 QUERY_BLOCK = 2048
 
@@ -58,23 +60,23 @@ def reference(p: dict[str, int], world: int, rank: int,
     return {"o": o, "lse": lse}
 
 
-def compute_alone(p, world, rank, inputs, bufs, group):
+def compute_alone(view: RankView):
     """This rank's attention work, block for block as the ring does it, each block merged into the running output by
     the log-sum-exp, with every rank's K and V already in hand: the same kernels as the programs
     (cuco.kernels.attention: the fastest attention the machine has, the fused merge), no communication: the bound's
     compute half."""
     from cuco.kernels.attention import block_attention, merge_lse_
 
-    c, scale, dev = chunk_len(p, world), 1.0 / math.sqrt(p["D"]), bufs["q"].device
-    q, o, lse = bufs["q"], bufs["o"], bufs["lse"]
-    blocks = [(inp["k"].to(dev), inp["v"].to(dev)) for inp in inputs]
+    c, scale, dev = chunk_len(view.params, view.world), 1.0 / math.sqrt(view.params["D"]), view.bufs["q"].device
+    q, o, lse = view.bufs["q"], view.bufs["o"], view.bufs["lse"]
+    blocks = [(inp["k"].to(dev), inp["v"].to(dev)) for inp in view.inputs]
     acc = torch.empty(q.shape, dtype=torch.float32, device=dev)
-    mine = (rank, 2 * world - 1 - rank)
+    mine = (view.rank, 2 * view.world - 1 - view.rank)
 
     def run():
         started = set()
         for src, (k, v) in enumerate(blocks):
-            theirs = (src, 2 * world - 1 - src)
+            theirs = (src, 2 * view.world - 1 - src)
             for i, qi in enumerate(mine):
                 for j, kj in enumerate(theirs):
                     if kj <= qi:
@@ -87,19 +89,19 @@ def compute_alone(p, world, rank, inputs, bufs, group):
     return run
 
 
-def comm_alone(p, world, rank, inputs, bufs, group):
+def comm_alone(view: RankView):
     """The ring's sends and receives of K and V alone, world - 1 steps: reported beside the bound."""
     import torch.distributed as dist
 
-    k, v = bufs["k"], bufs["v"]
-    nxt, prv = (rank + 1) % world, (rank - 1) % world
+    k, v = view.bufs["k"], view.bufs["v"]
+    nxt, prv = (view.rank + 1) % view.world, (view.rank - 1) % view.world
     send, recv = torch.cat([k, v]), torch.empty_like(torch.cat([k, v]))
 
     def ring():
         cur = send
-        for _ in range(world - 1):
-            reqs = dist.batch_isend_irecv([dist.P2POp(dist.isend, cur, nxt, group),
-                                           dist.P2POp(dist.irecv, recv, prv, group)])
+        for _ in range(view.world - 1):
+            reqs = dist.batch_isend_irecv([dist.P2POp(dist.isend, cur, nxt, view.group),
+                                           dist.P2POp(dist.irecv, recv, prv, view.group)])
             for r in reqs:
                 r.wait()
             cur = recv.clone()
