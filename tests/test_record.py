@@ -102,3 +102,18 @@ def test_a_shape_without_baselines_has_no_speedup_key_and_an_empty_one_survives(
     assert "speedup" not in s.to_dict() and s.to_dict()["references_ms"] == {}
     s.speedup = {}
     assert ShapeResult.from_dict(s.to_dict()).speedup == {}
+
+
+def test_a_rank_report_reads_back_what_the_judge_wrote():
+    """The judge's report and the launcher's reading of it are one type: every kind of stage comes back as the class
+    it was written as, and a report cut short (a judge that died early) reads as fewer stages, not an error."""
+    from cuco.runner.rank_report import BoundsStage, CorrectnessStage, RankReport, TimingStage
+
+    stages = [CorrectnessStage("L2", "s", 2, 1e-3),
+              TimingStage("s", True, "", [1, 4], [[1.0, 1.1]], [[1.2, 1.3]], [0.01], [], [], {"ok": True}),
+              BoundsStage("s", comm_alone_per_rank_ms=[[0.5]])]
+    report = RankReport(1, stages, done=True, sandbox="landlock", seed=7)
+    assert RankReport.from_json(json.loads(json.dumps(report.to_json()))) == report
+    assert stages[2].times() == {"comm_alone_per_rank_ms": [[0.5]]}
+    partial = RankReport.from_json({"rank": 0, "stages": [report.to_json()["stages"][0]], "unknown": 1})
+    assert partial.stages == stages[:1] and not partial.done and partial.error is None

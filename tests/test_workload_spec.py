@@ -312,7 +312,7 @@ def test_a_reference_that_breaks_the_contract_fails_the_load(tmp_path, old, new,
 @pytest.mark.parametrize("text", [
     REFERENCE.replace("def reference(p, world, rank, inputs):", "def reference(*args):"),
     REFERENCE.replace("def reference(p, world, rank, inputs):", "def reference(p, world, rank, inputs, extra=0):"),
-    REFERENCE + "\ndef compute_alone(view):\n    pass\n\n\ndef make_parameters(p, world, rank, gen, device):\n    pass\n",
+    REFERENCE + "\ndef compute_alone(view):\n    pass\n\n\ndef make_parameters(p, world, rank, gen, device): ...\n",
     "from shared import make_inputs\n" + REFERENCE.split("\n\n\n")[1],
     REFERENCE.split("\n\n\n")[0] + "\n\n\nreference = make_inputs\n",
 ])

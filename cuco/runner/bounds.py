@@ -19,6 +19,7 @@ from typing import Any
 from cuco.machine import fingerprint
 from cuco.paths import atomic_write_json, cuco_home
 from cuco.runner.job import Job, Stage
+from cuco.runner.rank_report import BoundsStage
 from cuco.runner.timing import REFERENCE_TIMING
 from cuco.workload.expr import eval_expr
 from cuco.workload.spec import Shape, WorkloadSpec
@@ -124,14 +125,14 @@ def _measure(spec: WorkloadSpec, shapes: list[str], device: str, gpus: list[int]
                   stages=[Stage("bounds", s) for s in shapes], out_dir=str(work),
                   host_port=free_port(), mode="bounds", gpus=list(gpus), env=dict(spec.nccl_env))
         res = launch(job, timeout_s, work / "job.json")
-        results = [o.result or {} for o in res.ranks]
-        errors = [r.get("error") for r in results if r.get("error")]
-        if res.timed_out or errors or not all(r.get("done") for r in results):
+        reports = [o.report for o in res.ranks]
+        errors = [r.error for r in reports if r.error]
+        if res.timed_out or errors or not all(r.done for r in reports):
             return "measuring the bound's references failed: " + (errors[0] if errors else "timeout" if res.timed_out
                                                                   else "a judge ended without a result")
-        for st in results[0]["stages"]:
-            atomic_write_json(paths[st["shape"]], {k: v for k, v in st.items()
-                                                   if k.endswith("_per_rank_ms") or k == "compute_alone_graphed"})
+        for st in reports[0].stages:
+            assert isinstance(st, BoundsStage), st
+            atomic_write_json(paths[st.shape], st.times())
         return ""
     finally:
         shutil.rmtree(work, ignore_errors=True)

@@ -22,6 +22,7 @@ from cuco.runner.build import build_harness, first_error
 from cuco.runner.cuda_checks import check_and_build
 from cuco.runner.job import Job, Stage
 from cuco.runner.launch import describe_exit, free_port, launch, make_gate_file
+from cuco.runner.rank_report import CorrectnessStage, StageResult, TimingStage
 from cuco.runner.record import Bound, Correctness, EvalRecord, ShapeResult, Timing
 from cuco.runner.static_checks import check_source
 from cuco.runner.stats import summarize
@@ -45,7 +46,7 @@ class EvalOptions:
     name: str | None = None  # the workload's name for the candidate (default: its file's stem)
 
 
-# A judge's kind of failure (judge.py) as the record's fault: a crash and a wrong result are the candidate's too.
+# A judge's kind of failure (rank_report.py) as the record's fault: a crash and a wrong result are the candidate's too.
 FAULTS = {"crash": "candidate", "verification": "candidate", "workload": "workload", "runner": "runner"}
 
 
@@ -166,12 +167,12 @@ def _level1(record: EvalRecord, candidate: Path, kind: str, text: str, opts: Eva
 
 
 def _interpret(spec, record: EvalRecord, res, stages, opts, baselines, references) -> EvalRecord:
-    per_rank = [o.result or {} for o in res.ranks]
-    done_stages = per_rank[0].get("stages", []) if per_rank else []
-    record.seed = per_rank[0].get("seed") if per_rank else None
-    record.sandbox = per_rank[0].get("sandbox", "") if per_rank else ""
+    per_rank = [o.report for o in res.ranks]
+    done_stages = per_rank[0].stages if per_rank else []
+    record.seed = per_rank[0].seed if per_rank else None
+    record.sandbox = per_rank[0].sandbox if per_rank else ""
     # The level of the first stage no rank finished.
-    finished = min(len(r.get("stages", [])) for r in per_rank) if per_rank else 0
+    finished = min(len(r.stages) for r in per_rank) if per_rank else 0
     current = stages[finished].level if finished < len(stages) else "L4"
     _collect(spec, record, done_stages, opts, baselines, references)
     if res.timed_out:
@@ -180,14 +181,13 @@ def _interpret(spec, record: EvalRecord, res, stages, opts, baselines, reference
         return _fail(record, current, f"timeout: killed every rank after {limit:.0f} s (hung; last steps: {where})",
                      _logs(res))
     if res.crashed:
-        cause = (res.ranks[_cause_first(res)[0]].result or {}).get("kind")
+        cause = res.ranks[_cause_first(res)[0]].report.kind
         return _fail(record, current, _crash_message(res), _logs(res), FAULTS.get(cause, "candidate"))
-    errors = [r for r in per_rank if r.get("error")]
+    errors = [r for r in per_rank if r.error]
     if errors:
-        return _fail(record, current, errors[0]["error"], _logs(res), FAULTS.get(errors[0].get("kind"), "candidate"))
+        return _fail(record, current, errors[0].error, _logs(res), FAULTS.get(errors[0].kind, "candidate"))
     # A rank passes only by its judge reporting every stage finished; an exit status alone means nothing.
-    unfinished = [o.rank for o in res.ranks if not (o.result or {}).get("done")
-                  or len((o.result or {}).get("stages", [])) < len(stages)]
+    unfinished = [o.rank for o in res.ranks if not o.report.done or len(o.report.stages) < len(stages)]
     if unfinished:
         return _fail(record, current, f"ranks {unfinished} ended without their judge reporting every stage done",
                      _logs(res))
@@ -204,13 +204,13 @@ def _crash_message(res) -> str:
     order = _cause_first(res)
     for r in order:
         o = res.ranks[r]
-        err = (o.result or {}).get("error")
+        err = o.report.error
         parts.append(f"rank {r} at '{o.last_step}': {err}" if err else
                      f"rank {r}'s judge {describe_exit(o.returncode)} at '{o.last_step}'")
     others = [o.rank for o in res.ranks if o.returncode is None]
     if others:
         parts.append(f"ranks {others} stopped by the watchdog")
-    kind = (res.ranks[order[0]].result or {}).get("kind")
+    kind = res.ranks[order[0]].report.kind
     prefix = {"candidate": "candidate error: ", "runner": "cuco's own failure: ", "workload": "workload error: "}
     return prefix.get(kind, "crash: ") + "; ".join(parts)
 
@@ -220,7 +220,7 @@ def _cause_first(res) -> list[int]:
     raised: the runner's errors on the other ranks (a connection reset by the failed peer) are consequences, and
     which judge reports first is a race."""
     first = {"crash": 0, "candidate": 1}
-    return sorted(res.crashed, key=lambda r: first.get((res.ranks[r].result or {}).get("kind"), 2))
+    return sorted(res.crashed, key=lambda r: first.get(res.ranks[r].report.kind, 2))
 
 
 def _l4_problems(spec, record: EvalRecord, opts) -> tuple[list[str], str]:
@@ -257,31 +257,31 @@ def physical_limit(shape_rec: ShapeResult, bound: float | None) -> tuple[float |
     return bound, "the library bound (no speed of light measured here)"
 
 
-def _collect(spec, record: EvalRecord, stages: list[dict[str, Any]], opts, baselines: dict[str, EvalRecord] | None,
+def _collect(spec, record: EvalRecord, stages: list[StageResult], opts, baselines: dict[str, EvalRecord] | None,
              references) -> None:
     machine = load_machine()
     for st in stages:
-        shape_rec = record.shapes.setdefault(st["shape"], ShapeResult(params=spec.shape(st["shape"]).params))
-        if st["level"] in ("L2", "L3"):
-            shape_rec.correctness.append(Correctness(level=st["level"], trials=st["trials"],
-                                                     max_norm_rel_err=st["max_norm_rel_err"]))
+        shape_rec = record.shapes.setdefault(st.shape, ShapeResult(params=spec.shape(st.shape).params))
+        if isinstance(st, CorrectnessStage):
+            shape_rec.correctness.append(Correctness(st.level, st.trials, st.max_norm_rel_err))
             continue
-        judge = summarize(st["judge_per_rank_ms"])
-        t = Timing(**summarize(st["per_rank_ms"]), gated=st["gated"], note=st["note"], per_rank_ms=st["per_rank_ms"],
-                   verified_runs=st["verified_runs"], final_output_errors=st["final_output_errors"],
-                   clock_errors=st["clock_errors"], judge_median_ms=judge["median_ms"], clock=st.get("clock"),
-                   inputs_ms=max([v for v in st.get("inputs_per_rank_ms") or [] if v is not None], default=None))
+        assert isinstance(st, TimingStage), st
+        judge = summarize(st.judge_per_rank_ms)
+        t = Timing(**summarize(st.per_rank_ms), gated=st.gated, note=st.note, per_rank_ms=st.per_rank_ms,
+                   verified_runs=st.verified_runs, final_output_errors=st.final_output_errors,
+                   clock_errors=st.clock_errors, judge_median_ms=judge["median_ms"], clock=st.clock,
+                   inputs_ms=max([v for v in st.inputs_per_rank_ms if v is not None], default=None))
         shape_rec.timing = t
         extra = {}
         for key in ("compute_alone", "comm_alone"):
-            times = references.get(st["shape"], {}).get(f"{key}_per_rank_ms")
+            times = references.get(st.shape, {}).get(f"{key}_per_rank_ms")
             if times:
                 ref = summarize(times)
                 extra[key], extra[f"{key}_min"] = ref["median_ms"], ref["min_ms"]
         shape_rec.references_ms = extra
         # A bound is what the hardware can do at best: the fastest measured iteration, not the typical one
         # (on a busy CPU a median can be several times that, and would reject honest candidates).
-        b = Bound(**compute_bound(spec, spec.shape(st["shape"]), spec.world_size, opts.device,
+        b = Bound(**compute_bound(spec, spec.shape(st.shape), spec.world_size, opts.device,
                                   extra.get("compute_alone_min"), extra.get("comm_alone_min"), machine))
         shape_rec.bound = b
         if b.bound_ms and t.median_ms:
@@ -292,7 +292,7 @@ def _collect(spec, record: EvalRecord, stages: list[dict[str, Any]], opts, basel
         if baselines:
             sp = {}
             for bname, brec in baselines.items():
-                bt = brec.median_ms(st["shape"])
+                bt = brec.median_ms(st.shape)
                 if bt and t.median_ms:
                     sp[bname] = bt / t.median_ms
             shape_rec.speedup = sp

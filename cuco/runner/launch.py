@@ -1,6 +1,6 @@
 """Start the judges of one evaluation locally, each in its own process group, under a watchdog.
 
-Each rank's judge starts the candidate's process for that rank (rank.py, judge.py, host.py). A candidate that
+Each rank's judge starts the candidate's process for that rank (rank.py, judge/, host.py). A candidate that
 hangs (most often a device barrier nobody satisfies) or that crashes one rank leaves the other ranks
 waiting forever; the watchdog stops every judge when the time limit passes, or shortly after the first
 judge reports a failure, and says where each rank was. Stopping is SIGTERM first: each judge then kills
@@ -23,6 +23,7 @@ from pathlib import Path
 
 from cuco.machine import SAFE_ENV
 from cuco.runner.job import JUDGE_PORT_ENV, Job
+from cuco.runner.rank_report import RankReport
 
 CRASH_GRACE_S = 5.0  # after one rank dies, the others get this long to report their own state
 TERM_GRACE_S = 3.0  # a judge told to stop has this long to kill its candidate's processes
@@ -33,7 +34,7 @@ POLL_S = 0.05
 class RankOutcome:
     rank: int
     returncode: int | None  # None: killed by the watchdog
-    result: dict | None
+    report: RankReport  # as the judge left it (empty where it wrote none)
     last_step: str
     log_tail: str
 
@@ -126,7 +127,7 @@ def launch(job: Job, timeout_s: float, job_path: Path) -> LaunchResult:
 def _lost_a_port(res: LaunchResult) -> bool:
     """A rank failed to bind its process group's port before the candidate was loaded: nothing of it ran yet."""
     return any(o.last_step.startswith("init") and "address already in use" in
-               (((o.result or {}).get("error") or "") + o.log_tail).lower() for o in res.ranks)
+               ((o.report.error or "") + o.log_tail).lower() for o in res.ranks)
 
 
 def _start(job: Job, job_path: Path, out: Path, visible: list[int]) -> list[subprocess.Popen]:
@@ -173,12 +174,12 @@ def _watch(procs: list[subprocess.Popen], out: Path, timeout_s: float) -> Launch
     outcomes = []
     for r, p in enumerate(procs):
         res_path = out / f"rank{r}.json"
-        result = json.loads(res_path.read_text()) if res_path.is_file() else None
+        report = RankReport.from_json(json.loads(res_path.read_text())) if res_path.is_file() else RankReport(r)
         code = p.returncode
         # 143 = 128 + SIGTERM: how a judge that took the watchdog's SIGTERM exits (rank.py)
         stopped = code in (-signal.SIGKILL, 143) and (timed_out or first_death is not None)
-        killed = stopped and not (result and result.get("done"))
-        outcomes.append(RankOutcome(r, None if killed else code, result, _last_line(out / f"rank{r}.progress"),
+        killed = stopped and not report.done
+        outcomes.append(RankOutcome(r, None if killed else code, report, _last_line(out / f"rank{r}.progress"),
                                     _tail(out / f"rank{r}.log")))
     # Ranks that failed on their own, in the order they went: the first is usually the cause.
     order = deaths + [r for r in range(len(procs)) if r not in deaths]

@@ -1,6 +1,6 @@
 """One rank of an evaluation: `python -m cuco.runner.rank JOB.json RANK`.
 
-The process becomes that rank's judge (judge.py). Before it imports torch it starts the candidate's host
+The process becomes that rank's judge (judge/). Before it imports torch it starts the candidate's host
 (host.py) and hands it everything it needs, so that the two start up side by side: the host's imports,
 CUDA context and communicator overlap the judge's own. Only the standard library is imported here.
 """
@@ -16,6 +16,7 @@ from pathlib import Path
 from cuco.paths import atomic_write_json
 from cuco.runner.host_process import HostProcess
 from cuco.runner.job import Job
+from cuco.runner.rank_report import RankReport
 from cuco.runner.sandbox import die_with_parent, guard_judge, kill_descendants, remove_shm_files
 
 
@@ -35,9 +36,8 @@ def _cleanup_on_term() -> None:
 def _report_start_failure(job: Job, rank: int, exc: OSError) -> None:
     """The rank's result file, written as the judge would, for a candidate's process that could not be started."""
     kill_descendants()
-    atomic_write_json(Path(job.out_dir) / f"rank{rank}.json",
-                      {"rank": rank, "stages": [], "done": True, "kind": "runner",
-                       "error": f"cuco could not start the candidate's process: {exc}"})
+    report = RankReport(rank, done=True, kind="runner", error=f"cuco could not start the candidate's process: {exc}")
+    atomic_write_json(Path(job.out_dir) / f"rank{rank}.json", report.to_json())
 
 
 def main(argv: list[str]) -> int:
@@ -50,7 +50,7 @@ def main(argv: list[str]) -> int:
     except OSError as exc:  # before any code of the candidate's: cuco's own failure, said as such
         _report_start_failure(job, rank, exc)
         return 3
-    from cuco.runner.judge import run_judge  # torch and the workload's reference load while the host starts
+    from cuco.runner.judge.run import run_judge  # torch and the workload's reference load while the host starts
 
     code = run_judge(job, rank, host)
     # The result is on disk and the candidate's processes are gone: skip the interpreter's and CUDA's teardown.

@@ -1,6 +1,6 @@
 """Clocks the framework owns.
 
-A candidate is timed by its rank's judge (judge.py), a process the candidate cannot reach:
+A candidate is timed by its rank's judge (judge/candidate.py), a process the candidate cannot reach:
 - CPU: the judge's wall clock from the command that starts the run to the host's reply that it is done.
 - GPU: every rank's stream waits behind a gate kernel spinning on a shared host page; once all ranks have
   queued their run, one store opens every gate (and, just before it, the keys to each rank's sealed inputs,

@@ -4,7 +4,7 @@ Three things break an evaluation long after it started and far from their cause:
 or a parameter workload.toml does not declare (cuco_buffer returns NULL, cuco_param -1), a reference.py that does
 not import, and a make_inputs or reference that fails, or returns tensors of other shapes or types than
 workload.toml declares. Each is found here on the CPU, at every small shape, calling the two functions exactly as
-the judge does (cuco/runner/judge.py): make_inputs(params, world, rank, gen, device) for each rank with its own
+the judge does (cuco/runner/judge/): make_inputs(params, world, rank, gen, device) for each rank with its own
 torch.Generator (and make_parameters, where the workload draws its weights apart), then reference(params,
 world, rank, inputs of every rank), one rank at a time.
 """

@@ -1,0 +1,171 @@
+"""What every judge does: join the judges' own process group, share the secret seed, draw every rank's inputs and
+parameters from it, and write its rank's report."""
+
+from __future__ import annotations
+
+import json
+import os
+import random
+import time
+from datetime import timedelta
+from pathlib import Path
+from typing import Any
+
+import torch
+import torch.distributed as dist
+
+from cuco.paths import atomic_write_json
+from cuco.runner.buffers import TORCH_DTYPES
+from cuco.runner.job import JUDGE_PORT_ENV, Job
+from cuco.runner.l2 import L2Flush
+from cuco.runner.rank_report import RankReport, StageResult
+from cuco.workload.reference import ReferenceMissing, load_reference
+from cuco.workload.spec import READ_ROLES, load_workload
+
+
+class StageFailed(Exception):
+    """A verdict every rank agreed on: the candidate ran and was wrong."""
+
+
+class CandidateFailed(Exception):
+    """The candidate's process failed: its own error (kind "candidate"), a crash, or the runner's side under it;
+    or the workload's reference did (kind "workload")."""
+
+    def __init__(self, message: str, kind: str) -> None:
+        super().__init__(message)
+        self.kind = kind
+
+
+class Judge:
+    """One rank's judge, of either kind; `stages` is the kind's work."""
+
+    sandbox = ""  # how the candidate's process is confined; a judge without one has none
+
+    def __init__(self, job: Job, rank: int) -> None:
+        self.job, self.rank, self.world = job, rank, job.world
+        self.t0 = time.monotonic()
+        self.out = Path(job.out_dir)
+        self.progress = open(self.out / f"rank{rank}.progress", "a", buffering=1)
+        self.spec = load_workload(Path(job.workload_root), job.world)
+        try:
+            self.ref = load_reference(self.spec)
+        except ReferenceMissing as exc:
+            raise CandidateFailed(str(exc), "workload") from None
+        self.cuda = job.device == "cuda"
+        self.device = torch.device("cuda", job.gpus[rank] if job.gpus else rank) if self.cuda else torch.device("cpu")
+        self.parameters: dict[int, dict[str, torch.Tensor]] = {}  # every rank's, drawn once per shape
+        self.seed: int | None = None
+
+    def stages(self) -> list[StageResult]:
+        raise NotImplementedError
+
+    def stop(self) -> None:
+        """Ends whatever the judge started beside itself, before its final report."""
+
+    # ---- the judges' group ----------------------------------------------------------------------
+    def mark(self, what: str) -> None:
+        """A step, with the seconds since the rank started: the launcher names the last one if the rank hangs."""
+        self.progress.write(f"{time.monotonic() - self.t0:.3f}\t{what}\n")
+
+    def init(self) -> None:
+        self.mark("init: process group")
+        store = dist.TCPStore("127.0.0.1", int(os.environ[JUDGE_PORT_ENV]), self.world, self.rank == 0,
+                              timeout=timedelta(seconds=120))
+        dist.init_process_group("gloo", store=store, rank=self.rank, world_size=self.world)
+        self.gloo = dist.group.WORLD
+        box = torch.tensor([random.SystemRandom().randrange(2**31) if self.rank == 0 else 0])
+        dist.broadcast(box, src=0, group=self.gloo)
+        self.seed = int(box.item())
+        if self.cuda:
+            torch.cuda.set_device(self.device)
+            torch.backends.cuda.matmul.allow_tf32 = False  # references in true fp32
+            self.l2 = L2Flush(self.device)
+
+    def barrier(self) -> None:
+        dist.barrier(group=self.gloo)
+
+    def any_rank(self, flag: bool) -> bool:
+        t = torch.tensor([int(flag)])
+        dist.all_reduce(t, op=dist.ReduceOp.MAX, group=self.gloo)
+        return bool(t.item())
+
+    def gather(self, obj: Any) -> list[Any]:
+        """Every rank's `obj`, as JSON: nothing a judge receives is unpickled, so a process that pushed its way
+        into the judges' group could at worst make the evaluation fail."""
+        data = torch.frombuffer(bytearray(json.dumps(obj).encode()), dtype=torch.uint8)
+        sizes = [torch.zeros(1, dtype=torch.int64) for _ in range(self.world)]
+        dist.all_gather(sizes, torch.tensor([data.numel()]), group=self.gloo)
+        longest = int(max(sizes).item())
+        mine = torch.zeros(longest, dtype=torch.uint8)
+        mine[: data.numel()] = data
+        parts = [torch.empty(longest, dtype=torch.uint8) for _ in range(self.world)]
+        dist.all_gather(parts, mine, group=self.gloo)
+        return [json.loads(bytes(p[: int(n.item())].tolist())) for p, n in zip(parts, sizes)]
+
+    def gather_failures(self, mine: list[str]) -> list[str]:
+        return [f"rank {r}: {m}" for r, ms in enumerate(self.gather(mine)) for m in ms]
+
+    def sync(self) -> None:
+        if self.cuda:
+            torch.cuda.synchronize(self.device)
+
+    def flush_l2(self) -> None:
+        if self.cuda and self.spec.timing.l2_flush:
+            self.l2.flush()
+            self.sync()
+
+    # ---- buffers, inputs and parameters ---------------------------------------------------------
+    def names(self, *roles: str) -> list[str]:
+        return [b.name for b in self.spec.buffers.values() if b.role in roles]
+
+    def outputs(self) -> list[str]:
+        return self.names("output")
+
+    def inputs(self) -> list[str]:
+        return self.names("input")
+
+    def read_only(self) -> list[str]:
+        """The buffers a run must leave as the judge wrote them: inputs and parameters."""
+        return self.names(*READ_ROLES)
+
+    def inputs_for(self, params: dict[str, int], seed: int,
+                   ranks: range | list[int]) -> dict[int, dict[str, torch.Tensor]]:
+        """Inputs of the given ranks, from per-rank seeds, so each judge computes its reference alone; the
+        parameters are the shape's, drawn once (`parameters_for`)."""
+        out = {}
+        for r in ranks:
+            gen = torch.Generator(device=self.device).manual_seed(seed * 1_000_003 + r)
+            out[r] = self.ref.make_inputs(params, self.world, r, gen, self.device)
+            out[r].update(self.parameters.get(r, {}))
+        return out
+
+    def all_inputs(self, params: dict[str, int], seed: int) -> list[dict[str, torch.Tensor]]:
+        by_rank = self.inputs_for(params, seed, range(self.world))
+        return [by_rank[r] for r in range(self.world)]
+
+    def parameters_for(self, params: dict[str, int], seed: int) -> dict[int, dict[str, torch.Tensor]]:
+        """Every rank's parameters, from reference.make_parameters where the workload has it (then make_inputs
+        need not draw the weights on every run), else from make_inputs."""
+        names = self.names("parameter")
+        if not names:
+            return {}
+        make = self.ref.make_parameters
+        out = {}
+        for r in range(self.world):
+            gen = torch.Generator(device=self.device).manual_seed(seed * 1_000_003 + r)
+            values = (make or self.ref.make_inputs)(params, self.world, r, gen, self.device)
+            missing = [n for n in names if n not in values]
+            if missing:
+                fn = "make_parameters" if make else "make_inputs"
+                raise CandidateFailed(f"reference.{fn} returned no {missing[0]!r}", "workload")
+            out[r] = {n: values[n].to(TORCH_DTYPES[self.spec.buffers[n].dtype]).contiguous() for n in names}
+            del values
+        return out
+
+    # ---- the report -----------------------------------------------------------------------------
+    def write_report(self, stages: list[StageResult], done: bool, **failure: Any) -> None:
+        """The rank's report file. The seed goes in only when done, once nothing of the candidate's is left: the
+        run folder is readable to it."""
+        report = RankReport(self.rank, stages, done, sandbox=self.sandbox, seed=self.seed if done else None,
+                            **failure)
+        atomic_write_json(self.out / f"rank{self.rank}.json", report.to_json())

@@ -1,0 +1,78 @@
+"""The judge of the bound's measured half: the workload's own reference compute and collective (compute_alone,
+comm_alone), each timed alone in judges with no candidate process beside them."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from typing import Any
+
+import torch
+import torch.distributed as dist
+
+from cuco.runner.buffers import TORCH_DTYPES
+from cuco.runner.judge.base import Judge
+from cuco.runner.rank_report import BoundsStage, StageResult
+from cuco.runner.timing import graphed, time_references_cpu, time_references_cuda
+from cuco.runner.verify import poison
+from cuco.workload.contract import RankView
+
+REFERENCE_ITERS = (10, 30)  # the fewest and most timed iterations of a reference, within the workload's iters
+
+
+class BoundsJudge(Judge):
+    def stages(self) -> list[StageResult]:
+        results: list[StageResult] = []
+        for st in self.job.stages:
+            shape = self.spec.shape(st.shape)
+            params, env = dict(shape.params), shape.env(self.world)
+            bufs = {b.name: torch.empty(b.dims(env), dtype=TORCH_DTYPES[b.dtype], device=self.device)
+                    for b in self.spec.buffers.values()}
+            self.parameters = self.parameters_for(params, self.seed)
+            inputs = self.all_inputs(params, self.seed)
+            for name in self.read_only():
+                bufs[name].copy_(inputs[self.rank][name])
+            results.append(self.time_references(st.shape, params, inputs, bufs))
+            self.write_report(results, done=False)
+        return results
+
+    def time_references(self, shape: str, params: dict[str, int], inputs: list[dict[str, torch.Tensor]],
+                        bufs: dict[str, torch.Tensor]) -> BoundsStage:
+        """The workload's compute alone (best library), and its collective alone, every rank's times."""
+        out = BoundsStage(shape)
+        staged = {n: inputs[self.rank][n].clone() for n in self.inputs()}
+
+        def delivered(fn: Callable[[], Any]) -> Callable[[], None]:
+            """The compute as a candidate is timed: its inputs written into its buffers first."""
+            def run() -> None:
+                for name, value in staged.items():
+                    bufs[name].copy_(value)
+                fn()
+            return run
+
+        if self.ref.compute_alone is not None:
+            self.mark("bounds: timing compute_alone")
+            fn = delivered(self.ref.compute_alone(RankView(params, self.world, self.rank, inputs, bufs)))
+            if self.cuda:
+                fn, out.compute_alone_graphed = graphed(fn)
+            out.compute_alone_per_rank_ms = self.gather(self.time(fn, bufs))
+        if self.ref.comm_alone is not None:
+            group = dist.new_group(backend="nccl", device_id=self.device) if self.cuda else self.gloo  # type: ignore[call-arg]
+            self.mark("bounds: timing comm_alone")
+            fn = self.ref.comm_alone(RankView(params, self.world, self.rank, inputs, bufs, group))
+            out.comm_alone_per_rank_ms = self.gather(self.time(fn, bufs))
+        return out
+
+    def time(self, fn: Callable[[], Any], bufs: dict[str, torch.Tensor]) -> list[float]:
+        t = self.spec.timing
+
+        def before() -> None:
+            for name in self.names("output", "scratch"):
+                poison(bufs[name])
+            if self.cuda and t.l2_flush:
+                self.l2.flush()
+
+        iters = max(REFERENCE_ITERS[0], min(t.iters, REFERENCE_ITERS[1]))
+        if self.cuda:
+            return time_references_cuda(fn, before, self.barrier, torch.cuda.current_stream(self.device), t.warmup,
+                                        iters)
+        return time_references_cpu(fn, before, self.barrier, t.warmup, iters)

@@ -1,0 +1,379 @@
+"""The judge of a candidate: it starts nothing itself (rank.py started the candidate's process beside it) and drives
+that process through the stages, over a channel (host_link.py).
+
+Every run gets fresh inputs and poisoned outputs and scratch; of the timed runs, some chosen at random (the host
+cannot tell which) are snapshotted at the end of the timed region and verified. A run's inputs reach the candidate
+only once its clock runs: on the CPU the judge writes them after starting its clock; on GPUs they wait in the
+shared staging area sealed (XOR with a keystream) and the key is written to the gate page as the gate opens.
+Parameters (weights) are drawn once per shape and checked unchanged. Judges agree on every verdict before going
+on, and a rank passes only by the judge writing `done`.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import os
+import random
+import statistics
+import time
+from typing import Any
+
+import torch
+import torch.distributed as dist
+
+from cuco.runner.buffers import BOUNCE, BOUNCE_BYTES, Exchange, Layout, memfd_buffers
+from cuco.runner.harness import Harness
+from cuco.runner.host_process import HostProcess
+from cuco.runner.job import Job
+from cuco.runner.judge.base import CandidateFailed, Judge, StageFailed
+from cuco.runner.judge.host_link import HostLink
+from cuco.runner.pages import key_offset
+from cuco.runner.rank_report import CorrectnessStage, StageResult, TimingStage
+from cuco.runner.timing import cross_check
+from cuco.runner.verify import Check, compare, poison, same
+
+VERIFIED_RUNS = 2  # timed runs whose outputs are verified, chosen at random per shape
+NULL_RUNS = 5  # runs that do nothing, timed by the judge: its own overhead, for the clock cross-check
+
+
+class CandidateJudge(Judge):
+    def __init__(self, job: Job, rank: int, host: HostProcess) -> None:
+        super().__init__(job, rank)
+        self.link = HostLink(host, self.out, rank)
+        self.seq = 0  # runs asked of the host; the done flag carries it
+        self.gate_count = 0
+        self.gated = self.cuda
+        self.exchange: Exchange | None = None
+        self.bufs: dict[str, torch.Tensor] | None = None
+        self.pending: dict[str, torch.Tensor] = {}  # CPU: the next run's inputs, written once the clock runs
+        self.harness = Harness(job.harness) if self.cuda else None
+
+    def init(self) -> None:
+        super().init()
+        if self.cuda:
+            self.key_dev = torch.zeros(1, dtype=torch.int64, device=self.device)  # the judge's copy of a run's key
+
+    def stop(self) -> None:
+        self.link.stop()
+
+    def write_report(self, stages: list[StageResult], done: bool, **failure: Any) -> None:
+        assert not done or self.link.proc is None, "the seed is written only after the host has been stopped"
+        super().write_report(stages, done, **failure)
+
+    def stages(self) -> list[StageResult]:
+        results: list[StageResult] = []
+        by_shape: dict[str, list] = {}
+        for st in self.job.stages:
+            by_shape.setdefault(st.shape, []).append(st)
+        self.mark("init: the candidate's process")
+        self.sandbox = self.link.ready()
+        for n, (shape_name, stages) in enumerate(by_shape.items()):
+            seed = self.seed + 7919 * (1 + n)
+            params = self.open_shape(shape_name, seed + 53)  # below the timed runs' seeds, above the trials'
+            for st in stages:
+                if st.level in ("L2", "L3"):
+                    results.append(self.correctness(st.level, st.shape, params, seed))
+                else:
+                    results.append(self.timing(st.shape, params, seed + 101))
+                self.write_report(results, done=False)
+            self.close_shape(shape_name)
+        self.stop()
+        return results
+
+    # ---- keys -----------------------------------------------------------------------------------
+    def run_key(self, seq: int, rank: int) -> int:
+        """The 64-bit key that seals rank's inputs for run seq: from the judges' shared secret seed, so rank 0's
+        judge can write every rank's key as it opens the gate."""
+        digest = hashlib.blake2b(f"{self.seed}:{seq}:{rank}".encode(), digest_size=8).digest()
+        return int.from_bytes(digest, "little")
+
+    def reveal_keys(self, ranks: range | list[int]) -> None:
+        """The keys of the run now starting, into the gate page: from here the candidate can read its inputs."""
+        for r in ranks:
+            self.link.gate.write(self.run_key(self.seq, r), key_offset(r))
+
+    # ---- inputs ---------------------------------------------------------------------------------
+    def load(self, mine: dict[str, torch.Tensor]) -> None:
+        """Outputs and scratch poisoned, and this rank's next inputs made ready without being readable by the
+        candidate: kept by the judge (CPU), or staged sealed with the next run's key (GPU). Untimed."""
+        for name in self.inputs():
+            if name not in mine:
+                raise CandidateFailed(f"reference.make_inputs returned no {name!r}", "workload")
+        if not self.cuda:
+            for lay in self.layouts:
+                if lay.role in ("output", "scratch"):
+                    poison(self.bufs[lay.name])
+            self.pending = {name: mine[name] for name in self.inputs()}
+            return
+        self.key_dev.fill_(_signed(self.run_key(self.seq + 1, self.rank)))
+        stream = torch.cuda.current_stream(self.device).cuda_stream
+        for n, lay in enumerate(self.layouts):
+            if lay.role == "input":
+                area = self.exchange[f"stage:{lay.name}"]
+                area.copy_(mine[lay.name])
+                self.harness.crypt(stream, area.data_ptr(), area.data_ptr(), lay.nbytes, self.key_dev.data_ptr(), n)
+        self.sync()
+        # Every rank has finished its previous run before any rank's buffers are restaged: a peer may still be
+        # reading this rank's symmetric buffers at the end of its run (a one-shot all-reduce loads them last).
+        self.barrier()
+        self.link.send("stage")
+        self.link.call("staged", "staging inputs")
+
+    def deliver(self) -> None:
+        """CPU: the run's inputs into the candidate's buffers, once the clock runs."""
+        for name, value in self.pending.items():
+            self.bufs[name].copy_(value)
+        self.pending = {}
+
+    # ---- shapes ---------------------------------------------------------------------------------
+    def open_shape(self, shape_name: str, seed: int) -> dict[str, int]:
+        shape = self.spec.shape(shape_name)
+        params, env = dict(shape.params), shape.env(self.world)
+        self.layouts = [Layout(b.name, b.role, b.dtype, b.dims(env), b.symmetric) for b in self.spec.buffers.values()]
+        self.mark(f"{shape_name}: setup")
+        msg: dict[str, Any] = dict(buffers=[lay.to_json() for lay in self.layouts], params=params)
+        fds: list[int] = []
+        if self.cuda:
+            self.exchange = Exchange.create(self.layouts, self.device)
+            msg["exchange"] = self.exchange.handle()
+        else:
+            self.bufs, fds = memfd_buffers(self.layouts)
+        self.link.send("setup", fds=fds, where=f"{shape_name}: setup", **msg)
+        for fd in fds:
+            os.close(fd)
+        self.link.call("ok", f"{shape_name}: setup")
+        self.draw_parameters(params, seed, shape_name)
+        return params
+
+    def draw_parameters(self, params: dict[str, int], seed: int, shape_name: str) -> None:
+        """The shape's parameters, every rank's, drawn once and loaded into the candidate's buffers (untimed)."""
+        self.parameters = self.parameters_for(params, seed)
+        for n, value in self.parameters.get(self.rank, {}).items():
+            if not self.cuda:
+                self.bufs[n].copy_(value.reshape(self.bufs[n].shape))
+                continue
+            for offset, chunk in _chunks(value):
+                self.exchange[BOUNCE][: chunk.numel()].copy_(chunk)
+                self.sync()
+                self.link.send("parameter_chunk", name=n, offset=offset, nbytes=chunk.numel(), load=True,
+                               where=f"{shape_name}: parameters")
+                self.link.call("ok", f"{shape_name}: parameters")
+
+    def parameters_changed(self, where: str) -> list[str]:
+        """This rank's parameters as the candidate left them, against what was drawn."""
+        changed = []
+        for n, value in self.parameters.get(self.rank, {}).items():
+            if not self.cuda:
+                check = same(n, self.bufs[n], value.reshape(self.bufs[n].shape), "parameter changed by the runs")
+                changed += [] if check.ok else [check.message]
+                continue
+            for offset, chunk in _chunks(value):
+                self.link.send("parameter_chunk", name=n, offset=offset, nbytes=chunk.numel(), load=False,
+                               where=where)
+                self.link.call("ok", where)
+                if not torch.equal(self.exchange[BOUNCE][: chunk.numel()], chunk):
+                    changed.append(f"{n}: parameter changed by the runs (bytes from {offset})")
+                    break
+        return changed
+
+    def close_shape(self, shape_name: str) -> None:
+        self.mark(f"{shape_name}: teardown")
+        self.link.send("teardown", where=f"{shape_name}: teardown")
+        self.link.call("ok", f"{shape_name}: teardown")
+        self.exchange = self.bufs = None
+
+    # ---- runs -----------------------------------------------------------------------------------
+    def snapshot(self, role: str) -> dict[str, torch.Tensor]:
+        # the parameters are checked apart (parameters_changed): the exchange holds no copy of them
+        names = self.outputs() if role == "output" else self.read_only() if not self.cuda else self.inputs()
+        if self.cuda:
+            key = "out" if role == "output" else "inputs_after"
+            return {n: self.exchange[f"{key}:{n}"].clone() for n in names}
+        return {n: self.bufs[n].clone() for n in names}
+
+    def run_untimed(self, where: str) -> tuple[dict[str, torch.Tensor], dict[str, torch.Tensor]]:
+        """One run for a correctness check: the outputs and the inputs as the run left them."""
+        self.barrier()
+        if self.cuda:
+            self.seq += 1
+            self.reveal_keys([self.rank])
+            self.link.send("run", seq=self.seq, gate=None, where=where)
+            self.link.call("queued", where)
+            self.link.call("finished", where)
+        else:
+            self.deliver()
+            self.link.send("run", where=where)
+            self.link.call("done", where)
+        return self.snapshot("output"), self.snapshot("input")
+
+    def run_timed(self, where: str, keep: bool, null: bool = False, probe: bool = False):
+        """(judge's ms, the host's event ms or, on the CPU, the judge's own time to deliver the inputs, gate timed
+        out, output snapshot if kept)."""
+        self.link.check_reach(where)
+        self.barrier()
+        if not self.cuda:
+            t0 = time.perf_counter()
+            self.deliver()
+            delivered_ms = (time.perf_counter() - t0) * 1e3
+            self.link.send("run", where=where)
+            self.link.call("done", where)
+            ms = (time.perf_counter() - t0) * 1e3
+            self.link.check_reach(where)
+            return ms, delivered_ms, False, self.snapshot("output") if keep else None
+        self.seq += 1
+        gated = self.gated
+        if gated:
+            self.gate_count += 1
+        t_sent = time.perf_counter()
+        if not gated:  # the clock runs from here: the host may read its key
+            self.reveal_keys([self.rank])
+        self.link.send("run", seq=self.seq, gate=self.gate_count if gated else None, null=null, probe=probe,
+                       where=where)
+        self.link.call("queued", where)
+        t0 = t_sent
+        if gated:
+            self.barrier()
+            if self.rank == 0:
+                t0 = time.perf_counter()
+                self.reveal_keys(range(self.world))
+                self.link.gate.write(self.gate_count)
+        self.link.wait_done(self.seq, where)
+        t_end = time.perf_counter()
+        snap = self.snapshot("output") if keep else None  # at once: a done flag raised early finds no outputs
+        ms = (t_end - (self.gate_opened_at(t0) if gated else t0)) * 1e3
+        fin = self.link.call("finished", where)
+        self.link.check_reach(where)
+        try:
+            event_ms = fin.floats("ms")[0]
+        except (ValueError, IndexError) as exc:
+            raise CandidateFailed(f"{where}: {exc}", "candidate") from None
+        return ms, event_ms, bool(fin.data.get("gate_timed_out")), snap
+
+    def gate_opened_at(self, t0: float) -> float:
+        """Rank 0's clock reading as it opened the gate, on every rank. Each judge leaves the barrier at its own
+        moment, and a rank whose judge left late would start its clock after its GPU had started. perf_counter is
+        CLOCK_MONOTONIC, one clock for every process of the node the evaluation runs on."""
+        if self.world == 1:
+            return t0
+        t = torch.tensor([t0], dtype=torch.float64)
+        dist.broadcast(t, src=0, group=self.gloo)
+        return float(t.item())
+
+    # ---- verdicts -------------------------------------------------------------------------------
+    def agree(self, checks: list[Check], what: str) -> None:
+        failures = self.gather_failures([c.message for c in checks if not c.ok])
+        if failures:
+            raise StageFailed(f"{what}: " + "; ".join(failures[:6]))
+
+    def check_outputs(self, outs: dict[str, torch.Tensor], expected: dict[str, torch.Tensor]) -> list[Check]:
+        return [self.compare(n, outs[n], expected[n]) for n in self.outputs()]
+
+    def compare(self, name: str, out: torch.Tensor, ref: torch.Tensor) -> Check:
+        tol = self.spec.tolerance_for(name)
+        return compare(name, out, ref, tol.rtol, tol.atol, tol.norm_rtol, tol.atol_scale)
+
+    def correctness(self, level: str, shape: str, params: dict[str, int], seed: int) -> CorrectnessStage:
+        """Seeded trials, each run twice on the same inputs: outputs against the reference, the two runs against
+        each other, inputs and parameters as the judge wrote them."""
+        tol = self.spec.tolerance
+        errors: list[float] = []
+        for trial in range(self.spec.timing.trials):
+            where = f"{level} {shape} trial {trial}"
+            self.mark(f"{where}: run")
+            inputs = self.all_inputs(params, seed + trial)
+            mine = inputs[self.rank]
+            self.load(mine)
+            outs, after = self.run_untimed(f"{where}: run")
+            checks = self.check_outputs(outs, self.ref.reference(params, self.world, self.rank, inputs))
+            self.agree(checks, f"{where} (seed {seed + trial})")
+            errors += [c.norm_rel_err or 0.0 for c in checks]
+            self.mark(f"{where}: determinism run")
+            self.load(mine)
+            again, after2 = self.run_untimed(f"{where}: determinism run")
+            if tol.determinism == "bitwise":
+                checks = [same(n, again[n], outs[n], "two runs on the same inputs differ") for n in self.outputs()]
+            else:
+                checks = [self.compare(n, again[n], outs[n]) for n in self.outputs()]
+            for a in (after, after2):
+                checks += [same(k, a[k], mine[k].to(a[k].dtype).reshape(a[k].shape), "input changed by the run")
+                           for k in a]
+            checks += [Check(False, m) for m in self.parameters_changed(f"{where}: parameters")]
+            self.agree(checks, where)
+        return CorrectnessStage(level, shape, self.spec.timing.trials, max(errors) if errors else 0.0)
+
+    def timing(self, shape: str, params: dict[str, int], seed: int) -> TimingStage:
+        t = self.spec.timing
+        warmup = max(1, self.job.warmup if self.job.warmup is not None else t.warmup)
+        iters = self.job.iters if self.job.iters is not None else t.iters
+        chosen = set(random.Random(seed).sample(range(iters), min(VERIFIED_RUNS, iters)))  # the seed is secret
+        judge_ms: list[float] = []
+        reported_ms: list[float] = []  # the host's events (GPU), or the judge's own time to write the inputs (CPU)
+        null_ms: list[float] = []
+        null_event_ms: list[float] = []
+        kept: dict[int, tuple[int, dict[str, torch.Tensor]]] = {}
+        note = ""
+        for i in range(warmup + iters):
+            where = f"L4 {shape}: " + (f"warm-up {i}" if i < warmup else f"timed run {i - warmup}")
+            self.mark(where)
+            self.load(self.inputs_for(params, seed + i, [self.rank])[self.rank])
+            self.flush_l2()
+            keep = i - warmup in chosen
+            ms, ev, gate_timed_out, snap = self.run_timed(where, keep, probe=(i == 0 and self.gated))
+            if i == 0 and self.cuda and self.any_rank(gate_timed_out):
+                self.gated = False
+                note = "cuco_run blocks the host: timed without the start gate (launch overhead included)"
+            if i == 0 and self.cuda:
+                null_ms, null_event_ms = self.null_runs(shape)
+            if i < warmup:
+                continue
+            judge_ms.append(ms)
+            reported_ms.append(ev)
+            if keep:
+                kept[i - warmup] = (seed + i, snap)
+        clock = cross_check(reported_ms, judge_ms, null_ms).to_json() if self.cuda else None
+        # What delivering the inputs inside the timed region costs by itself, for the record only (on GPUs the
+        # candidate's process reports it): a run with nothing else (GPU), the judge's own copy (CPU).
+        inputs = null_event_ms if self.cuda else reported_ms
+        errors = self.verify_kept(shape, params, kept)
+        changed = self.parameters_changed(f"L4 {shape}: parameters after the timed runs")
+        errors += self.gather_failures([f"after the timed runs: {m}" for m in changed])
+        return TimingStage(
+            shape=shape, gated=self.gated, note=note, verified_runs=sorted(kept),
+            per_rank_ms=self.gather(reported_ms if self.cuda else judge_ms), judge_per_rank_ms=self.gather(judge_ms),
+            inputs_per_rank_ms=self.gather(statistics.median(inputs) if inputs else None),
+            final_output_errors=errors, clock=clock,
+            clock_errors=[f"rank {r}: {c['message']}" for r, c in enumerate(self.gather(clock)) if c and not c["ok"]])
+
+    def null_runs(self, shape: str) -> tuple[list[float], list[float]]:
+        """Runs that do nothing but receive their inputs: the judge's clock around them (what the gate, the
+        inputs, the snapshot and the done flag cost by themselves) and their events (the inputs alone)."""
+        judge, events = [], []
+        for n in range(NULL_RUNS):
+            where = f"L4 {shape}: runner overhead {n}"
+            self.mark(where)
+            self.flush_l2()
+            ms, ev, _, _ = self.run_timed(where, keep=False, null=True)
+            judge.append(ms)
+            events.append(ev)
+        return judge, events
+
+    def verify_kept(self, shape: str, params: dict[str, int], kept) -> list[str]:
+        """The snapshotted timed runs against the reference of their own inputs; failures of every rank."""
+        mine = []
+        for j, (seed, snap) in sorted(kept.items()):
+            self.mark(f"L4 {shape}: verifying timed run {j}")
+            expected = self.ref.reference(params, self.world, self.rank, self.all_inputs(params, seed))
+            mine += [f"timed run {j}: {c.message}" for c in self.check_outputs(snap, expected) if not c.ok]
+        return self.gather_failures(mine)
+
+
+def _chunks(value: torch.Tensor):
+    """(byte offset, bytes) of a parameter, a bounce area's worth at a time."""
+    flat = value.view(-1).view(torch.uint8)
+    for offset in range(0, flat.numel(), BOUNCE_BYTES):
+        yield offset, flat[offset:offset + BOUNCE_BYTES]
+
+
+def _signed(key: int) -> int:
+    """A 64-bit key as the int64 torch stores."""
+    return key - (1 << 64) if key >= 1 << 63 else key
