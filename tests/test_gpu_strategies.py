@@ -36,7 +36,10 @@ def prebuilt(tmp_path_factory):
     return build
 
 
-@pytest.mark.parametrize("wl,name,point", CASES, ids=[f"{wl}-{name}-{p.label()}" for wl, name, p in CASES])
+# A strategy's points on one xdist worker (with --dist loadgroup): the worker compiles them all once, together.
+@pytest.mark.parametrize("wl,name,point", [pytest.param(*case, marks=pytest.mark.xdist_group(f"{case[0]}-{case[1]}"))
+                                           for case in CASES],
+                         ids=[f"{wl}-{name}-{p.label()}" for wl, name, p in CASES])
 def test_strategy_point_is_correct(wl, name, point, tmp_path, prebuilt):
     prebuilt(wl, name)
     spec = SPECS[wl]
