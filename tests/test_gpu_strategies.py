@@ -22,26 +22,38 @@ CASES = [(wl, name, point) for wl, spec in SPECS.items() for name, strategy in s
          for point in accepted_points(strategy)]
 
 
+POINTS_PER_GROUP = 12  # a worker's share of a strategy: compiled together, evaluated one after another
+
+
+def _group(case: tuple) -> str:
+    wl, name, point = case
+    same = [p for w, n, p in CASES if (w, n) == (wl, name)]
+    return f"{wl}-{name}-{same.index(point) // POINTS_PER_GROUP}"
+
+
 @pytest.fixture(scope="module")
 def prebuilt(tmp_path_factory):
-    """Compiles all of a strategy's points at once (nvcc in parallel) the first time one is run: each test then
-    pays only for its run, and a selection (-k) compiles only the strategies it runs."""
-    done: set[tuple[str, str]] = set()
+    """Compiles a group of a strategy's points at once (nvcc in parallel) the first time one of them is run: each
+    test then pays only for its run, and a selection (-k) compiles only the groups it runs. With --dist loadgroup
+    a group's points run on one xdist worker, so each group is compiled once."""
+    done: set[str] = set()
 
-    def build(wl: str, name: str) -> None:
-        if (wl, name) not in done:
-            prebuild(SPECS[wl].strategies[name], tmp_path_factory.mktemp(f"{wl}-{name}"))
-            done.add((wl, name))
+    def build(case: tuple) -> None:
+        group = _group(case)
+        if group not in done:
+            wl, name, _ = case
+            points = [c[2] for c in CASES if _group(c) == group]
+            prebuild(SPECS[wl].strategies[name], tmp_path_factory.mktemp(group), points=points)
+            done.add(group)
 
     return build
 
 
-# A strategy's points on one xdist worker (with --dist loadgroup): the worker compiles them all once, together.
-@pytest.mark.parametrize("wl,name,point", [pytest.param(*case, marks=pytest.mark.xdist_group(f"{case[0]}-{case[1]}"))
+@pytest.mark.parametrize("wl,name,point", [pytest.param(*case, marks=pytest.mark.xdist_group(_group(case)))
                                            for case in CASES],
                          ids=[f"{wl}-{name}-{p.label()}" for wl, name, p in CASES])
 def test_strategy_point_is_correct(wl, name, point, tmp_path, prebuilt):
-    prebuilt(wl, name)
+    prebuilt((wl, name, point))
     spec = SPECS[wl]
     src = tmp_path / f"candidate{spec.strategies[name].path.suffix}"
     src.write_text(materialize(spec.strategies[name], point))

@@ -54,9 +54,11 @@ def directive_for(strategy: StrategySpec, point: DesignPoint, text: str) -> Dire
     return Directive(point=point, text=text, strategy=strategy.name)
 
 
-def prebuild(strategy: StrategySpec, directory: Path, machine: dict[str, Any] | None = None) -> tuple[int, int]:
-    """Compile every accepted point of a CUDA strategy at once (nvcc in parallel), filling the build cache so
-    that a search or a sweep pays no compile per candidate. Returns (built, total): (0, 0) for a Python strategy."""
+def prebuild(strategy: StrategySpec, directory: Path, machine: dict[str, Any] | None = None,
+             points: list[DesignPoint] | None = None) -> tuple[int, int]:
+    """Compile every accepted point of a CUDA strategy (or those of `points`) at once (nvcc in parallel), filling
+    the build cache so that a search or a sweep pays no compile per candidate. Returns (built, total): (0, 0) for
+    a Python strategy."""
     if strategy.path.suffix != ".cu":
         return 0, 0
     import os
@@ -66,7 +68,7 @@ def prebuild(strategy: StrategySpec, directory: Path, machine: dict[str, Any] | 
 
     directory.mkdir(parents=True, exist_ok=True)
     srcs = []
-    for i, p in enumerate(accepted_points(strategy, machine)):
+    for i, p in enumerate(accepted_points(strategy, machine) if points is None else points):
         srcs.append(directory / f"point{i}.cu")
         srcs[-1].write_text(materialize(strategy, p))
     with ThreadPoolExecutor(os.cpu_count() or 4) as pool:
