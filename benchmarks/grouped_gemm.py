@@ -126,7 +126,7 @@ class Bench:
         p = self.spec.shape(name).params
         self.draw_weights(p)
         inputs = self.ref.make_inputs(p, 1, 0, torch.Generator(self.dev).manual_seed(CASES.index(name)), self.dev)
-        idx = self.ref.routing(inputs["logits"], p["TOPK"])[0]
+        idx = self.ref.module.routing(inputs["logits"], p["TOPK"])[0]
         methods = Methods(torch, self.weights, inputs["x"], idx, p)
         regime = "decode" if p["T"] * p["TOPK"] / p["E"] <= 16 else "prefill"
         want = methods.run("loop_graphed")

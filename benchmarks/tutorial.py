@@ -49,7 +49,13 @@ def steps(text: str) -> list[Step]:
 def run_steps(chosen: list[Step], work: Path) -> list[dict]:
     """Each step in `work`; stops at the first whose exit code is not the one the tutorial states."""
     shutil.copytree(ROOT / "examples" / "tutorial", work / "examples" / "tutorial")
+    # `cuco` is this checkout's, whether or not one is installed: the shim runs it with this interpreter.
+    shim = work / "bin" / "cuco"
+    shim.parent.mkdir(parents=True, exist_ok=True)
+    shim.write_text(f'#!/bin/sh\nexec "{sys.executable}" -m cuco "$@"\n')
+    shim.chmod(0o755)
     env = {**os.environ, "CUCO_HOME": str(work / "home"), "COLUMNS": "160",
+           "PATH": str(shim.parent) + os.pathsep + os.environ.get("PATH", ""),
            "PYTHONPATH": str(ROOT) + os.pathsep + os.environ.get("PYTHONPATH", "")}
     env.pop("CUCO_WORKLOADS_PATH", None)
     done = []

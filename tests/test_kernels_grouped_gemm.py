@@ -165,7 +165,7 @@ def _reference():
 def _routing(t: int, hot: int, seed: int):
     p = {**DSV3, "T": t, "HOT": hot}
     inputs = _reference().make_inputs(p, 1, 0, torch.Generator(DEVICE).manual_seed(seed), DEVICE)
-    return inputs["x"], _reference().routing(inputs["logits"], p["TOPK"])[0]
+    return inputs["x"], _reference().module.routing(inputs["logits"], p["TOPK"])[0]
 
 
 @pytest.fixture(scope="module")

@@ -162,7 +162,7 @@ def _at_shape(mod, spec: WorkloadSpec, shape: Shape, index: int) -> list[str]:
     world, env, path = spec.world_size, shape.env(spec.world_size), spec.reference_path
     drawn = [(mod.make_inputs, "make_inputs", [b for b in spec.buffers.values() if b.role == "input"])]
     parameters = [b for b in spec.buffers.values() if b.role == "parameter"]
-    if callable(getattr(mod, "make_parameters", None)):
+    if mod.make_parameters is not None:
         drawn.append((mod.make_parameters, "make_parameters", parameters))
     else:  # make_inputs draws the weights too
         drawn[0][2].extend(parameters)

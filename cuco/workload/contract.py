@@ -11,6 +11,7 @@ import ast
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
+from types import ModuleType
 from typing import TYPE_CHECKING, Any
 
 from cuco.errors import CucoError
@@ -62,6 +63,7 @@ CONTRACT: dict[str, Function] = {
 class Reference:
     """reference.py as the judge uses it: the two functions every workload has and the three it may leave out."""
 
+    module: ModuleType  # the file itself, for its helpers (a workload's routing, its page table)
     make_inputs: Callable[..., dict[str, torch.Tensor]]
     reference: Callable[..., dict[str, torch.Tensor]]
     make_parameters: Callable[..., dict[str, torch.Tensor]] | None = None
@@ -69,8 +71,8 @@ class Reference:
     comm_alone: Callable[[RankView], Callable[[], Any]] | None = None
 
     @classmethod
-    def of(cls, module: Any) -> Reference:
-        return cls(**{name: getattr(module, name, None) for name in CONTRACT})
+    def of(cls, module: ModuleType) -> Reference:
+        return cls(module, **{name: getattr(module, name, None) for name in CONTRACT})
 
 
 def _positional(fn: ast.FunctionDef | ast.AsyncFunctionDef) -> tuple[int, int | None]:
