@@ -53,14 +53,16 @@ def _points(name, tmp_path, world=None):
 
 
 @pytest.mark.parametrize("name", sorted(PROGRAMS))
-def test_the_knobs_offered_for_each_program(name):
-    _, knobs = _knobs(name)
+def test_the_knobs_offered_for_each_program(name, tmp_path):
+    spec, knobs = _knobs(name)
     assert [o.placements for o in knobs.offers] == PROGRAMS[name][2]
     for o in knobs.offers:
         assert (OVERLAP in o.placements) == (OVERLAP not in o.why_not), o
     overlapped = any(OVERLAP in o.placements for o in knobs.offers)
     assert knobs.accepts["placement"] == (("deferred", OVERLAP) if overlapped else ("deferred",))
     assert knobs.points() == 3 * 2 * (2 if overlapped else 1)  # CTA counts x issuers x placements
+    # the number `cuco transform --explain` states is the number of points the search is given
+    assert knobs.points() == sum(len(accepted_points(s)) for s in knobs.strategies(tmp_path, spec).values())
     assert all(line for line in knobs.explain())
 
 

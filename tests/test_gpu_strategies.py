@@ -23,12 +23,9 @@ CASES = [(wl, name, point) for wl, spec in SPECS.items() for name, strategy in s
 
 
 POINTS_PER_GROUP = 12  # a worker's share of a strategy: compiled together, evaluated one after another
-
-
-def _group(case: tuple) -> str:
-    wl, name, point = case
-    same = [p for w, n, p in CASES if (w, n) == (wl, name)]
-    return f"{wl}-{name}-{same.index(point) // POINTS_PER_GROUP}"
+# Each case's group: its strategy and the dozen of that strategy's points it falls in.
+GROUPS = [f"{wl}-{name}-{[(w, n) for w, n, _ in CASES[:i]].count((wl, name)) // POINTS_PER_GROUP}"
+          for i, (wl, name, _) in enumerate(CASES)]
 
 
 @pytest.fixture(scope="module")
@@ -38,22 +35,21 @@ def prebuilt(tmp_path_factory):
     a group's points run on one xdist worker, so each group is compiled once."""
     done: set[str] = set()
 
-    def build(case: tuple) -> None:
-        group = _group(case)
+    def build(group: str) -> None:
         if group not in done:
-            wl, name, _ = case
-            points = [c[2] for c in CASES if _group(c) == group]
-            prebuild(SPECS[wl].strategies[name], tmp_path_factory.mktemp(group), points=points)
+            cases = [case for case, g in zip(CASES, GROUPS) if g == group]
+            wl, name, _ = cases[0]
+            prebuild(SPECS[wl].strategies[name], tmp_path_factory.mktemp(group), points=[p for _, _, p in cases])
             done.add(group)
 
     return build
 
 
-@pytest.mark.parametrize("wl,name,point", [pytest.param(*case, marks=pytest.mark.xdist_group(_group(case)))
-                                           for case in CASES],
+@pytest.mark.parametrize("wl,name,point,group", [pytest.param(*case, group, marks=pytest.mark.xdist_group(group))
+                                                 for case, group in zip(CASES, GROUPS)],
                          ids=[f"{wl}-{name}-{p.label()}" for wl, name, p in CASES])
-def test_strategy_point_is_correct(wl, name, point, tmp_path, prebuilt):
-    prebuilt((wl, name, point))
+def test_strategy_point_is_correct(wl, name, point, group, tmp_path, prebuilt):
+    prebuilt(group)
     spec = SPECS[wl]
     src = tmp_path / f"candidate{spec.strategies[name].path.suffix}"
     src.write_text(materialize(spec.strategies[name], point))

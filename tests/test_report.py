@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import itertools
 import os
 import subprocess
 import sys
@@ -31,7 +32,7 @@ def _run(tmp_path, generations=12):
     cfg = RunConfig()
     cfg.search.generations, cfg.search.shape = generations, "8k"
 
-    calls = iter(range(1 << 30))
+    calls = itertools.count()
 
     def evaluator(spec, src, slot, work, name=None):
         rec = fake_evaluator(spec, src, slot, work)

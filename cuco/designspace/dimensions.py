@@ -15,9 +15,6 @@ class DimensionValue(str, Enum):
     def __str__(self) -> str:
         return self.value
 
-    def __format__(self, spec: str) -> str:
-        return format(self.value, spec)
-
     @property
     def cxx(self) -> str:
         """Its enumerator in cuco_design_point.cuh."""

@@ -20,14 +20,13 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from cuco.fastpath.analyze import Analysis, Op
-from cuco.fastpath.annotate import annotate
+from cuco.fastpath.annotate import ENTRY_POINTS, annotate
 from cuco.fastpath.rewrite import rewrite
 from cuco.workload.spec import StrategySpec, WorkloadSpec
 
 CTAS = (32, 64, 128)  # CTA counts offered (CUCO_COLL_CTAS; 64 is the rules' own)
 ISSUERS = ("cta", "warp")
 ENTRY = "cuco_run"  # the step the runner times: the only function whose collectives are placed
-ENTRY_POINTS = ("cuco_setup", ENTRY, "cuco_teardown")  # called by the runner, never from cuco_run
 NOT_OFFERED = {
     "backend ce": "the copy engine needs every peer's window address on the host, fetched in cuco_setup with a "
                   "synchronisation; the rules do not add setup steps",

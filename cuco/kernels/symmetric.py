@@ -3,7 +3,7 @@ allocated and exchanged once, in setup, on every rank in the same order (the ren
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 
 import torch
 import torch.distributed._symmetric_memory as symm_mem
@@ -23,7 +23,7 @@ class PartialsExchange:
     counters: torch.Tensor
     dest: list[torch.Tensor]  # per parity: each rank's address of its recv slot for this rank
     flags: torch.Tensor
-    run: int = field(default=0)  # runs so far
+    run: int = 0  # runs so far
 
     def next_run(self) -> Partials:
         """What the next run (every run calls this once) passes to the GEMM."""

@@ -55,6 +55,7 @@ class Judge:
         self.device = torch.device("cuda", job.gpus[rank] if job.gpus else rank) if self.cuda else torch.device("cpu")
         self.parameters: dict[int, dict[str, torch.Tensor]] = {}  # every rank's, drawn once per shape
         self.seed: int | None = None
+        self.reported: list[StageResult] = []  # the stages of the last report written
 
     def stages(self) -> list[StageResult]:
         raise NotImplementedError
@@ -166,6 +167,7 @@ class Judge:
     def write_report(self, stages: list[StageResult], done: bool, **failure: Any) -> None:
         """The rank's report file. The seed goes in only when done, once nothing of the candidate's is left: the
         run folder is readable to it."""
-        report = RankReport(self.rank, stages, done, sandbox=self.sandbox, seed=self.seed if done else None,
-                            **failure)
+        self.reported = list(stages)
+        report = RankReport(self.rank, self.reported, done, sandbox=self.sandbox,
+                            seed=self.seed if done else None, **failure)
         atomic_write_json(self.out / f"rank{self.rank}.json", report.to_json())

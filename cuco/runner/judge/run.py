@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import json
 import sys
 import traceback
 from pathlib import Path
@@ -15,7 +14,7 @@ from cuco.runner.job import Job
 from cuco.runner.judge.base import CandidateFailed, Judge, StageFailed
 from cuco.runner.judge.bounds import BoundsJudge
 from cuco.runner.judge.candidate import CandidateJudge
-from cuco.runner.rank_report import RankReport, StageResult, stage_from_json
+from cuco.runner.rank_report import RankReport
 from cuco.runner.sandbox import kill_descendants
 
 
@@ -31,7 +30,7 @@ def run_judge(job: Job, rank: int, host: HostProcess | None) -> int:
         return 0
     except StageFailed as exc:
         judge.stop()
-        judge.write_report(_partial(judge), done=True, error=str(exc), kind="verification")
+        judge.write_report(judge.reported, done=True, error=str(exc), kind="verification")
         return 0
     except Exception as exc:  # the judge reports every failure as data; the candidate's come as CandidateFailed
         kind = exc.kind if isinstance(exc, CandidateFailed) else _raised_in_reference(exc, job) or "runner"
@@ -41,7 +40,7 @@ def run_judge(job: Job, rank: int, host: HostProcess | None) -> int:
         failure = dict(error=error, kind=kind, traceback=traceback.format_exc(limit=8))
         if judge is not None:
             judge.stop()
-            judge.write_report(_partial(judge), done=True, **failure)
+            judge.write_report(judge.reported, done=True, **failure)
         else:
             kill_descendants()
             atomic_write_json(Path(job.out_dir) / f"rank{rank}.json", RankReport(rank, done=True, **failure).to_json())
@@ -56,8 +55,3 @@ def _raised_in_reference(exc: BaseException, job: Job) -> str | None:
     frames = traceback.extract_tb(exc.__traceback__)
     return "workload" if any(str(Path(f.filename).resolve()) == reference for f in frames) else None
 
-
-def _partial(judge: Judge) -> list[StageResult]:
-    """The stages the judge reported finished before it failed."""
-    path = judge.out / f"rank{judge.rank}.json"
-    return [stage_from_json(s) for s in json.loads(path.read_text())["stages"]] if path.is_file() else []

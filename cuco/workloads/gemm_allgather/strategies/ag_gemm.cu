@@ -49,14 +49,13 @@ constexpr int kPutCtas = 32;
 constexpr int kPutThreads = 512;
 // Units per put kernel: the signals each producer sends per chunk.
 constexpr int kUnitsPerPut = cuco::IssuerUnit<kIssuer>::perKernel(kPutCtas, kPutThreads);
-// State::peerA and the put kernel's destinations hold one pointer per rank.
 // a, a_gathered, b and c hold bf16 elements (workload.toml).
 constexpr size_t kBytesPerElem = sizeof(__nv_bfloat16);
 
 // Chunk counters: how many units of the peers' put kernels have signalled chunk j, over all runs.
 static cuco::Counters counters;
 
-// epoch: chunk j is complete when its counter reaches epoch * signals.
+// Common's epoch counts the runs: chunk j is complete when its counter reaches epoch * signals.
 struct State : cuco::Common<> {
   cublasHandle_t blasSide;  // side stream 1's: a handle's workspace must not be shared by concurrent GEMMs
   cudaEvent_t joinGemm;     // side stream 1 joined back
