@@ -39,6 +39,8 @@ CAUGHT = {
     "detached_process": (("L0", ["forbidden"]), None),  # with the checks off it passes: see its own test
     "work_in_the_gap": (("L0", ["forbidden"]), ("L2", ["out of tolerance"])),
     "write_parameter": (("L2", ["parameter changed by the runs"]), ("L2", ["parameter changed by the runs"])),
+    "zero_weights_for_reference": (("L2", ["parameter changed by the runs"]),
+                                   ("L2", ["parameter changed by the runs"])),
     # refused by the host's seccomp filter, or by the kernel (a judge with capabilities, root, to a host without);
     # where neither refuses (affinity passes the filter), the judge sees its own state change
     "reach_scheduler": (("L0", ["forbidden"]), ("L2|L4", REACH)),
@@ -85,6 +87,12 @@ def test_scratch_and_outputs_are_poisoned_before_every_run(tmp_path):
     rec = evaluate(load_workload(GEMM_AG), CHEATS / "scratch_must_be_poisoned.py", _opts(tmp_path))
     assert rec.ok, rec.error
     assert len(rec.shapes["s256"].timing.verified_runs) == 2
+
+
+def test_weights_are_there_when_setup_runs(tmp_path):
+    """A layout of the weights made once in setup (untimed, as serving engines do at load) is allowed and right."""
+    rec = evaluate(load_workload(GEMM_AG), CHEATS / "weights_laid_out_in_setup.py", _opts(tmp_path))
+    assert rec.ok, rec.error
 
 
 def test_a_patched_timer_changes_nothing(tmp_path, no_static_checks):

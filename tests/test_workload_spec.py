@@ -182,6 +182,7 @@ BAD_TOML = [
      ["small_shapes[0].M", "expected int"]),
     ("symmetric-string", "symmetric = true\n", 'symmetric = "yes"\n',
      ["buffers.a.symmetric", "expected bool", "'yes'"]),
+    ("symmetric-parameter", 'role = "input"\n', 'role = "parameter"\n', ["buffers.a.symmetric", "window"]),
     ("name-int", 'name = "tiny"\n', "name = 7\n", ["name", "expected str"]),
     ("timing-iters-float", "iters = 2\n", "iters = 2.5\n", ["timing.iters", "expected int"]),
     ("buffer-shape-bool-dim", 'shape = ["M", "K"]', 'shape = ["M", true]', ["buffers.c.shape", "dimension"]),

@@ -5,8 +5,9 @@ poisons outputs and scratch, and copies outputs the moment the host reports comp
 GPU: the candidate's buffers live in the host (symmetric ones come from ncclMemAlloc, which CUDA IPC
 cannot export), so the judge shares one CUDA allocation of its own over CUDA IPC: a staging area the
 judge fills with the next inputs, and snapshot areas into which the host copies outputs (and inputs) in
-stream order right after the timed region. Only this rank's buffers ever cross; the other ranks' inputs
-and the seeds stay in their judges.
+stream order right after the timed region. Parameters are the exception: the judge draws them and the host
+maps them as the candidate's buffers (`share`), so that the weights exist once on the GPU. Only this rank's
+buffers ever cross; the other ranks' inputs and the seeds stay in their judges.
 """
 
 from __future__ import annotations
@@ -23,8 +24,6 @@ from cuco.dtypes import DTYPES, torch_dtype
 
 TORCH_DTYPES = {name: torch_dtype(name) for name in DTYPES}
 ALIGN = 256  # bytes: every exchange slice starts aligned for vector loads and cudaMemcpy
-BOUNCE = "bounce"  # the parameters' way in and out, a chunk at a time
-BOUNCE_BYTES = 256 * 2**20  # a chunk: large enough that a round trip per chunk is nothing beside its copy
 
 
 @dataclass(frozen=True)
@@ -99,19 +98,13 @@ def attach_memfd_buffers(layouts: list[Layout], fds: list[int]) -> dict[str, tor
 
 
 def _slices(layouts: list[Layout]) -> tuple[dict[str, tuple[int, Layout]], int]:
-    """Offsets of the exchange areas: staged inputs, output snapshots and input snapshots, and one bounce area
-    through which the parameters pass a chunk at a time (an MoE layer's weights are tens of GB: a copy of
-    them in the exchange would double the judge's memory)."""
+    """Offsets of the exchange areas: staged inputs, output snapshots and input snapshots."""
     areas, off = {}, 0
     for lay in layouts:
         keys = ["stage", "inputs_after"] if lay.role == "input" else ["out"] if lay.role == "output" else []
         for key in keys:
             areas[f"{key}:{lay.name}"] = (off, lay)
             off += (lay.nbytes + ALIGN - 1) // ALIGN * ALIGN
-    largest = max((lay.nbytes for lay in layouts if lay.role == "parameter"), default=0)
-    if largest:
-        areas[BOUNCE] = (off, Layout(BOUNCE, "scratch", "u8", (min(largest, BOUNCE_BYTES),), False))
-        off += (min(largest, BOUNCE_BYTES) + ALIGN - 1) // ALIGN * ALIGN
     return areas, max(off, ALIGN)
 
 
@@ -132,17 +125,25 @@ class Exchange:
         return cls(torch.empty(size, dtype=torch.uint8, device=device), layouts)
 
     def handle(self) -> list[Any]:
-        """What the host needs to open the allocation (torch's CUDA IPC handle, bytes as base64)."""
-        args = list(self.raw.untyped_storage()._share_cuda_())
-        return [base64.b64encode(a).decode() if isinstance(a, bytes) else a for a in args]
+        return share(self.raw)
 
     @classmethod
     def open(cls, handle: list[Any], layouts: list[Layout], device: torch.device) -> Exchange:
-        # (device, handle, size, offset, ref-counter handle, ref-counter offset, event handle, event sync)
-        args = list(handle)
-        for i in (1, 4):
-            args[i] = base64.b64decode(args[i])
-        args[6] = base64.b64decode(args[6]) if args[6] else None
-        storage = torch.UntypedStorage._new_shared_cuda(*args)
-        raw = torch.empty(0, dtype=torch.uint8, device=device).set_(storage)
-        return cls(raw, layouts)
+        return cls(open_shared(handle, device), layouts)
+
+
+def share(t: torch.Tensor) -> list[Any]:
+    """What another process needs to map t's storage (torch's CUDA IPC handle, bytes as base64), as JSON."""
+    args = list(t.untyped_storage()._share_cuda_())
+    return [base64.b64encode(a).decode() if isinstance(a, bytes) else a for a in args]
+
+
+def open_shared(handle: list[Any], device: torch.device) -> torch.Tensor:
+    """The storage another process shared (`share`), as bytes."""
+    # (device, handle, size, offset, ref-counter handle, ref-counter offset, event handle, event sync)
+    args = list(handle)
+    for i in (1, 4):
+        args[i] = base64.b64decode(args[i])
+    args[6] = base64.b64decode(args[6]) if args[6] else None
+    storage = torch.UntypedStorage._new_shared_cuda(*args)
+    return torch.empty(0, dtype=torch.uint8, device=device).set_(storage)

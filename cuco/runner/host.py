@@ -21,7 +21,7 @@ from typing import Any
 import torch
 import torch.distributed as dist
 
-from cuco.runner.buffers import BOUNCE, TORCH_DTYPES, Exchange, Layout, attach_memfd_buffers, cuda_array
+from cuco.runner.buffers import TORCH_DTYPES, Exchange, Layout, attach_memfd_buffers, cuda_array, open_shared
 from cuco.runner.candidate import CandidateError, CudaCandidate, PyContext, PythonCandidate
 from cuco.runner.channel import Channel, ChannelClosed, Reply
 from cuco.runner.harness import Harness
@@ -95,7 +95,7 @@ class Host:
         params = {str(k): int(v) for k, v in msg.data["params"].items()}
         sym: list[tuple[int, int]] = []
         if self.cuda:
-            bufs, sym = self.allocate(layouts)
+            bufs, sym = self.allocate(layouts, msg.data.get("parameters", {}))
             exchange = Exchange.open(msg.data["exchange"], layouts, self.device)
         else:
             bufs, exchange = attach_memfd_buffers(layouts, msg.fds), None
@@ -108,10 +108,14 @@ class Host:
         cand.setup()
         self.sync()
 
-    def allocate(self, layouts: list[Layout]) -> tuple[dict[str, torch.Tensor], list[tuple[int, int]]]:
+    def allocate(self, layouts: list[Layout],
+                 shared: dict[str, list[Any]]) -> tuple[dict[str, torch.Tensor], list[tuple[int, int]]]:
+        """The candidate's buffers: windows, the judge's memory for the parameters it drew, the rest our own."""
         bufs, sym = {}, []
         for lay in layouts:
-            if self.kind == "cuda" and lay.symmetric:
+            if lay.role == "parameter":
+                bufs[lay.name] = lay.view(open_shared(shared[lay.name], self.device))
+            elif self.kind == "cuda" and lay.symmetric:
                 ptr, win = self.harness.sym_alloc(self.comm, lay.nbytes)  # collective: same order on all ranks
                 sym.append((ptr, win))
                 bufs[lay.name] = lay.view(cuda_array(ptr, lay.nbytes, self.device))
@@ -162,20 +166,6 @@ class Host:
             for lay in sh["layouts"]:
                 if lay.role in ("output", "scratch"):
                     poison(sh["bufs"][lay.name])
-        self.sync()
-
-    def parameter_chunk(self, msg: Reply) -> None:
-        """GPU: one chunk of a parameter through the bounce area: into the candidate's buffer (the shape's weights,
-        drawn once by the judge), or out of it (for the judge to check that no run changed them). Untimed."""
-        sh, d = self.shape, msg.data
-        name, offset, n = str(d["name"]), int(d["offset"]), int(d["nbytes"])
-        lay = next(lay for lay in sh["layouts"] if lay.name == name and lay.role == "parameter")
-        if not 0 <= offset <= offset + n <= lay.nbytes:
-            raise ValueError(f"parameter {name}: bytes {offset}..{offset + n} of {lay.nbytes}")
-        buf = sh["bufs"][name].view(-1).view(torch.uint8)[offset:offset + n]
-        bounce = sh["exchange"][BOUNCE][:n]
-        with torch.cuda.stream(self.stream):
-            (buf if d["load"] else bounce).copy_(bounce if d["load"] else buf)
         self.sync()
 
     def run_cpu(self) -> None:
@@ -240,9 +230,6 @@ class Host:
                 elif msg.kind == "stage":
                     self.stage()
                     self.chan.send("staged")
-                elif msg.kind == "parameter_chunk":
-                    self.parameter_chunk(msg)
-                    self.chan.send("ok")
                 elif msg.kind == "run" and not self.cuda:
                     self.run_cpu()
                     self.chan.send("done")

@@ -26,7 +26,6 @@ else:  # pragma: no cover
 # input: fresh every run, delivered inside the timed region; parameter: drawn once per shape (weights), never
 # poisoned, checked unchanged; output: poisoned, verified; scratch: poisoned.
 ROLES = ("input", "parameter", "output", "scratch")
-READ_ROLES = ("input", "parameter")  # what the judge writes and the candidate must leave as it found it
 ATOL_SCALES = ("tensor", "row")
 OUTPUT_TOLERANCE = ("rtol", "atol", "norm_rtol", "atol_scale")  # keys an output buffer may set for itself
 
@@ -307,6 +306,9 @@ def _load_buffer(sec: _Section, name: str, params: tuple[str, ...]) -> BufferSpe
             if unknown:
                 raise sec.fail("shape", f"unknown parameter {sorted(unknown)[0]!r} in {d!r}")
     symmetric = sec.get("symmetric", bool, False)
+    if symmetric and role == "parameter":
+        raise sec.fail("symmetric", "a parameter is the judge's memory, mapped by the candidate's process; it cannot "
+                                    "be a window (copy it into a symmetric scratch buffer in setup)")
     tolerance = tuple((key, sec.get(key, str if key == "atol_scale" else float)) for key in OUTPUT_TOLERANCE
                       if key in sec.data)
     if tolerance and role != "output":

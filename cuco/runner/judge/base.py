@@ -1,11 +1,14 @@
 """What every judge does: join the judges' own process group, share the secret seed, draw every rank's inputs and
-parameters from it, and write its rank's report."""
+parameters from it, and write its rank's report.
+
+A judge holds its own rank's parameters once per shape (the candidate's judge shares that memory with the
+candidate's process) and draws another rank's afresh for each reference that needs them: weights are most of an
+MoE layer's memory, and a second copy of them per rank would not fit beside the first on an 80 GB GPU."""
 
 from __future__ import annotations
 
 import json
 import os
-import random
 import time
 from datetime import timedelta
 from pathlib import Path
@@ -17,10 +20,11 @@ import torch.distributed as dist
 from cuco.paths import atomic_write_json
 from cuco.runner.buffers import TORCH_DTYPES
 from cuco.runner.job import JUDGE_PORT_ENV, Job
+from cuco.runner.keyed import derive, digest, generator, new_secret
 from cuco.runner.l2 import L2Flush
 from cuco.runner.rank_report import RankReport, StageResult
 from cuco.workload.reference import ReferenceMissing, load_reference
-from cuco.workload.spec import READ_ROLES, load_workload
+from cuco.workload.spec import load_workload
 
 
 class StageFailed(Exception):
@@ -53,7 +57,9 @@ class Judge:
             raise CandidateFailed(str(exc), "workload") from None
         self.cuda = job.device == "cuda"
         self.device = torch.device("cuda", job.gpus[rank] if job.gpus else rank) if self.cuda else torch.device("cpu")
-        self.parameters: dict[int, dict[str, torch.Tensor]] = {}  # every rank's, drawn once per shape
+        self.own: dict[str, torch.Tensor] = {}  # this rank's parameters, drawn once per shape (open_parameters)
+        self.parameter_seed = 0
+        self.digests: dict[str, int] = {}  # of `own` as drawn
         self.seed: int | None = None
         self.reported: list[StageResult] = []  # the stages of the last report written
 
@@ -74,7 +80,7 @@ class Judge:
                               timeout=timedelta(seconds=120))
         dist.init_process_group("gloo", store=store, rank=self.rank, world_size=self.world)
         self.gloo = dist.group.WORLD
-        box = torch.tensor([random.SystemRandom().randrange(2**31) if self.rank == 0 else 0])
+        box = torch.tensor([new_secret() if self.rank == 0 else 0], dtype=torch.int64)
         dist.broadcast(box, src=0, group=self.gloo)
         self.seed = int(box.item())
         if self.cuda:
@@ -125,43 +131,52 @@ class Judge:
     def inputs(self) -> list[str]:
         return self.names("input")
 
-    def read_only(self) -> list[str]:
-        """The buffers a run must leave as the judge wrote them: inputs and parameters."""
-        return self.names(*READ_ROLES)
-
     def inputs_for(self, params: dict[str, int], seed: int,
                    ranks: range | list[int]) -> dict[int, dict[str, torch.Tensor]]:
-        """Inputs of the given ranks, from per-rank seeds, so each judge computes its reference alone; the
-        parameters are the shape's, drawn once (`parameters_for`)."""
+        """Inputs of the given ranks, from per-rank seeds, so each judge computes its reference alone, and their
+        parameters: this rank's as drawn for the shape, another rank's drawn again (dropped with the inputs)."""
         out = {}
         for r in ranks:
-            gen = torch.Generator(device=self.device).manual_seed(seed * 1_000_003 + r)
-            out[r] = self.ref.make_inputs(params, self.world, r, gen, self.device)
-            out[r].update(self.parameters.get(r, {}))
+            out[r] = self.ref.make_inputs(params, self.world, r, generator(self.device, "inputs", seed, r), self.device)
+            out[r].update(self.own if r == self.rank else self.draw_parameters(params, r))
         return out
 
     def all_inputs(self, params: dict[str, int], seed: int) -> list[dict[str, torch.Tensor]]:
         by_rank = self.inputs_for(params, seed, range(self.world))
         return [by_rank[r] for r in range(self.world)]
 
-    def parameters_for(self, params: dict[str, int], seed: int) -> dict[int, dict[str, torch.Tensor]]:
-        """Every rank's parameters, from reference.make_parameters where the workload has it (then make_inputs
-        need not draw the weights on every run), else from make_inputs."""
+    def open_parameters(self, params: dict[str, int], seed: int) -> None:
+        """This rank's parameters for the shape, and their digests under a key of the secret's."""
+        self.parameter_seed = seed
+        self.own = self.draw_parameters(params, self.rank)
+        self.digests = {n: digest(t, self.digest_key()) for n, t in self.own.items()}
+
+    def draw_parameters(self, params: dict[str, int], rank: int) -> dict[str, torch.Tensor]:
+        """rank's parameters, from reference.make_parameters where the workload has it (then make_inputs need not
+        draw the weights on every run), else from make_inputs. Each in a storage of its own (it may be shared)."""
         names = self.names("parameter")
         if not names:
             return {}
-        make = self.ref.make_parameters
+        make = self.ref.make_parameters or self.ref.make_inputs
+        gen = generator(self.device, "parameters", self.parameter_seed, rank)
+        values = make(params, self.world, rank, gen, self.device)
+        missing = [n for n in names if n not in values]
+        if missing:
+            fn = "make_parameters" if self.ref.make_parameters else "make_inputs"
+            raise CandidateFailed(f"reference.{fn} returned no {missing[0]!r}", "workload")
         out = {}
-        for r in range(self.world):
-            gen = torch.Generator(device=self.device).manual_seed(seed * 1_000_003 + r)
-            values = (make or self.ref.make_inputs)(params, self.world, r, gen, self.device)
-            missing = [n for n in names if n not in values]
-            if missing:
-                fn = "make_parameters" if make else "make_inputs"
-                raise CandidateFailed(f"reference.{fn} returned no {missing[0]!r}", "workload")
-            out[r] = {n: values[n].to(TORCH_DTYPES[self.spec.buffers[n].dtype]).contiguous() for n in names}
-            del values
+        for n in names:
+            t = values.pop(n).to(TORCH_DTYPES[self.spec.buffers[n].dtype]).contiguous()
+            out[n] = t if t.storage_offset() == 0 and t.untyped_storage().nbytes() == t.nbytes else t.clone()
         return out
+
+    def digest_key(self) -> int:
+        return derive(self.seed, "digest", self.parameter_seed)
+
+    def parameters_changed(self) -> list[str]:
+        """This rank's parameters that differ from what was drawn (by their keyed digests)."""
+        return [f"{n}: parameter changed by the runs" for n, t in self.own.items()
+                if digest(t, self.digest_key()) != self.digests[n]]
 
     # ---- the report -----------------------------------------------------------------------------
     def write_report(self, stages: list[StageResult], done: bool, **failure: Any) -> None:

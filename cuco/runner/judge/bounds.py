@@ -25,11 +25,12 @@ class BoundsJudge(Judge):
         for st in self.job.stages:
             shape = self.spec.shape(st.shape)
             params, env = dict(shape.params), shape.env(self.world)
-            bufs = {b.name: torch.empty(b.dims(env), dtype=TORCH_DTYPES[b.dtype], device=self.device)
+            self.open_parameters(params, self.seed)
+            bufs = {b.name: self.own[b.name].view(b.dims(env)) if b.role == "parameter" else
+                    torch.empty(b.dims(env), dtype=TORCH_DTYPES[b.dtype], device=self.device)
                     for b in self.spec.buffers.values()}
-            self.parameters = self.parameters_for(params, self.seed)
             inputs = self.all_inputs(params, self.seed)
-            for name in self.read_only():
+            for name in self.inputs():
                 bufs[name].copy_(inputs[self.rank][name])
             results.append(self.time_references(st.shape, params, inputs, bufs))
             self.write_report(results, done=False)

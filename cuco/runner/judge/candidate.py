@@ -5,13 +5,13 @@ Every run gets fresh inputs and poisoned outputs and scratch; of the timed runs,
 cannot tell which) are snapshotted at the end of the timed region and verified. A run's inputs reach the candidate
 only once its clock runs: on the CPU the judge writes them after starting its clock; on GPUs they wait in the
 shared staging area sealed (XOR with a keystream) and the key is written to the gate page as the gate opens.
-Parameters (weights) are drawn once per shape and checked unchanged. Judges agree on every verdict before going
+Parameters (weights) are drawn once per shape into memory the candidate's process maps, and checked unchanged by
+keyed digests before and after every reference that reads them. Judges agree on every verdict before going
 on, and a rank passes only by the judge writing `done`.
 """
 
 from __future__ import annotations
 
-import hashlib
 import os
 import random
 import statistics
@@ -21,12 +21,13 @@ from typing import Any
 import torch
 import torch.distributed as dist
 
-from cuco.runner.buffers import BOUNCE, BOUNCE_BYTES, Exchange, Layout, memfd_buffers
+from cuco.runner.buffers import Exchange, Layout, memfd_buffers, share
 from cuco.runner.harness import Harness
 from cuco.runner.host_process import HostProcess
 from cuco.runner.job import Job
 from cuco.runner.judge.base import CandidateFailed, Judge, StageFailed
 from cuco.runner.judge.host_link import HostLink
+from cuco.runner.keyed import derive
 from cuco.runner.pages import key_offset
 from cuco.runner.rank_report import CorrectnessStage, StageResult, TimingStage
 from cuco.runner.timing import cross_check
@@ -45,6 +46,7 @@ class CandidateJudge(Judge):
         self.gated = self.cuda
         self.exchange: Exchange | None = None
         self.bufs: dict[str, torch.Tensor] | None = None
+        self.pool: torch.cuda.MemPool | None = None  # GPU: everything the host maps, and nothing else of the judge's
         self.pending: dict[str, torch.Tensor] = {}  # CPU: the next run's inputs, written once the clock runs
         self.harness = Harness(job.harness) if self.cuda else None
 
@@ -84,8 +86,7 @@ class CandidateJudge(Judge):
     def run_key(self, seq: int, rank: int) -> int:
         """The 64-bit key that seals rank's inputs for run seq: from the judges' shared secret seed, so rank 0's
         judge can write every rank's key as it opens the gate."""
-        digest = hashlib.blake2b(f"{self.seed}:{seq}:{rank}".encode(), digest_size=8).digest()
-        return int.from_bytes(digest, "little")
+        return derive(self.seed, "key", seq, rank)
 
     def reveal_keys(self, ranks: range | list[int]) -> None:
         """The keys of the run now starting, into the gate page: from here the candidate can read its inputs."""
@@ -127,6 +128,7 @@ class CandidateJudge(Judge):
 
     # ---- shapes ---------------------------------------------------------------------------------
     def open_shape(self, shape_name: str, seed: int) -> dict[str, int]:
+        """The shape's buffers shared with the host, its parameters drawn into them, and the host's setup."""
         shape = self.spec.shape(shape_name)
         params, env = dict(shape.params), shape.env(self.world)
         self.layouts = [Layout(b.name, b.role, b.dtype, b.dims(env), b.symmetric) for b in self.spec.buffers.values()]
@@ -134,58 +136,41 @@ class CandidateJudge(Judge):
         msg: dict[str, Any] = dict(buffers=[lay.to_json() for lay in self.layouts], params=params)
         fds: list[int] = []
         if self.cuda:
-            self.exchange = Exchange.create(self.layouts, self.device)
+            # CUDA IPC maps a whole segment of the caching allocator: what the host maps comes from a pool of its
+            # own, so that no tensor of the judge's (a key, the next run's inputs) can sit beside it.
+            self.pool = torch.cuda.MemPool()
+            with torch.cuda.use_mem_pool(self.pool):
+                self.open_parameters(params, seed)
+                self.exchange = Exchange.create(self.layouts, self.device)
+            self.sync()
             msg["exchange"] = self.exchange.handle()
+            msg["parameters"] = {n: share(t) for n, t in self.own.items()}
         else:
             self.bufs, fds = memfd_buffers(self.layouts)
+            self.open_parameters(params, seed)
+            for n, t in self.own.items():
+                self.bufs[n].copy_(t.reshape(self.bufs[n].shape))
+            self.own = {n: self.bufs[n] for n in self.own}
         self.link.send("setup", fds=fds, where=f"{shape_name}: setup", **msg)
         for fd in fds:
             os.close(fd)
         self.link.call("ok", f"{shape_name}: setup")
-        self.draw_parameters(params, seed, shape_name)
         return params
-
-    def draw_parameters(self, params: dict[str, int], seed: int, shape_name: str) -> None:
-        """The shape's parameters, every rank's, drawn once and loaded into the candidate's buffers (untimed)."""
-        self.parameters = self.parameters_for(params, seed)
-        for n, value in self.parameters.get(self.rank, {}).items():
-            if not self.cuda:
-                self.bufs[n].copy_(value.reshape(self.bufs[n].shape))
-                continue
-            for offset, chunk in _chunks(value):
-                self.exchange[BOUNCE][: chunk.numel()].copy_(chunk)
-                self.sync()
-                self.link.send("parameter_chunk", name=n, offset=offset, nbytes=chunk.numel(), load=True,
-                               where=f"{shape_name}: parameters")
-                self.link.call("ok", f"{shape_name}: parameters")
-
-    def parameters_changed(self, where: str) -> list[str]:
-        """This rank's parameters as the candidate left them, against what was drawn."""
-        changed = []
-        for n, value in self.parameters.get(self.rank, {}).items():
-            if not self.cuda:
-                check = same(n, self.bufs[n], value.reshape(self.bufs[n].shape), "parameter changed by the runs")
-                changed += [] if check.ok else [check.message]
-                continue
-            for offset, chunk in _chunks(value):
-                self.link.send("parameter_chunk", name=n, offset=offset, nbytes=chunk.numel(), load=False,
-                               where=where)
-                self.link.call("ok", where)
-                if not torch.equal(self.exchange[BOUNCE][: chunk.numel()], chunk):
-                    changed.append(f"{n}: parameter changed by the runs (bytes from {offset})")
-                    break
-        return changed
 
     def close_shape(self, shape_name: str) -> None:
         self.mark(f"{shape_name}: teardown")
         self.link.send("teardown", where=f"{shape_name}: teardown")
         self.link.call("ok", f"{shape_name}: teardown")
         self.exchange = self.bufs = None
+        self.own = {}
+        if self.cuda:  # the host has let go of the shared memory: back to the device
+            self.pool = None
+            torch.cuda.ipc_collect()
+            torch.cuda.empty_cache()
 
     # ---- runs -----------------------------------------------------------------------------------
     def snapshot(self, role: str) -> dict[str, torch.Tensor]:
-        # the parameters are checked apart (parameters_changed): the exchange holds no copy of them
-        names = self.outputs() if role == "output" else self.read_only() if not self.cuda else self.inputs()
+        names = self.outputs() if role == "output" else self.inputs()  # parameters: by digest (parameters_changed)
         if self.cuda:
             key = "out" if role == "output" else "inputs_after"
             return {n: self.exchange[f"{key}:{n}"].clone() for n in names}
@@ -284,7 +269,10 @@ class CandidateJudge(Judge):
             mine = inputs[self.rank]
             self.load(mine)
             outs, after = self.run_untimed(f"{where}: run")
-            checks = self.check_outputs(outs, self.ref.reference(params, self.world, self.rank, inputs))
+            # The reference reads this rank's parameters where the candidate could write them: checked before it
+            # and after it (below, after the determinism run).
+            checks = [Check(False, m) for m in self.parameters_changed()]
+            checks += self.check_outputs(outs, self.ref.reference(params, self.world, self.rank, inputs))
             self.agree(checks, f"{where} (seed {seed + trial})")
             errors += [c.norm_rel_err or 0.0 for c in checks]
             self.mark(f"{where}: determinism run")
@@ -297,7 +285,7 @@ class CandidateJudge(Judge):
             for a in (after, after2):
                 checks += [same(k, a[k], mine[k].to(a[k].dtype).reshape(a[k].shape), "input changed by the run")
                            for k in a]
-            checks += [Check(False, m) for m in self.parameters_changed(f"{where}: parameters")]
+            checks += [Check(False, m) for m in self.parameters_changed()]
             self.agree(checks, where)
         return CorrectnessStage(level, shape, self.spec.timing.trials, max(errors) if errors else 0.0)
 
@@ -334,8 +322,9 @@ class CandidateJudge(Judge):
         # What delivering the inputs inside the timed region costs by itself, for the record only (on GPUs the
         # candidate's process reports it): a run with nothing else (GPU), the judge's own copy (CPU).
         inputs = null_event_ms if self.cuda else reported_ms
-        errors = self.verify_kept(shape, params, kept)
-        changed = self.parameters_changed(f"L4 {shape}: parameters after the timed runs")
+        changed = self.parameters_changed()  # before the references read them, and after
+        errors = self.verify_kept(shape, params, kept) if not self.any_rank(bool(changed)) else []
+        changed += [m for m in self.parameters_changed() if m not in changed]
         errors += self.gather_failures([f"after the timed runs: {m}" for m in changed])
         return TimingStage(
             shape=shape, gated=self.gated, note=note, verified_runs=sorted(kept),
@@ -365,13 +354,6 @@ class CandidateJudge(Judge):
             expected = self.ref.reference(params, self.world, self.rank, self.all_inputs(params, seed))
             mine += [f"timed run {j}: {c.message}" for c in self.check_outputs(snap, expected) if not c.ok]
         return self.gather_failures(mine)
-
-
-def _chunks(value: torch.Tensor):
-    """(byte offset, bytes) of a parameter, a bounce area's worth at a time."""
-    flat = value.view(-1).view(torch.uint8)
-    for offset in range(0, flat.numel(), BOUNCE_BYTES):
-        yield offset, flat[offset:offset + BOUNCE_BYTES]
 
 
 def _signed(key: int) -> int:
