@@ -169,7 +169,12 @@ def main() -> int:
                 row[which] = step(tree, home, workload, name, shape, which, args.iters)
                 print(case, label, which, json.dumps(row[which]), flush=True)
             rows.append(row)
+    from cuco.machine import gpu_inventory
+
+    info = record.meta({"gpus": gpu_inventory()}, world=1, **({"other": str(args.other)} if args.other else {}))
     lines = ["# GPU memory of one evaluation at world 1, against the workload's buffers", "",
+             f"{info['date']}, {info['device']}, commit {info['commit']}"
+             + (f"; other: {args.other}" if args.other else "") + f". `{info['command']}`", "",
              "GB (1e9 bytes). Bounds: the peak of the bound's judge (it times the references alone). Evaluation: the "
              "peaks of the candidate's judge and its host, each read from the driver (each holds a CUDA context, "
              "about 0.5 GB), and their sum over the buffers of one rank. Device: the device's peak used memory "
@@ -187,9 +192,6 @@ def main() -> int:
     failures = [f"{r['case']} ({r['tree']}, {w}): {r[w]['error']}" for r in rows for w in ("bounds", "eval")
                 if not r[w]["ok"]]
     lines += [""] + [f"- {f}" for f in failures]
-    from cuco.machine import gpu_inventory
-
-    info = record.meta({"gpus": gpu_inventory()}, world=1, **({"other": str(args.other)} if args.other else {}))
     record.save(args.out, "judge_memory", info, {"rows": rows}, lines)
     return 0
 
