@@ -318,9 +318,15 @@ def evolve(workload: str = typer.Argument(..., help="Built-in workload name or a
         raise NeedsGPU(spec.name, f"its programs are CUDA and this machine has no {spec.world_size} GPU(s) to run "
                                   "them: a search here could only build them (cuco eval does that)")
     rd = _writable_dir(absolute(run_dir) if run_dir else absolute(Path("cuco-runs") / f"{spec.name}-{target_shape}"))
+    starts = []
     if knobs is not None:
         spec = replace(spec, strategies=knobs.strategies(rd / "derived", spec))
-    evo = Evolution(spec, cfg, rd, slots, evaluator, dev, machine=load_machine())
+        if cfg.search.proposer != "directive":
+            from cuco.evolve.strategy import accepted_points
+
+            first = knobs.start_strategy(spec.strategies)
+            starts = [(first, p) for p in accepted_points(first)]
+    evo = Evolution(spec, cfg, rd, slots, evaluator, dev, machine=load_machine(), starts=starts)
     console.print(f"[dim]{spec.name}, shape {target_shape}, {cfg.search.generations} evaluations, "
                   f"{len(slots)} slot(s) {where}, proposer {cfg.search.proposer}; run directory {rd}[/]")
     try:
@@ -472,24 +478,33 @@ def _knobs(spec, analysis):
 
 
 def _derived_knobs(spec, cfg):
-    """For the directive proposer on a workload without [strategies]: the knobs of the rules' rewrite of its seed,
-    or None where it has strategies or another proposer is asked for."""
-    if spec.strategies or cfg.search.proposer != "directive":
+    """On a workload without [strategies]: the knobs of the rules' rewrite of its seed, which the directive proposer
+    searches and an LLM starts from; None where it has strategies (or, for an LLM, where the rules cannot rewrite
+    the seed: it then starts from the seed alone)."""
+    if spec.strategies:
         return None
+    directive = cfg.search.proposer == "directive"
     seed = spec.seed_path
-    if seed is None or seed.suffix != ".cu":
-        raise CucoError(str(spec.source), "ships no strategy kernels ([strategies] in workload.toml) and has no CUDA "
-                                          "seed to derive knobs from: the directive proposer has nothing to search")
-    from cuco.fastpath.analyze import AnalysisError, analyze
-
     try:
-        knobs = _knobs(spec, analyze(seed))
-    except (AnalysisError, CucoError) as exc:
-        raise CucoError(str(spec.source), f"ships no strategy kernels ([strategies] in workload.toml), and its seed "
-                                          f"gives the directive proposer nothing to search: {exc}") from None
-    console.print(f"no \\[strategies] in {spec.source.name}: the directive proposer searches the {knobs.points()} "
-                  f"design points derived from the rules' rewrite of {seed.name} (cuco transform {spec.root} "
-                  "--explain lists them)", highlight=False)
+        if seed is None or seed.suffix != ".cu":
+            raise CucoError(str(spec.source), "has no CUDA seed to derive knobs from")
+        from cuco.fastpath.analyze import AnalysisError, analyze
+
+        try:
+            knobs = _knobs(spec, analyze(seed))
+        except AnalysisError as exc:
+            raise CucoError(str(seed), str(exc)) from None
+    except CucoError as exc:
+        if directive:
+            raise CucoError(str(spec.source), f"ships no strategy kernels ([strategies] in workload.toml), and its "
+                                              f"seed gives the directive proposer nothing to search: {exc}") from None
+        console.print(f"no \\[strategies] in {spec.source.name} and no knobs from its seed ({exc}): the LLM starts "
+                      "from the seed alone", highlight=False)
+        return None
+    how = (f"the directive proposer searches the {knobs.points()} design points" if directive else
+           "the LLM starts from the seed and from every issuer and placement of the design points")
+    console.print(f"no \\[strategies] in {spec.source.name}: {how} derived from the rules' rewrite of {seed.name} "
+                  f"(cuco transform {spec.root} --explain lists them)", highlight=False)
     return knobs
 
 

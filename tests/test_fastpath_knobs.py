@@ -7,7 +7,7 @@ from __future__ import annotations
 import pytest
 from conftest import ROOT, WORKLOADS
 
-from cuco.evolve.strategy import accepted_points, materialize
+from cuco.evolve.strategy import accepted_points, materialize, prebuild
 from cuco.fastpath.analyze import analyze
 from cuco.fastpath.knobs import CTAS, derive
 from cuco.runner.build import build
@@ -169,6 +169,8 @@ def test_a_collective_is_never_offered_a_side_stream_beside_what_may_touch_its_b
 @pytest.mark.parametrize("name", sorted(PROGRAMS))
 def test_every_offered_point_is_correct_on_one_gpu(name, tmp_path):
     spec, points = _points(name, tmp_path, world=1)
+    for strategy in {id(s): s for s, _, _ in points}.values():  # nvcc in parallel, into the build cache
+        prebuild(strategy, tmp_path / "prebuilt", points=[p for s, p, _ in points if s is strategy])
     failed = []
     for strategy, point, path in points:
         rec = evaluate(spec, path, EvalOptions(device="cuda", max_level="L2", gpus=[0],
@@ -176,3 +178,47 @@ def test_every_offered_point_is_correct_on_one_gpu(name, tmp_path):
         if not rec.ok:
             failed.append((strategy.name, point.label(), rec.failed_level, rec.error))
     assert not failed, failed
+
+
+def test_a_search_given_starting_points_evaluates_them_first_beside_the_seed(tmp_path):
+    """An LLM search on a workload without [strategies] starts from the rewrite's design points (every issuer and
+    placement, at the most CTAs): they are stored after the seed, each with its design point, and run first."""
+    import asyncio
+    from dataclasses import replace
+
+    from test_evolve_run import fake_evaluator
+
+    from cuco.evolve.config import RunConfig
+    from cuco.evolve.run import Evolution
+    from cuco.evolve.slots import Slot
+    from cuco.fastpath.knobs import Knobs
+
+    spec, knobs = _knobs("overlap_beside")
+    spec = replace(spec, strategies=knobs.strategies(tmp_path / "derived", spec))
+    first = Knobs.start_strategy(spec.strategies)
+    starts = [(first, p) for p in accepted_points(first)]
+    assert {(p.issuer, p.placement) for _, p in starts} == {(i, pl) for i in ("cta", "warp")
+                                                            for pl in ("deferred", OVERLAP)}
+    cfg = RunConfig()
+    cfg.search.generations, cfg.search.shape = len(starts) + 1, spec.shapes[0].name
+    evo = Evolution(spec, cfg, tmp_path / "run", [Slot(0, ())], fake_evaluator, "cuda", starts=starts)
+    asyncio.run(evo.run())
+    rows = evo.db.all()
+    assert [c.proposer for c in rows] == ["seed"] + ["knobs"] * len(starts)
+    assert [c.label for c in rows[1:]] == [p.label() for _, p in starts]
+    assert rows[1].code == materialize(first, starts[0][1]) and f"CUCO_COLL_CTAS {max(CTAS)}" in rows[1].code
+    assert evo.db.count("done") == len(starts) + 1
+    evo.db.close()
+
+
+@pytest.mark.parametrize("proposer, says", [("directive", "the directive proposer searches the 6 design points"),
+                                            ("llm", "the LLM starts from the seed and from every issuer")])
+def test_evolve_says_what_it_does_with_a_workload_without_strategies(proposer, says, tmp_path):
+    from typer.testing import CliRunner
+
+    from cuco.cli import app
+
+    res = CliRunner().invoke(app, ["evolve", str(WORKLOADS / "allreduce_sum"), "--run-dir", str(tmp_path / "run"),
+                                   "--set", f"search.proposer={proposer}", "--device", "cpu"],
+                             env={"COLUMNS": "300", "CUCO_HOME": str(tmp_path / "home")})
+    assert says in " ".join(res.output.split()), res.output

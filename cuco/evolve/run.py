@@ -24,9 +24,10 @@ from cuco.evolve.proposers import directive as _directive  # noqa: F401  (regist
 from cuco.evolve.proposers import llm as _llm  # noqa: F401  (registers the proposer)
 from cuco.evolve.selection import hill_climbing, power_law, weighted
 from cuco.evolve.slots import Slot
+from cuco.evolve.strategy import directive_for, materialize
 from cuco.paths import atomic_write_text
 from cuco.runner.record import EvalRecord
-from cuco.workload.spec import WorkloadSpec
+from cuco.workload.spec import StrategySpec, WorkloadSpec
 
 # The seed is host-driven: NCCL collectives from the host, then compute.
 SEED_POINT = DesignPoint("nccl_host", "deferred", "global", "cta", 1)
@@ -79,6 +80,8 @@ class Evolution:
     device: str
     on_event: Callable[[Event, Evolution], None] = lambda e, ev: None
     machine: dict[str, Any] = field(default_factory=dict)
+    # Design points evaluated first, beside the seed (an LLM search on the knobs of a rewrite starts from them)
+    starts: list[tuple[StrategySpec, DesignPoint]] = field(default_factory=list)
 
     def __post_init__(self) -> None:
         self.run_dir.mkdir(parents=True, exist_ok=True)
@@ -137,6 +140,11 @@ class Evolution:
         self.db.add(code=code, code_hash=code_hash(code, lang), language=lang, parent_id=None, island=0,
                     generation=0, proposer="seed", phase="seed", directive=d.to_json(),
                     label=None if start else SEED_POINT.label())
+        for strategy, point in self.starts:
+            code, lang = materialize(strategy, point), "cuda" if strategy.path.suffix == ".cu" else "python"
+            d = directive_for(strategy, point, "a starting point: a design point of the rules' rewrite")
+            self.db.add(code=code, code_hash=code_hash(code, lang), language=lang, parent_id=None, island=0,
+                        generation=0, proposer="knobs", phase="seed", directive=d.to_json(), label=point.label())
 
     def phase(self, k: int) -> str:
         return "explore" if k < self.cfg.search.explore_fraction * self.cfg.search.generations else "exploit"

@@ -87,6 +87,13 @@ class Knobs:
                                                  (("CUCO_COLL_CTAS", str(n)),), POINT_DEFINES) for n in CTAS}
 
 
+    @staticmethod
+    def start_strategy(strategies: dict[str, StrategySpec]) -> StrategySpec:
+        """Where an LLM search starts beside the seed: this strategy's points, every issuer and placement the rewrite
+        offers at the most CTAs (the CTA count is a number in the same code, for the LLM to vary)."""
+        return strategies[f"rewrite_ctas{max(CTAS)}"]
+
+
 def derive(analysis: Analysis, spec: WorkloadSpec) -> Knobs:
     """The knobs of the rules' rewrite of the analysed program; raises RewriteError where the rules refuse it (the
     rewrite below refuses whatever the conservative one does: the joins are all it adds)."""
