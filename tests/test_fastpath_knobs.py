@@ -96,8 +96,8 @@ def test_an_overlapped_collective_joins_before_the_kernel_that_uses_its_output()
     _, knobs = _knobs("overlap_beside")
     assert knobs.offers[0].beside == ["zero (line 35)"]
     code = knobs.code
-    side = code.index("cuco::onSideStream(ctx, 0, ctx->stream, [&](cudaStream_t cucoSide) { return cuco::allGather(")
-    zero, join = code.index("zero<<<"), code.index("cuco::joinSideStream(ctx, 0, ctx->stream)")
+    side = code.index("cuco::onSideStream<0>(ctx, ctx->stream, [&](cudaStream_t cucoSide) { return cuco::allGather(")
+    zero, join = code.index("zero<<<"), code.index("cuco::joinSideStream<0>(ctx, ctx->stream)")
     assert side < zero < join < code.index("addInto<<<")
 
 

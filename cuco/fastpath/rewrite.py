@@ -171,11 +171,11 @@ def _overlapped(op: Op, window: _Windows, site: int, join: int, src: bytes) -> t
     """OP's call moved to a side stream under CUCO_COLL_SIDE_STREAM (cuco::onSideStream; placement stream_overlap),
     and the join statement put at byte JOIN, where its buffers are next used."""
     stream = op.args["stream"]
-    call = (f"cuco::onSideStream(ctx, {site}, {stream}, [&](cudaStream_t cucoSide) {{ "
+    call = (f"cuco::onSideStream<{site}>(ctx, {stream}, [&](cudaStream_t cucoSide) {{ "
             f"return {_replacement(op, window, 'cucoSide')}; }})")
     indent = src[src.rfind(b"\n", 0, join) + 1:join].decode()
     indent = indent if not indent.strip() else "  "
-    return call, ((join, join), f"CUCO_CUDA(ctx, cuco::joinSideStream(ctx, {site}, {stream}));\n{indent}")
+    return call, ((join, join), f"CUCO_CUDA(ctx, cuco::joinSideStream<{site}>(ctx, {stream}));\n{indent}")
 
 
 def rewrite(program: Path | Analysis, spec: WorkloadSpec, overlap: dict[int, int] | None = None) -> Rewrite:

@@ -579,42 +579,43 @@ inline cudaError_t allToAllv(const cuco_ctx_t* ctx, ncclWindow_t countsWin, size
 
 // Placement stream_overlap of a rewritten collective: `issue` runs on ctx->sideStreams[0] behind everything queued
 // on `from` so far (an event), so the kernels that follow on `from` and touch none of its buffers run beside it;
-// joinSideStream makes `to` wait for it where its buffers are next used. `site` numbers the collective (its own
-// pair of events, created once). Without CUCO_COLL_SIDE_STREAM both are the plain call on `from`.
-#define CUCO_OVERLAP_SITES 16
-inline cudaError_t overlapEvent(int site, int which, cudaEvent_t* ev) {
-  static cudaEvent_t events[CUCO_OVERLAP_SITES][2] = {};
-  if (site < 0 || site >= CUCO_OVERLAP_SITES) return cudaErrorInvalidValue;
-  cudaError_t err = cudaSuccess;
-  if (!events[site][which]) err = cudaEventCreateWithFlags(&events[site][which], cudaEventDisableTiming);
-  *ev = events[site][which];
+// joinSideStream makes `to` wait for it where its buffers are next used. `Site` numbers the collective: its own
+// pair of events. Without CUCO_COLL_SIDE_STREAM both are the plain call on `from`.
+template <int Site, int End>
+inline cudaError_t overlapEvent(cudaEvent_t* ev) {
+  // Created on first use and kept for the process's life (the candidate's process ends with its evaluation): a
+  // record and a wait per run, never a create.
+  static cudaEvent_t event = nullptr;
+  cudaError_t err = event ? cudaSuccess : cudaEventCreateWithFlags(&event, cudaEventDisableTiming);
+  *ev = event;
   return err;
 }
 
-template <typename Issue>
-inline cudaError_t onSideStream(const cuco_ctx_t* ctx, int site, cudaStream_t from, Issue issue) {
+template <int Site, typename Issue>
+inline cudaError_t onSideStream(const cuco_ctx_t* ctx, cudaStream_t from, Issue issue) {
 #if defined(CUCO_COLL_SIDE_STREAM)
   if (ctx->nSideStreams < 1) return issue(from);
   cudaEvent_t fork;
-  cudaError_t err = overlapEvent(site, 0, &fork);
+  cudaError_t err = overlapEvent<Site, 0>(&fork);
   if (err == cudaSuccess) err = cudaEventRecord(fork, from);
   if (err == cudaSuccess) err = cudaStreamWaitEvent(ctx->sideStreams[0], fork, 0);
   return err == cudaSuccess ? issue(ctx->sideStreams[0]) : err;
 #else
-  (void)ctx, (void)site;
+  (void)ctx;
   return issue(from);
 #endif
 }
 
-inline cudaError_t joinSideStream(const cuco_ctx_t* ctx, int site, cudaStream_t to) {
+template <int Site>
+inline cudaError_t joinSideStream(const cuco_ctx_t* ctx, cudaStream_t to) {
 #if defined(CUCO_COLL_SIDE_STREAM)
   if (ctx->nSideStreams < 1) return cudaSuccess;
   cudaEvent_t join;
-  cudaError_t err = overlapEvent(site, 1, &join);
+  cudaError_t err = overlapEvent<Site, 1>(&join);
   if (err == cudaSuccess) err = cudaEventRecord(join, ctx->sideStreams[0]);
   return err == cudaSuccess ? cudaStreamWaitEvent(to, join, 0) : err;
 #else
-  (void)ctx, (void)site, (void)to;
+  (void)ctx, (void)to;
   return cudaSuccess;
 #endif
 }
