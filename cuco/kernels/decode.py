@@ -1,6 +1,6 @@
 """The decode GEMM: C = A @ B with few rows in A (a step's tokens), where the time is reading B (the weights) once.
 
-With M <= 32 a GEMM has too few output tiles to keep every SM streaming B (N = 8192 in 64-wide columns is 128
+With M <= 128 a GEMM has too few output tiles to keep every SM streaming B (N = 8192 in 64-wide columns is 128
 tiles for 132 SMs, each with one tile's loads in flight), so the reduction dimension is split as well: program
 (tile, s) multiplies columns `tile` over the s-th slice of K, and the partial products of one tile are summed by
 whichever of its programs finishes last, in split order, so that the result has the same bits whatever order the
@@ -21,7 +21,9 @@ import triton.language as tl
 
 from cuco.kernels.common import descriptor, row_major, sm_count, tma_ok
 
-MAX_ROWS = 32  # above this the tiled GEMM (cuco.kernels.gemm) is faster: its tall tiles reuse A from registers
+# Up to 128 rows the split-K kernel is as fast as the tiled GEMM (cuco.kernels.gemm) or faster: at 128 x 8192 x 4096
+# on an H200, 26 us against the tiles' 31 (benchmarks/results/decode_gemm.md).
+MAX_ROWS = 128
 
 
 @dataclass(frozen=True)
@@ -34,12 +36,14 @@ class DecodeConfig:
 
 
 def decode_config_for(m: int, n: int, k: int, sms: int) -> DecodeConfig:
-    """64 x 128 tiles of B, K split so that there are about two programs per SM: the fastest of the sweep at every
-    M <= 32 (benchmarks/results/decode_gemm.md). More splits only add partial sums; fewer leave SMs with one
-    tile's loads in flight."""
+    """64 x 128 tiles of B, K split so that there are about two programs per SM up to 32 rows and one above: the
+    fastest of the sweeps (benchmarks/results/decode_gemm.md). More splits only add partial sums (M x N in fp32
+    each, which past 32 rows cost more than a second program per SM gains); fewer leave SMs with one tile's loads
+    in flight. Four stages of a 128-row tile take 192 KB of shared memory: Hopper's 227 KB hold them."""
     tiles = triton.cdiv(n, 64)
+    per_sm = 2 if m <= 32 else 1
     split = 1
-    while split < 8 and tiles * split <= sms and k >= split * 2 * 4 * 128:  # doubled: <= 2 a SM, slices >= 4 blocks
+    while split < 8 and tiles * split * 2 <= per_sm * sms and k >= split * 2 * 4 * 128:  # slices >= 4 blocks
         split *= 2
     return DecodeConfig(64, 128, split, num_stages=4, num_warps=4)
 
