@@ -318,14 +318,7 @@ def evolve(workload: str = typer.Argument(..., help="Built-in workload name or a
         raise NeedsGPU(spec.name, f"its programs are CUDA and this machine has no {spec.world_size} GPU(s) to run "
                                   "them: a search here could only build them (cuco eval does that)")
     rd = _writable_dir(absolute(run_dir) if run_dir else absolute(Path("cuco-runs") / f"{spec.name}-{target_shape}"))
-    starts = []
-    if knobs is not None:
-        spec = replace(spec, strategies=knobs.strategies(rd / "derived", spec))
-        if cfg.search.proposer != "directive":
-            from cuco.evolve.strategy import accepted_points
-
-            first = knobs.start_strategy(spec.strategies)
-            starts = [(first, p) for p in accepted_points(first)]
+    spec, starts = _with_knobs(spec, knobs, cfg, rd / "derived")
     evo = Evolution(spec, cfg, rd, slots, evaluator, dev, machine=load_machine(), starts=starts)
     console.print(f"[dim]{spec.name}, shape {target_shape}, {cfg.search.generations} evaluations, "
                   f"{len(slots)} slot(s) {where}, proposer {cfg.search.proposer}; run directory {rd}[/]")
@@ -506,6 +499,20 @@ def _derived_knobs(spec, cfg):
     console.print(f"no \\[strategies] in {spec.source.name}: {how} derived from the rules' rewrite of {seed.name} "
                   f"(cuco transform {spec.root} --explain lists them)", highlight=False)
     return knobs
+
+
+def _with_knobs(spec, knobs, cfg, directory: Path):
+    """The workload with the derived knobs as its strategies (written into DIRECTORY), and the design points an LLM
+    search starts from beside the seed (none for the directive proposer, which searches them all)."""
+    if knobs is None:
+        return spec, []
+    spec = replace(spec, strategies=knobs.strategies(directory, spec))
+    if cfg.search.proposer == "directive":
+        return spec, []
+    from cuco.evolve.strategy import accepted_points
+
+    first = knobs.start_strategy(spec.strategies)
+    return spec, [(first, p) for p in accepted_points(first)]
 
 
 def _llm_fallback(config: Path | None, tries: int, check):

@@ -79,16 +79,17 @@ def test_the_plain_gemm_takes_the_decode_path_for_few_rows():
     assert _rel_err(c, a.float() @ b.float()) < 1e-2
 
 
-def test_the_default_keeps_about_two_programs_per_sm():
-    """The sweep's fastest (benchmarks/results/decode_gemm.md): 256 programs on 132 SMs at N = 8192 and at 4096."""
-    for n, k, split in ((8192, 8192, 2), (8192, 4096, 2), (4096, 8192, 4)):
-        cfg = decode_config_for(8, n, k, 132)
-        assert (cfg.block_n, cfg.split_k) == (64, split)
+def test_the_default_keeps_one_program_per_sm():
+    """Among the sweep's fastest (benchmarks/results/decode_gemm.md): 128 programs on 132 SMs at N = 8192 and 4096."""
+    for m in (1, 8, 32, 128):
+        for n, k, split in ((8192, 8192, 1), (8192, 4096, 1), (4096, 8192, 2)):
+            cfg = decode_config_for(m, n, k, 132)
+            assert (cfg.block_n, cfg.split_k) == (64, split)
     assert decode_config_for(8, 200, 272, 132).split_k == 1  # a short K is not cut into slices of a block or two
 
 
 @pytest.mark.gpu(1)
-@pytest.mark.parametrize("m", [1, 8, 32])
+@pytest.mark.parametrize("m", [1, 8, 32, 100, 128])
 @pytest.mark.parametrize("k,n", [(8192, 8192), (4096, 8192), (8192, 4096)])
 def test_decode_shapes_match_cublas(m, k, n):
     a, b, c = _operands(m, k, n)

@@ -36,14 +36,12 @@ class DecodeConfig:
 
 
 def decode_config_for(m: int, n: int, k: int, sms: int) -> DecodeConfig:
-    """64 x 128 tiles of B, K split so that there are about two programs per SM up to 32 rows and one above: the
-    fastest of the sweeps (benchmarks/results/decode_gemm.md). More splits only add partial sums (M x N in fp32
-    each, which past 32 rows cost more than a second program per SM gains); fewer leave SMs with one tile's loads
-    in flight. Four stages of a 128-row tile take 192 KB of shared memory: Hopper's 227 KB hold them."""
+    """64 x 128 tiles of B, K split as far as one program per SM: among the fastest of the sweep at every M
+    (benchmarks/results/decode_gemm.md). More splits only add partial sums (M x N in fp32 each); fewer leave SMs
+    idle. Four stages of a 128-row tile take 192 KB of shared memory: Hopper's 227 KB hold them."""
     tiles = triton.cdiv(n, 64)
-    per_sm = 2 if m <= 32 else 1
     split = 1
-    while split < 8 and tiles * split * 2 <= per_sm * sms and k >= split * 2 * 4 * 128:  # slices >= 4 blocks
+    while split < 8 and tiles * split * 2 <= sms and k >= split * 2 * 4 * 128:  # slices of at least 4 blocks
         split *= 2
     return DecodeConfig(64, 128, split, num_stages=4, num_warps=4)
 
