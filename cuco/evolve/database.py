@@ -224,6 +224,11 @@ class Database:
     def all(self) -> list[Candidate]:
         return self._rows("SELECT * FROM candidates ORDER BY proposal_index")
 
+    def seed(self) -> Candidate | None:
+        """The candidate the search started from."""
+        rows = self._rows("SELECT * FROM candidates WHERE proposer = 'seed' ORDER BY proposal_index LIMIT 1")
+        return rows[0] if rows else None
+
     def pending(self) -> list[Candidate]:
         return self._rows("SELECT * FROM candidates WHERE status = 'pending' ORDER BY proposal_index")
 

@@ -45,7 +45,7 @@ def strongest_baseline(db: Database) -> tuple[str, float] | None:
     """The fastest baseline measured in this run: the seed (candidate #1 when the search started from it) and the
     workload's other baselines (measure_baselines), as (name, median ms); None before any was timed."""
     times = {name: b["median_ms"] for name, b in (db.get_meta("baselines") or {}).items() if b.get("median_ms")}
-    seed = next((c for c in db.all() if c.proposer == "seed"), None)
+    seed = db.seed()
     if seed is not None and seed.label and seed.median_ms and "seed" not in times:
         times["seed"] = seed.median_ms
     return min(times.items(), key=lambda kv: kv[1]) if times else None

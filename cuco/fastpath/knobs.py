@@ -45,11 +45,14 @@ class Offer:
 
     line: int
     name: str
-    placements: tuple[str, ...]
     why_not: dict[str, str] = field(default_factory=dict)  # placement -> the reason it is not offered
     beside: list[str] = field(default_factory=list)  # stream_overlap: the operations that run beside it
-    join: int | None = None  # stream_overlap: the byte where its side stream joins back
+    join: int | None = None  # stream_overlap, where offered: the byte where its side stream joins back
     index: int = -1  # the collective's operation in the analysis
+
+    @property
+    def placements(self) -> tuple[str, ...]:
+        return ("deferred",) + (("stream_overlap",) if self.join is not None else ())
 
 
 @dataclass
@@ -104,7 +107,7 @@ def derive(analysis: Analysis, spec: WorkloadSpec) -> Knobs:
             group = op if op.name == "ncclGroupStart" else None
             if op.name == "ncclGroupEnd":
                 continue
-            offers.append(Offer(op.line, "group of ncclSend/ncclRecv", ("deferred",),
+            offers.append(Offer(op.line, "group of ncclSend/ncclRecv",
                                 {"stream_overlap": "a send/recv group's side-stream placement is not derived"}))
         elif group is None:
             offers.append(_offer(op, analysis))
@@ -116,8 +119,8 @@ def derive(analysis: Analysis, spec: WorkloadSpec) -> Knobs:
 def _offer(op: Op, analysis: Analysis) -> Offer:
     why, beside, join = _overlap(op, analysis)
     if why is not None:
-        return Offer(op.line, op.name, ("deferred",), {"stream_overlap": why}, index=op.index)
-    return Offer(op.line, op.name, ("deferred", "stream_overlap"), {}, beside, join, op.index)
+        return Offer(op.line, op.name, {"stream_overlap": why}, index=op.index)
+    return Offer(op.line, op.name, {}, beside, join, op.index)
 
 
 def _overlap(op: Op, analysis: Analysis) -> tuple[str | None, list[str], int | None]:
