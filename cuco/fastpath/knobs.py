@@ -22,7 +22,7 @@ from pathlib import Path
 from cuco.fastpath.analyze import Analysis, Op
 from cuco.fastpath.annotate import ENTRY_POINTS, annotate
 from cuco.fastpath.rewrite import rewrite
-from cuco.workload.spec import StrategySpec, WorkloadSpec
+from cuco.workload.spec import Requirements, StrategySpec, WorkloadSpec
 
 CTAS = (32, 64, 128)  # CTA counts offered (CUCO_COLL_CTAS; 64 is the rules' own)
 ISSUERS = ("cta", "warp")
@@ -82,12 +82,15 @@ class Knobs:
         return lines
 
     def strategies(self, directory: Path, spec: WorkloadSpec) -> dict[str, StrategySpec]:
-        """The derived program written into DIRECTORY, and one strategy per CTA count over it."""
+        """The derived program written into DIRECTORY, and one strategy per CTA count over it. Each needs every rank
+        in one LSA team (its collectives store into the peers' windows): the runner says so before setup where
+        a run's ranks are not."""
         directory.mkdir(parents=True, exist_ok=True)
         path = directory / "rewrite.cu"
         path.write_text(PREAMBLE.format(source=Path(self.source).name) + self.code)
         return {f"rewrite_ctas{n}": StrategySpec(f"rewrite_ctas{n}", path, self.accepts, spec.includes,
-                                                 (("CUCO_COLL_CTAS", str(n)),), POINT_DEFINES) for n in CTAS}
+                                                 (("CUCO_COLL_CTAS", str(n)),), POINT_DEFINES,
+                                                 Requirements(lsa_team=True)) for n in CTAS}
 
 
     @staticmethod
