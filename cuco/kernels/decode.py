@@ -36,14 +36,16 @@ class DecodeConfig:
 
 
 def decode_config_for(m: int, n: int, k: int, sms: int) -> DecodeConfig:
-    """64 x 128 tiles of B, K split as far as one program per SM: among the fastest of the sweep at every M
+    """64 columns of B a program, K split as far as one program per SM: the sweep's fastest by row count
     (benchmarks/results/decode_gemm.md). More splits only add partial sums (M x N in fp32 each); fewer leave SMs
-    idle. Four stages of a 128-row tile take 192 KB of shared memory: Hopper's 227 KB hold them."""
+    idle. Up to 8 rows, six stages of 128-deep blocks keep the most loads in flight; up to 32, 256-deep blocks and
+    8 warps; above, the 128-row tile's four stages take 192 KB of shared memory (Hopper's 227 KB hold them)."""
     tiles = triton.cdiv(n, 64)
+    block_k, stages, warps = (128, 6, 4) if m <= 8 else (256, 4, 8) if m <= 32 else (128, 4, 4)
     split = 1
-    while split < 8 and tiles * split * 2 <= sms and k >= split * 2 * 4 * 128:  # slices of at least 4 blocks
+    while split < 8 and tiles * split * 2 <= sms and k >= split * 2 * 4 * block_k:  # slices of at least 4 blocks
         split *= 2
-    return DecodeConfig(64, 128, split, num_stages=4, num_warps=4)
+    return DecodeConfig(64, block_k, split, num_stages=stages, num_warps=warps)
 
 
 @triton.jit
