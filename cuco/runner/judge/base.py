@@ -3,7 +3,8 @@ parameters from it, and write its rank's report.
 
 A judge holds its own rank's parameters once per shape (the candidate's judge shares that memory with the
 candidate's process) and draws another rank's afresh for each reference that needs them: weights are most of an
-MoE layer's memory, and a second copy of them per rank would not fit beside the first on an 80 GB GPU."""
+MoE layer's memory, and a second copy of them doubles what an evaluation needs of a GPU
+(benchmarks/results/judge_memory.md)."""
 
 from __future__ import annotations
 
