@@ -1,7 +1,6 @@
 """Cheat: zeroes the weights and writes zeros, so that a reference computed from the weights where the candidate can
 write them agrees with it; it puts the weights back in its next run, before any check that comes only at the end."""
 
-import torch
 
 
 def setup(ctx):
