@@ -2,7 +2,6 @@
 write them agrees with it; it puts the weights back in its next run, before any check that comes only at the end."""
 
 
-
 def setup(ctx):
     ctx.state["saved"] = None
 
