@@ -476,18 +476,15 @@ def _derived_knobs(spec, cfg):
     the seed: it then starts from the seed alone)."""
     if spec.strategies:
         return None
+    from cuco.fastpath.analyze import AnalysisError, analyze
+
     directive = cfg.search.proposer == "directive"
     seed = spec.seed_path
     try:
         if seed is None or seed.suffix != ".cu":
             raise CucoError(str(spec.source), "has no CUDA seed to derive knobs from")
-        from cuco.fastpath.analyze import AnalysisError, analyze
-
-        try:
-            knobs = _knobs(spec, analyze(seed))
-        except AnalysisError as exc:
-            raise CucoError(str(seed), str(exc)) from None
-    except CucoError as exc:
+        knobs = _knobs(spec, analyze(seed))
+    except (AnalysisError, CucoError) as exc:
         if directive:
             raise CucoError(str(spec.source), f"ships no strategy kernels ([strategies] in workload.toml), and its "
                                               f"seed gives the directive proposer nothing to search: {exc}") from None

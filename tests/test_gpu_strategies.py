@@ -17,15 +17,15 @@ WORLD = max(1, min(2, gpu_count()))
 
 SPECS = {p.parent.name: load_workload(p.parent, WORLD) for p in sorted(WORKLOADS.glob("*/workload.toml"))}
 GPU_BACKENDS = {"lsa", "ce", "gin"}  # a Python strategy with one of these moves data between GPUs itself
-CASES = [(wl, name, point) for wl, spec in SPECS.items() for name, strategy in spec.strategies.items()
-         if strategy.path.suffix == ".cu" or GPU_BACKENDS & set(strategy.accepts["backend"])
-         for point in accepted_points(strategy)]
-
-
 POINTS_PER_GROUP = 12  # a worker's share of a strategy: compiled together, evaluated one after another
-# Each case's group: its strategy and the dozen of that strategy's points it falls in.
-GROUPS = [f"{wl}-{name}-{[(w, n) for w, n, _ in CASES[:i]].count((wl, name)) // POINTS_PER_GROUP}"
-          for i, (wl, name, _) in enumerate(CASES)]
+# Every point to run, and its group: its strategy and the dozen of that strategy's points it falls in.
+CASES, GROUPS = [], []
+for wl, spec in SPECS.items():
+    for name, strategy in spec.strategies.items():
+        if strategy.path.suffix == ".cu" or GPU_BACKENDS & set(strategy.accepts["backend"]):
+            for j, point in enumerate(accepted_points(strategy)):
+                CASES.append((wl, name, point))
+                GROUPS.append(f"{wl}-{name}-{j // POINTS_PER_GROUP}")
 
 
 @pytest.fixture(scope="module")

@@ -52,7 +52,7 @@ struct Common {
   cublasHandle_t blas;             // GEMMs on the main stream
   cudaEvent_t fork, join;          // a side stream forked from the main one, and joined back
   cudaEvent_t chunkReady[kReady];  // piece j is done on the stream that recorded it
-  unsigned long long epoch;            // runs so far: counters that only grow are waited on at multiples of it
+  unsigned long long epoch;        // runs so far: counters that only grow are waited on at multiples of it
 
   // reservedSms > 0: cuBLAS leaves that many SMs to the kernels that run beside its GEMMs.
   int create(cuco_ctx_t* ctx, int reservedSms) {

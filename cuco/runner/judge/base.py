@@ -21,7 +21,7 @@ import torch.distributed as dist
 from cuco.paths import atomic_write_json
 from cuco.runner.buffers import TORCH_DTYPES
 from cuco.runner.job import JUDGE_PORT_ENV, Job
-from cuco.runner.keyed import derive, digest, generator, new_secret
+from cuco.runner.keyed import generator, new_secret
 from cuco.runner.l2 import L2Flush
 from cuco.runner.rank_report import RankReport, StageResult
 from cuco.workload.reference import ReferenceMissing, load_reference
@@ -60,7 +60,6 @@ class Judge:
         self.device = torch.device("cuda", job.gpus[rank] if job.gpus else rank) if self.cuda else torch.device("cpu")
         self.own: dict[str, torch.Tensor] = {}  # this rank's parameters, drawn once per shape (open_parameters)
         self.parameter_seed = 0
-        self.digests: dict[str, int] = {}  # of `own` as drawn
         self.seed: int | None = None
         self.reported: list[StageResult] = []  # the stages of the last report written
 
@@ -147,10 +146,9 @@ class Judge:
         return [by_rank[r] for r in range(self.world)]
 
     def open_parameters(self, params: dict[str, int], seed: int) -> None:
-        """This rank's parameters for the shape, and their digests under a key of the secret's."""
+        """This rank's parameters for the shape."""
         self.parameter_seed = seed
         self.own = self.draw_parameters(params, self.rank)
-        self.digests = {n: digest(t, self.digest_key()) for n, t in self.own.items()}
 
     def draw_parameters(self, params: dict[str, int], rank: int) -> dict[str, torch.Tensor]:
         """rank's parameters, from reference.make_parameters where the workload has it (then make_inputs need not
@@ -170,14 +168,6 @@ class Judge:
             t = values.pop(n).to(TORCH_DTYPES[self.spec.buffers[n].dtype]).contiguous()
             out[n] = t if t.storage_offset() == 0 and t.untyped_storage().nbytes() == t.nbytes else t.clone()
         return out
-
-    def digest_key(self) -> int:
-        return derive(self.seed, "digest", self.parameter_seed)
-
-    def parameters_changed(self) -> list[str]:
-        """This rank's parameters that differ from what was drawn (by their keyed digests)."""
-        return [f"{n}: parameter changed by the runs" for n, t in self.own.items()
-                if digest(t, self.digest_key()) != self.digests[n]]
 
     # ---- the report -----------------------------------------------------------------------------
     def write_report(self, stages: list[StageResult], done: bool, **failure: Any) -> None:

@@ -27,7 +27,7 @@ from cuco.runner.host_process import HostProcess
 from cuco.runner.job import Job
 from cuco.runner.judge.base import CandidateFailed, Judge, StageFailed
 from cuco.runner.judge.host_link import HostLink
-from cuco.runner.keyed import derive
+from cuco.runner.keyed import derive, digest
 from cuco.runner.pages import key_offset
 from cuco.runner.rank_report import CorrectnessStage, StageResult, TimingStage
 from cuco.runner.timing import cross_check
@@ -47,6 +47,7 @@ class CandidateJudge(Judge):
         self.exchange: Exchange | None = None
         self.bufs: dict[str, torch.Tensor] | None = None
         self.pool: torch.cuda.MemPool | None = None  # GPU: everything the host maps, and nothing else of the judge's
+        self.digests: dict[str, int] = {}  # of this rank's parameters as drawn
         self.pending: dict[str, torch.Tensor] = {}  # CPU: the next run's inputs, written once the clock runs
         self.harness = Harness(job.harness) if self.cuda else None
 
@@ -151,11 +152,22 @@ class CandidateJudge(Judge):
             for n, t in self.own.items():
                 self.bufs[n].copy_(t.reshape(self.bufs[n].shape))
             self.own = {n: self.bufs[n] for n in self.own}
+        self.digests = self.parameter_digests()
         self.link.send("setup", fds=fds, where=f"{shape_name}: setup", **msg)
         for fd in fds:
             os.close(fd)
         self.link.call("ok", f"{shape_name}: setup")
         return params
+
+    def parameter_digests(self) -> dict[str, int]:
+        """This rank's parameters' digests, under a key of the secret's (keyed.digest)."""
+        key = derive(self.seed, "digest", self.parameter_seed)
+        return {n: digest(t, key) for n, t in self.own.items()}
+
+    def parameters_changed(self) -> list[str]:
+        """This rank's parameters that differ from what was drawn."""
+        now = self.parameter_digests()
+        return [f"{n}: parameter changed by the runs" for n in self.own if now[n] != self.digests[n]]
 
     def close_shape(self, shape_name: str) -> None:
         self.mark(f"{shape_name}: teardown")
