@@ -1,6 +1,7 @@
 """The knobs of a rewritten program (cuco/fastpath/knobs.py) on the fast path's corpus: what is offered for each
 program, every offered point passes the static checks and builds with nvcc, a collective is never put beside a
-kernel the analysis cannot prove apart from it (planted programs), and on one GPU every point is correct."""
+kernel the analysis cannot prove apart from it, nor its GEMM cut where the cut is not proven (planted programs), and
+on one GPU every point is correct."""
 
 from __future__ import annotations
 
@@ -9,7 +10,7 @@ from conftest import ROOT, WORKLOADS
 
 from cuco.evolve.strategy import accepted_points, materialize, prebuild
 from cuco.fastpath.analyze import analyze
-from cuco.fastpath.knobs import CTAS, derive
+from cuco.fastpath.knobs import CE_CTAS, CTAS, ISSUERS, PIECES, derive
 from cuco.runner.build import build
 from cuco.runner.cascade import EvalOptions, evaluate
 from cuco.runner.static_checks import check_source
@@ -17,7 +18,9 @@ from cuco.workload import load_workload
 
 HERE = ROOT / "tests" / "fastpath"
 OVERLAP = "stream_overlap"
-# program -> (workload, source, the placements offered per collective, in program order).
+CHUNKED = ("deferred", OVERLAP, "chunk")  # placements, and sync chunk: an all-gather whose GEMM reads it by pieces
+# program -> (workload, source, the placements offered per collective, in program order, then "chunk" where its
+# consumer is cut into pieces).
 PROGRAMS = {
     "typed_pointers": ("allreduce_sum", HERE / "corpus" / "typed_pointers.cu", [("deferred",)]),
     "two_halves": ("allreduce_sum", HERE / "corpus" / "two_halves.cu", [("deferred",), ("deferred",)]),
@@ -28,10 +31,13 @@ PROGRAMS = {
     "host_allreduce_scratch": ("allreduce_sum", HERE / "host_allreduce_scratch.cu", [("deferred",)]),
     "host_halo_exchange": ("sendrecv_ring", HERE / "host_halo_exchange.cu", [("deferred",)]),
     "overlap_beside": ("allgather_bf16", HERE / "knobs" / "overlap_beside.cu", [("deferred", OVERLAP)]),
+    "gather_gemm_ex": ("gemm_allgather", HERE / "knobs" / "gather_gemm_ex.cu", [CHUNKED]),
+    "gemm_allgather_seed": ("gemm_allgather", WORKLOADS / "gemm_allgather" / "seed.cu", [CHUNKED]),
     **{f"{wl}_seed": (wl, WORKLOADS / wl / "seed.cu", [("deferred",)])
-       for wl in ("gemm_allgather", "allreduce_sum", "reducescatter_sum", "allgather_bf16", "alltoall_bf16",
-                  "sendrecv_ring", "gemm_reducescatter", "gemm_allreduce")},
+       for wl in ("allreduce_sum", "reducescatter_sum", "allgather_bf16", "alltoall_bf16", "sendrecv_ring",
+                  "gemm_reducescatter", "gemm_allreduce")},
 }
+COPIES = ("ncclAllGather", "ncclAlltoAll", "group of ncclSend/ncclRecv")  # what the copy engine can move
 
 
 def _knobs(name, world=None):
@@ -55,12 +61,20 @@ def _points(name, tmp_path, world=None):
 @pytest.mark.parametrize("name", sorted(PROGRAMS))
 def test_the_knobs_offered_for_each_program(name, tmp_path):
     spec, knobs = _knobs(name)
-    assert [o.placements for o in knobs.offers] == PROGRAMS[name][2]
+    assert [o.placements + (("chunk",) if "chunk" in o.syncs else ()) for o in knobs.offers] == PROGRAMS[name][2]
     for o in knobs.offers:
         assert (OVERLAP in o.placements) == (OVERLAP not in o.why_not), o
+        assert ("chunk" in o.syncs) == ("sync chunk" not in o.why_not), o
+        assert o.copies == (o.name in COPIES)
     overlapped = any(OVERLAP in o.placements for o in knobs.offers)
+    chunked = any("chunk" in o.syncs for o in knobs.offers)
+    copies = any(o.copies for o in knobs.offers)
     assert knobs.accepts["placement"] == (("deferred", OVERLAP) if overlapped else ("deferred",))
-    assert knobs.points() == 3 * 2 * (2 if overlapped else 1)  # CTA counts x issuers x placements
+    assert knobs.accepts["backend"] == (("lsa", "ce") if copies else ("lsa",))
+    # Per CTA count: every issuer at deferred, at stream_overlap, and at sync chunk with each count of pieces; the
+    # copy engine (issuer cta) at deferred and at stream_overlap, once.
+    placements = 1 + overlapped
+    assert knobs.points() == len(CTAS) * len(ISSUERS) * (placements + chunked * len(PIECES)) + copies * placements
     # the number `cuco transform --explain` states is the number of points the search is given
     assert knobs.points() == sum(len(accepted_points(s)) for s in knobs.strategies(tmp_path, spec).values())
     assert all(line for line in knobs.explain())
@@ -77,15 +91,20 @@ def test_every_offered_point_passes_the_static_checks(name, tmp_path):
 
 @pytest.mark.nvcc
 @pytest.mark.parametrize("name", sorted(PROGRAMS))
-def test_every_offered_issuer_and_placement_builds(name, tmp_path):
-    """At the most CTAs: the CTA count is a number in the same code (the GPU test runs every count), the issuer
-    and the placement are other code; building each of them once keeps CI's nvcc time to a third."""
+def test_every_offered_issuer_placement_sync_and_backend_builds(name, tmp_path):
+    """Each code path once: the CTA count and the count of pieces are numbers in the same code (the GPU test runs
+    every one), the issuer, placement, sync and backend are other code; so the LSA points at the most CTAs and two
+    pieces, and the copy engine's, keep CI's nvcc time down."""
     from concurrent.futures import ThreadPoolExecutor
 
     _, points = _points(name, tmp_path)
-    most = f"CUCO_COLL_CTAS {max(CTAS)}"
-    points = [p for p in points if any(" ".join(d) == most for d in p[0].defines)]
-    assert len(points) == (4 if any(OVERLAP in pl for pl in PROGRAMS[name][2]) else 2)  # issuers x placements
+    most, ce = f"CUCO_COLL_CTAS {max(CTAS)}", f"CUCO_COLL_CTAS {CE_CTAS}"
+    points = [p for p in points if p[1].chunks == (2 if p[1].sync == "chunk" else 1) and
+              any(" ".join(d) == (ce if p[1].backend == "ce" else most) for d in p[0].defines)]
+    offered = PROGRAMS[name][2]
+    placements = 1 + any(OVERLAP in o for o in offered)
+    copies = any(o.copies for o in _knobs(name)[1].offers)
+    assert len(points) == len(ISSUERS) * (placements + any("chunk" in o for o in offered)) + copies * placements
     with ThreadPoolExecutor(2) as pool:
         results = list(pool.map(lambda p: build(p[2], includes=p[0].includes), points))
     failed = [(p[0].name, p[1].label(), r.log[-600:]) for p, r in zip(points, results) if not r.ok]
@@ -162,6 +181,57 @@ def test_a_collective_is_never_offered_a_side_stream_beside_what_may_touch_its_b
     assert why in knobs.offers[0].why_not[OVERLAP]
     assert knobs.accepts["placement"] == ("deferred",)
     assert "onSideStream" not in knobs.code
+
+
+def test_a_gemm_that_reads_an_all_gather_by_rows_runs_piece_by_piece():
+    """The gathered A is cuBLAS's B (transb N): the call is re-issued on rows [cucoRow, + cucoRows) of the gathered
+    buffer and of C, its column count the chunk's, behind the all-gather's flags; nothing else changes."""
+    _, knobs = _knobs("gather_gemm_ex")
+    code = knobs.code
+    gather = code.index("cuco::allGatherChunks<0>(ctx, gathered->window, 0, a->ptr, ")
+    gemm = code.index("cuco::gemmByGatheredRows<0>(ctx, ctx->stream, gathered->ptr, (int64_t)(M), "
+                      "(int64_t)(K) * cuco::dataTypeBytes(CUDA_R_16BF), [&](int64_t cucoRow, int64_t cucoRows) "
+                      "{ return cublasGemmEx(s->blas, CUBLAS_OP_N, CUBLAS_OP_N, nLocal, (int)cucoRows, K, &one, ")
+    assert gather < gemm and '#include "cuco_gemm_rows.cuh"' in code
+    assert "cuco::rowsAt(gathered->ptr, cucoRow, (int64_t)(K) * cuco::dataTypeBytes(CUDA_R_16BF))" in code
+    assert "cuco::rowsAt(c->ptr, cucoRow, (int64_t)(nLocal) * cuco::dataTypeBytes(CUDA_R_16BF))" in code
+    assert "joinSideStream" not in code  # the GEMM joins the side stream back itself, after its last piece
+
+
+GEMM = "cuco_gemm_bf16(s->blas, aFull->ptr, b->ptr, c->ptr, M, K, nLocal)"
+# Planted: the GEMM after the all-gather of the GEMM+AllGather seed changed so that cutting it by the gathered rows
+# would be wrong, or is not proven right. Each keeps the GEMM whole (no sync chunk), with its reason.
+PLANTED_CONSUMERS = {
+    "the gathered buffer is the GEMM's B, whose rows are K": (GEMM, "cuco_gemm_bf16(s->blas, b->ptr, aFull->ptr, "
+                                                                    "c->ptr, M, K, nLocal)", "reads it as B"),
+    "the GEMM writes the all-gather's source": (GEMM, "cuco_gemm_bf16(s->blas, aFull->ptr, b->ptr, a->ptr, M, K, "
+                                                      "nLocal)", "writes the all-gather's buffer `a`"),
+    "the GEMM reads from inside the gathered buffer": (GEMM, "cuco_gemm_bf16(s->blas, (char*)aFull->ptr + K, "
+                                                             "b->ptr, c->ptr, M - 1, K, nLocal)",
+                                                       "does not read the gathered buffer from its start"),
+    "an argument has a side effect": (GEMM, "cuco_gemm_bf16(s->blas, aFull->ptr, b->ptr, c->ptr, M, K, nLocal++)",
+                                      "assign or increment"),
+    "the GEMM runs on another stream": ("cublasSetStream(s->blas, ctx->stream)", "cublasSetStream(s->blas, 0)",
+                                        "runs on 0, not on ctx->stream"),
+    "a kernel reads the gathered rows first": (
+        f"  CUCO_CUBLAS(ctx, {GEMM});", f"  CUCO_CUDA(ctx, cudaMemsetAsync(c->ptr, 0, 16, ctx->stream));\n"
+                                        f"  CUCO_CUDA(ctx, cudaMemcpyAsync(c->ptr, aFull->ptr, 16, "
+                                        f"cudaMemcpyDeviceToDevice, ctx->stream));\n  CUCO_CUBLAS(ctx, {GEMM});",
+        "cudaMemcpyAsync, its next use, is not a GEMM"),
+}
+
+
+@pytest.mark.parametrize("case", sorted(PLANTED_CONSUMERS))
+def test_a_gemm_is_never_cut_by_rows_where_the_cut_is_not_proven(case, tmp_path):
+    old, new, why = PLANTED_CONSUMERS[case]
+    code = (WORKLOADS / "gemm_allgather" / "seed.cu").read_text()
+    assert old in code
+    src = tmp_path / "planted.cu"
+    src.write_text(code.replace(old, new, 1))
+    knobs = derive(analyze(src), load_workload(WORKLOADS / "gemm_allgather"))
+    assert knobs.offers[0].consumer is None and knobs.accepts["sync"] == ("global",)
+    assert why in knobs.offers[0].why_not["sync chunk"], knobs.offers[0].why_not
+    assert "gemmByGatheredRows" not in knobs.code
 
 
 @pytest.mark.gpu(1)

@@ -70,6 +70,14 @@ class Event:
     text: str = ""
 
 
+def _label(d: Directive) -> str | None:
+    """A candidate's design point as the search shows it: the point, and the strategy kernel compiled at it (the name
+    of a derived strategy carries its CTA count)."""
+    if d.point is None:
+        return None
+    return d.point.label() + (f" in {d.strategy}" if d.strategy else "")
+
+
 @dataclass
 class Evolution:
     spec: WorkloadSpec
@@ -144,7 +152,7 @@ class Evolution:
             code, lang = materialize(strategy, point), "cuda" if strategy.path.suffix == ".cu" else "python"
             d = directive_for(strategy, point, "a starting point: a design point of the rules' rewrite")
             self.db.add(code=code, code_hash=code_hash(code, lang), language=lang, parent_id=None, island=0,
-                        generation=0, proposer="knobs", phase="seed", directive=d.to_json(), label=point.label())
+                        generation=0, proposer="knobs", phase="seed", directive=d.to_json(), label=_label(d))
 
     def phase(self, k: int) -> str:
         return "explore" if k < self.cfg.search.explore_fraction * self.cfg.search.generations else "exploit"
@@ -167,8 +175,8 @@ class Evolution:
         island = k % self.cfg.search.islands
         parent = self.select_parent(island, rng)
         inspirations = [c for c in self.db.archive() if c.id != parent.id][: self.cfg.search.inspirations]
-        tried = {point_key(Directive.from_json(c.directive).strategy if c.directive else None, c.label)
-                 for c in self.db.all() if c.label}
+        tried = {point_key(d.strategy, d.point.label())
+                 for d in (Directive.from_json(c.directive) for c in self.db.all() if c.directive) if d.point}
         for _ in range(NOVELTY_RETRIES):
             ctx = ProposalContext(parent, inspirations, self.phase(k), rng, tried, self.db.best())
             try:
@@ -186,7 +194,7 @@ class Evolution:
                 tried.add(point_key(prop.directive.strategy, prop.directive.point.label()) if prop.directive.point
                           else h)
                 continue
-            label = prop.directive.point.label() if prop.directive.point else None
+            label = _label(prop.directive)
             vec = await self.embedder.embed(prop.code) if self.embedder else None
             if vec is not None:
                 # Near duplicate: almost the same code aiming at the same design point. A small edit that

@@ -17,7 +17,7 @@ def accepted_points(strategy: StrategySpec, machine: dict[str, Any] | None = Non
     """Every design point the strategy accepts that no global constraint rules out, in a fixed order."""
     values = [strategy.accepts[d] for d in DIMENSIONS]
     points = [DesignPoint(*combo) for combo in itertools.product(*values)]
-    return [p for p in points if not violations(p, machine)]
+    return [p for p in points if not violations(p, machine) and not strategy.excluded(p)]
 
 
 def materialize(strategy: StrategySpec, point: DesignPoint) -> str:
@@ -26,6 +26,8 @@ def materialize(strategy: StrategySpec, point: DesignPoint) -> str:
     refused = [f"{dim} {getattr(point, dim)}" for dim in DIMENSIONS if getattr(point, dim) not in strategy.accepts[dim]]
     if refused:
         raise ValueError(f"strategy {strategy.name} does not accept {', '.join(refused)} (its workload.toml)")
+    if strategy.excluded(point):
+        raise ValueError(f"strategy {strategy.name} does not take {strategy.excluded(point)} together")
     body = strategy.path.read_text()
     if strategy.path.suffix == ".cu":
         # Each dimension names its enumerator; cuco_design_point.cuh turns them into typed constants (cuco::kBackend).

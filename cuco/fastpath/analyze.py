@@ -77,6 +77,8 @@ class Op:
     # Arguments in pointer positions that name no buffer the analysis knows ("?" for a kernel defined elsewhere,
     # whose pointer parameters are unknown): what such a call touches cannot be told.
     unplaced: list[str] = field(default_factory=list)
+    # A cuBLAS call's arguments as written: what a GEMM cut by rows re-issues (cuco/fastpath/gemm_rows.py).
+    operands: list[str] = field(default_factory=list)
 
 
 @dataclass
@@ -314,7 +316,9 @@ class _Calls:
             rpos, wpos = BLAS[name]
             handle = text(args[0]) if args else ""
             self.add("blas", name, node, fname, {"handle": handle}, self.buffers(args, rpos), self.buffers(args, wpos),
-                     self.blas_streams.get(handle), unplaced=self.unplaced(args, rpos + wpos))
+                     self.blas_streams.get(handle), span=(node.start_byte, node.end_byte),
+                     unplaced=self.unplaced(args, rpos + wpos))
+            self.ops[-1].operands = [text(a) for a in args]
         elif name in COPIES:
             wpos, rpos, spos = COPIES[name]
             self.add("copy", name, node, fname, {"bytes": text(args[2]) if len(args) > 2 else "?"},

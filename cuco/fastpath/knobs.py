@@ -2,12 +2,16 @@
 that the directive proposer can search a user's own program with no strategy kernel written by hand.
 
 Per rewritten collective: the issuer (the grid striding over the buffer, or a contiguous slice per warp), the CTA
-count of its kernel, and its placement. `stream_overlap` (the collective on a side stream, joined back where its
-buffers are next used) is offered only where the analysis proves it safe: in cuco_run, outside any loop, on a
-known stream that the program does not share with a side stream of its own, and with at least one operation
-between it and that next use, every one of them on the same stream, naming only buffers the analysis knows,
-touching none of the collective's buffers, and neither a collective (every rank must issue device collectives in
-one order) nor a synchronisation. What is not offered says why (`cuco transform --explain`).
+count of its kernel, the backend (the copy engine, for a collective that only copies: an all-gather, an all-to-all,
+a send batch) and the placement. `stream_overlap` (the collective on a side stream, joined back where its buffers
+are next used) is offered only where the analysis proves it safe: in cuco_run, outside any loop, on a known stream
+that the program does not share with a side stream of its own, and with every operation between it and that next
+use on the same stream, naming only buffers the analysis knows, touching none of the collective's buffers, and
+neither a collective (every rank must issue device collectives in one order) nor a synchronisation. Where that next
+use is a GEMM reading an all-gather's output as whole rows (cuco/fastpath/gemm_rows.py), on the same stream and
+writing none of its buffers, sync `chunk` is offered too: the all-gather flags each of CUCO_CHUNKS pieces of every
+rank's block as it lands, and the GEMM runs piece by piece behind them, nothing else between the two needed. What
+is not offered says why (`cuco transform --explain`).
 
 The derived strategy is the rewritten program itself, compiled at a point by the same definitions as a workload's
 strategy kernels (cuco/evolve/strategy.py), one strategy per CTA count; with no definition it is the rules'
@@ -21,38 +25,53 @@ from pathlib import Path
 
 from cuco.fastpath.analyze import Analysis, Op
 from cuco.fastpath.annotate import ENTRY_POINTS, annotate
+from cuco.fastpath.gemm_rows import Consumer, row_split
+from cuco.fastpath.places import Place
 from cuco.fastpath.rewrite import rewrite
 from cuco.workload.spec import Requirements, StrategySpec, WorkloadSpec
 
 CTAS = (32, 64, 128)  # CTA counts offered (CUCO_COLL_CTAS; 64 is the rules' own)
+CE_CTAS = 64  # the copy engine's points are given once, with the rules' own CTA count: it moves bytes without CTAs
 ISSUERS = ("cta", "warp")
+PIECES = (1, 2, 4)  # sync chunk: pieces of each rank's block (CUCO_CHUNKS)
+MAX_SITES = 4  # collectives of one program with a consumer that waits per piece (CUCO_COLL_MAX_SITES)
+COPIES = ("ncclAllGather", "ncclAlltoAll")  # collectives that only copy (and send/recv groups): the copy engine's
+ONLY_GATHER = "only an all-gather's consumer is cut into pieces"
 ENTRY = "cuco_run"  # the step the runner times: the only function whose collectives are placed
 NOT_OFFERED = {
-    "backend ce": "the copy engine needs every peer's window address on the host, fetched in cuco_setup with a "
-                  "synchronisation; the rules do not add setup steps",
-    "chunks > 1": "cutting the transfer pays only where its consumer waits per chunk (a GEMM on rows split by "
-                  "per-chunk flags), which is not derived",
-    "sync chunk": "needs a consumer that waits per chunk (as chunks)",
+    "chunks of a producer": "a GEMM that produces a collective's input by chunks, each signalling the collective, "
+                            "is not derived: only a consumer of an all-gather waits per piece",
 }
 PREAMBLE = "// cuco derived strategy: the fast path's rewrite of {source}, its knobs set by the point's definitions.\n"
 # A point's values as cuco_collectives.cuh's own knobs (StrategySpec.point_defines): defined where the point has them.
-POINT_DEFINES = (("issuer", "warp", "CUCO_COLL_ISSUER_WARP"), ("placement", "stream_overlap", "CUCO_COLL_SIDE_STREAM"))
+POINT_DEFINES = (("issuer", "warp", "CUCO_COLL_ISSUER_WARP"), ("placement", "stream_overlap", "CUCO_COLL_SIDE_STREAM"),
+                 ("backend", "ce", "CUCO_COLL_CE"), ("sync", "chunk", "CUCO_COLL_CHUNK_SYNC"))
+# Points that would repeat another's program: more pieces without the flags that use them, the copy engine with
+# flags its kernel raises (it has none).
+EXCLUDES = ({"sync": ("global",), "chunks": PIECES[1:]}, {"backend": ("ce",), "sync": ("chunk",)})
 
 
 @dataclass
 class Offer:
-    """One rewritten collective (or send/recv group): the knobs offered for it and why any placement is not."""
+    """One rewritten collective (or send/recv group): the knobs offered for it and why any is not."""
 
     line: int
     name: str
-    why_not: dict[str, str] = field(default_factory=dict)  # placement -> the reason it is not offered
+    why_not: dict[str, str] = field(default_factory=dict)  # knob -> the reason it is not offered
     beside: list[str] = field(default_factory=list)  # stream_overlap: the operations that run beside it
     join: int | None = None  # stream_overlap, where offered: the byte where its side stream joins back
     index: int = -1  # the collective's operation in the analysis
+    consumer: Consumer | None = None  # sync chunk, where offered: the GEMM that reads it piece by piece
+    copies: bool = False  # it only copies: the copy engine can move it
 
     @property
     def placements(self) -> tuple[str, ...]:
-        return ("deferred",) + (("stream_overlap",) if self.join is not None else ())
+        overlap = self.join is not None or self.consumer is not None
+        return ("deferred",) + (("stream_overlap",) if overlap else ())
+
+    @property
+    def syncs(self) -> tuple[str, ...]:
+        return ("global",) + (("chunk",) if self.consumer is not None else ())
 
 
 @dataclass
@@ -63,21 +82,31 @@ class Knobs:
 
     @property
     def accepts(self) -> dict[str, tuple]:
-        placements = ("deferred",) + (("stream_overlap",) if any(o.join is not None for o in self.offers) else ())
-        return {"backend": ("lsa",), "placement": placements, "sync": ("global",), "issuer": ISSUERS,
-                "chunks": (1,)}
+        placements = ("deferred",) + (("stream_overlap",) if any(len(o.placements) > 1 for o in self.offers) else ())
+        pieces = any(o.consumer is not None for o in self.offers)
+        return {"backend": ("lsa",) + (("ce",) if any(o.copies for o in self.offers) else ()),
+                "placement": placements, "sync": ("global", "chunk") if pieces else ("global",), "issuer": ISSUERS,
+                "chunks": PIECES if pieces else (1,)}
 
     def points(self) -> int:
-        return len(CTAS) * len(ISSUERS) * len(self.accepts["placement"])
+        from cuco.evolve.strategy import accepted_points
+
+        return sum(len(accepted_points(s)) for s in self._strategies(Path(self.source)).values())
 
     def explain(self) -> list[str]:
         lines = []
         for o in self.offers:
-            lines.append(f"line {o.line}: {o.name}: backend lsa, issuer {' or '.join(ISSUERS)}, "
-                         f"CTAs {', '.join(map(str, CTAS))}, placement {' or '.join(o.placements)}")
+            backends = "lsa or ce" if o.copies else "lsa"
+            lines.append(f"line {o.line}: {o.name}: backend {backends}, issuer {' or '.join(ISSUERS)}, "
+                         f"CTAs {', '.join(map(str, CTAS))}, placement {' or '.join(o.placements)}, "
+                         f"sync {' or '.join(o.syncs)}")
             if o.beside:
                 lines.append(f"  stream_overlap: on a side stream beside {', '.join(o.beside)}")
-            lines += [f"  {placement} not offered: {why}" for placement, why in o.why_not.items()]
+            if o.consumer is not None:
+                gemm = o.consumer.gemm
+                lines.append(f"  sync chunk: {gemm.name} (line {gemm.line}) reads its output by rows, "
+                             f"{' or '.join(map(str, PIECES))} pieces of each rank's block, each behind its flags")
+            lines += [f"  {knob} not offered: {why}" for knob, why in o.why_not.items()]
         lines += [f"not offered for any: {what}: {why}" for what, why in NOT_OFFERED.items()]
         return lines
 
@@ -88,10 +117,14 @@ class Knobs:
         directory.mkdir(parents=True, exist_ok=True)
         path = directory / "rewrite.cu"
         path.write_text(PREAMBLE.format(source=Path(self.source).name) + self.code)
-        return {f"rewrite_ctas{n}": StrategySpec(f"rewrite_ctas{n}", path, self.accepts, spec.includes,
-                                                 (("CUCO_COLL_CTAS", str(n)),), POINT_DEFINES,
-                                                 Requirements(lsa_team=True)) for n in CTAS}
+        return self._strategies(path, spec.includes)
 
+    def _strategies(self, path: Path, includes: tuple[Path, ...] = ()) -> dict[str, StrategySpec]:
+        return {f"rewrite_ctas{n}": StrategySpec(f"rewrite_ctas{n}", path, self.accepts, includes,
+                                                 (("CUCO_COLL_CTAS", str(n)),), POINT_DEFINES,
+                                                 Requirements(lsa_team=True),
+                                                 EXCLUDES + (() if n == CE_CTAS else ({"backend": ("ce",)},)))
+                for n in CTAS}
 
     @staticmethod
     def start_strategy(strategies: dict[str, StrategySpec]) -> StrategySpec:
@@ -102,7 +135,7 @@ class Knobs:
 
 def derive(analysis: Analysis, spec: WorkloadSpec) -> Knobs:
     """The knobs of the rules' rewrite of the analysed program; raises RewriteError where the rules refuse it (the
-    rewrite below refuses whatever the conservative one does: the joins are all it adds)."""
+    rewrite below refuses whatever the conservative one does: the joins and the consumers are all it adds)."""
     offers = []
     group: Op | None = None
     for op in analysis.nccl:
@@ -111,57 +144,114 @@ def derive(analysis: Analysis, spec: WorkloadSpec) -> Knobs:
             if op.name == "ncclGroupEnd":
                 continue
             offers.append(Offer(op.line, "group of ncclSend/ncclRecv",
-                                {"stream_overlap": "a send/recv group's side-stream placement is not derived"}))
+                                {"stream_overlap": "a send/recv group's side-stream placement is not derived",
+                                 "sync chunk": ONLY_GATHER}, copies=True))
         elif group is None:
-            offers.append(_offer(op, analysis))
-    overlap = {o.index: o.join for o in offers if o.join is not None}
-    code = annotate(rewrite(analysis, spec, overlap).code)
+            offers.append(_offer(op, analysis, sum(len(o.placements) > 1 for o in offers)))
+    overlap = {o.index: o.join for o in offers if o.join is not None and o.consumer is None}
+    consumers = {o.index: o.consumer for o in offers if o.consumer is not None}
+    code = annotate(rewrite(analysis, spec, overlap, consumers).code)
     return Knobs(analysis.path, offers, code)
 
 
-def _offer(op: Op, analysis: Analysis) -> Offer:
-    why, beside, join = _overlap(op, analysis)
-    if why is not None:
-        return Offer(op.line, op.name, {"stream_overlap": why}, index=op.index)
-    return Offer(op.line, op.name, {}, beside, join, op.index)
+def _offer(op: Op, analysis: Analysis, sites: int) -> Offer:
+    found = _overlap(op, analysis)
+    offer = Offer(op.line, op.name, index=op.index, copies=op.name in COPIES)
+    if isinstance(found, str):
+        offer.why_not["stream_overlap"] = found
+    else:
+        offer.beside, offer.join = found
+    consumer = _consumer(op, analysis, sites)
+    if isinstance(consumer, str):
+        offer.why_not["sync chunk"] = consumer
+    else:
+        offer.consumer = consumer
+        offer.why_not.pop("stream_overlap", None)
+    return offer
 
 
-def _overlap(op: Op, analysis: Analysis) -> tuple[str | None, list[str], int | None]:
-    """(None, the operations beside it, the byte of the join) where a side stream is safe for OP, else (why not)."""
+def _before_next_use(op: Op, analysis: Analysis) -> tuple[list[Op], Op | None] | str:
+    """The operations of cuco_run between OP and the next one that uses its buffers (None: no such use), or why the
+    analysis cannot vouch for what runs there."""
     if op.function != ENTRY:
-        return f"it is in {op.function}(), not in {ENTRY}() (the step the runner times)", [], None
+        return f"it is in {op.function}(), not in {ENTRY}() (the step the runner times)"
     if op.loops:
-        return f"it is inside the loop of line {op.loops[-1]}: an overlap across iterations is not proven", [], None
+        return f"it is inside the loop of line {op.loops[-1]}: an overlap across iterations is not proven"
     if not op.stream:
-        return "its stream is not known", [], None
+        return "its stream is not known"
     if b"sideStreams" in analysis.source:
-        return "the program uses ctx->sideStreams itself: the side stream is not free", [], None
+        return "the program uses ctx->sideStreams itself: the side stream is not free"
     helper = next((o for o in analysis.ops if o.function not in ENTRY_POINTS), None)
     if helper is not None:  # where cuco_run calls it is not tracked, so it may use the buffers before the join
         return f"line {helper.line}: {helper.name} is in {helper.function}(), a function of the program's own that " \
-               f"{ENTRY}() may call: what it does between the collective and the join is not known", [], None
-    mine = set(op.reads) | set(op.writes)
+               f"{ENTRY}() may call: what it does between the collective and the join is not known"
     if ("send" in op.args and not op.reads) or ("recv" in op.args and not op.writes):
-        return "one of its buffers is not known to the analysis", [], None
-    beside: list[str] = []
+        return "one of its buffers is not known to the analysis"
+    mine = set(op.reads) | set(op.writes)
+    between: list[Op] = []
     for o in (o for o in analysis.ops if o.function == op.function and o.index > op.index):
-        touched = sorted(mine & (set(o.reads) | set(o.writes)))
-        if touched:
-            if not beside:
-                return f"line {o.line}: {o.name} uses its buffer `{touched[0]}` next: nothing runs between them", \
-                    [], None
-            if o.statement < 0:
-                return f"line {o.line}: {o.name}, which uses its buffers next, does not stand in a block of " \
-                       "statements: the join cannot go before it", [], None
-            return None, beside, o.statement
+        if mine & (set(o.reads) | set(o.writes)):
+            return between, o
         reason = _blocks_overlap(op, o)
         if reason:
-            return f"line {o.line}: {reason}", [], None
-        beside.append(f"{o.name} (line {o.line})")
+            return f"line {o.line}: {reason}"
+        between.append(o)
+    return between, None
+
+
+def _overlap(op: Op, analysis: Analysis) -> tuple[list[str], int] | str:
+    """(the operations beside it, the byte of the join) where a side stream is safe for OP, else why not."""
+    found = _before_next_use(op, analysis)
+    if isinstance(found, str):
+        return found
+    between, user = found
+    beside = [f"{o.name} (line {o.line})" for o in between]
+    if user is not None:
+        touched = sorted((set(op.reads) | set(op.writes)) & (set(user.reads) | set(user.writes)))
+        if not beside:
+            return f"line {user.line}: {user.name} uses its buffer `{touched[0]}` next: nothing runs between them"
+        if user.statement < 0:
+            return f"line {user.line}: {user.name}, which uses its buffers next, does not stand in a block of " \
+                   "statements: the join cannot go before it"
+        return beside, user.statement
     if not beside:
-        return "nothing follows it in cuco_run to overlap with", [], None
+        return "nothing follows it in cuco_run to overlap with"
     end = analysis.ends.get(op.function, -1)
-    return (None, beside, end) if end >= 0 else ("the end of cuco_run cannot be found", [], None)
+    return (beside, end) if end >= 0 else "the end of cuco_run cannot be found"
+
+
+def _consumer(op: Op, analysis: Analysis, sites: int) -> Consumer | str:
+    """The GEMM that may read OP's output piece by piece (sync chunk), or why there is none."""
+    if op.name != "ncclAllGather":
+        return ONLY_GATHER
+    if sites >= MAX_SITES:
+        return f"the program has {MAX_SITES} collectives on side streams before it already"
+    found = _before_next_use(op, analysis)
+    if isinstance(found, str):
+        return found
+    user = found[1]
+    if user is None or user.kind != "blas":
+        return "its output is not next read by a GEMM" if user is None else \
+            f"line {user.line}: {user.name}, its next use, is not a GEMM"
+    recv = op.args["recv"]
+    mine = set(op.reads) | set(op.writes)
+    if mine & set(user.writes):
+        return f"line {user.line}: {user.name} writes the all-gather's buffer `{sorted(mine & set(user.writes))[0]}`"
+    if user.stream != op.args.get("stream"):
+        return f"line {user.line}: {user.name} runs on {user.stream or 'a stream the analysis does not know'}, " \
+               f"not on {op.args.get('stream')}"
+    if user.statement < 0:
+        return f"line {user.line}: {user.name} does not stand in a block of statements"
+    pointers = analysis.pointers.get(op.function)
+    place = pointers.reach(recv) if pointers is not None else None
+    operand = next((i for i, a in enumerate(user.operands) if isinstance(place, Place) and pointers.reach(a) == place),
+                   None)
+    if operand is None:
+        return f"line {user.line}: {user.name} does not read the gathered buffer from its start (`{recv}`)"
+    split = row_split(user, operand)
+    if isinstance(split, str):
+        return f"line {user.line}: {split}"
+    return Consumer(user, split)
 
 
 def _blocks_overlap(op: Op, o: Op) -> str | None:

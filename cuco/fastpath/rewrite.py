@@ -17,6 +17,7 @@ from pathlib import Path
 
 from cuco.dtypes import NCCL_DTYPES
 from cuco.fastpath.analyze import NCCL_SIGNATURES, Analysis, AnalysisError, Op, analyze
+from cuco.fastpath.gemm_rows import Consumer
 from cuco.fastpath.peers import Call, PairingError, pair
 from cuco.fastpath.places import Unplaced
 from cuco.workload.spec import WorkloadSpec
@@ -27,6 +28,7 @@ ELEMENT = {n: d.c_type for n, d in NCCL_DTYPES.items() if d.name in ("bf16", "f1
 # unsigned types no workload buffer has are moved too.
 COPY_ELEMENT = {**{n: d.c_type for n, d in NCCL_DTYPES.items()}, "ncclUint32": "uint32_t", "ncclUint64": "uint64_t"}
 INCLUDE = '#include "cuco_collectives.cuh"'
+GEMM_ROWS_INCLUDE = '#include "cuco_gemm_rows.cuh"'  # a GEMM that reads an all-gather piece by piece (sync chunk)
 REQUIREMENTS = """
 // Added by cuco transform: the device communicator that cuco_collectives.cuh needs.
 CUCO_EXPORT void cuco_dev_requirements(const cuco_ctx_t* ctx, ncclDevCommRequirements* reqs) {
@@ -178,12 +180,25 @@ def _overlapped(op: Op, window: _Windows, site: int, join: int, src: bytes) -> t
     return call, ((join, join), f"CUCO_CUDA(ctx, cuco::joinSideStream<{site}>(ctx, {stream}));\n{indent}")
 
 
-def rewrite(program: Path | Analysis, spec: WorkloadSpec, overlap: dict[int, int] | None = None) -> Rewrite:
+def _consumed(op: Op, window: _Windows, site: int, consumer: Consumer) -> tuple[str, tuple[tuple[int, int], str]]:
+    """An all-gather and the GEMM that reads it (sync chunk under CUCO_COLL_CHUNK_SYNC, else stream_overlap with the
+    join before the GEMM): cuco::allGatherChunks, and the GEMM as cuco::gemmByGatheredRows."""
+    a = op.args
+    win, off = window(a["recv"], "receive", op)
+    elem = COPY_ELEMENT[a["dtype"]]
+    call = (f"cuco::allGatherChunks<{site}>(ctx, {win}, {off}, {a['send']}, ({a['count']}) * sizeof({elem}), "
+            f"{a['stream']}, {a['recv']})")
+    return call, (consumer.gemm.span, consumer.split.call(consumer.gemm, site, a["stream"]))
+
+
+def rewrite(program: Path | Analysis, spec: WorkloadSpec, overlap: dict[int, int] | None = None,
+            consumers: dict[int, Consumer] | None = None) -> Rewrite:
     """The program with its NCCL calls replaced by device-side collectives; PROGRAM is a file or its analysis (the
     bytes analysed are the bytes edited: the source is parsed once). OVERLAP: collectives (op index -> the byte of
     their join) that move to a side stream when the program is compiled with CUCO_COLL_SIDE_STREAM (placement
-    stream_overlap); the caller proves each safe (cuco/fastpath/knobs.py)."""
-    overlap = overlap or {}
+    stream_overlap); CONSUMERS: all-gathers (op index -> the GEMM that reads them) that also flag pieces for their
+    GEMM under CUCO_COLL_CHUNK_SYNC; the caller proves each safe (cuco/fastpath/knobs.py)."""
+    overlap, consumers = overlap or {}, consumers or {}
     analysis = program if isinstance(program, Analysis) else analyze(Path(program))
     path, src = analysis.path, analysis.source
     text = src.decode()
@@ -196,7 +211,7 @@ def rewrite(program: Path | Analysis, spec: WorkloadSpec, overlap: dict[int, int
     calls: list[tuple[Op, str, bool]] = []
     group: list[Op] | None = None
     replaced = []
-    joins: list[tuple[tuple[int, int], str]] = []  # statements that join a side stream back (overlap)
+    joins: list[tuple[tuple[int, int], str]] = []  # each side-stream site's join, or its GEMM cut by rows
     for op in analysis.nccl:
         if op.name == "ncclGroupStart":
             if group is not None:
@@ -220,6 +235,9 @@ def rewrite(program: Path | Analysis, spec: WorkloadSpec, overlap: dict[int, int
             if op.index in overlap:
                 call, join = _overlapped(op, window, len(joins), overlap[op.index], src)
                 joins.append(join)
+            elif op.index in consumers:
+                call, join = _consumed(op, window, len(joins), consumers[op.index])
+                joins.append(join)
             calls.append((op, call, True))
     if group is not None:
         raise RewriteError(f"line {group[0].line}: ncclGroupStart without ncclGroupEnd")
@@ -234,7 +252,8 @@ def rewrite(program: Path | Analysis, spec: WorkloadSpec, overlap: dict[int, int
     code = out.decode()
     if '#include "cuco.h"' not in code:
         raise RewriteError(f"{path}: not a cuco candidate (no #include \"cuco.h\")")
-    code = code.replace('#include "cuco.h"', f'#include "cuco.h"\n{INCLUDE}\n{window.declarations()}'.rstrip("\n"), 1)
+    include = INCLUDE + ("\n" + GEMM_ROWS_INCLUDE if consumers else "")
+    code = code.replace('#include "cuco.h"', f'#include "cuco.h"\n{include}\n{window.declarations()}'.rstrip("\n"), 1)
     code = code.rstrip("\n") + "\n" + REQUIREMENTS
     return Rewrite(code, replaced)
 

@@ -133,6 +133,16 @@ class StrategySpec:
     # (dimension, value, macro): the macro is defined at the points with that value (a derived strategy's knobs).
     point_defines: tuple[tuple[str, str, str], ...] = ()
     requires: Requirements = field(default_factory=Requirements)
+    # Combinations it does not take although each value is accepted: a point whose dimensions all hold one of the
+    # values listed (dimension -> values) repeats another point's program (a derived strategy's).
+    excludes: tuple[dict[str, tuple], ...] = ()
+
+    def excluded(self, point) -> str | None:
+        """Why POINT is one of the excluded combinations, or None."""
+        for ex in self.excludes:
+            if all(getattr(point, dim) in values for dim, values in ex.items()):
+                return " with ".join(f"{dim} {getattr(point, dim)}" for dim in ex)
+        return None
 
 
 @dataclass

@@ -10,11 +10,13 @@
  * peer's stores to them have landed. pushSlice is the all-gather's copy for a caller that cuts the transfer
  * itself (into chunks, among CTAs or warps) and signals each piece its own way, as the GEMM+AllGather strategy
  * kernel does.
- * Three knobs a program may define before the include (cuco's derived strategies do, cuco/fastpath/knobs.py):
+ * Knobs a program may define before the include (cuco's derived strategies do, cuco/fastpath/knobs.py):
  * CUCO_COLL_CTAS, the CTAs of every collective kernel; CUCO_COLL_ISSUER_WARP, under which each warp of the
  * grid moves (or reduces) a contiguous slice of its own instead of the grid's threads striding over the whole
- * buffer together; and CUCO_COLL_SIDE_STREAM, under which onSideStream / joinSideStream move a collective to
- * ctx->sideStreams[0] (placement stream_overlap); without it they are the plain call.
+ * buffer together; CUCO_COLL_SIDE_STREAM, under which onSideStream / joinSideStream move a collective to
+ * ctx->sideStreams[0] (placement stream_overlap; without it they are the plain call); CUCO_COLL_CE, under which
+ * the copy engine moves what is only copied (backend ce); and CUCO_COLL_CHUNK_SYNC with CUCO_CHUNKS, under which
+ * allGatherChunks raises a flag per piece for a consumer that reads piece by piece (sync chunk).
  * Reductions add in fixed rank order in fp32, so results are bitwise deterministic. Data moves by stores
  * into peers' windows (all-gather, all-to-all(v), send, reduceScatterPush), or loads from them (reduce-scatter,
  * all-reduce).
@@ -50,8 +52,6 @@
 #endif
 
 namespace cuco {
-
-inline void coll_requirements(ncclDevCommRequirements* reqs) { reqs->lsaBarrierCount = CUCO_COLL_CTAS; }
 
 // Element helpers and the copy and reduction loops are __host__ too: tests/test_collectives_host.py runs
 // them on the CPU, one emulated thread after another, to check every alignment and tail path.
@@ -154,6 +154,127 @@ struct Barrier {
   // acq_rel: what every rank did before is visible to every rank after.
   __device__ void sync() { session.sync(ncclCoopCta(), cuda::memory_order_acq_rel); }
 };
+
+constexpr int kWarpSize = 32;
+// Barrier, wait and setup kernels run as one warp: their work is a few words, or one thread's spin.
+constexpr int kSmallKernelThreads = kWarpSize;
+
+// The calling CTA meets CTA blockIdx.x of every rank at LSA barrier blockIdx.x (the device communicator needs
+// as many barriers as the kernel has CTAs). acq_rel: what each rank did before is visible to every rank after.
+__device__ inline void lsaBarrier(const ncclDevComm& devComm) { Barrier(devComm).sync(); }
+
+__global__ void barrierKernel(ncclDevComm devComm) { lsaBarrier(devComm); }
+
+// Every rank meets on `st` (one CTA: LSA barrier 0). A kernel that must run while a GEMM holds the SMs goes on a
+// stream the GEMM is not on, or on SMs kept from it.
+inline cudaError_t barrier(const ncclDevComm& devComm, cudaStream_t st) {
+  barrierKernel<<<1, kSmallKernelThreads, 0, st>>>(devComm);
+  return cudaGetLastError();
+}
+
+using ChunkCounter = unsigned long long;
+// A counter array starts on its own 128-byte cache line, apart from the barriers' state.
+constexpr size_t kCounterAlign = 128;
+
+__global__ void zeroCountersKernel(ncclDevComm devComm, ncclDevResourceHandle_t handle, int n) {
+  ChunkCounter* c = (ChunkCounter*)ncclGetResourceBufferLocalPointer(devComm, handle);
+  for (int i = threadIdx.x; i < n; i += blockDim.x) c[i] = 0;
+  __threadfence_system();
+}
+
+__global__ void windowPointersKernel(ncclWindow_t win, char** out, int n) {
+  for (int p = threadIdx.x; p < n; p += blockDim.x) out[p] = (char*)ncclGetLsaPointer(win, 0, p);
+}
+
+// Add one to counter i on rank `peer`. Release at system scope: every store this thread observed before,
+// the earlier kernels' on its stream included, is visible on the peer before the peer sees the counter move.
+__device__ inline void bumpCounter(const ncclDevComm& devComm, ncclDevResourceHandle_t handle, int peer, int i) {
+  cuda::atomic_thread_fence(cuda::memory_order_release, cuda::thread_scope_system);
+  ChunkCounter* c = (ChunkCounter*)ncclGetResourceBufferLsaPointer(devComm, handle, peer);
+  cuda::atomic_ref<ChunkCounter, cuda::thread_scope_system>(c[i]).fetch_add(1, cuda::memory_order_relaxed);
+}
+
+// Thread 0 spins until each of this rank's counters [i0, i1) reaches `target`; the CTA's threads meet behind it.
+__device__ inline void awaitCounters(const ncclDevComm& devComm, ncclDevResourceHandle_t handle, int i0, int i1,
+                                     unsigned long long target) {
+  if (threadIdx.x == 0) {
+    ChunkCounter* c = (ChunkCounter*)ncclGetResourceBufferLocalPointer(devComm, handle);
+    for (int i = i0; i < i1; i++) {
+      cuda::atomic_ref<ChunkCounter, cuda::thread_scope_system> f(c[i]);
+      // Acquire: the peers' stores that preceded their bumps are visible to the loads after this wait.
+      while (f.load(cuda::memory_order_acquire) < target) {
+      }
+    }
+  }
+  __syncthreads();
+}
+
+__device__ inline void awaitCounter(const ncclDevComm& devComm, ncclDevResourceHandle_t handle, int i,
+                                    unsigned long long target) {
+  awaitCounters(devComm, handle, i, i + 1, target);
+}
+
+// A stream that must not go on before counters [i0, i1) reach `target` (a copy engine, a cuBLAS call) waits
+// behind it.
+__global__ void awaitCountersKernel(ncclDevComm devComm, ncclDevResourceHandle_t handle, int i0, int i1,
+                                    unsigned long long target) {
+  awaitCounters(devComm, handle, i0, i1, target);
+}
+
+// Zero this rank's first `n` counters, then meet every rank (so no rank bumps a counter a peer has yet to zero),
+// and wait for both: a strategy's setup, once.
+inline cudaError_t resetCounters(const ncclDevComm& devComm, ncclDevResourceHandle_t handle, int n, cudaStream_t st) {
+  zeroCountersKernel<<<1, kSmallKernelThreads, 0, st>>>(devComm, handle, n);
+  cudaError_t err = cudaGetLastError();
+  if (err != cudaSuccess) return err;
+  err = barrier(devComm, st);
+  return err != cudaSuccess ? err : cudaStreamSynchronize(st);
+}
+
+// A strategy's counters. Kept as a file-scope static: ncclDevCommCreate fills in `handle` after
+// cuco_dev_requirements has returned, and the requirement it was asked through must live until then.
+struct Counters {
+  ncclDevResourceRequirements req;
+  ncclDevResourceHandle_t handle;
+  int n;
+
+  // In cuco_dev_requirements: `count` counters in the device communicator's resource buffer.
+  void require(ncclDevCommRequirements* reqs, int count) {
+    n = count;
+    memset(&req, 0, sizeof(req));
+    req.bufferSize = count * sizeof(ChunkCounter);
+    req.bufferAlign = kCounterAlign;
+    req.outBufferHandle = &handle;
+    reqs->resourceRequirementsList = &req;
+  }
+
+  // In cuco_setup: zeroed on every rank before any rank goes on.
+  cudaError_t reset(const ncclDevComm& devComm, cudaStream_t st) const { return resetCounters(devComm, handle, n, st); }
+
+  // Make `st` wait until counters [i0, i1) reach `target`.
+  cudaError_t await(const ncclDevComm& devComm, cudaStream_t st, int i0, int i1, unsigned long long target) const {
+    awaitCountersKernel<<<1, kSmallKernelThreads, 0, st>>>(devComm, handle, i0, i1, target);
+    return cudaGetLastError();
+  }
+};
+
+
+// Every rank's LSA pointer of `win` (offset 0), copied to the host: collective-free, but it synchronizes `st`.
+inline cudaError_t windowPointers(ncclWindow_t win, int nRanks, char** host, cudaStream_t st) {
+  char** dev = NULL;
+  cudaError_t err = cudaMalloc(&dev, nRanks * sizeof(char*));
+  if (err == cudaSuccess) {
+    windowPointersKernel<<<1, kSmallKernelThreads, 0, st>>>(win, dev, nRanks);
+    err = cudaGetLastError();
+  }
+  if (err == cudaSuccess) err = cudaMemcpyAsync(host, dev, nRanks * sizeof(char*), cudaMemcpyDeviceToHost, st);
+  if (err == cudaSuccess) err = cudaStreamSynchronize(st);
+  if (dev) {
+    const cudaError_t freed = cudaFree(dev);
+    if (err == cudaSuccess) err = freed;
+  }
+  return err;
+}
 
 // All-gather and all-to-all in one kernel: to every rank p, `blockBytes` from send + p * srcStride land at
 // recvOffset + rank * blockBytes of p's recv window. srcStride 0: an all-gather (one source, loaded once per
@@ -479,12 +600,59 @@ inline cudaError_t symmetricFree(const cuco_ctx_t* ctx, void* ptr, ncclWindow_t 
   return cudaErrorInvalidValue;
 }
 
+// Backend ce (CUCO_COLL_CE): the copy engine moves what a collective only copies (an all-gather, an all-to-all, a
+// send batch) with cudaMemcpyAsync into the peers' windows through their LSA mappings, between a barrier kernel
+// before (every rank's receive buffer is free) and one after (every copy has landed); reductions stay on the SMs,
+// since a copy engine cannot add. The host needs every rank's address of a window: fetched on a window's first use
+// (a kernel reads them, and the stream synchronises once) and kept for the process's life.
+#define CUCO_COLL_MAX_WINDOWS 16
+
+inline cudaError_t windowOnHost(const cuco_ctx_t* ctx, ncclWindow_t win, cudaStream_t st, char* const** at) {
+  struct Known {
+    ncclWindow_t win;
+    char* at[CUCO_COLL_MAX_RANKS];
+  };
+  static Known known[CUCO_COLL_MAX_WINDOWS];
+  static int nKnown = 0;
+  for (int i = 0; i < nKnown; i++)
+    if (known[i].win == win) return *at = known[i].at, cudaSuccess;
+  if (nKnown == CUCO_COLL_MAX_WINDOWS || ctx->nRanks > CUCO_COLL_MAX_RANKS) return cudaErrorInvalidValue;
+  const cudaError_t err = windowPointers(win, ctx->nRanks, known[nKnown].at, st);
+  if (err != cudaSuccess) return err;
+  known[nKnown].win = win;
+  *at = known[nKnown++].at;
+  return cudaSuccess;
+}
+
+// `bytes` from src to `offset` of rank `peer`'s part of `win`, by the copy engine on `st`.
+inline cudaError_t copyEngineTo(const cuco_ctx_t* ctx, ncclWindow_t win, int peer, size_t offset, const void* src,
+                                size_t bytes, cudaStream_t st) {
+  char* const* at = nullptr;
+  const cudaError_t err = windowOnHost(ctx, win, st, &at);
+  return err != cudaSuccess ? err : cudaMemcpyAsync(at[peer] + offset, src, bytes, cudaMemcpyDeviceToDevice, st);
+}
+
+inline cudaError_t copyEngineScatter(const cuco_ctx_t* ctx, ncclWindow_t recvWin, size_t recvOffset, const char* send,
+                                     size_t blockBytes, size_t srcStride, cudaStream_t st) {
+  cudaError_t err = barrier(ctx->devComm, st);
+  for (int i = 1; i <= ctx->nRanks && err == cudaSuccess; i++) {  // peers first, this rank's own block last
+    const int p = (ctx->rank + i) % ctx->nRanks;
+    err = copyEngineTo(ctx, recvWin, p, recvOffset + (size_t)ctx->rank * blockBytes, send + (size_t)p * srcStride,
+                       blockBytes, st);
+  }
+  return err == cudaSuccess ? barrier(ctx->devComm, st) : err;
+}
+
 inline cudaError_t scatterBlocks(const cuco_ctx_t* ctx, ncclWindow_t recvWin, size_t recvOffset, const void* send,
                                  size_t blockBytes, size_t srcStride, cudaStream_t stream) {
   if (ctx->nRanks > CUCO_COLL_MAX_RANKS) return cudaErrorInvalidValue;  // dst[] / src[] hold one pointer per rank
+#if defined(CUCO_COLL_CE)
+  return copyEngineScatter(ctx, recvWin, recvOffset, (const char*)send, blockBytes, srcStride, stream);
+#else
   scatterBlocksKernel<<<CUCO_COLL_CTAS, CUCO_COLL_THREADS, 0, stream>>>(ctx->devComm, recvWin, recvOffset,
                                                                        (const char*)send, blockBytes, srcStride);
   return cudaGetLastError();
+#endif
 }
 
 // All-gather: this rank's `bytes` of send land at recvOffset + rank * bytes of every rank's recv window.
@@ -563,8 +731,15 @@ inline cudaError_t allReduce(const cuco_ctx_t* ctx, ncclWindow_t sendWin, size_t
 inline cudaError_t sendBatch(const cuco_ctx_t* ctx, const SendBatch& batch, cudaStream_t stream) {
   for (int i = 0; i < batch.n; i++)
     if (batch.peer[i] < 0 || batch.peer[i] >= ctx->nRanks) return cudaErrorInvalidValue;
+#if defined(CUCO_COLL_CE)
+  cudaError_t err = barrier(ctx->devComm, stream);
+  for (int i = 0; i < batch.n && err == cudaSuccess; i++)
+    err = copyEngineTo(ctx, batch.recvWin[i], batch.peer[i], batch.recvOffset[i], batch.send[i], batch.bytes[i], stream);
+  return err == cudaSuccess ? barrier(ctx->devComm, stream) : err;
+#else
   sendKernel<<<CUCO_COLL_CTAS, CUCO_COLL_THREADS, 0, stream>>>(ctx->devComm, batch);
   return cudaGetLastError();
+#endif
 }
 
 inline cudaError_t allToAllv(const cuco_ctx_t* ctx, ncclWindow_t countsWin, size_t countsOffset, const void* send,
@@ -617,6 +792,110 @@ inline cudaError_t joinSideStream(const cuco_ctx_t* ctx, cudaStream_t to) {
 #else
   (void)ctx, (void)to;
   return cudaSuccess;
+#endif
+}
+
+// ---- Sync chunk (CUCO_COLL_CHUNK_SYNC): an all-gather whose consumer reads the gathered rows piece by piece ----
+// allGatherChunks<Site> cuts this rank's block into CUCO_CHUNKS pieces on 16-byte boundaries; once every thread of
+// a CTA has stored its part of piece j on every rank, the CTA bumps flag (Site, this rank, j) there. The consumer
+// (cuco::gemmByGatheredRows, cuco_gemm_rows.cuh) waits for the flags of the pieces its next rows lie in. Flags live
+// in the device communicator's resource buffer, only grow (a call's pieces are complete at call * CUCO_COLL_CTAS)
+// and are zeroed once, before the first call. Without CUCO_COLL_CHUNK_SYNC, allGatherChunks is the all-gather on a
+// side stream (onSideStream) and the consumer joins it back before it reads anything.
+#ifndef CUCO_CHUNKS
+#define CUCO_CHUNKS 1  // a derived strategy's point defines it (cuco/evolve/strategy.py)
+#endif
+#define CUCO_COLL_MAX_SITES 4    // collectives of one program whose consumer waits per piece
+#define CUCO_COLL_MAX_CHUNKS 16  // the most pieces: the largest of CHUNK_CHOICES (cuco/designspace/dimensions.py)
+#if defined(CUCO_COLL_CE) && defined(CUCO_COLL_CHUNK_SYNC)
+#error "sync chunk raises its flags from the all-gather's kernel: backend lsa only"
+#endif
+
+// The program's pieces' flags: a static, since ncclDevCommCreate fills in the handle after coll_requirements.
+inline Counters& chunkFlags() {
+  static Counters flags;
+  return flags;
+}
+
+__host__ __device__ inline int chunkFlag(int site, int rank, int piece) {
+  return (site * CUCO_COLL_MAX_RANKS + rank) * CUCO_COLL_MAX_CHUNKS + piece;
+}
+
+inline void coll_requirements(ncclDevCommRequirements* reqs) {
+  reqs->lsaBarrierCount = CUCO_COLL_CTAS;
+#if defined(CUCO_COLL_CHUNK_SYNC)
+  chunkFlags().require(reqs, CUCO_COLL_MAX_SITES * CUCO_COLL_MAX_RANKS * CUCO_COLL_MAX_CHUNKS);
+#endif
+}
+
+__global__ void __launch_bounds__(CUCO_COLL_THREADS)
+    gatherPiecesKernel(ncclDevComm dc, ncclWindow_t recvWin, size_t recvOffset, const char* send, size_t bytes,
+                       ncclDevResourceHandle_t flags, int site, int nPieces) {
+  Barrier bar(dc);
+  bar.sync();
+  char* dst[CUCO_COLL_MAX_RANKS];
+  const char* src[CUCO_COLL_MAX_RANKS];
+  for (int j = 0; j < nPieces; j++) {
+    size_t lo, hi;
+    packSlice(bytes, 16, j, nPieces, &lo, &hi);
+    for (int p = 0; p < dc.lsaSize; p++)
+      dst[p] = (char*)ncclGetLsaPointer(recvWin, recvOffset + (size_t)dc.lsaRank * bytes + lo, p), src[p] = send + lo;
+    issueCopy(dst, src, dc.lsaSize, hi - lo);
+    __syncthreads();  // every thread's stores of piece j precede its flags (bumpCounter releases)
+    if (threadIdx.x == 0)
+      for (int p = 0; p < dc.lsaSize; p++) bumpCounter(dc, flags, p, chunkFlag(site, dc.lsaRank, j));
+  }
+  bar.sync();  // every piece has landed everywhere before anything after the kernel
+}
+
+// What a site's consumer needs of its last call: where the gathered buffer starts, each rank's block, the calls.
+struct GatherSite {
+  const void* recv = nullptr;
+  size_t bytes = 0;
+  unsigned long long calls = 0;
+};
+
+template <int Site>
+inline GatherSite& gatherSite() {
+  static_assert(Site >= 0 && Site < CUCO_COLL_MAX_SITES, "CUCO_COLL_MAX_SITES sites of sync chunk per program");
+  static GatherSite site;
+  return site;
+}
+
+// Flags are zeroed before the first call, and the host waits: every rank's first kernel of any site passes a barrier
+// after its zeroing, so no peer bumps a flag that is still to be zeroed.
+inline cudaError_t chunkFlagsZeroed(const cuco_ctx_t* ctx, cudaStream_t st) {
+  static bool zeroed = false;
+  if (zeroed) return cudaSuccess;
+  const Counters& flags = chunkFlags();
+  zeroCountersKernel<<<1, kSmallKernelThreads, 0, st>>>(ctx->devComm, flags.handle, flags.n);
+  cudaError_t err = cudaGetLastError();
+  if (err == cudaSuccess) err = cudaStreamSynchronize(st);
+  zeroed = err == cudaSuccess;
+  return err;
+}
+
+// The all-gather of `bytes` from send into recvOffset + rank * bytes of every rank's recvWin, on a side stream
+// forked from `stream`; `recv`: the gathered buffer's start on this rank, as the consumer names it.
+template <int Site>
+inline cudaError_t allGatherChunks(const cuco_ctx_t* ctx, ncclWindow_t recvWin, size_t recvOffset, const void* send,
+                                   size_t bytes, cudaStream_t stream, const void* recv) {
+#if defined(CUCO_COLL_CHUNK_SYNC)
+  if (ctx->nRanks > CUCO_COLL_MAX_RANKS) return cudaErrorInvalidValue;  // dst[] / src[] and the flags per rank
+  const cudaError_t err = chunkFlagsZeroed(ctx, stream);
+  if (err != cudaSuccess) return err;
+  GatherSite& site = gatherSite<Site>();
+  site.recv = recv, site.bytes = bytes, site.calls++;
+  return onSideStream<Site>(ctx, stream, [&](cudaStream_t side) {
+    gatherPiecesKernel<<<CUCO_COLL_CTAS, CUCO_COLL_THREADS, 0, side>>>(ctx->devComm, recvWin, recvOffset,
+                                                                      (const char*)send, bytes, chunkFlags().handle,
+                                                                      Site, CUCO_CHUNKS);
+    return cudaGetLastError();
+  });
+#else
+  (void)recv;
+  return onSideStream<Site>(ctx, stream,
+                            [&](cudaStream_t side) { return allGather(ctx, recvWin, recvOffset, send, bytes, side); });
 #endif
 }
 

@@ -1,0 +1,78 @@
+"""A GEMM cut into chunks of the rows of one operand, so that each chunk waits only for the rows it reads: the
+consumer of an all-gather at sync chunk (cuco/fastpath/knobs.py, cuco_gemm_rows.cuh).
+
+Cutting is sound where the operand's rows are the output's rows (or columns): chunk [r0, r0 + n) of the operand
+makes chunk [r0, r0 + n) of the output and nothing else. For cuBLAS's column-major calls those are the columns of
+B with transb N (the row-major idiom C = A B passed as C^T = B^T A^T) and the columns of A with transa T; for
+cuco_gemm.h's row-major calls, the rows of A. Rows along K would make partial products to add: not cut.
+"""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass
+
+from cuco.fastpath.analyze import Op
+
+BF16 = "(int64_t)sizeof(__nv_bfloat16)"
+TYPED = {"cublasSgemm": "(int64_t)sizeof(float)", "cublasHgemm": "(int64_t)sizeof(__half)"}
+ROW_MAJOR = ("cuco_gemm_bf16", "cuco_gemm_bf16_beta", "cuco_gemm_bf16_accumulate")
+# An assignment or increment in an argument: each chunk evaluates the arguments again.
+SIDE_EFFECT = re.compile(r"\+\+|--|(?<![=!<>+\-*/%&|^])=(?!=)|[+\-*/%&|^]=|<<=|>>=")
+
+
+@dataclass(frozen=True)
+class RowSplit:
+    """Where the rows are in the call: argument positions, and C++ text for the bytes from one row to the next."""
+
+    operand: int  # the operand whose rows are cut
+    extent: int  # the dimension that counts them
+    row_bytes: str
+    out: int  # the output, whose rows (or columns) follow the operand's
+    out_row_bytes: str
+    cast: str  # how the chunk's row count is passed: cuBLAS's dimensions are int
+
+    def call(self, op: Op, site: int, stream: str) -> str:
+        """OP as cuco::gemmByGatheredRows of site SITE on STREAM: the same call, on rows [cucoRow, + cucoRows)."""
+        a = list(op.operands)
+        operand, extent = a[self.operand], a[self.extent]
+        a[self.operand] = f"cuco::rowsAt({operand}, cucoRow, {self.row_bytes})"
+        a[self.out] = f"cuco::rowsAt({a[self.out]}, cucoRow, {self.out_row_bytes})"
+        a[self.extent] = f"{self.cast}cucoRows"
+        return (f"cuco::gemmByGatheredRows<{site}>(ctx, {stream}, {operand}, (int64_t)({extent}), {self.row_bytes}, "
+                f"[&](int64_t cucoRow, int64_t cucoRows) {{ return {op.name}({', '.join(a)}); }})")
+
+
+def row_split(op: Op, operand: int) -> RowSplit | str:
+    """How OP cuts into chunks of the rows of its argument OPERAND, or why it cannot."""
+    a, name = op.operands, op.name
+    if any(SIDE_EFFECT.search(x) for x in a):
+        return f"{name}'s arguments assign or increment something, and each chunk would evaluate them again"
+    if name in ROW_MAJOR and len(a) >= 7:
+        if operand == 1:
+            return RowSplit(1, 4, f"(int64_t)({a[5]}) * {BF16}", 3, f"(int64_t)({a[6]}) * {BF16}", "")
+        return f"{name} reads it as B, whose rows are the product's K: chunks would be partial sums"
+    if name == "cublasGemmEx" and len(a) >= 17:
+        if operand == 10 and a[2].strip() == "CUBLAS_OP_N":
+            return RowSplit(10, 4, f"(int64_t)({a[12]}) * cuco::dataTypeBytes({a[11]})", 14,
+                            f"(int64_t)({a[16]}) * cuco::dataTypeBytes({a[15]})", "(int)")
+        if operand == 7 and a[1].strip() == "CUBLAS_OP_T":
+            return RowSplit(7, 3, f"(int64_t)({a[9]}) * cuco::dataTypeBytes({a[8]})", 14,
+                            f"cuco::dataTypeBytes({a[15]})", "(int)")
+    elif name in TYPED and len(a) >= 14:
+        size = TYPED[name]
+        if operand == 9 and a[2].strip() == "CUBLAS_OP_N":
+            return RowSplit(9, 4, f"(int64_t)({a[10]}) * {size}", 12, f"(int64_t)({a[13]}) * {size}", "(int)")
+        if operand == 7 and a[1].strip() == "CUBLAS_OP_T":
+            return RowSplit(7, 3, f"(int64_t)({a[8]}) * {size}", 12, size, "(int)")
+    else:
+        return f"{name} is not cut by rows (a batched GEMM, or cublasLt's layouts)"
+    return f"{name} reads it with its rows along K (the operand's transpose flag): chunks would be partial sums"
+
+
+@dataclass(frozen=True)
+class Consumer:
+    """The GEMM that reads an all-gather's output piece by piece (sync chunk), cut as SPLIT."""
+
+    gemm: Op
+    split: RowSplit
