@@ -606,21 +606,45 @@ inline cudaError_t symmetricFree(const cuco_ctx_t* ctx, void* ptr, ncclWindow_t 
 // since a copy engine cannot add. The host needs every rank's address of a window: fetched on a window's first use
 // (a kernel reads them, and the stream synchronises once) and kept for the process's life.
 #define CUCO_COLL_MAX_WINDOWS 16
+#define CUCO_COLL_MAX_SITES 4  // collectives of one program whose consumer waits per piece (sync chunk, below)
 
-inline cudaError_t windowOnHost(const cuco_ctx_t* ctx, ncclWindow_t win, cudaStream_t st, char* const** at) {
+// What a site of sync chunk keeps of its last call for its consumer: where the gathered buffer starts, each rank's
+// block, and the calls so far.
+struct GatherSite {
+  const void* recv = nullptr;
+  size_t bytes = 0;
+  unsigned long long calls = 0;
+};
+
+// What the collectives keep on the host for one device communicator (the runner makes one per shape, and windows
+// and flags with it): the windows' addresses for the copy engine, and sync chunk's sites. coll_requirements, called
+// for every new device communicator, starts it afresh.
+struct HostState {
   struct Known {
     ncclWindow_t win;
     char* at[CUCO_COLL_MAX_RANKS];
   };
-  static Known known[CUCO_COLL_MAX_WINDOWS];
-  static int nKnown = 0;
-  for (int i = 0; i < nKnown; i++)
-    if (known[i].win == win) return *at = known[i].at, cudaSuccess;
-  if (nKnown == CUCO_COLL_MAX_WINDOWS || ctx->nRanks > CUCO_COLL_MAX_RANKS) return cudaErrorInvalidValue;
-  const cudaError_t err = windowPointers(win, ctx->nRanks, known[nKnown].at, st);
+  Known known[CUCO_COLL_MAX_WINDOWS];
+  int nKnown = 0;
+  GatherSite sites[CUCO_COLL_MAX_SITES];
+  bool flagsZeroed = false;
+};
+
+inline HostState& hostState() {
+  static HostState state;
+  return state;
+}
+
+inline cudaError_t windowOnHost(const cuco_ctx_t* ctx, ncclWindow_t win, cudaStream_t st, char* const** at) {
+  HostState& s = hostState();
+  for (int i = 0; i < s.nKnown; i++)
+    if (s.known[i].win == win) return *at = s.known[i].at, cudaSuccess;
+  if (s.nKnown == CUCO_COLL_MAX_WINDOWS || ctx->nRanks > CUCO_COLL_MAX_RANKS) return cudaErrorInvalidValue;
+  HostState::Known& k = s.known[s.nKnown];
+  const cudaError_t err = windowPointers(win, ctx->nRanks, k.at, st);
   if (err != cudaSuccess) return err;
-  known[nKnown].win = win;
-  *at = known[nKnown++].at;
+  k.win = win, s.nKnown++;
+  *at = k.at;
   return cudaSuccess;
 }
 
@@ -805,7 +829,6 @@ inline cudaError_t joinSideStream(const cuco_ctx_t* ctx, cudaStream_t to) {
 #ifndef CUCO_CHUNKS
 #define CUCO_CHUNKS 1  // a derived strategy's point defines it (cuco/evolve/strategy.py)
 #endif
-#define CUCO_COLL_MAX_SITES 4    // collectives of one program whose consumer waits per piece
 #define CUCO_COLL_MAX_CHUNKS 16  // the most pieces: the largest of CHUNK_CHOICES (cuco/designspace/dimensions.py)
 #if defined(CUCO_COLL_CE) && defined(CUCO_COLL_CHUNK_SYNC)
 #error "sync chunk raises its flags from the all-gather's kernel: backend lsa only"
@@ -822,6 +845,7 @@ __host__ __device__ inline int chunkFlag(int site, int rank, int piece) {
 }
 
 inline void coll_requirements(ncclDevCommRequirements* reqs) {
+  hostState() = HostState();  // a new device communicator: new windows, new flags
   reqs->lsaBarrierCount = CUCO_COLL_CTAS;
 #if defined(CUCO_COLL_CHUNK_SYNC)
   chunkFlags().require(reqs, CUCO_COLL_MAX_SITES * CUCO_COLL_MAX_RANKS * CUCO_COLL_MAX_CHUNKS);
@@ -848,30 +872,22 @@ __global__ void __launch_bounds__(CUCO_COLL_THREADS)
   bar.sync();  // every piece has landed everywhere before anything after the kernel
 }
 
-// What a site's consumer needs of its last call: where the gathered buffer starts, each rank's block, the calls.
-struct GatherSite {
-  const void* recv = nullptr;
-  size_t bytes = 0;
-  unsigned long long calls = 0;
-};
-
 template <int Site>
 inline GatherSite& gatherSite() {
   static_assert(Site >= 0 && Site < CUCO_COLL_MAX_SITES, "CUCO_COLL_MAX_SITES sites of sync chunk per program");
-  static GatherSite site;
-  return site;
+  return hostState().sites[Site];
 }
 
-// Flags are zeroed before the first call, and the host waits: every rank's first kernel of any site passes a barrier
-// after its zeroing, so no peer bumps a flag that is still to be zeroed.
+// Flags are zeroed before the first call on a device communicator, and the host waits: every rank's first kernel of
+// any site passes a barrier after its zeroing, so no peer bumps a flag that is still to be zeroed.
 inline cudaError_t chunkFlagsZeroed(const cuco_ctx_t* ctx, cudaStream_t st) {
-  static bool zeroed = false;
-  if (zeroed) return cudaSuccess;
+  HostState& s = hostState();
+  if (s.flagsZeroed) return cudaSuccess;
   const Counters& flags = chunkFlags();
   zeroCountersKernel<<<1, kSmallKernelThreads, 0, st>>>(ctx->devComm, flags.handle, flags.n);
   cudaError_t err = cudaGetLastError();
   if (err == cudaSuccess) err = cudaStreamSynchronize(st);
-  zeroed = err == cudaSuccess;
+  s.flagsZeroed = err == cudaSuccess;
   return err;
 }
 
