@@ -4,15 +4,24 @@ the group sizes read by the kernel from device memory.
 Dispatch and combine are torch_host's (split sizes on the host, all_to_all_single out and back); at world 1 there
 is nothing to exchange and the layer runs with no host synchronisation at all. The received rows are sorted by
 local expert on the device (cuco.kernels.grouped_gemm.sort_by_expert), both projections run as grouped launches
-(w13 with the SwiGLU epilogue, so the hidden activation is written once, in bf16), and the outputs go back to
-their received order before the combine. Runs on GPUs (NCCL) and on CPUs (gloo, the kernels in Triton's
-interpreter).
+(w13 with the SwiGLU epilogue, so the hidden activation is written once, in bf16), and the combine
+(cuco.kernels.combine) reads each token's k outputs where they lie: sorted by expert at world 1, in the order the
+exchange returns them otherwise, with no scatter back to token order. Runs on GPUs (NCCL) and on CPUs (gloo, the
+kernels in Triton's interpreter).
 """
 
 import torch
 import torch.distributed as dist
 
+from cuco.kernels.combine import combine
 from cuco.kernels.grouped_gemm import moe_experts, sort_by_expert
+
+
+def _inverse(order: torch.Tensor) -> torch.Tensor:
+    """where[order[i]] = i: the row at which each pair's output lies."""
+    where = torch.empty_like(order)
+    where[order] = torch.arange(len(order), device=order.device)
+    return where
 
 
 def _unsorted(layout, x_sorted, w13, w2):
@@ -23,8 +32,8 @@ def _unsorted(layout, x_sorted, w13, w2):
 
 
 def _exchanged(ctx, x, idx, local):
-    """Every pair's expert output, token-major (row t * k + j is token t's j-th expert), through the experts'
-    owners: pairs grouped by owning rank, sent, computed there, and sent back."""
+    """Every pair's expert output through the experts' owners (pairs grouped by owning rank, sent, computed there,
+    and sent back), and where each lies: row where[t * k + j] is token t's j-th expert's."""
     k, world = idx.shape[1], ctx.world
     flat = idx.flatten()
     order = torch.argsort(flat, stable=True)  # pairs grouped by expert, hence by the rank that owns it
@@ -41,9 +50,7 @@ def _exchanged(ctx, x, idx, local):
     out = _unsorted(layout, rows[layout.order], ctx.buffers["w13"], ctx.buffers["w2"])
     back = torch.empty(len(order), x.shape[1], dtype=x.dtype, device=x.device)
     dist.all_to_all_single(back, out, send, recv, group=ctx.group)
-    pairs = torch.empty_like(back)
-    pairs[order] = back
-    return pairs
+    return back, _inverse(order)
 
 
 def run(ctx):
@@ -54,7 +61,7 @@ def run(ctx):
     weight = torch.softmax(vals, dim=-1)
     if ctx.world == 1:  # every expert is here: sorted row i is token order[i] // k's
         layout = sort_by_expert(idx, local)
-        pairs = _unsorted(layout, x[layout.order // k], b["w13"], b["w2"])
+        rows, where = moe_experts(x[layout.order // k], layout.offs, b["w13"], b["w2"]), _inverse(layout.order)
     else:
-        pairs = _exchanged(ctx, x, idx, local)
-    y.copy_((pairs.view(-1, k, x.shape[1]).float() * weight[..., None]).sum(dim=1))
+        rows, where = _exchanged(ctx, x, idx, local)
+    combine(rows, where, weight, y)
