@@ -18,24 +18,25 @@ from cuco.workload import load_workload
 
 HERE = ROOT / "tests" / "fastpath"
 OVERLAP = "stream_overlap"
-CHUNKED = ("deferred", OVERLAP, "chunk")  # placements, and sync chunk: an all-gather whose GEMM reads it by pieces
+# Placements, and sync chunk: an all-gather whose GEMM reads it, or a reduce-scatter whose GEMM writes it, by pieces.
+CHUNKED = ("deferred", OVERLAP, "chunk")
 # program -> (workload, source, the placements offered per collective, in program order, then "chunk" where its
 # consumer is cut into pieces).
 PROGRAMS = {
     "typed_pointers": ("allreduce_sum", HERE / "corpus" / "typed_pointers.cu", [("deferred",)]),
     "two_halves": ("allreduce_sum", HERE / "corpus" / "two_halves.cu", [("deferred",), ("deferred",)]),
     "buffer_table": ("sendrecv_ring", HERE / "corpus" / "buffer_table.cu", [("deferred",)]),
-    "gemm_rs_scratch": ("gemm_reducescatter", HERE / "corpus" / "gemm_rs_scratch.cu", [("deferred",)]),
+    "gemm_rs_scratch": ("gemm_reducescatter", HERE / "corpus" / "gemm_rs_scratch.cu", [CHUNKED]),
     "gemm_ar_macros": ("gemm_allreduce", HERE / "corpus" / "gemm_ar_macros.cu", [("deferred",)]),
     "inplace_allgather": ("allgather_bf16", HERE / "corpus" / "inplace_allgather.cu", [("deferred",)]),
     "host_allreduce_scratch": ("allreduce_sum", HERE / "host_allreduce_scratch.cu", [("deferred",)]),
     "host_halo_exchange": ("sendrecv_ring", HERE / "host_halo_exchange.cu", [("deferred",)]),
     "overlap_beside": ("allgather_bf16", HERE / "knobs" / "overlap_beside.cu", [("deferred", OVERLAP)]),
     "gather_gemm_ex": ("gemm_allgather", HERE / "knobs" / "gather_gemm_ex.cu", [CHUNKED]),
-    "gemm_allgather_seed": ("gemm_allgather", WORKLOADS / "gemm_allgather" / "seed.cu", [CHUNKED]),
+    **{f"{wl}_seed": (wl, WORKLOADS / wl / "seed.cu", [CHUNKED]) for wl in ("gemm_allgather", "gemm_reducescatter")},
     **{f"{wl}_seed": (wl, WORKLOADS / wl / "seed.cu", [("deferred",)])
        for wl in ("allreduce_sum", "reducescatter_sum", "allgather_bf16", "alltoall_bf16", "sendrecv_ring",
-                  "gemm_reducescatter", "gemm_allreduce")},
+                  "gemm_allreduce")},
 }
 COPIES = ("ncclAllGather", "ncclAlltoAll", "group of ncclSend/ncclRecv")  # what the copy engine can move
 
@@ -229,9 +230,53 @@ def test_a_gemm_is_never_cut_by_rows_where_the_cut_is_not_proven(case, tmp_path)
     src = tmp_path / "planted.cu"
     src.write_text(code.replace(old, new, 1))
     knobs = derive(analyze(src), load_workload(WORKLOADS / "gemm_allgather"))
-    assert knobs.offers[0].consumer is None and knobs.accepts["sync"] == ("global",)
+    assert knobs.offers[0].pieces is None and knobs.accepts["sync"] == ("global",)
     assert why in knobs.offers[0].why_not["sync chunk"], knobs.offers[0].why_not
     assert "gemmByGatheredRows" not in knobs.code
+
+
+def test_a_gemm_that_writes_a_reduce_scatters_input_signals_it_piece_by_piece():
+    """The GEMM writes the peers' blocks of the partial products first, each piece flagged on the rank that sums it;
+    the reduce-scatter, forked before the GEMM, sums pieces as they are flagged and joins back at the end."""
+    _, knobs = _knobs("gemm_reducescatter_seed")
+    code = knobs.code
+    gemm = code.index("cuco::gemmSignalRows<0>(ctx, ctx->stream, partial->ptr, (int64_t)(M), (int64_t)(N) * "
+                      "(int64_t)sizeof(__nv_bfloat16), [&](int64_t cucoRow, int64_t cucoRows) { return "
+                      "cuco_gemm_bf16(s->blas, cuco::rowsAt(a->ptr, cucoRow, ")
+    scatter = code.index("cuco::reduceScatterChunks<0>(ctx, partial->window, 0, (__nv_bfloat16*)(c->ptr), ")
+    assert gemm < scatter < code.index("cuco::joinSideStream<0>(ctx, ctx->stream));\n  return 0;")
+
+
+RS_GEMM = "  CUCO_CUBLAS(ctx, cuco_gemm_bf16(s->blas, a->ptr, b->ptr, partial->ptr, M, kLocal, N));\n"
+# Planted: the GEMM before the reduce-scatter of the GEMM+ReduceScatter seed changed, or work put between the two,
+# so that summing the GEMM's pieces as they are written would be wrong, or is not proven right.
+PLANTED_PRODUCERS = {
+    "a copy writes the partial products after the GEMM": (
+        RS_GEMM, RS_GEMM + "  CUCO_CUDA(ctx, cudaMemsetAsync(partial->ptr, 0, 16, ctx->stream));\n",
+        "cudaMemsetAsync is not a GEMM"),
+    "a synchronisation lies between them": (
+        RS_GEMM, RS_GEMM + "  CUCO_CUDA(ctx, cudaStreamSynchronize(ctx->stream));\n", "synchronises before"),
+    "the GEMM reads the reduce-scatter's output": (
+        "b->ptr, partial->ptr", "c->ptr, partial->ptr", "touches the reduce-scatter's output `c`"),
+    "the GEMM writes into the partial products past their start": (
+        "b->ptr, partial->ptr, M, kLocal, N", "b->ptr, (char*)partial->ptr + 2 * N, M - 1, kLocal, N",
+        "does not write the reduce-scatter's input from its start"),
+    "the partial products are the GEMM's B": (
+        "a->ptr, b->ptr, partial->ptr", "a->ptr, partial->ptr, partial->ptr", "also reads the reduce-scatter's input"),
+}
+
+
+@pytest.mark.parametrize("case", sorted(PLANTED_PRODUCERS))
+def test_a_gemm_is_never_signalled_by_pieces_where_the_cut_is_not_proven(case, tmp_path):
+    old, new, why = PLANTED_PRODUCERS[case]
+    code = (WORKLOADS / "gemm_reducescatter" / "seed.cu").read_text()
+    assert old in code
+    src = tmp_path / "planted.cu"
+    src.write_text(code.replace(old, new, 1))
+    knobs = derive(analyze(src), load_workload(WORKLOADS / "gemm_reducescatter"))
+    assert knobs.offers[0].pieces is None and knobs.accepts["sync"] == ("global",)
+    assert why in knobs.offers[0].why_not["sync chunk"], knobs.offers[0].why_not
+    assert "gemmSignalRows" not in knobs.code
 
 
 @pytest.mark.gpu(1)
@@ -275,7 +320,7 @@ def test_a_search_given_starting_points_evaluates_them_first_beside_the_seed(tmp
     asyncio.run(evo.run())
     rows = evo.db.all()
     assert [c.proposer for c in rows] == ["seed"] + ["knobs"] * len(starts)
-    assert [c.label for c in rows[1:]] == [p.label() for _, p in starts]
+    assert [c.label for c in rows[1:]] == [f"{p.label()} in rewrite_ctas{max(CTAS)}" for _, p in starts]  # CTAs
     assert rows[1].code == materialize(first, starts[0][1]) and f"CUCO_COLL_CTAS {max(CTAS)}" in rows[1].code
     assert evo.db.count("done") == len(starts) + 1
     evo.db.close()

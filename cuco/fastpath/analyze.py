@@ -219,7 +219,7 @@ def _body_end(fn) -> int:
     body = fn.child_by_field_name("body")
     if body is None:
         return -1
-    last = body.named_children[-1] if body.named_child_count else None
+    last = next((n for n in reversed(body.named_children) if n.type != "comment"), None)
     return last.start_byte if last is not None and last.type == "return_statement" else body.end_byte - 1
 
 

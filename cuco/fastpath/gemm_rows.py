@@ -17,6 +17,8 @@ from cuco.fastpath.analyze import Op
 BF16 = "(int64_t)sizeof(__nv_bfloat16)"
 TYPED = {"cublasSgemm": "(int64_t)sizeof(float)", "cublasHgemm": "(int64_t)sizeof(__half)"}
 ROW_MAJOR = ("cuco_gemm_bf16", "cuco_gemm_bf16_beta", "cuco_gemm_bf16_accumulate")
+# The operands whose rows make rows of the output that lie together in memory: row-major A; column-major B (transb N).
+OUTPUT_ROWS = {**{n: (1,) for n in ROW_MAJOR}, "cublasGemmEx": (10,), "cublasSgemm": (9,), "cublasHgemm": (9,)}
 # An assignment or increment in an argument: each chunk evaluates the arguments again.
 SIDE_EFFECT = re.compile(r"\+\+|--|(?<![=!<>+\-*/%&|^])=(?!=)|[+\-*/%&|^]=|<<=|>>=")
 
@@ -32,15 +34,17 @@ class RowSplit:
     out_row_bytes: str
     cast: str  # how the chunk's row count is passed: cuBLAS's dimensions are int
 
-    def call(self, op: Op, site: int, stream: str) -> str:
-        """OP as cuco::gemmByGatheredRows of site SITE on STREAM: the same call, on rows [cucoRow, + cucoRows)."""
+    def call(self, op: Op, site: int, stream: str, produces: bool) -> str:
+        """OP as cuco::gemmByGatheredRows (it reads an all-gather's output) or cuco::gemmSignalRows (PRODUCES: it
+        writes a reduce-scatter's input) of site SITE on STREAM: the same call, on rows [cucoRow, + cucoRows)."""
         a = list(op.operands)
-        operand, extent = a[self.operand], a[self.extent]
+        operand, out, extent = a[self.operand], a[self.out], a[self.extent]
         a[self.operand] = f"cuco::rowsAt({operand}, cucoRow, {self.row_bytes})"
-        a[self.out] = f"cuco::rowsAt({a[self.out]}, cucoRow, {self.out_row_bytes})"
+        a[self.out] = f"cuco::rowsAt({out}, cucoRow, {self.out_row_bytes})"
         a[self.extent] = f"{self.cast}cucoRows"
-        return (f"cuco::gemmByGatheredRows<{site}>(ctx, {stream}, {operand}, (int64_t)({extent}), {self.row_bytes}, "
-                f"[&](int64_t cucoRow, int64_t cucoRows) {{ return {op.name}({', '.join(a)}); }})")
+        head = f"gemmSignalRows<{site}>(ctx, {stream}, {out}, (int64_t)({extent}), {self.out_row_bytes}" if produces \
+            else f"gemmByGatheredRows<{site}>(ctx, {stream}, {operand}, (int64_t)({extent}), {self.row_bytes}"
+        return f"cuco::{head}, [&](int64_t cucoRow, int64_t cucoRows) {{ return {op.name}({', '.join(a)}); }})"
 
 
 def row_split(op: Op, operand: int) -> RowSplit | str:
@@ -70,9 +74,21 @@ def row_split(op: Op, operand: int) -> RowSplit | str:
     return f"{name} reads it with its rows along K (the operand's transpose flag): chunks would be partial sums"
 
 
+def output_split(op: Op) -> RowSplit | str:
+    """How OP cuts into chunks of its output's rows, each chunk's rows together in memory (a producer's cut), or why
+    it cannot."""
+    positions = OUTPUT_ROWS.get(op.name)
+    if not positions:
+        return f"{op.name} is not cut by rows (a batched GEMM, or cublasLt's layouts)"
+    split = row_split(op, positions[0])
+    return split if isinstance(split, RowSplit) else f"its output's rows are not cut apart: {split}"
+
+
 @dataclass(frozen=True)
-class Consumer:
-    """The GEMM that reads an all-gather's output piece by piece (sync chunk), cut as SPLIT."""
+class Pieces:
+    """The GEMM beside a collective at sync chunk, cut as SPLIT: it reads an all-gather's output, or (PRODUCES) writes
+    a reduce-scatter's input, piece by piece."""
 
     gemm: Op
     split: RowSplit
+    produces: bool = False

@@ -25,7 +25,7 @@ from pathlib import Path
 
 from cuco.fastpath.analyze import Analysis, Op
 from cuco.fastpath.annotate import ENTRY_POINTS, annotate
-from cuco.fastpath.gemm_rows import Consumer, row_split
+from cuco.fastpath.gemm_rows import Pieces, output_split, row_split
 from cuco.fastpath.places import Place
 from cuco.fastpath.rewrite import rewrite
 from cuco.workload.spec import Requirements, StrategySpec, WorkloadSpec
@@ -36,11 +36,11 @@ ISSUERS = ("cta", "warp")
 PIECES = (1, 2, 4)  # sync chunk: pieces of each rank's block (CUCO_CHUNKS)
 MAX_SITES = 4  # collectives of one program with a consumer that waits per piece (CUCO_COLL_MAX_SITES)
 COPIES = ("ncclAllGather", "ncclAlltoAll")  # collectives that only copy (and send/recv groups): the copy engine's
-ONLY_GATHER = "only an all-gather's consumer is cut into pieces"
+ONLY_GATHER = "only an all-gather's consumer and a reduce-scatter's producer are cut into pieces"
 ENTRY = "cuco_run"  # the step the runner times: the only function whose collectives are placed
 NOT_OFFERED = {
-    "chunks of a producer": "a GEMM that produces a collective's input by chunks, each signalling the collective, "
-                            "is not derived: only a consumer of an all-gather waits per piece",
+    "sync chunk of an all-reduce": "its ranks sum slices of the elements, not rows: a GEMM's pieces of rows do "
+                                   "not tell a rank when its slice is complete",
 }
 PREAMBLE = "// cuco derived strategy: the fast path's rewrite of {source}, its knobs set by the point's definitions.\n"
 # A point's values as cuco_collectives.cuh's own knobs (StrategySpec.point_defines): defined where the point has them.
@@ -61,17 +61,17 @@ class Offer:
     beside: list[str] = field(default_factory=list)  # stream_overlap: the operations that run beside it
     join: int | None = None  # stream_overlap, where offered: the byte where its side stream joins back
     index: int = -1  # the collective's operation in the analysis
-    consumer: Consumer | None = None  # sync chunk, where offered: the GEMM that reads it piece by piece
+    pieces: Pieces | None = None  # sync chunk, where offered: the GEMM beside it, piece by piece
     copies: bool = False  # it only copies: the copy engine can move it
 
     @property
     def placements(self) -> tuple[str, ...]:
-        overlap = self.join is not None or self.consumer is not None
+        overlap = self.join is not None or self.pieces is not None
         return ("deferred",) + (("stream_overlap",) if overlap else ())
 
     @property
     def syncs(self) -> tuple[str, ...]:
-        return ("global",) + (("chunk",) if self.consumer is not None else ())
+        return ("global",) + (("chunk",) if self.pieces is not None else ())
 
 
 @dataclass
@@ -83,7 +83,7 @@ class Knobs:
     @property
     def accepts(self) -> dict[str, tuple]:
         placements = ("deferred",) + (("stream_overlap",) if any(len(o.placements) > 1 for o in self.offers) else ())
-        pieces = any(o.consumer is not None for o in self.offers)
+        pieces = any(o.pieces is not None for o in self.offers)
         return {"backend": ("lsa",) + (("ce",) if any(o.copies for o in self.offers) else ()),
                 "placement": placements, "sync": ("global", "chunk") if pieces else ("global",), "issuer": ISSUERS,
                 "chunks": PIECES if pieces else (1,)}
@@ -102,9 +102,9 @@ class Knobs:
                          f"sync {' or '.join(o.syncs)}")
             if o.beside:
                 lines.append(f"  stream_overlap: on a side stream beside {', '.join(o.beside)}")
-            if o.consumer is not None:
-                gemm = o.consumer.gemm
-                lines.append(f"  sync chunk: {gemm.name} (line {gemm.line}) reads its output by rows, "
+            if o.pieces is not None:
+                gemm, how = o.pieces.gemm, "writes its input" if o.pieces.produces else "reads its output"
+                lines.append(f"  sync chunk: {gemm.name} (line {gemm.line}) {how} by rows, "
                              f"{' or '.join(map(str, PIECES))} pieces of each rank's block, each behind its flags")
             lines += [f"  {knob} not offered: {why}" for knob, why in o.why_not.items()]
         lines += [f"not offered for any: {what}: {why}" for what, why in NOT_OFFERED.items()]
@@ -148,9 +148,9 @@ def derive(analysis: Analysis, spec: WorkloadSpec) -> Knobs:
                                  "sync chunk": ONLY_GATHER}, copies=True))
         elif group is None:
             offers.append(_offer(op, analysis, sum(len(o.placements) > 1 for o in offers)))
-    overlap = {o.index: o.join for o in offers if o.join is not None and o.consumer is None}
-    consumers = {o.index: o.consumer for o in offers if o.consumer is not None}
-    code = annotate(rewrite(analysis, spec, overlap, consumers).code)
+    overlap = {o.index: o.join for o in offers if o.join is not None and (o.pieces is None or o.pieces.produces)}
+    pieces = {o.index: o.pieces for o in offers if o.pieces is not None}
+    code = annotate(rewrite(analysis, spec, overlap, pieces).code)
     return Knobs(analysis.path, offers, code)
 
 
@@ -161,18 +161,19 @@ def _offer(op: Op, analysis: Analysis, sites: int) -> Offer:
         offer.why_not["stream_overlap"] = found
     else:
         offer.beside, offer.join = found
-    consumer = _consumer(op, analysis, sites)
-    if isinstance(consumer, str):
-        offer.why_not["sync chunk"] = consumer
-    else:
-        offer.consumer = consumer
-        offer.why_not.pop("stream_overlap", None)
+    pieces = _producer(op, analysis, sites) if op.name == "ncclReduceScatter" else _consumer(op, analysis, sites)
+    if isinstance(pieces, str):
+        offer.why_not["sync chunk"] = pieces
+        return offer
+    offer.pieces = pieces
+    offer.why_not.pop("stream_overlap", None)
+    if pieces.produces:  # the reduce-scatter's side stream joins back where its output is next used
+        offer.join = _join(op, analysis)
     return offer
 
 
-def _before_next_use(op: Op, analysis: Analysis) -> tuple[list[Op], Op | None] | str:
-    """The operations of cuco_run between OP and the next one that uses its buffers (None: no such use), or why the
-    analysis cannot vouch for what runs there."""
+def _unplaceable(op: Op, analysis: Analysis) -> str | None:
+    """Why no placement beside other work can be proven for OP, or None."""
     if op.function != ENTRY:
         return f"it is in {op.function}(), not in {ENTRY}() (the step the runner times)"
     if op.loops:
@@ -187,6 +188,15 @@ def _before_next_use(op: Op, analysis: Analysis) -> tuple[list[Op], Op | None] |
                f"{ENTRY}() may call: what it does between the collective and the join is not known"
     if ("send" in op.args and not op.reads) or ("recv" in op.args and not op.writes):
         return "one of its buffers is not known to the analysis"
+    return None
+
+
+def _before_next_use(op: Op, analysis: Analysis) -> tuple[list[Op], Op | None] | str:
+    """The operations of cuco_run between OP and the next one that uses its buffers (None: no such use), or why the
+    analysis cannot vouch for what runs there."""
+    why = _unplaceable(op, analysis)
+    if why:
+        return why
     mine = set(op.reads) | set(op.writes)
     between: list[Op] = []
     for o in (o for o in analysis.ops if o.function == op.function and o.index > op.index):
@@ -220,7 +230,80 @@ def _overlap(op: Op, analysis: Analysis) -> tuple[list[str], int] | str:
     return (beside, end) if end >= 0 else "the end of cuco_run cannot be found"
 
 
-def _consumer(op: Op, analysis: Analysis, sites: int) -> Consumer | str:
+def _join(op: Op, analysis: Analysis) -> int | None:
+    """Where OP's side stream may join back: before the next use of its buffers, or at the end of cuco_run."""
+    found = _before_next_use(op, analysis)
+    if isinstance(found, str):
+        return None
+    user = found[1]
+    at = user.statement if user is not None else analysis.ends.get(op.function, -1)
+    return at if at >= 0 else None
+
+
+def _gemm_beside(op: Op, gemm: Op) -> str | None:
+    """Why GEMM, the other half of OP's pieces, cannot be cut beside it, or None."""
+    if gemm.kind != "blas":
+        return f"line {gemm.line}: {gemm.name} is not a GEMM"
+    if gemm.stream != op.args.get("stream"):
+        return f"line {gemm.line}: {gemm.name} runs on {gemm.stream or 'a stream the analysis does not know'}, " \
+               f"not on {op.args.get('stream')}"
+    if gemm.statement < 0 or gemm.loops:
+        return f"line {gemm.line}: {gemm.name} does not stand in cuco_run's own block of statements"
+    return None
+
+
+def _operand(expr: str, gemm: Op, positions: list[int], analysis: Analysis) -> int | None:
+    """The first of POSITIONS where GEMM names the buffer EXPR names, from the same byte."""
+    pointers = analysis.pointers.get(gemm.function)
+    place = pointers.reach(expr) if pointers is not None else None
+    return next((i for i in positions if isinstance(place, Place) and pointers.reach(gemm.operands[i]) == place), None)
+
+
+def _aliases(expr: str, gemm: Op, out: int, analysis: Analysis) -> bool:
+    """Whether an operand of GEMM other than its output OUT lies in the buffer EXPR names."""
+    pointers = analysis.pointers.get(gemm.function)
+    place = pointers.reach(expr) if pointers is not None else None
+    return isinstance(place, Place) and any(
+        isinstance(q := pointers.reach(a), Place) and q.base == place.base
+        for i, a in enumerate(gemm.operands) if i != out)
+
+
+def _producer(op: Op, analysis: Analysis, sites: int) -> Pieces | str:
+    """The GEMM that writes a reduce-scatter's input piece by piece (sync chunk), or why there is none."""
+    if sites >= MAX_SITES:
+        return f"the program has {MAX_SITES} collectives on side streams before it already"
+    why = _unplaceable(op, analysis)
+    if why:
+        return why
+    mine = set(op.reads) | set(op.writes)
+    for o in reversed([o for o in analysis.ops if o.function == op.function and o.index < op.index]):
+        if mine & (set(o.reads) | set(o.writes)):
+            gemm = o
+            break
+        reason = _blocks_overlap(op, o)
+        if reason:
+            return f"line {o.line}: {reason}"
+    else:
+        return "no GEMM in cuco_run writes its input"
+    why = _gemm_beside(op, gemm)
+    if why:
+        return why
+    if set(op.writes) & (set(gemm.reads) | set(gemm.writes)):
+        return f"line {gemm.line}: {gemm.name} touches the reduce-scatter's output `{sorted(op.writes)[0]}`"
+    split = output_split(gemm)
+    if isinstance(split, str):
+        return f"line {gemm.line}: {split}"
+    if _operand(op.args["send"], gemm, [split.out], analysis) is None:
+        return f"line {gemm.line}: {gemm.name} does not write the reduce-scatter's input from its start " \
+               f"(`{op.args['send']}`)"
+    if _aliases(op.args["send"], gemm, split.out, analysis):
+        return f"line {gemm.line}: {gemm.name} also reads the reduce-scatter's input as another operand"
+    if _join(op, analysis) is None:
+        return "its side stream has no place to join back (the next use of its output, or the end of cuco_run)"
+    return Pieces(gemm, split, produces=True)
+
+
+def _consumer(op: Op, analysis: Analysis, sites: int) -> Pieces | str:
     """The GEMM that may read OP's output piece by piece (sync chunk), or why there is none."""
     if op.name != "ncclAllGather":
         return ONLY_GATHER
@@ -230,28 +313,21 @@ def _consumer(op: Op, analysis: Analysis, sites: int) -> Consumer | str:
     if isinstance(found, str):
         return found
     user = found[1]
-    if user is None or user.kind != "blas":
-        return "its output is not next read by a GEMM" if user is None else \
-            f"line {user.line}: {user.name}, its next use, is not a GEMM"
-    recv = op.args["recv"]
+    if user is None:
+        return "its output is not next read by a GEMM"
+    why = _gemm_beside(op, user)
+    if why:
+        return why.replace(" is not a GEMM", ", its next use, is not a GEMM")
     mine = set(op.reads) | set(op.writes)
     if mine & set(user.writes):
         return f"line {user.line}: {user.name} writes the all-gather's buffer `{sorted(mine & set(user.writes))[0]}`"
-    if user.stream != op.args.get("stream"):
-        return f"line {user.line}: {user.name} runs on {user.stream or 'a stream the analysis does not know'}, " \
-               f"not on {op.args.get('stream')}"
-    if user.statement < 0:
-        return f"line {user.line}: {user.name} does not stand in a block of statements"
-    pointers = analysis.pointers.get(op.function)
-    place = pointers.reach(recv) if pointers is not None else None
-    operand = next((i for i, a in enumerate(user.operands) if isinstance(place, Place) and pointers.reach(a) == place),
-                   None)
+    operand = _operand(op.args["recv"], user, list(range(len(user.operands))), analysis)
     if operand is None:
-        return f"line {user.line}: {user.name} does not read the gathered buffer from its start (`{recv}`)"
+        return f"line {user.line}: {user.name} does not read the gathered buffer from its start (`{op.args['recv']}`)"
     split = row_split(user, operand)
     if isinstance(split, str):
         return f"line {user.line}: {split}"
-    return Consumer(user, split)
+    return Pieces(user, split)
 
 
 def _blocks_overlap(op: Op, o: Op) -> str | None:

@@ -17,7 +17,7 @@ from pathlib import Path
 
 from cuco.dtypes import NCCL_DTYPES
 from cuco.fastpath.analyze import NCCL_SIGNATURES, Analysis, AnalysisError, Op, analyze
-from cuco.fastpath.gemm_rows import Consumer
+from cuco.fastpath.gemm_rows import Pieces
 from cuco.fastpath.peers import Call, PairingError, pair
 from cuco.fastpath.places import Unplaced
 from cuco.workload.spec import WorkloadSpec
@@ -180,25 +180,31 @@ def _overlapped(op: Op, window: _Windows, site: int, join: int, src: bytes) -> t
     return call, ((join, join), f"CUCO_CUDA(ctx, cuco::joinSideStream<{site}>(ctx, {stream}));\n{indent}")
 
 
-def _consumed(op: Op, window: _Windows, site: int, consumer: Consumer) -> tuple[str, tuple[tuple[int, int], str]]:
-    """An all-gather and the GEMM that reads it (sync chunk under CUCO_COLL_CHUNK_SYNC, else stream_overlap with the
-    join before the GEMM): cuco::allGatherChunks, and the GEMM as cuco::gemmByGatheredRows."""
+def _pieced(op: Op, window: _Windows, site: int, pieces: Pieces) -> tuple[str, tuple[tuple[int, int], str]]:
+    """A collective and its GEMM at sync chunk (under CUCO_COLL_CHUNK_SYNC; else the collective on a side stream and
+    the GEMM whole): cuco::allGatherChunks and the GEMM as cuco::gemmByGatheredRows, or cuco::reduceScatterChunks
+    and the GEMM as cuco::gemmSignalRows."""
     a = op.args
-    win, off = window(a["recv"], "receive", op)
-    elem = COPY_ELEMENT[a["dtype"]]
-    call = (f"cuco::allGatherChunks<{site}>(ctx, {win}, {off}, {a['send']}, ({a['count']}) * sizeof({elem}), "
-            f"{a['stream']}, {a['recv']})")
-    return call, (consumer.gemm.span, consumer.split.call(consumer.gemm, site, a["stream"]))
+    if pieces.produces:
+        win, off = window(a["send"], "send", op)
+        call = (f"cuco::reduceScatterChunks<{site}>(ctx, {win}, {off}, ({ELEMENT[a['dtype']]}*)({a['recv']}), "
+                f"{a['count']}, {a['stream']}, {a['send']})")
+    else:
+        win, off = window(a["recv"], "receive", op)
+        call = (f"cuco::allGatherChunks<{site}>(ctx, {win}, {off}, {a['send']}, ({a['count']}) * "
+                f"sizeof({COPY_ELEMENT[a['dtype']]}), {a['stream']}, {a['recv']})")
+    return call, (pieces.gemm.span, pieces.split.call(pieces.gemm, site, a["stream"], pieces.produces))
 
 
 def rewrite(program: Path | Analysis, spec: WorkloadSpec, overlap: dict[int, int] | None = None,
-            consumers: dict[int, Consumer] | None = None) -> Rewrite:
+            pieces: dict[int, Pieces] | None = None) -> Rewrite:
     """The program with its NCCL calls replaced by device-side collectives; PROGRAM is a file or its analysis (the
     bytes analysed are the bytes edited: the source is parsed once). OVERLAP: collectives (op index -> the byte of
     their join) that move to a side stream when the program is compiled with CUCO_COLL_SIDE_STREAM (placement
-    stream_overlap); CONSUMERS: all-gathers (op index -> the GEMM that reads them) that also flag pieces for their
-    GEMM under CUCO_COLL_CHUNK_SYNC; the caller proves each safe (cuco/fastpath/knobs.py)."""
-    overlap, consumers = overlap or {}, consumers or {}
+    stream_overlap); PIECES: all-gathers and reduce-scatters (op index -> the GEMM that reads or writes them) that
+    run beside their GEMM piece by piece under CUCO_COLL_CHUNK_SYNC (sync chunk); the caller proves each safe
+    (cuco/fastpath/knobs.py)."""
+    overlap, pieces = overlap or {}, pieces or {}
     analysis = program if isinstance(program, Analysis) else analyze(Path(program))
     path, src = analysis.path, analysis.source
     text = src.decode()
@@ -211,7 +217,8 @@ def rewrite(program: Path | Analysis, spec: WorkloadSpec, overlap: dict[int, int
     calls: list[tuple[Op, str, bool]] = []
     group: list[Op] | None = None
     replaced = []
-    joins: list[tuple[tuple[int, int], str]] = []  # each side-stream site's join, or its GEMM cut by rows
+    sites: list[tuple[tuple[int, int], str]] = []  # edits of the side-stream sites: joins, GEMMs cut by rows
+    n_sites = 0
     for op in analysis.nccl:
         if op.name == "ncclGroupStart":
             if group is not None:
@@ -232,18 +239,20 @@ def rewrite(program: Path | Analysis, spec: WorkloadSpec, overlap: dict[int, int
         else:
             call = _replacement(op, window)
             replaced.append(f"line {op.line}: {op.name} -> {call.split('(')[0]}")
+            if op.index in overlap or op.index in pieces:
+                site, n_sites = n_sites, n_sites + 1
             if op.index in overlap:
-                call, join = _overlapped(op, window, len(joins), overlap[op.index], src)
-                joins.append(join)
-            elif op.index in consumers:
-                call, join = _consumed(op, window, len(joins), consumers[op.index])
-                joins.append(join)
+                call, join = _overlapped(op, window, site, overlap[op.index], src)
+                sites.append(join)
+            if op.index in pieces:  # a reduce-scatter keeps its join; an all-gather's GEMM joins it back itself
+                call, gemm = _pieced(op, window, site, pieces[op.index])
+                sites.append(gemm)
             calls.append((op, call, True))
     if group is not None:
         raise RewriteError(f"line {group[0].line}: ncclGroupStart without ncclGroupEnd")
     window.check_symmetric()
     edits = [(op.span, f"CUCO_CUDA(ctx, {call})" if op.wrapper and checked else call) for op, call, checked in calls]
-    edits += window.edits() + joins
+    edits += window.edits() + sites
     replaced += [f"line {window.allocs[k].line}: cudaMalloc of {k} -> ncclMemAlloc + symmetric window"
                  for k in window.moved]
     out = src
@@ -252,7 +261,7 @@ def rewrite(program: Path | Analysis, spec: WorkloadSpec, overlap: dict[int, int
     code = out.decode()
     if '#include "cuco.h"' not in code:
         raise RewriteError(f"{path}: not a cuco candidate (no #include \"cuco.h\")")
-    include = INCLUDE + ("\n" + GEMM_ROWS_INCLUDE if consumers else "")
+    include = INCLUDE + ("\n" + GEMM_ROWS_INCLUDE if pieces else "")
     code = code.replace('#include "cuco.h"', f'#include "cuco.h"\n{include}\n{window.declarations()}'.rstrip("\n"), 1)
     code = code.rstrip("\n") + "\n" + REQUIREMENTS
     return Rewrite(code, replaced)

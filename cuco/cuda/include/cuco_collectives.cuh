@@ -608,11 +608,13 @@ inline cudaError_t symmetricFree(const cuco_ctx_t* ctx, void* ptr, ncclWindow_t 
 #define CUCO_COLL_MAX_WINDOWS 16
 #define CUCO_COLL_MAX_SITES 4  // collectives of one program whose consumer waits per piece (sync chunk, below)
 
-// What a site of sync chunk keeps of its last call for its consumer: where the gathered buffer starts, each rank's
-// block, and the calls so far.
-struct GatherSite {
-  const void* recv = nullptr;
+// What a site of sync chunk keeps of its last call, for the other half of the site (an all-gather's for the GEMM
+// that reads it, a GEMM's for the reduce-scatter of what it wrote): where the buffer of rank blocks starts, a block's
+// bytes, the bytes of one of the GEMM's rows (a producer's), and the calls so far.
+struct PieceSite {
+  const void* buffer = nullptr;
   size_t bytes = 0;
+  int64_t rowBytes = 0;
   unsigned long long calls = 0;
 };
 
@@ -626,7 +628,7 @@ struct HostState {
   };
   Known known[CUCO_COLL_MAX_WINDOWS];
   int nKnown = 0;
-  GatherSite sites[CUCO_COLL_MAX_SITES];
+  PieceSite sites[CUCO_COLL_MAX_SITES];
   bool flagsZeroed = false;
 };
 
@@ -819,13 +821,17 @@ inline cudaError_t joinSideStream(const cuco_ctx_t* ctx, cudaStream_t to) {
 #endif
 }
 
-// ---- Sync chunk (CUCO_COLL_CHUNK_SYNC): an all-gather whose consumer reads the gathered rows piece by piece ----
-// allGatherChunks<Site> cuts this rank's block into CUCO_CHUNKS pieces on 16-byte boundaries; once every thread of
-// a CTA has stored its part of piece j on every rank, the CTA bumps flag (Site, this rank, j) there. The consumer
-// (cuco::gemmByGatheredRows, cuco_gemm_rows.cuh) waits for the flags of the pieces its next rows lie in. Flags live
-// in the device communicator's resource buffer, only grow (a call's pieces are complete at call * CUCO_COLL_CTAS)
-// and are zeroed once, before the first call. Without CUCO_COLL_CHUNK_SYNC, allGatherChunks is the all-gather on a
-// side stream (onSideStream) and the consumer joins it back before it reads anything.
+// ---- Sync chunk (CUCO_COLL_CHUNK_SYNC): a collective and the GEMM beside it, piece by piece ----
+// An all-gather whose consumer reads the gathered rows: allGatherChunks<Site> cuts this rank's block into
+// CUCO_CHUNKS pieces on 16-byte boundaries; once every thread of a CTA has stored its part of piece j on every rank,
+// the CTA bumps flag (Site, this rank, j) there, and the consumer (cuco::gemmByGatheredRows, cuco_gemm_rows.cuh)
+// waits for the flags of the pieces its next rows lie in (complete at call * CUCO_COLL_CTAS).
+// A reduce-scatter whose input a GEMM produces: the GEMM (cuco::gemmSignalRows) writes the peers' blocks first and
+// its own last, each in CUCO_CHUNKS pieces of rows, and after piece j of block q bumps flag (Site, this rank, j) on
+// rank q (complete at call); reduceScatterChunks<Site>, forked before the GEMM, sums each piece of its block once
+// every rank has flagged it.
+// Flags live in the device communicator's resource buffer, only grow, and are zeroed once, before the first call.
+// Without CUCO_COLL_CHUNK_SYNC the collective runs on a side stream (onSideStream), the GEMM whole beside it.
 #ifndef CUCO_CHUNKS
 #define CUCO_CHUNKS 1  // a derived strategy's point defines it (cuco/evolve/strategy.py)
 #endif
@@ -873,7 +879,7 @@ __global__ void __launch_bounds__(CUCO_COLL_THREADS)
 }
 
 template <int Site>
-inline GatherSite& gatherSite() {
+inline PieceSite& pieceSite() {
   static_assert(Site >= 0 && Site < CUCO_COLL_MAX_SITES, "CUCO_COLL_MAX_SITES sites of sync chunk per program");
   return hostState().sites[Site];
 }
@@ -900,8 +906,8 @@ inline cudaError_t allGatherChunks(const cuco_ctx_t* ctx, ncclWindow_t recvWin, 
   if (ctx->nRanks > CUCO_COLL_MAX_RANKS) return cudaErrorInvalidValue;  // dst[] / src[] and the flags per rank
   const cudaError_t err = chunkFlagsZeroed(ctx, stream);
   if (err != cudaSuccess) return err;
-  GatherSite& site = gatherSite<Site>();
-  site.recv = recv, site.bytes = bytes, site.calls++;
+  PieceSite& site = pieceSite<Site>();
+  site.buffer = recv, site.bytes = bytes, site.calls++;
   return onSideStream<Site>(ctx, stream, [&](cudaStream_t side) {
     gatherPiecesKernel<<<CUCO_COLL_CTAS, CUCO_COLL_THREADS, 0, side>>>(ctx->devComm, recvWin, recvOffset,
                                                                       (const char*)send, bytes, chunkFlags().handle,
@@ -913,6 +919,77 @@ inline cudaError_t allGatherChunks(const cuco_ctx_t* ctx, ncclWindow_t recvWin, 
   return onSideStream<Site>(ctx, stream,
                             [&](cudaStream_t side) { return allGather(ctx, recvWin, recvOffset, send, bytes, side); });
 #endif
+}
+
+// Reduce-scatter of pieces: for each piece j of this rank's block (rows [R j / n, R (j + 1) / n) of R rows of
+// rowElems), wait until every rank has flagged it, then sum it over the ranks in rank order, as reduceScatterKernel.
+template <typename T>
+__global__ void __launch_bounds__(CUCO_COLL_THREADS)
+    reduceScatterPiecesKernel(ncclDevComm dc, ncclWindow_t sendWin, size_t sendOffset, T* recv, size_t count,
+                              size_t rowElems, ncclDevResourceHandle_t flags, int site, int nPieces,
+                              unsigned long long complete) {
+  Barrier bar(dc);
+  bar.sync();
+  const T* in[CUCO_COLL_MAX_RANKS];
+  for (int p = 0; p < dc.lsaSize; p++) in[p] = (const T*)ncclGetLsaPointer(sendWin, sendOffset, p) + (size_t)dc.lsaRank * count;
+  const size_t rows = count / rowElems;
+  for (int j = 0; j < nPieces; j++) {
+    for (int p = 0; p < dc.lsaSize; p++) awaitCounter(dc, flags, chunkFlag(site, p, j), complete);
+    issueReduce<T>(in, dc.lsaSize, &recv, 1, rows * j / nPieces * rowElems, rows * (j + 1) / nPieces * rowElems);
+  }
+  bar.sync();  // peers may reuse their send buffers only once every rank has read them
+}
+
+__global__ void signalPieceKernel(ncclDevComm dc, ncclDevResourceHandle_t flags, int peer, int flag) {
+  if (threadIdx.x == 0) bumpCounter(dc, flags, peer, flag);
+}
+
+// After piece j of block q of a GEMM that feeds a reduce-scatter of site Site: rank q may sum it.
+template <int Site>
+inline cudaError_t signalPiece(const cuco_ctx_t* ctx, cudaStream_t st, int q, int j) {
+  signalPieceKernel<<<1, kSmallKernelThreads, 0, st>>>(ctx->devComm, chunkFlags().handle, q, chunkFlag(Site, ctx->rank, j));
+  return cudaGetLastError();
+}
+
+// Where the GEMM of site Site starts: zero the flags on the first call and record the fork the reduce-scatter's
+// side stream starts from, so that the reduce-scatter runs beside the GEMM.
+template <int Site>
+inline cudaError_t beforePieces(const cuco_ctx_t* ctx, cudaStream_t stream) {
+#if defined(CUCO_COLL_CHUNK_SYNC)
+  cudaEvent_t fork;
+  cudaError_t err = chunkFlagsZeroed(ctx, stream);
+  if (err == cudaSuccess) err = overlapEvent<Site, 0>(&fork);
+  return err == cudaSuccess ? cudaEventRecord(fork, stream) : err;
+#else
+  (void)ctx, (void)stream;
+  return cudaSuccess;
+#endif
+}
+
+// Reduce-scatter (sum) of `count` elements per rank from sendWin at sendOffset (`send` on this rank) into recv (T, the
+// element type, is read from it), on a side stream. At sync chunk, where its GEMM wrote `send` in whole rows of every rank's block, it starts from the
+// fork before the GEMM and sums piece by piece; otherwise it waits for everything before it on `stream`.
+template <int Site, typename T>
+inline cudaError_t reduceScatterChunks(const cuco_ctx_t* ctx, ncclWindow_t sendWin, size_t sendOffset, T* recv,
+                                       size_t count, cudaStream_t stream, const void* send) {
+#if defined(CUCO_COLL_CHUNK_SYNC)
+  const PieceSite& site = pieceSite<Site>();
+  const bool byPieces = ctx->nSideStreams >= 1 && ctx->nRanks <= CUCO_COLL_MAX_RANKS && send == site.buffer &&
+                        count * sizeof(T) == site.bytes && site.rowBytes > 0 && site.rowBytes % sizeof(T) == 0;
+  if (byPieces) {
+    cudaEvent_t fork;
+    cudaError_t err = overlapEvent<Site, 0>(&fork);  // recorded by beforePieces, ahead of the GEMM
+    if (err == cudaSuccess) err = cudaStreamWaitEvent(ctx->sideStreams[0], fork, 0);
+    if (err != cudaSuccess) return err;
+    reduceScatterPiecesKernel<T><<<CUCO_COLL_CTAS, CUCO_COLL_THREADS, 0, ctx->sideStreams[0]>>>(
+        ctx->devComm, sendWin, sendOffset, recv, count, site.rowBytes / sizeof(T), chunkFlags().handle, Site,
+        CUCO_CHUNKS, site.calls);
+    return cudaGetLastError();
+  }
+#endif
+  (void)send;
+  return onSideStream<Site>(
+      ctx, stream, [&](cudaStream_t side) { return reduceScatter<T>(ctx, sendWin, sendOffset, recv, count, side); });
 }
 
 }  // namespace cuco

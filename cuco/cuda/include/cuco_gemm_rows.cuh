@@ -1,12 +1,16 @@
 /*************************************************************************
- * cuco_gemm_rows.cuh: a cuBLAS GEMM over an all-gather's output, cut by the gathered rows.
+ * cuco_gemm_rows.cuh: a cuBLAS GEMM beside a collective, cut by rows into the collective's pieces.
  *
- * The consumer half of sync chunk (cuco_collectives.cuh, allGatherChunks): the fast path's rewrite (cuco/fastpath/
- * knobs.py) turns a GEMM that reads the gathered buffer as whole rows of one operand into gemmByGatheredRows, which
- * issues the same GEMM on this rank's own block first, then each peer's, CUCO_CHUNKS pieces of rows each, every
- * piece behind a wait for the flags of the bytes it reads. The GEMM itself is the program's own call, given as
- * gemm(first row, rows). Where the operand is not the gathered buffer cut into whole rows of every rank's block
- * (a check at run time), or without CUCO_COLL_CHUNK_SYNC, it waits for the whole all-gather and runs once.
+ * The GEMM half of sync chunk (cuco_collectives.cuh): the fast path's rewrite (cuco/fastpath/knobs.py) turns the
+ * program's own GEMM call into one of these, the call given as gemm(first row, rows).
+ *   gemmByGatheredRows  a GEMM that reads an all-gather's output as whole rows of one operand: this rank's own
+ *                       block first, then each peer's, CUCO_CHUNKS pieces of rows each, every piece behind a wait for
+ *                       the flags of the bytes it reads (allGatherChunks).
+ *   gemmSignalRows      a GEMM that writes a reduce-scatter's input as whole rows of its output: the peers' blocks
+ *                       first, this rank's own last, each piece followed by a flag on the rank that sums that block
+ *                       (reduceScatterChunks).
+ * Where the rows do not fall into whole rows of every rank's block (a check at run time), or without
+ * CUCO_COLL_CHUNK_SYNC, the GEMM runs once, after (or before) the whole collective.
  *************************************************************************/
 #ifndef CUCO_GEMM_ROWS_CUH_
 #define CUCO_GEMM_ROWS_CUH_
@@ -59,9 +63,9 @@ template <int Site, typename Gemm>
 inline cublasStatus_t gemmByGatheredRows(const cuco_ctx_t* ctx, cudaStream_t stream, const void* operand,
                                          int64_t rows, int64_t rowBytes, Gemm gemm) {
 #if defined(CUCO_COLL_CHUNK_SYNC)
-  const GatherSite& site = gatherSite<Site>();
+  const PieceSite& site = pieceSite<Site>();
   const int n = ctx->nRanks;
-  const bool byBlocks = operand == site.recv && rowBytes > 0 && site.bytes % rowBytes == 0 &&
+  const bool byBlocks = operand == site.buffer && rowBytes > 0 && site.bytes % rowBytes == 0 &&
                         (int64_t)(site.bytes / rowBytes) * n == rows;
   if (byBlocks) {
     const int64_t perBlock = rows / n;
@@ -92,6 +96,40 @@ inline cublasStatus_t gemmByGatheredRows(const cuco_ctx_t* ctx, cudaStream_t str
 #endif
   const cudaError_t err = joinSideStream<Site>(ctx, stream);
   return err == cudaSuccess ? gemm(0, rows) : waitFailed(err);
+}
+
+// The GEMM whose output `out` holds `rows` rows of `rowBytes`, issued on `stream` as gemm(r0, n), feeding the
+// reduce-scatter of site Site: at sync chunk each piece of rank q's block flags rank q once it is written.
+template <int Site, typename Gemm>
+inline cublasStatus_t gemmSignalRows(const cuco_ctx_t* ctx, cudaStream_t stream, const void* out, int64_t rows,
+                                     int64_t rowBytes, Gemm gemm) {
+#if defined(CUCO_COLL_CHUNK_SYNC)
+  const int n = ctx->nRanks;
+  cudaError_t err = beforePieces<Site>(ctx, stream);
+  if (err != cudaSuccess) return waitFailed(err);
+  PieceSite& site = pieceSite<Site>();
+  site.calls++;
+  if (rows % n == 0 && rowBytes > 0 && n <= CUCO_COLL_MAX_RANKS) {
+    const int64_t perBlock = rows / n;
+    site.buffer = out, site.bytes = (size_t)(perBlock * rowBytes), site.rowBytes = rowBytes;
+    for (int i = 1; i <= n; i++) {
+      const int q = (ctx->rank + i) % n;  // the peers' blocks first: they sum them while this rank writes its own
+      for (int c = 0; c < CUCO_CHUNKS; c++) {
+        const int64_t r0 = perBlock * c / CUCO_CHUNKS, r1 = perBlock * (c + 1) / CUCO_CHUNKS;
+        if (r1 > r0) {
+          const cublasStatus_t st = gemm(q * perBlock + r0, r1 - r0);
+          if (st != CUBLAS_STATUS_SUCCESS) return st;
+        }
+        err = signalPiece<Site>(ctx, stream, q, c);  // an empty piece too: the summing rank waits for every flag
+        if (err != cudaSuccess) return waitFailed(err);
+      }
+    }
+    return CUBLAS_STATUS_SUCCESS;
+  }
+  site.buffer = nullptr, site.bytes = 0;  // not in whole rows of every block: the reduce-scatter waits for all of it
+#endif
+  (void)ctx, (void)stream, (void)out, (void)rowBytes;
+  return gemm(0, rows);
 }
 
 }  // namespace cuco
