@@ -467,16 +467,18 @@ __device__ inline void issueReduce(const T* const* in, int nIn, T* const* out, i
 #endif
 }
 
-// Reduce-scatter (sum): recv[i] = sum over ranks p (in order) of p's send[rank * count + i].
+// Reduce-scatter (sum) of elements [lo, hi): recv[i] = sum over ranks p (in order) of p's send[rank * count + i].
+// `first` opens the collective with a barrier, `last` closes it with one: a reduce-scatter in pieces (sync chunk)
+// is one kernel per piece, the first and the last of them meeting every rank.
 template <typename T>
 __global__ void __launch_bounds__(CUCO_COLL_THREADS)
-    reduceScatterKernel(ncclDevComm dc, ncclWindow_t sendWin, size_t sendOffset, T* recv, size_t count) {
-  Barrier bar(dc);
-  bar.sync();
+    reduceScatterKernel(ncclDevComm dc, ncclWindow_t sendWin, size_t sendOffset, T* recv, size_t count, size_t lo,
+                        size_t hi, int first, int last) {
+  if (first) lsaBarrier(dc);
   const T* in[CUCO_COLL_MAX_RANKS];
   for (int p = 0; p < dc.lsaSize; p++) in[p] = (const T*)ncclGetLsaPointer(sendWin, sendOffset, p) + (size_t)dc.lsaRank * count;
-  issueReduce<T>(in, dc.lsaSize, &recv, 1, 0, count);
-  bar.sync();  // peers may reuse their send buffers only once every rank has read them
+  issueReduce<T>(in, dc.lsaSize, &recv, 1, lo, hi);
+  if (last) lsaBarrier(dc);  // peers may reuse their send buffers only once every rank has read them
 }
 
 // Reduce-scatter by stores (sync chunk, producer and consumer CTAs), the design point beside reduceScatterKernel's
@@ -698,7 +700,7 @@ inline cudaError_t reduceScatter(const cuco_ctx_t* ctx, ncclWindow_t sendWin, si
                                  size_t count, cudaStream_t stream) {
   if (ctx->nRanks > CUCO_COLL_MAX_RANKS) return cudaErrorInvalidValue;  // in[] / out[] hold one pointer per rank
   reduceScatterKernel<T><<<CUCO_COLL_CTAS, CUCO_COLL_THREADS, 0, stream>>>(ctx->devComm, sendWin, sendOffset,
-                                                                          (T*)recv, count);
+                                                                          (T*)recv, count, 0, count, 1, 1);
   return cudaGetLastError();
 }
 
@@ -828,8 +830,8 @@ inline cudaError_t joinSideStream(const cuco_ctx_t* ctx, cudaStream_t to) {
 // waits for the flags of the pieces its next rows lie in (complete at call * CUCO_COLL_CTAS).
 // A reduce-scatter whose input a GEMM produces: the GEMM (cuco::gemmSignalRows) writes the peers' blocks first and
 // its own last, each in CUCO_CHUNKS pieces of rows, and after piece j of block q bumps flag (Site, this rank, j) on
-// rank q (complete at call); reduceScatterChunks<Site>, forked before the GEMM, sums each piece of its block once
-// every rank has flagged it.
+// rank q (complete at call); reduceScatterChunks<Site>, forked before the GEMM, sums each piece of its block (a
+// kernel per piece, behind a one-thread wait) once every rank has flagged it.
 // Flags live in the device communicator's resource buffer, only grow, and are zeroed once, before the first call.
 // Without CUCO_COLL_CHUNK_SYNC the collective runs on a side stream (onSideStream), the GEMM whole beside it.
 #ifndef CUCO_CHUNKS
@@ -921,23 +923,11 @@ inline cudaError_t allGatherChunks(const cuco_ctx_t* ctx, ncclWindow_t recvWin, 
 #endif
 }
 
-// Reduce-scatter of pieces: for each piece j of this rank's block (rows [R j / n, R (j + 1) / n) of R rows of
-// rowElems), wait until every rank has flagged it, then sum it over the ranks in rank order, as reduceScatterKernel.
-template <typename T>
-__global__ void __launch_bounds__(CUCO_COLL_THREADS)
-    reduceScatterPiecesKernel(ncclDevComm dc, ncclWindow_t sendWin, size_t sendOffset, T* recv, size_t count,
-                              size_t rowElems, ncclDevResourceHandle_t flags, int site, int nPieces,
-                              unsigned long long complete) {
-  Barrier bar(dc);
-  bar.sync();
-  const T* in[CUCO_COLL_MAX_RANKS];
-  for (int p = 0; p < dc.lsaSize; p++) in[p] = (const T*)ncclGetLsaPointer(sendWin, sendOffset, p) + (size_t)dc.lsaRank * count;
-  const size_t rows = count / rowElems;
-  for (int j = 0; j < nPieces; j++) {
-    for (int p = 0; p < dc.lsaSize; p++) awaitCounter(dc, flags, chunkFlag(site, p, j), complete);
-    issueReduce<T>(in, dc.lsaSize, &recv, 1, rows * j / nPieces * rowElems, rows * (j + 1) / nPieces * rowElems);
-  }
-  bar.sync();  // peers may reuse their send buffers only once every rank has read them
+// Piece j of every rank's GEMM of site `site` has been flagged to this rank. One thread spins, on its own small
+// kernel: a spinning reduce-scatter of CUCO_COLL_CTAS CTAs would hold SMs the GEMM it waits for may need.
+__global__ void awaitPieceKernel(ncclDevComm dc, ncclDevResourceHandle_t flags, int site, int j,
+                                 unsigned long long complete) {
+  for (int p = 0; p < dc.lsaSize; p++) awaitCounter(dc, flags, chunkFlag(site, p, j), complete);
 }
 
 __global__ void signalPieceKernel(ncclDevComm dc, ncclDevResourceHandle_t flags, int peer, int flag) {
@@ -977,14 +967,19 @@ inline cudaError_t reduceScatterChunks(const cuco_ctx_t* ctx, ncclWindow_t sendW
   const bool byPieces = ctx->nSideStreams >= 1 && ctx->nRanks <= CUCO_COLL_MAX_RANKS && send == site.buffer &&
                         count * sizeof(T) == site.bytes && site.rowBytes > 0 && site.rowBytes % sizeof(T) == 0;
   if (byPieces) {
+    cudaStream_t side = ctx->sideStreams[0];
     cudaEvent_t fork;
     cudaError_t err = overlapEvent<Site, 0>(&fork);  // recorded by beforePieces, ahead of the GEMM
-    if (err == cudaSuccess) err = cudaStreamWaitEvent(ctx->sideStreams[0], fork, 0);
-    if (err != cudaSuccess) return err;
-    reduceScatterPiecesKernel<T><<<CUCO_COLL_CTAS, CUCO_COLL_THREADS, 0, ctx->sideStreams[0]>>>(
-        ctx->devComm, sendWin, sendOffset, recv, count, site.rowBytes / sizeof(T), chunkFlags().handle, Site,
-        CUCO_CHUNKS, site.calls);
-    return cudaGetLastError();
+    if (err == cudaSuccess) err = cudaStreamWaitEvent(side, fork, 0);
+    const size_t rowElems = site.rowBytes / sizeof(T), rows = count / rowElems;
+    for (int j = 0; j < CUCO_CHUNKS && err == cudaSuccess; j++) {  // piece j: rows [rows j / n, rows (j + 1) / n)
+      awaitPieceKernel<<<1, kSmallKernelThreads, 0, side>>>(ctx->devComm, chunkFlags().handle, Site, j, site.calls);
+      reduceScatterKernel<T><<<CUCO_COLL_CTAS, CUCO_COLL_THREADS, 0, side>>>(
+          ctx->devComm, sendWin, sendOffset, recv, count, rows * j / CUCO_CHUNKS * rowElems,
+          rows * (j + 1) / CUCO_CHUNKS * rowElems, j == 0, j == CUCO_CHUNKS - 1);
+      err = cudaGetLastError();
+    }
+    return err;
   }
 #endif
   (void)send;
