@@ -210,6 +210,9 @@ PLANTED_CONSUMERS = {
     "the GEMM reads from inside the gathered buffer": (GEMM, "cuco_gemm_bf16(s->blas, (char*)aFull->ptr + K, "
                                                              "b->ptr, c->ptr, M - 1, K, nLocal)",
                                                        "does not read the gathered buffer from its start"),
+    "the GEMM reads the gathered buffer whole as B too": (GEMM, "cuco_gemm_bf16(s->blas, aFull->ptr, aFull->ptr, "
+                                                                "c->ptr, M, K, nLocal)",
+                                                          "also reads the gathered buffer as another operand"),
     "an argument has a side effect": (GEMM, "cuco_gemm_bf16(s->blas, aFull->ptr, b->ptr, c->ptr, M, K, nLocal++)",
                                       "assign or increment"),
     "the GEMM runs on another stream": ("cublasSetStream(s->blas, ctx->stream)", "cublasSetStream(s->blas, 0)",

@@ -10,8 +10,10 @@ use on the same stream, naming only buffers the analysis knows, touching none of
 neither a collective (every rank must issue device collectives in one order) nor a synchronisation. Where that next
 use is a GEMM reading an all-gather's output as whole rows (cuco/fastpath/gemm_rows.py), on the same stream and
 writing none of its buffers, sync `chunk` is offered too: the all-gather flags each of CUCO_CHUNKS pieces of every
-rank's block as it lands, and the GEMM runs piece by piece behind them, nothing else between the two needed. What
-is not offered says why (`cuco transform --explain`).
+rank's block as it lands, and the GEMM runs piece by piece behind them, nothing else between the two needed. The
+mirror image for a reduce-scatter whose input the GEMM before it writes as whole rows of its output: the GEMM flags
+each piece to the rank that sums it, and the reduce-scatter, started before the GEMM, sums pieces as they are
+flagged. What is not offered says why (`cuco transform --explain`).
 
 The derived strategy is the rewritten program itself, compiled at a point by the same definitions as a workload's
 strategy kernels (cuco/evolve/strategy.py), one strategy per CTA count; with no definition it is the rules'
@@ -135,7 +137,8 @@ class Knobs:
 
 def derive(analysis: Analysis, spec: WorkloadSpec) -> Knobs:
     """The knobs of the rules' rewrite of the analysed program; raises RewriteError where the rules refuse it (the
-    rewrite below refuses whatever the conservative one does: the joins and the consumers are all it adds)."""
+    rewrite below refuses whatever the conservative one does: the joins and the GEMMs cut into pieces are all it
+    adds)."""
     offers = []
     group: Op | None = None
     for op in analysis.nccl:
@@ -324,6 +327,8 @@ def _consumer(op: Op, analysis: Analysis, sites: int) -> Pieces | str:
     operand = _operand(op.args["recv"], user, list(range(len(user.operands))), analysis)
     if operand is None:
         return f"line {user.line}: {user.name} does not read the gathered buffer from its start (`{op.args['recv']}`)"
+    if _aliases(op.args["recv"], user, operand, analysis):  # that operand would be read before its rows arrive
+        return f"line {user.line}: {user.name} also reads the gathered buffer as another operand"
     split = row_split(user, operand)
     if isinstance(split, str):
         return f"line {user.line}: {split}"

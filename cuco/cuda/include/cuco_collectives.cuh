@@ -762,7 +762,8 @@ inline cudaError_t sendBatch(const cuco_ctx_t* ctx, const SendBatch& batch, cuda
 #if defined(CUCO_COLL_CE)
   cudaError_t err = barrier(ctx->devComm, stream);
   for (int i = 0; i < batch.n && err == cudaSuccess; i++)
-    err = copyEngineTo(ctx, batch.recvWin[i], batch.peer[i], batch.recvOffset[i], batch.send[i], batch.bytes[i], stream);
+    err = copyEngineTo(ctx, batch.recvWin[i], batch.peer[i], batch.recvOffset[i], batch.send[i], batch.bytes[i],
+                       stream);
   return err == cudaSuccess ? barrier(ctx->devComm, stream) : err;
 #else
   sendKernel<<<CUCO_COLL_CTAS, CUCO_COLL_THREADS, 0, stream>>>(ctx->devComm, batch);
@@ -937,7 +938,8 @@ __global__ void signalPieceKernel(ncclDevComm dc, ncclDevResourceHandle_t flags,
 // After piece j of block q of a GEMM that feeds a reduce-scatter of site Site: rank q may sum it.
 template <int Site>
 inline cudaError_t signalPiece(const cuco_ctx_t* ctx, cudaStream_t st, int q, int j) {
-  signalPieceKernel<<<1, kSmallKernelThreads, 0, st>>>(ctx->devComm, chunkFlags().handle, q, chunkFlag(Site, ctx->rank, j));
+  signalPieceKernel<<<1, kSmallKernelThreads, 0, st>>>(ctx->devComm, chunkFlags().handle, q,
+                                                        chunkFlag(Site, ctx->rank, j));
   return cudaGetLastError();
 }
 
@@ -956,9 +958,10 @@ inline cudaError_t beforePieces(const cuco_ctx_t* ctx, cudaStream_t stream) {
 #endif
 }
 
-// Reduce-scatter (sum) of `count` elements per rank from sendWin at sendOffset (`send` on this rank) into recv (T, the
-// element type, is read from it), on a side stream. At sync chunk, where its GEMM wrote `send` in whole rows of every rank's block, it starts from the
-// fork before the GEMM and sums piece by piece; otherwise it waits for everything before it on `stream`.
+// Reduce-scatter (sum) of `count` elements per rank from sendWin at sendOffset (`send` on this rank) into recv (T,
+// the element type, is read from it), on a side stream. At sync chunk, where its GEMM wrote `send` in whole rows of
+// every rank's block, it starts from the fork before the GEMM and sums piece by piece; otherwise it waits for
+// everything before it on `stream`.
 template <int Site, typename T>
 inline cudaError_t reduceScatterChunks(const cuco_ctx_t* ctx, ncclWindow_t sendWin, size_t sendOffset, T* recv,
                                        size_t count, cudaStream_t stream, const void* send) {
