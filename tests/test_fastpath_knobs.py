@@ -201,7 +201,7 @@ def test_a_gemm_that_reads_an_all_gather_by_rows_runs_piece_by_piece():
 
 GEMM = "cuco_gemm_bf16(s->blas, aFull->ptr, b->ptr, c->ptr, M, K, nLocal)"
 # Planted: the GEMM after the all-gather of the GEMM+AllGather seed changed so that cutting it by the gathered rows
-# would be wrong, or is not proven right. Each keeps the GEMM whole (no sync chunk), with its reason.
+# would be wrong, or is not proven right.
 PLANTED_CONSUMERS = {
     "the gathered buffer is the GEMM's B, whose rows are K": (GEMM, "cuco_gemm_bf16(s->blas, b->ptr, aFull->ptr, "
                                                                     "c->ptr, M, K, nLocal)", "reads it as B"),
@@ -223,19 +223,6 @@ PLANTED_CONSUMERS = {
                                         f"cudaMemcpyDeviceToDevice, ctx->stream));\n  CUCO_CUBLAS(ctx, {GEMM});",
         "cudaMemcpyAsync, its next use, is not a GEMM"),
 }
-
-
-@pytest.mark.parametrize("case", sorted(PLANTED_CONSUMERS))
-def test_a_gemm_is_never_cut_by_rows_where_the_cut_is_not_proven(case, tmp_path):
-    old, new, why = PLANTED_CONSUMERS[case]
-    code = (WORKLOADS / "gemm_allgather" / "seed.cu").read_text()
-    assert old in code
-    src = tmp_path / "planted.cu"
-    src.write_text(code.replace(old, new, 1))
-    knobs = derive(analyze(src), load_workload(WORKLOADS / "gemm_allgather"))
-    assert knobs.offers[0].pieces is None and knobs.accepts["sync"] == ("global",)
-    assert why in knobs.offers[0].why_not["sync chunk"], knobs.offers[0].why_not
-    assert "gemmByGatheredRows" not in knobs.code
 
 
 def test_a_gemm_that_writes_a_reduce_scatters_input_signals_it_piece_by_piece():
@@ -269,17 +256,22 @@ PLANTED_PRODUCERS = {
 }
 
 
-@pytest.mark.parametrize("case", sorted(PLANTED_PRODUCERS))
-def test_a_gemm_is_never_signalled_by_pieces_where_the_cut_is_not_proven(case, tmp_path):
-    old, new, why = PLANTED_PRODUCERS[case]
-    code = (WORKLOADS / "gemm_reducescatter" / "seed.cu").read_text()
+PLANTED_PIECES = {**{("gemm_allgather", case): v for case, v in PLANTED_CONSUMERS.items()},
+                  **{("gemm_reducescatter", case): v for case, v in PLANTED_PRODUCERS.items()}}
+
+
+@pytest.mark.parametrize("workload, case", sorted(PLANTED_PIECES))
+def test_a_gemm_is_never_cut_into_pieces_where_the_cut_is_not_proven(workload, case, tmp_path):
+    """Each planted change keeps the GEMM whole (no sync chunk), with its reason."""
+    old, new, why = PLANTED_PIECES[workload, case]
+    code = (WORKLOADS / workload / "seed.cu").read_text()
     assert old in code
     src = tmp_path / "planted.cu"
     src.write_text(code.replace(old, new, 1))
-    knobs = derive(analyze(src), load_workload(WORKLOADS / "gemm_reducescatter"))
+    knobs = derive(analyze(src), load_workload(WORKLOADS / workload))
     assert knobs.offers[0].pieces is None and knobs.accepts["sync"] == ("global",)
     assert why in knobs.offers[0].why_not["sync chunk"], knobs.offers[0].why_not
-    assert "gemmSignalRows" not in knobs.code
+    assert "gemmByGatheredRows" not in knobs.code and "gemmSignalRows" not in knobs.code
 
 
 @pytest.mark.gpu(1)

@@ -2,22 +2,19 @@
 
 from __future__ import annotations
 
-import itertools
 import json
 from dataclasses import asdict
 from pathlib import Path
 from typing import Any
 
-from cuco.designspace import DesignPoint, Directive, violations
+from cuco.designspace import DesignPoint, Directive
 from cuco.designspace.dimensions import DIMENSIONS, ENUMS
 from cuco.workload.spec import Requirements, StrategySpec
 
 
 def accepted_points(strategy: StrategySpec, machine: dict[str, Any] | None = None) -> list[DesignPoint]:
     """Every design point the strategy accepts that no global constraint rules out, in a fixed order."""
-    values = [strategy.accepts[d] for d in DIMENSIONS]
-    points = [DesignPoint(*combo) for combo in itertools.product(*values)]
-    return [p for p in points if not violations(p, machine) and not strategy.excluded(p)]
+    return strategy.points(machine)
 
 
 def materialize(strategy: StrategySpec, point: DesignPoint) -> str:

@@ -91,9 +91,7 @@ class Knobs:
                 "chunks": PIECES if pieces else (1,)}
 
     def points(self) -> int:
-        from cuco.evolve.strategy import accepted_points
-
-        return sum(len(accepted_points(s)) for s in self._strategies(Path(self.source)).values())
+        return sum(len(s.points()) for s in self._strategies(Path(self.source)).values())
 
     def explain(self) -> list[str]:
         lines = []

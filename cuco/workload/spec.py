@@ -144,6 +144,16 @@ class StrategySpec:
                 return " with ".join(f"{dim} {getattr(point, dim)}" for dim in ex)
         return None
 
+    def points(self, machine: dict | None = None) -> list:
+        """Every design point it accepts that no global constraint rules out and it does not exclude, in a fixed
+        order."""
+        import itertools
+
+        from cuco.designspace import DIMENSIONS, DesignPoint, violations
+
+        combos = itertools.product(*(self.accepts[d] for d in DIMENSIONS))
+        return [p for p in (DesignPoint(*c) for c in combos) if not violations(p, machine) and not self.excluded(p)]
+
 
 @dataclass
 class WorkloadSpec:
