@@ -1,5 +1,6 @@
-"""A GEMM cut into chunks of the rows of one operand, so that each chunk waits only for the rows it reads: the
-consumer of an all-gather at sync chunk (cuco/fastpath/knobs.py, cuco_gemm_rows.cuh).
+"""A GEMM cut into chunks of the rows of one operand, so that each chunk waits only for the rows it reads (the
+consumer of an all-gather) or flags only the rows it writes (the producer of a reduce-scatter's input): sync chunk
+(cuco/fastpath/knobs.py, cuco_gemm_rows.cuh).
 
 Cutting is sound where the operand's rows are the output's rows (or columns): chunk [r0, r0 + n) of the operand
 makes chunk [r0, r0 + n) of the output and nothing else. For cuBLAS's column-major calls those are the columns of
