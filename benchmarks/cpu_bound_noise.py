@@ -30,13 +30,13 @@ MARGIN = 1.5  # the slack is this much more than the noise seen, for machines no
 
 def candidates(tmp: Path) -> dict[str, Path]:
     sys.path.insert(0, str(ROOT))
-    from cuco.evolve.strategy import accepted_points, materialize
+    from cuco.evolve.strategy import materialize
     from cuco.workload import load_workload
 
     spec = load_workload(WORKLOAD)
     out = {"seed": spec.seed_path}
     for name, strategy in spec.strategies.items():
-        for point in accepted_points(strategy):
+        for point in strategy.points():
             path = tmp / f"{name}-{point.label().replace('/', '_')}.py"
             path.write_text(materialize(strategy, point))
             out[f"{name} {point.label()}"] = path

@@ -23,7 +23,7 @@ import record
 ROOT = record.ROOT
 sys.path.insert(0, str(ROOT))
 
-from cuco.evolve.strategy import accepted_points, materialize, prebuild  # noqa: E402
+from cuco.evolve.strategy import materialize, prebuild  # noqa: E402
 from cuco.machine import load_machine  # noqa: E402
 from cuco.runner.cascade import EvalOptions, evaluate  # noqa: E402
 from cuco.workload import load_workload, resolve_workload  # noqa: E402
@@ -37,7 +37,7 @@ def main() -> None:
     args = ap.parse_args()
     spec = load_workload(resolve_workload("gemm_allgather"))
     strategy = spec.strategies["ag_gemm"]
-    points = [p for p in accepted_points(strategy) if any(fnmatch.fnmatch(p.label(), pat) for pat in args.points)]
+    points = [p for p in strategy.points() if any(fnmatch.fnmatch(p.label(), pat) for pat in args.points)]
     work = Path(tempfile.mkdtemp())
     t0 = time.monotonic()
     prebuild(strategy, work / "prebuilt")

@@ -506,10 +506,8 @@ def _with_knobs(spec, knobs, cfg, directory: Path):
     spec = replace(spec, strategies=knobs.strategies(directory, spec))
     if cfg.search.proposer == "directive":
         return spec, []
-    from cuco.evolve.strategy import accepted_points
-
     first = knobs.start_strategy(spec.strategies)
-    return spec, [(first, p) for p in accepted_points(first)]
+    return spec, [(first, p) for p in first.points()]
 
 
 def _llm_fallback(config: Path | None, tries: int, check):

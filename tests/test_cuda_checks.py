@@ -163,7 +163,7 @@ def test_shipped_cuda_candidate_passes_all_checks(src, includes):
 def test_gpu_fault_template_and_strategy_points_pass_all_checks(tmp_path):
     """The first and the last point of every CUDA strategy kernel build and pass the checks (the GPU test runs
     every point): the design point, the shared skeleton and the needs export compile together."""
-    from cuco.evolve.strategy import accepted_points, materialize
+    from cuco.evolve.strategy import materialize
 
     clean = tmp_path / "clean.cu"
     clean.write_text((ROOT / "tests" / "faults" / "gpu_faults.cu.in").read_text())
@@ -173,7 +173,7 @@ def test_gpu_fault_template_and_strategy_points_pass_all_checks(tmp_path):
         for name, strategy in spec.strategies.items():
             if strategy.path.suffix != ".cu":
                 continue
-            points = accepted_points(strategy)
+            points = strategy.points()
             for i in sorted({0, len(points) - 1}):
                 srcs.append((tmp_path / f"{spec.name}-{name}-{i}.cu", strategy.includes))
                 srcs[-1][0].write_text(materialize(strategy, points[i]))

@@ -18,7 +18,7 @@ from cuco.evolve.novelty import code_hash
 from cuco.evolve.proposers import ProposalContext, SearchStopped, point_key
 from cuco.evolve.proposers.directive import DirectiveProposer
 from cuco.evolve.selection import hill_climbing, power_law, weighted
-from cuco.evolve.strategy import accepted_points, directive_for, materialize
+from cuco.evolve.strategy import directive_for, materialize
 from cuco.runner.record import EvalRecord
 from cuco.workload import load_workload
 
@@ -85,7 +85,7 @@ def test_design_point_validation_and_json():
 def test_strategy_points_and_materialize():
     spec = load_workload(GEMM_AG)
     st = spec.strategies["ag_gemm"]
-    points = accepted_points(st)
+    points = st.points()
     assert len(points) == 75 and all(not violations(p) for p in points)
     src = materialize(st, DesignPoint("ce", "stream_overlap", "chunk", "cta", 8))
     head = src.splitlines()[1:6]
@@ -130,7 +130,7 @@ def test_novelty_ignores_comments_and_layout():
 @pytest.mark.parametrize("phase", ["explore", "exploit"])
 def test_directive_proposer_stays_in_the_accepted_space(tmp_path, phase):
     spec = load_workload(GEMM_AG)
-    allowed = {(n, p.label()) for n, s in spec.strategies.items() for p in accepted_points(s)}
+    allowed = {(n, p.label()) for n, s in spec.strategies.items() for p in s.points()}
     proposer = DirectiveProposer(spec)
     db = Database(tmp_path / "c.db")
     seed = db.get(_add(db, "seed", "nccl_host/deferred/global/cta/1"))
@@ -160,7 +160,7 @@ def test_directive_proposer_goes_on_in_another_strategy_when_the_parents_is_spen
     spec = load_workload(WORKLOADS / "gemm_reducescatter")
     proposer = DirectiveProposer(spec)
     db = Database(tmp_path / "c.db")
-    points = accepted_points(spec.strategies["rs_ring"])
+    points = spec.strategies["rs_ring"].points()
     directive = directive_for(spec.strategies["rs_ring"], points[0], "").to_json()
     parent = db.get(db.add(code="ring", code_hash=code_hash("ring", "cuda"), language="cuda", parent_id=None, island=0,
                            generation=0, proposer="test", phase="explore", directive=directive,
@@ -170,6 +170,6 @@ def test_directive_proposer_goes_on_in_another_strategy_when_the_parents_is_spen
     name = prop.directive.strategy
     assert name != "rs_ring" and point_key(name, prop.directive.point.label()) not in tried
     tried |= {point_key(n, p.label()) for n in spec.strategies if n != "rs_ring"
-              for p in accepted_points(spec.strategies[n])}
+              for p in spec.strategies[n].points()}
     with pytest.raises(SearchStopped, match="every strategy"):
         asyncio.run(proposer.propose(ProposalContext(parent, [], "exploit", random.Random(0), tried)))

@@ -8,9 +8,9 @@ from __future__ import annotations
 import pytest
 from conftest import ROOT, WORKLOADS
 
-from cuco.evolve.strategy import accepted_points, materialize, prebuild
+from cuco.evolve.strategy import materialize, prebuild
 from cuco.fastpath.analyze import analyze
-from cuco.fastpath.knobs import CE_CTAS, CTAS, ISSUERS, PIECES, derive
+from cuco.fastpath.knobs import CE_CTAS, CTAS, ISSUERS, MAX_SITES, PIECES, derive
 from cuco.runner.build import build
 from cuco.runner.cascade import EvalOptions, evaluate
 from cuco.runner.static_checks import check_source
@@ -52,7 +52,7 @@ def _points(name, tmp_path, world=None):
     spec, knobs = _knobs(name, world)
     out = []
     for sname, strategy in knobs.strategies(tmp_path / "derived", spec).items():
-        for point in accepted_points(strategy):
+        for point in strategy.points():
             path = tmp_path / f"{sname}-{point.label().replace('/', '_')}.cu"
             path.write_text(materialize(strategy, point))
             out.append((strategy, point, path))
@@ -77,7 +77,7 @@ def test_the_knobs_offered_for_each_program(name, tmp_path):
     placements = 1 + overlapped
     assert knobs.points() == len(CTAS) * len(ISSUERS) * (placements + chunked * len(PIECES)) + copies * placements
     # the number `cuco transform --explain` states is the number of points the search is given
-    assert knobs.points() == sum(len(accepted_points(s)) for s in knobs.strategies(tmp_path, spec).values())
+    assert knobs.points() == sum(len(s.points()) for s in knobs.strategies(tmp_path, spec).values())
     assert all(line for line in knobs.explain())
 
 
@@ -184,6 +184,15 @@ def test_a_collective_is_never_offered_a_side_stream_beside_what_may_touch_its_b
     assert "onSideStream" not in knobs.code
 
 
+def test_the_limits_are_the_collectives_own():
+    """The sites and pieces the knobs offer fit the arrays cuco_collectives.cuh sizes for them."""
+    import re
+
+    header = (ROOT / "cuco" / "cuda" / "include" / "cuco_collectives.cuh").read_text()
+    define = {m[1]: int(m[2]) for m in re.finditer(r"#define (CUCO_COLL_MAX_\w+) (\d+)", header)}
+    assert define["CUCO_COLL_MAX_SITES"] == MAX_SITES and max(PIECES) <= define["CUCO_COLL_MAX_CHUNKS"]
+
+
 def test_a_gemm_that_reads_an_all_gather_by_rows_runs_piece_by_piece():
     """The gathered A is cuBLAS's B (transb N): the call is re-issued on rows [cucoRow, + cucoRows) of the gathered
     buffer and of C, its column count the chunk's, behind the all-gather's flags; nothing else changes."""
@@ -283,10 +292,15 @@ def test_every_offered_point_is_correct_on_one_gpu(name, ctas, tmp_path):
     prebuild(points[0][0], tmp_path / "prebuilt", points=[p for _, p, _ in points])  # nvcc in parallel, cached
     failed = []
     for strategy, point, path in points:
-        rec = evaluate(spec, path, EvalOptions(device="cuda", max_level="L2", gpus=[0],
-                                               work_dir=tmp_path / "w" / path.stem))
+        work = tmp_path / "w" / path.stem
+        rec = evaluate(spec, path, EvalOptions(device="cuda", max_level="L2", gpus=[0], work_dir=work))
         if not rec.ok:
             failed.append((strategy.name, point.label(), rec.failed_level, rec.error))
+        # At sync chunk the GEMM must have run in pieces: its whole-buffer fallback, as correct, says so once.
+        whole = [line for log in work.glob("rank*.log") for line in log.read_text(errors="replace").splitlines()
+                 if "waits for the whole" in line]
+        if point.sync == "chunk" and whole:
+            failed.append((strategy.name, point.label(), "not cut into pieces", whole[0]))
     assert not failed, failed
 
 
@@ -306,7 +320,7 @@ def test_a_search_given_starting_points_evaluates_them_first_beside_the_seed(tmp
     spec, knobs = _knobs("overlap_beside")
     spec = replace(spec, strategies=knobs.strategies(tmp_path / "derived", spec))
     first = Knobs.start_strategy(spec.strategies)
-    starts = [(first, p) for p in accepted_points(first)]
+    starts = [(first, p) for p in first.points()]
     assert {(p.issuer, p.placement) for _, p in starts} == {(i, pl) for i in ("cta", "warp")
                                                             for pl in ("deferred", OVERLAP)}
     cfg = RunConfig()

@@ -8,7 +8,7 @@ from __future__ import annotations
 import pytest
 from conftest import WORKLOADS, gpu_count
 
-from cuco.evolve.strategy import accepted_points, materialize, prebuild
+from cuco.evolve.strategy import materialize, prebuild
 from cuco.runner.cascade import EvalOptions, evaluate
 from cuco.workload import load_workload
 
@@ -23,7 +23,7 @@ CASES, GROUPS = [], []
 for wl, spec in SPECS.items():
     for name, strategy in spec.strategies.items():
         if strategy.path.suffix == ".cu" or GPU_BACKENDS & set(strategy.accepts["backend"]):
-            for j, point in enumerate(accepted_points(strategy)):
+            for j, point in enumerate(strategy.points()):
                 CASES.append((wl, name, point))
                 GROUPS.append(f"{wl}-{name}-{j // POINTS_PER_GROUP}")
 

@@ -12,11 +12,6 @@ from cuco.designspace.dimensions import DIMENSIONS, ENUMS
 from cuco.workload.spec import Requirements, StrategySpec
 
 
-def accepted_points(strategy: StrategySpec, machine: dict[str, Any] | None = None) -> list[DesignPoint]:
-    """Every design point the strategy accepts that no global constraint rules out, in a fixed order."""
-    return strategy.points(machine)
-
-
 def materialize(strategy: StrategySpec, point: DesignPoint) -> str:
     """The candidate's source: the design point as compile-time parameters, then the strategy kernel, then (CUDA)
     what it needs from the runner. Raises ValueError for a point its workload.toml does not accept."""
@@ -67,7 +62,7 @@ def prebuild(strategy: StrategySpec, directory: Path, machine: dict[str, Any] | 
 
     directory.mkdir(parents=True, exist_ok=True)
     srcs = []
-    for i, p in enumerate(accepted_points(strategy, machine) if points is None else points):
+    for i, p in enumerate(strategy.points(machine) if points is None else points):
         srcs.append(directory / f"point{i}.cu")
         srcs[-1].write_text(materialize(strategy, p))
     with ThreadPoolExecutor(os.cpu_count() or 4) as pool:

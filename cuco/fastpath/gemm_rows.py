@@ -93,3 +93,4 @@ class Pieces:
     gemm: Op
     split: RowSplit
     produces: bool = False
+    join: int | None = None  # a reduce-scatter's: the byte where its side stream joins back

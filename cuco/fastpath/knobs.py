@@ -162,14 +162,17 @@ def _offer(op: Op, analysis: Analysis, sites: int) -> Offer:
         offer.why_not["stream_overlap"] = found
     else:
         offer.beside, offer.join = found
-    pieces = _producer(op, analysis, sites) if op.name == "ncclReduceScatter" else _consumer(op, analysis, sites)
+    if sites >= MAX_SITES:
+        offer.why_not["sync chunk"] = f"the program has {MAX_SITES} collectives on side streams before it already"
+        return offer
+    pieces = _producer(op, analysis) if op.name == "ncclReduceScatter" else _consumer(op, analysis)
     if isinstance(pieces, str):
         offer.why_not["sync chunk"] = pieces
         return offer
     offer.pieces = pieces
     offer.why_not.pop("stream_overlap", None)
     if pieces.produces:  # the reduce-scatter's side stream joins back where its output is next used
-        offer.join = _join(op, analysis)
+        offer.join = pieces.join
     return offer
 
 
@@ -269,10 +272,8 @@ def _aliases(expr: str, gemm: Op, out: int, analysis: Analysis) -> bool:
         for i, a in enumerate(gemm.operands) if i != out)
 
 
-def _producer(op: Op, analysis: Analysis, sites: int) -> Pieces | str:
+def _producer(op: Op, analysis: Analysis) -> Pieces | str:
     """The GEMM that writes a reduce-scatter's input piece by piece (sync chunk), or why there is none."""
-    if sites >= MAX_SITES:
-        return f"the program has {MAX_SITES} collectives on side streams before it already"
     why = _unplaceable(op, analysis)
     if why:
         return why
@@ -299,17 +300,16 @@ def _producer(op: Op, analysis: Analysis, sites: int) -> Pieces | str:
                f"(`{op.args['send']}`)"
     if _aliases(op.args["send"], gemm, split.out, analysis):
         return f"line {gemm.line}: {gemm.name} also reads the reduce-scatter's input as another operand"
-    if _join(op, analysis) is None:
+    join = _join(op, analysis)
+    if join is None:
         return "its side stream has no place to join back (the next use of its output, or the end of cuco_run)"
-    return Pieces(gemm, split, produces=True)
+    return Pieces(gemm, split, produces=True, join=join)
 
 
-def _consumer(op: Op, analysis: Analysis, sites: int) -> Pieces | str:
+def _consumer(op: Op, analysis: Analysis) -> Pieces | str:
     """The GEMM that may read OP's output piece by piece (sync chunk), or why there is none."""
     if op.name != "ncclAllGather":
         return ONLY_GATHER
-    if sites >= MAX_SITES:
-        return f"the program has {MAX_SITES} collectives on side streams before it already"
     found = _before_next_use(op, analysis)
     if isinstance(found, str):
         return found

@@ -9,6 +9,7 @@ from __future__ import annotations
 import sys
 from dataclasses import dataclass, field, replace
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from cuco.dtypes import DTYPES
 from cuco.errors import CucoError
@@ -17,6 +18,9 @@ from cuco.tomlconfig import Section as _Section
 from cuco.tomlconfig import load_dataclass as _load_dataclass
 from cuco.workload.contract import check_contract
 from cuco.workload.expr import ExprError, eval_expr, names_in
+
+if TYPE_CHECKING:
+    from cuco.designspace import DesignPoint
 
 if sys.version_info >= (3, 11):
     import tomllib
@@ -137,14 +141,14 @@ class StrategySpec:
     # values listed (dimension -> values) repeats another point's program (a derived strategy's).
     excludes: tuple[dict[str, tuple], ...] = ()
 
-    def excluded(self, point) -> str | None:
+    def excluded(self, point: DesignPoint) -> str | None:
         """Why POINT is one of the excluded combinations, or None."""
         for ex in self.excludes:
             if all(getattr(point, dim) in values for dim, values in ex.items()):
                 return " with ".join(f"{dim} {getattr(point, dim)}" for dim in ex)
         return None
 
-    def points(self, machine: dict | None = None) -> list:
+    def points(self, machine: dict | None = None) -> list[DesignPoint]:
         """Every design point it accepts that no global constraint rules out and it does not exclude, in a fixed
         order."""
         import itertools

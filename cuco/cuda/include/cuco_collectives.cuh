@@ -984,6 +984,12 @@ inline cudaError_t reduceScatterChunks(const cuco_ctx_t* ctx, ncclWindow_t sendW
     }
     return err;
   }
+  static bool told = false;
+  if (!told) {
+    told = true;
+    fprintf(stderr, "cuco::reduceScatterChunks: its GEMM did not write the input in whole rows of every rank's block: "
+                    "it waits for the whole GEMM\n");
+  }
 #endif
   (void)send;
   return onSideStream<Site>(

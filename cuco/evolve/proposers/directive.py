@@ -13,7 +13,7 @@ from typing import Any
 from cuco.designspace import DesignPoint, Directive
 from cuco.designspace.dimensions import DIMENSIONS
 from cuco.evolve.proposers import Proposal, ProposalContext, SearchStopped, point_key, register
-from cuco.evolve.strategy import accepted_points, directive_for, materialize
+from cuco.evolve.strategy import directive_for, materialize
 from cuco.workload.spec import StrategySpec, WorkloadSpec
 
 TRIES = 64
@@ -28,7 +28,7 @@ class DirectiveProposer:
             raise ValueError(f"workload {spec.name} ships no strategy kernels ([strategies] in workload.toml): "
                              "the directive proposer has nothing to search")
         self.spec = spec
-        self.points: dict[str, list[DesignPoint]] = {n: accepted_points(s, machine) for n, s in spec.strategies.items()}
+        self.points: dict[str, list[DesignPoint]] = {n: s.points(machine) for n, s in spec.strategies.items()}
         self.language = {n: "cuda" if s.path.suffix == ".cu" else "python" for n, s in spec.strategies.items()}
 
     def _strategy_of(self, ctx: ProposalContext) -> StrategySpec:
