@@ -3,8 +3,9 @@
 Blocks: Llama-3-8B heads (H 32, KV 8, D 128, bf16), L = S / (2 * world) rows for S = 8K, 32K, 128K and world 2, 4, 8,
 each as the causal diagonal block and as a full block; and the whole sequence, causal, at each S, the efficiency
 the blocks are held to. Backends: torch's cuDNN attention and torch's flash kernel, as cuco.kernels.attention calls
-them (grouped-query heads in the ring's [L, H, D] buffers). Before either is timed, each one's O and log-sum-exp are
-checked against an fp32 reference on sampled query rows, and against the other backend's. Times: median of 20
+them (grouped-query heads in the ring's [L, H, D] buffers), and cuDNN split by query rows (cudnn_split<R>, at each
+R of SPLIT_ROWS no more than half the block). Before any is timed, each one's O and log-sum-exp are
+checked against an fp32 reference on sampled query rows, and against every other backend's. Times: median of 20
 CUDA-graph replays (eager, after a spin, where capture fails), CUDA events, L2 flushed before each as the judge
 flushes it (reading twice its size: a written flush would charge the timed run its write-back). TFLOP/s counts
 4 * Lq * Lk * D * H, halved for a causal block; the share is of the bf16 tensor rate `cuco doctor` measures (its
@@ -84,7 +85,7 @@ def passes(err: dict[str, float]) -> bool:
 
 
 def check(outs: dict[str, Any], q, k, v, causal: bool) -> dict[str, dict[str, Any]]:
-    """Each backend's result against the sampled fp32 reference and against the other backend's."""
+    """Each backend's result against the sampled fp32 reference and against every other backend's."""
     import torch
 
     rows = torch.linspace(0, q.shape[0] - 1, SAMPLE_ROWS, device=q.device).round().long().unique()
@@ -116,6 +117,13 @@ def tensor_rate() -> tuple[float, str]:
     return value, f"measured here as cuco doctor does: {method}"
 
 
+def shape_backends(backends: list[str], n: int) -> list[str]:
+    """The backends, and cuDNN split by each row count of at most half the block where cuDNN runs."""
+    from cuco.kernels.attention import SPLIT_ROWS
+
+    return backends + [f"cudnn_split{r}" for r in SPLIT_ROWS if "cudnn" in backends and n >= 2 * r]
+
+
 def run_shape(shape: dict[str, Any], backends: list[str], timed, rate: float) -> dict[str, Any]:
     """One block shape: inputs, every backend's result checked, then each timed (where every check passed)."""
     import torch
@@ -123,6 +131,7 @@ def run_shape(shape: dict[str, Any], backends: list[str], timed, rate: float) ->
     from cuco.kernels.attention import block_attention
 
     n, causal = shape["L"], shape["causal"]
+    backends = shape_backends(backends, n)
     gen = torch.Generator(device="cuda").manual_seed(n)
     q, k, v = (torch.randn(n, heads, D, device="cuda", generator=gen, dtype=torch.bfloat16)
                for heads in (H, KV, KV))
@@ -170,14 +179,15 @@ def run_merge(rows: int, timed) -> dict[str, Any]:
 
 
 def choice_entries(blocks: list[dict[str, Any]]) -> list[str]:
-    """Lines of cuco.kernels.attention.CHOICE: the blocks whose fastest backend is not the default (cuDNN)."""
-    lines = []
+    """Lines of cuco.kernels.attention.CHOICE: the blocks whose fastest backend is not the default (cuDNN), each
+    shape once (a whole sequence is the diagonal block of its length)."""
+    lines = {}
     for r in blocks:
         if r["fastest"] and r["fastest"] != "cudnn" and "cudnn" in r["backends"]:
             them, ours = r["backends"]["cudnn"]["ms"], r["backends"][r["fastest"]]["ms"]
             key = f"({H}, {KV}, {D}, {r['causal']}, {r['L']}, {r['L']})"
-            lines.append(f"    {key}: \"{r['fastest']}\",  # {ours:.4f} ms, cuDNN {them:.4f}")
-    return lines
+            lines.setdefault(key, f"    {key}: \"{r['fastest']}\",  # {ours:.4f} ms, cuDNN {them:.4f}")
+    return list(lines.values())
 
 
 def report(info: dict[str, Any], results: list[dict[str, Any]], merges: list[dict[str, Any]],
@@ -185,9 +195,19 @@ def report(info: dict[str, Any], results: list[dict[str, Any]], merges: list[dic
     whole = {r["L"]: r for r in results if r["whole"]}
 
     def cell(e):
+        if e is None:
+            return "-"
         if "ms" not in e:
             return "check failed"
         return f"{e['ms']:.4f} ({e['tflops']:.0f}, {e['of_tensor_rate']:.0%})"
+
+    def best_split(r):
+        """The fastest cudnn_split<R> of the block, as `R: cell`."""
+        timed = {b: e for b, e in r["backends"].items() if b.startswith("cudnn_split") and "ms" in e}
+        if not timed:
+            return "-"
+        b = min(timed, key=lambda b: timed[b]["ms"])
+        return f"{b.removeprefix('cudnn_split')}: {cell(timed[b])}"
 
     def of_whole(r):
         """The chosen backend's block efficiency over the whole sequence's (chosen) at each S the block serves."""
@@ -205,15 +225,16 @@ def report(info: dict[str, Any], results: list[dict[str, Any]], merges: list[dic
              f"heads in the ring's [L, H, D] buffers. ms: median of {ITERS} CUDA-graph replays, L2 flushed before "
              f"each; in brackets TFLOP/s (causal counted as half the pairs) and the share of the tensor rate, "
              f"{rate:.0f} TFLOP/s ({info['tensor_rate_method']}). Each backend checked against an fp32 reference "
-             "on sampled rows and against the other before timing.", "",
+             "on sampled rows and against the others before timing.", "",
              "| S / world | L | block | " + " | ".join(f"{b} ms (TFLOP/s, of tensor rate)" for b in backends)
-             + " | chosen | chosen's efficiency of the whole sequence's |", "|---" * (len(backends) + 5) + "|"]
+             + " | cudnn split by R query rows, the best R: ms (TFLOP/s, of tensor rate) | chosen | chosen's "
+             "efficiency of the whole sequence's |", "|---" * (len(backends) + 6) + "|"]
     for r in results:
         served = ", ".join(f"{s // 1024}K/{w}" for s, w in r["serves"])
         kind = "whole, causal" if r["whole"] else ("causal (diagonal)" if r["causal"] else "full")
-        lines.append(f"| {served} | {r['L']} | {kind} | " + " | ".join(cell(r["backends"][b]) for b in backends)
-                     + f" | {r['fastest'] or '-'} | {'-' if r['whole'] else of_whole(r)} |")
-    entries = choice_entries([r for r in results if not r["whole"]])
+        lines.append(f"| {served} | {r['L']} | {kind} | " + " | ".join(cell(r["backends"].get(b)) for b in backends)
+                     + f" | {best_split(r)} | {r['fastest'] or '-'} | {'-' if r['whole'] else of_whole(r)} |")
+    entries = choice_entries(results)
     lines += ["", "CHOICE for cuco/kernels/attention.py (blocks where the default, cuDNN, was not the fastest):", "",
               "```python", "CHOICE = {" + ("" if entries else "}"), *entries, *(["}"] if entries else []), "```",
               "", "## The log-sum-exp merge", "",

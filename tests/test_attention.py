@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import math
 import os
+from types import SimpleNamespace
 
 import pytest
 from conftest import gpu_count
@@ -87,6 +88,27 @@ def test_blocks_are_checked_and_the_cpu_takes_its_own_kernel():
         block_attention(q, k[:, :1].expand(8, 3, 16), v[:, :1].expand(8, 3, 16), False)
     with pytest.raises(ValueError, match="unknown backend"):
         block_attention(q, k, v, False, backend="fa9")
+
+
+@pytest.mark.parametrize("causal", [True, False])
+@pytest.mark.parametrize("rows", [8, 16, 64])
+def test_a_block_split_by_query_rows_is_the_whole_block(rows, causal):
+    """The split schedule over the CPU kernel, at a length no chunk divides (and one chunk for all of it): each causal
+    chunk's diagonal merged with the keys before it, each full chunk against every key."""
+    q, k, v = _inputs(37, 37, 8, 2, 32, device="cpu")
+    o, lse = attention.split_rows(q, k, v, causal, 0.2, rows, base=attention._cpu)
+    assert o.dtype == q.dtype
+    _assert_close(o, lse, *_reference(q, k, v, causal, 0.2))
+
+
+def test_a_measured_cudnn_choice_is_not_taken_where_cudnn_is_not(monkeypatch):
+    """A GPU block (only its shape read) whose measured choice runs on cuDNN: flash where cuDNN does not take it."""
+    q, k = SimpleNamespace(is_cuda=True, shape=(8, 4, 16)), SimpleNamespace(shape=(8, 2, 16))
+    monkeypatch.setattr(attention, "CHOICE", {(4, 2, 16, True, 8, 8): "cudnn_split4096"})
+    monkeypatch.setattr(attention, "cudnn_fits", lambda q, k: False)
+    assert choose_backend(q, k, True) == "flash"
+    monkeypatch.setattr(attention, "cudnn_fits", lambda q, k: True)
+    assert choose_backend(q, k, True) == "cudnn_split4096"
 
 
 def _merge_case(rows, heads, d, device=DEVICE, seed=0):
@@ -170,6 +192,19 @@ def test_cudnn_and_flash_agree(lq, lk, h, kv, d, causal):
     o2, lse2 = block_attention(q, k, v, causal, backend="flash")
     assert ((o1.float() - o2.float()).norm() / o2.float().norm()).item() < 1e-2
     assert torch.allclose(lse1, lse2, rtol=1e-4, atol=1e-4)
+
+
+@gpu
+@pytest.mark.parametrize("causal", [True, False])
+def test_the_split_cudnn_block_matches_fp32_attention_and_repeats_its_bits(causal):
+    """cuDNN by 384 query rows at 1000 tokens (the last chunk short), as the long blocks run it."""
+    q, k, v = _inputs(1000, 1000, 32, 8, 128)
+    if not attention.cudnn_fits(q, k):
+        pytest.skip("torch's cuDNN attention does not take this shape")
+    o, lse = attention.split_rows(q, k, v, causal, None, 384)
+    _assert_close(o, lse, *_reference(q, k, v, causal, 128 ** -0.5))
+    again = attention.split_rows(q, k, v, causal, None, 384)
+    assert torch.equal(o, again[0]) and torch.equal(lse, again[1])
 
 
 @gpu
