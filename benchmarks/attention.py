@@ -105,16 +105,23 @@ def make_timer(flush):
     return lambda fn: median_ms(fn, flush, ITERS, warmup=WARMUP)
 
 
-def tensor_rate() -> tuple[float, str]:
-    """The bf16 tensor rate `cuco doctor` saved on this machine, else measured now by the same method."""
-    from cuco.ceilings import tensor_rate as measure
+def tensor_rates() -> dict[str, tuple[float, str]]:
+    """The bf16 tensor rates `cuco doctor` saved on this machine (burst, and sustained under the power cap), each
+    measured now by the same method where it saved none."""
+    from cuco.ceilings import GEMM_SHAPES, sustained_tensor_rate, tensor_rate
     from cuco.machine import load_machine
 
-    saved = ((load_machine().get("ceilings") or {}).get("tensor_bf16_tflops"))
-    if saved:
-        return saved["value"], f"cuco doctor's saved ceiling: {saved['method']}"
-    value, method = measure()
-    return value, f"measured here as cuco doctor does: {method}"
+    saved = load_machine().get("ceilings") or {}
+    out = {}
+    for what, key, measure in (("burst", "tensor_bf16_tflops", tensor_rate),
+                               ("sustained", "tensor_bf16_sustained_tflops",
+                                lambda: sustained_tensor_rate(GEMM_SHAPES[0]))):
+        if saved.get(key):
+            out[what] = saved[key]["value"], f"cuco doctor's saved ceiling: {saved[key]['method']}"
+        else:
+            value, method = measure()
+            out[what] = value, f"measured here as cuco doctor does: {method}"
+    return out
 
 
 def shape_backends(backends: list[str], n: int) -> list[str]:
@@ -193,6 +200,12 @@ def choice_entries(blocks: list[dict[str, Any]]) -> list[str]:
 def report(info: dict[str, Any], results: list[dict[str, Any]], merges: list[dict[str, Any]],
            backends: list[str], rate: float) -> list[str]:
     whole = {r["L"]: r for r in results if r["whole"]}
+    sustained = info["tensor_rate_sustained_tflops"]
+
+    def of_sustained(r):
+        """A whole sequence's chosen rate as a share of the sustained tensor rate."""
+        best = r["backends"].get(r["fastest"] or "", {})
+        return f"{best['tflops'] / sustained:.0%} of the sustained rate" if "ms" in best else "-"
 
     def cell(e):
         if e is None:
@@ -224,16 +237,20 @@ def report(info: dict[str, Any], results: list[dict[str, Any]], merges: list[dic
              f"{info['cudnn']}; `{info['command']}`. Llama-3-8B heads (H {H}, KV {KV}, D {D}), bf16, grouped-query "
              f"heads in the ring's [L, H, D] buffers. ms: median of {ITERS} CUDA-graph replays, L2 flushed before "
              f"each; in brackets TFLOP/s (causal counted as half the pairs) and the share of the tensor rate, "
-             f"{rate:.0f} TFLOP/s ({info['tensor_rate_method']}). Each backend checked against an fp32 reference "
-             "on sampled rows and against the others before timing.", "",
+             f"{rate:.0f} TFLOP/s ({info['tensor_rate_method']}). A whole sequence's last column: its share of the "
+             f"sustained tensor rate, {sustained:.0f} TFLOP/s ({info['tensor_rate_sustained_method']}): the rate under "
+             "the power cap that long work runs at. Each backend checked against an fp32 reference on sampled rows "
+             "and against the others before timing.", "",
              "| S / world | L | block | " + " | ".join(f"{b} ms (TFLOP/s, of tensor rate)" for b in backends)
              + " | cudnn split by R query rows, the best R: ms (TFLOP/s, of tensor rate) | chosen | chosen's "
-             "efficiency of the whole sequence's |", "|---" * (len(backends) + 6) + "|"]
+             "efficiency of the whole sequence's (a whole sequence: of the sustained rate) |",
+             "|---" * (len(backends) + 6) + "|"]
     for r in results:
         served = ", ".join(f"{s // 1024}K/{w}" for s, w in r["serves"])
         kind = "whole, causal" if r["whole"] else ("causal (diagonal)" if r["causal"] else "full")
+        last = of_sustained(r) if r["whole"] else of_whole(r)
         lines.append(f"| {served} | {r['L']} | {kind} | " + " | ".join(cell(r["backends"].get(b)) for b in backends)
-                     + f" | {best_split(r)} | {r['fastest'] or '-'} | {'-' if r['whole'] else of_whole(r)} |")
+                     + f" | {best_split(r)} | {r['fastest'] or '-'} | {last} |")
     entries = choice_entries(results)
     lines += ["", "CHOICE for cuco/kernels/attention.py (blocks where the default, cuDNN, was not the fastest):", "",
               "```python", "CHOICE = {" + ("" if entries else "}"), *entries, *(["}"] if entries else []), "```",
@@ -268,7 +285,8 @@ def main() -> int:
                                  else (SIZES, WORLDS, MERGE_ROWS))
     probe = torch.empty(2, H, D, device="cuda", dtype=torch.bfloat16)
     backends = (["cudnn"] if cudnn_fits(probe, probe[:, :KV]) else []) + ["flash"]
-    rate, rate_how = tensor_rate()
+    rates = tensor_rates()
+    rate, rate_how = rates["burst"]
     timed = make_timer(L2Flush(torch.device("cuda")).flush)
     results = []
     for shape in shapes(sizes, worlds):
@@ -278,7 +296,8 @@ def main() -> int:
     merges = [run_merge(n, timed) for n in merge_rows]
     info = record.meta({"gpus": [{"name": torch.cuda.get_device_name()}]}, world=1, torch=torch.__version__,
                        cudnn=torch.backends.cudnn.version(), triton=triton.__version__, tensor_rate_tflops=rate,
-                       tensor_rate_method=rate_how, quick=args.quick)
+                       tensor_rate_method=rate_how, tensor_rate_sustained_tflops=rates["sustained"][0],
+                       tensor_rate_sustained_method=rates["sustained"][1], quick=args.quick)
     lines = report(info, results, merges, backends, rate)
     record.save(args.out, "attention", info, {"backends": backends, "blocks": results, "merge": merges}, lines,
                 current=not args.quick)

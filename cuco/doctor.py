@@ -65,7 +65,8 @@ def collect(measure: bool) -> dict[str, Any]:
 
 
 def _ceiling_rows(facts: dict[str, Any]) -> list[tuple[str, str]]:
-    names = {"tensor_bf16_tflops": "bf16 tensor rate", "hbm_read_gbps": "HBM read", "hbm_write_gbps": "HBM write",
+    names = {"tensor_bf16_tflops": "bf16 tensor rate", "tensor_bf16_sustained_tflops": "bf16 tensor rate, sustained",
+             "hbm_read_gbps": "HBM read", "hbm_write_gbps": "HBM write",
              "hbm_copy_gbps": "HBM copy", "link_one_way_gbps": "peer link, one way",
              "link_both_ways_gbps": "peer link, both ways"}
     out = []

@@ -65,3 +65,5 @@ def test_ceilings_on_this_gpu_are_near_the_datasheet():
         assert c.value > 0 and c.method, key
         if c.datasheet:  # measured below the datasheet, but not far: the microbenchmarks are the best cuco has
             assert 0.6 < c.share <= 1.02, (key, c)
+    sustained = got["tensor_bf16_sustained_tflops"]  # under the power cap: below the burst rate, not far below
+    assert 0.5 * got["tensor_bf16_tflops"].value < sustained.value <= 1.02 * got["tensor_bf16_tflops"].value

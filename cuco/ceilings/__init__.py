@@ -30,6 +30,9 @@ GEMM_SHAPES = ((8192, 8192, 8192), (16384, 8192, 8192), (8192, 16384, 16384), (4
 HBM_BYTES = 2 << 30  # 2 GiB per buffer: 40x an H100's or H200's L2 (50 MB), so no pass is served from it
 LINK_SIZES_MB = (64, 256, 1024)
 STABLE = 0.08  # the probe's rate after may differ from its rate before by this much (boost clocks move a few %)
+# Work per timing of the sustained tensor rate: 50x the ~6 ms of full-rate tensor work after which an H200 at its
+# 700 W cap lowered its clocks (1980 -> 1680 MHz; benchmarks/results/attention.md).
+SUSTAINED_MS = 300.0
 
 
 @dataclass
@@ -98,6 +101,30 @@ def tensor_rate(iters: int = 10) -> tuple[float, str]:
     return max(on_zeros, random_rates[fastest]), (
         f"cuBLAS bf16 GEMM, best of {len(GEMM_SHAPES)} shapes on random data ({where} fastest, "
         f"{random_rates[fastest]:.0f}) and that shape on zeros ({on_zeros:.0f})")
+
+
+def sustained_tensor_rate(shape: tuple[int, int, int], iters: int = 3) -> tuple[float, str]:
+    """Dense bf16 TFLOP/s of one GEMM shape run back to back for SUSTAINED_MS, on random data: the rate under the
+    board's power cap, which long work (a 128K-token attention, a large MoE layer) runs at. Not a bound: a short
+    kernel runs at the burst rate of tensor_rate, so the speed of light divides by that one; this one says how
+    much of the gap between them long work cannot close."""
+    import math
+
+    import torch
+
+    m, k, n = shape
+    a = torch.randn(m, k, device="cuda", dtype=torch.bfloat16)
+    b = torch.randn(k, n, device="cuda", dtype=torch.bfloat16)
+    c = torch.empty(m, n, device="cuda", dtype=torch.bfloat16)
+    calls = max(1, math.ceil(SUSTAINED_MS / _timed(lambda: torch.matmul(a, b, out=c), 2)))
+
+    def run() -> None:
+        for _ in range(calls):
+            torch.matmul(a, b, out=c)
+
+    ms = _timed(run, iters)
+    return 2 * m * n * k * calls / (ms * 1e-3) / 1e12, (
+        f"cuBLAS bf16 GEMM {m}x{k}x{n} on random data, {calls} calls back to back ({ms:.0f} ms), best of {iters}")
 
 
 def hbm_rates(iters: int = 10) -> dict[str, tuple[float, str]]:
@@ -207,9 +234,12 @@ def measure(gpu_name: str, probe: Callable[[], float] | None = None,
 
 
 def all_rates(sheet: dict[str, float]) -> dict[str, Ceiling]:
-    """The tensor rate, HBM read, write and copy, and (with two GPUs) the peer link, beside their datasheet figures."""
+    """The tensor rate (burst, and sustained under the power cap), HBM read, write and copy, and (with two GPUs) the
+    peer link, beside their datasheet figures."""
     tflops, how = tensor_rate()
     out = {"tensor_bf16_tflops": Ceiling(tflops, "TFLOP/s", how, sheet.get("tensor_bf16_tflops"))}
+    tflops, how = sustained_tensor_rate(GEMM_SHAPES[0])
+    out["tensor_bf16_sustained_tflops"] = Ceiling(tflops, "TFLOP/s", how, sheet.get("tensor_bf16_tflops"))
     for what, (rate, how) in hbm_rates().items():
         out[f"hbm_{what}_gbps"] = Ceiling(rate, "GB/s", how, sheet.get("hbm_gbps"))
     for what, (rate, how) in (link_rates() or {}).items():
