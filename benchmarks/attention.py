@@ -1,6 +1,6 @@
 """Ring attention's block on every attention kernel torch offers, and the fused log-sum-exp merge, on one GPU.
 
-Blocks: Llama-3-8B heads (H 32, KV 8, D 128, bf16), L = S / (2 * world) rows for S = 8K, 32K, 128K and world 2, 4, 8,
+Blocks: Llama-3-8B heads (H 32, KV 8, D 128, bf16), L = S / (2 * world) rows for S = 8K, 32K, 128K and world 1, 2, 4, 8,
 each as the causal diagonal block and as a full block; and the whole sequence, causal, at each S, the efficiency
 the blocks are held to. Backends: torch's cuDNN attention and torch's flash kernel, as cuco.kernels.attention calls
 them (grouped-query heads in the ring's [L, H, D] buffers), and cuDNN split by query rows (cudnn_split<R>, at each
@@ -33,7 +33,7 @@ from replay import median_ms
 ROOT = record.ROOT
 H, KV, D = 32, 8, 128  # Llama-3-8B's attention heads
 SIZES = (8192, 32768, 131072)
-WORLDS = (2, 4, 8)
+WORLDS = (1, 2, 4, 8)
 MERGE_ROWS = (2048, 8192, 32768)
 QUICK = {"sizes": (8192, 32768), "worlds": (2, 4), "merge_rows": (2048, 8192)}
 ITERS = 20
