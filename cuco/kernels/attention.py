@@ -16,8 +16,8 @@ Backends, each returning the log-sum-exp beside O:
   key/value heads are repeated, since the older kernel would read past the last one.
 - cudnn_split<R>: cuDNN called on R queries at a time. A causal block becomes, per chunk of R queries, its diagonal
   (causal) and the keys before it (one full call), merged by the log-sum-exp; a full block, chunks of queries
-  against every key. cuDNN's one causal call loses efficiency as the sequence grows (68% of the tensor rate at 128K
-  tokens on an H200, 78% at 8K): the same kernel on shorter rows and long full rectangles keeps its best rate.
+  against every key. cuDNN's one causal call runs slower at 128K tokens than at 64K (549 against 589 TFLOP/s on an
+  H200); the same kernel on 16K-row chunks runs the 128K sequence at 582.
 `auto` picks per shape: CHOICE where benchmarks/attention.py measured another backend faster, else cuDNN where it
 takes the shape, else flash.
 
@@ -36,8 +36,11 @@ import triton
 import triton.language as tl
 
 # (H, KV, D, causal, Lq, Lk) -> backend: the block shapes at which benchmarks/results/attention.md measured a
-# backend faster than the default one (cuDNN), with both checked against each other. Only exceptions are listed.
-CHOICE: dict[tuple[int, int, int, bool, int, int], str] = {}
+# backend faster than the default one (cuDNN) by more than its noise, both checked against each other. Only
+# exceptions are listed.
+CHOICE: dict[tuple[int, int, int, bool, int, int], str] = {
+    (32, 8, 128, True, 131072, 131072): "cudnn_split16384",  # 242 ms, cuDNN's one call 256 ms (H200)
+}
 
 CUDNN_MAX_HEAD_DIM = 128  # what torch's cuDNN attention takes on every GPU and cuDNN 9 (256 needs a newer cuDNN)
 CUDNN_MIN_VERSION = 90000  # cuDNN 9: torch's attention through cuDNN starts there
