@@ -189,7 +189,8 @@ def test_two_ranks_wait_on_each_other(m, k, n, chunks):
 @pytest.mark.gpu(1)
 @pytest.mark.timeout(120)
 @pytest.mark.parametrize("op", SUMS)
-@pytest.mark.parametrize("m,k,n", [(8192, 1024, 2048), (256, 512, 384), (96, 136, 200), (8, 4096, 8192)])
+@pytest.mark.parametrize("m,k,n", [(8192, 1024, 2048), (256, 512, 384), (96, 136, 200), (8, 4096, 8192),
+                                   (128, 4096, 8192)])  # the last: 8-warp tiles (summed_config_for)
 def test_two_ranks_sum_at_once(op, m, k, n):
     """Two ranks' fused GEMM + reduce-scatter (or all-reduce) kernels at once on one GPU, each on half the SMs,
     over two recv buffers by run parity: right every run, the same bits when the same inputs come again, and,

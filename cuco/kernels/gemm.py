@@ -20,7 +20,7 @@ TMA's 16-byte rule take the pointer path (masked loads) of the same kernel.
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 import torch
 import triton
@@ -57,6 +57,15 @@ def config_for(m: int, n: int, k: int) -> GemmConfig:
             return GemmConfig(128, 64, 128, 1, 4, 4)
         return GemmConfig(64, 64, 256, 1, 3, 4)
     return GemmConfig(128, 256, 64, 8, 3, 8, flatten=True)
+
+
+def summed_config_for(rows: int, n: int, k: int) -> GemmConfig:
+    """config_for's tiles for a GEMM that sums partials across ranks in its epilogue, with 8 warps where the tiles
+    are 128 rows by 64: the epilogue addresses every element of a tile by pointer, which spills a 4-warp program's
+    registers (ncu: 255 a thread), and the spills slow its main loop too: at 128 x 4096 x 8192 on an H200, 37 us
+    with 4 warps, 29 with 8 (benchmarks/results/triton_gemm.md, the summing epilogue)."""
+    cfg = config_for(rows, n, k)
+    return replace(cfg, num_warps=8) if (cfg.block_m, cfg.block_n) == (128, 64) else cfg
 
 
 @dataclass
@@ -419,12 +428,12 @@ def _summed(kernel, call: str, a: torch.Tensor, b: torch.Tensor, out: torch.Tens
     at most (tiles wait for the peers'); nothing allocated.
 
     Its cost beside the plain GEMM (benchmarks/results/triton_gemm.md, the summing epilogue) is registers: the
-    partials' loads and stores address every element of a tile, and ncu read 255 a thread with spills at 128x64
-    tiles and 4 warps (the plain GEMM: 90). TMA descriptors for them, or more warps, are the ways to cut it."""
+    partials' loads and stores address every element of a tile (summed_config_for gives the tall tiles 8 warps);
+    TMA descriptors for them are the other way to cut it."""
     row_major(call, a=a, b=b, out=out)
     m, k = a.shape
     n = b.shape[1]
-    cfg = config or config_for(rows, n, k)
+    cfg = config or summed_config_for(rows, n, k)
     if parts.counters.numel() < parts.world * triton.cdiv(rows, cfg.block_m) * triton.cdiv(n, cfg.block_n):
         raise ValueError("Partials.counters is too small for this shape: size it with partials_counters()")
     tma = tma_ok(a, b)
