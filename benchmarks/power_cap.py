@@ -1,0 +1,96 @@
+"""Why long tensor work runs below the burst ceiling: the board's power cap, measured.
+
+Two kernels at full tensor rate, each timed alone and with 2, 4, 8 and 16 calls back to back (one CUDA graph of n
+calls, L2 flushed before it, the median of REPS replays; the rate per call): cuBLAS's 8192^3 bf16 GEMM (the
+ceilings' shape) and torch's cuDNN attention on a full 8192 x 8192 block at Llama-3-8B heads (ring attention's).
+After the longest run, nvidia-smi's SM clock and power draw, beside the clock's maximum and the power limit. A rate
+that falls as the run grows, with the clock below its maximum and the draw at the limit, is the power cap: what
+`cuco doctor`'s sustained tensor rate measures and the speed of light (a burst rate) leaves out.
+Writes benchmarks/results/power_cap.json and .md.
+
+    python benchmarks/power_cap.py [--out DIR]
+"""
+
+from __future__ import annotations
+
+import argparse
+import subprocess
+import sys
+from pathlib import Path
+from typing import Any
+
+import record
+from replay import graph_median_ms
+
+ROOT = record.ROOT
+CALLS = (1, 2, 4, 8, 16)
+REPS = 5  # replays per timing: the 16-call runs last 20-30 ms each
+H, KV, D, L = 32, 8, 128, 8192  # Llama-3-8B heads, a ring block of 8192 tokens
+SMI_FIELDS = "clocks.sm,clocks.max.sm,power.draw,power.limit,temperature.gpu"
+
+
+def smi() -> dict[str, str]:
+    """nvidia-smi's reading of GPU 0 now (empty where nvidia-smi is missing)."""
+    try:
+        out = subprocess.run(["nvidia-smi", "-i", "0", f"--query-gpu={SMI_FIELDS}", "--format=csv,noheader"],
+                             capture_output=True, text=True, timeout=30).stdout.strip()
+    except (OSError, subprocess.SubprocessError):
+        return {}
+    return dict(zip(SMI_FIELDS.split(","), (v.strip() for v in out.split(","))))
+
+
+def kernels() -> dict[str, tuple[Any, float]]:
+    """name -> (one call, its flops)."""
+    import torch
+
+    from cuco.kernels.attention import block_attention
+
+    a = torch.randn(8192, 8192, device="cuda", dtype=torch.bfloat16)
+    c = torch.empty_like(a)
+    q = torch.randn(L, H, D, device="cuda", dtype=torch.bfloat16)
+    k, v = (torch.randn(L, KV, D, device="cuda", dtype=torch.bfloat16) for _ in range(2))
+    return {"cuBLAS GEMM 8192^3": (lambda: torch.matmul(a, a, out=c), 2 * 8192 ** 3),
+            f"cuDNN attention, full {L} x {L} block": (lambda: block_attention(q, k, v, False, backend="cudnn"),
+                                                      4 * L * L * D * H)}
+
+
+def main() -> int:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--out", type=Path, default=ROOT / "benchmarks" / "results")
+    args = ap.parse_args()
+    sys.path.insert(0, str(ROOT))
+    import torch
+
+    from cuco.runner.l2 import L2Flush
+
+    if not torch.cuda.is_available():
+        sys.exit("power_cap: needs a CUDA GPU")
+    flush = L2Flush(torch.device("cuda")).flush
+    rows = []
+    for name, (call, flop) in kernels().items():
+        for n in CALLS:
+            ms = graph_median_ms(lambda call=call, n=n: [call() for _ in range(n)], flush, REPS)
+            rows.append({"kernel": name, "calls": n, "ms_per_call": ms / n, "tflops": flop * n / (ms * 1e-3) / 1e12})
+            print(f"{name} x{n}: {ms / n:.3f} ms a call, {rows[-1]['tflops']:.0f} TFLOP/s", flush=True)
+        rows[-1]["smi_after"] = smi()
+    info = record.meta({"gpus": [{"name": torch.cuda.get_device_name()}]}, world=1, torch=torch.__version__)
+    lines = ["# Long tensor work under the power cap", "",
+             f"{info['date']}, {info['device']}, commit {info['commit']}, torch {info['torch']}; "
+             f"`{info['command']}`. Each kernel timed alone and with n calls back to back (one CUDA graph, L2 "
+             f"flushed before it, median of {REPS} replays); nvidia-smi read after the 16-call runs.", "",
+             "| kernel | " + " | ".join(f"{n} call{'s' if n > 1 else ''}: ms a call (TFLOP/s)" for n in CALLS)
+             + " | after 16 calls: SM clock (max), power (limit) |", "|---" * (len(CALLS) + 2) + "|"]
+    for name in dict.fromkeys(r["kernel"] for r in rows):
+        mine = [r for r in rows if r["kernel"] == name]
+        s = mine[-1].get("smi_after") or {}
+        reading = (f"{s['clocks.sm']} ({s['clocks.max.sm']}), {s['power.draw']} ({s['power.limit']})"
+                   if s else "nvidia-smi missing")
+        lines.append(f"| {name} | " + " | ".join(f"{r['ms_per_call']:.3f} ({r['tflops']:.0f})" for r in mine)
+                     + f" | {reading} |")
+    record.save(args.out, "power_cap", info, {"rows": rows}, lines)
+    print("\n".join(lines))
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
