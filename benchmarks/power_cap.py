@@ -3,7 +3,8 @@
 Two kernels at full tensor rate, each timed alone and with 2, 4, 8 and 16 calls back to back (one CUDA graph of n
 calls, L2 flushed before it, the median of REPS replays; the rate per call): cuBLAS's 8192^3 bf16 GEMM (the
 ceilings' shape) and torch's cuDNN attention on a full 8192 x 8192 block at Llama-3-8B heads (ring attention's).
-After the longest run, nvidia-smi's SM clock and power draw, beside the clock's maximum and the power limit. A rate
+Then nvidia-smi's SM clock and power draw while about a second of the same calls runs, beside the clock's maximum
+and the power limit. A rate
 that falls as the run grows, with the clock below its maximum and the draw at the limit, is the power cap: what
 `cuco doctor`'s sustained tensor rate measures and the speed of light (a burst rate) leaves out.
 Writes benchmarks/results/power_cap.json and .md.
@@ -25,6 +26,7 @@ from replay import graph_median_ms
 ROOT = record.ROOT
 CALLS = (1, 2, 4, 8, 16)
 REPS = 5  # replays per timing: the 16-call runs last 20-30 ms each
+BUSY_CALLS = 600  # queued before nvidia-smi reads the GPU: about a second of work, longer than the reading takes
 H, KV, D, L = 32, 8, 128, 8192  # Llama-3-8B heads, a ring block of 8192 tokens
 SMI_FIELDS = "clocks.sm,clocks.max.sm,power.draw,power.limit,temperature.gpu"
 
@@ -37,6 +39,17 @@ def smi() -> dict[str, str]:
     except (OSError, subprocess.SubprocessError):
         return {}
     return dict(zip(SMI_FIELDS.split(","), (v.strip() for v in out.split(","))))
+
+
+def reading_while_busy(call) -> dict[str, str]:
+    """nvidia-smi's reading while BUSY_CALLS calls run: queued first, read, then waited for."""
+    import torch
+
+    for _ in range(BUSY_CALLS):
+        call()
+    reading = smi()
+    torch.cuda.synchronize()
+    return reading
 
 
 def kernels() -> dict[str, tuple[Any, float]]:
@@ -72,17 +85,17 @@ def main() -> int:
             ms = graph_median_ms(lambda call=call, n=n: [call() for _ in range(n)], flush, REPS)
             rows.append({"kernel": name, "calls": n, "ms_per_call": ms / n, "tflops": flop * n / (ms * 1e-3) / 1e12})
             print(f"{name} x{n}: {ms / n:.3f} ms a call, {rows[-1]['tflops']:.0f} TFLOP/s", flush=True)
-        rows[-1]["smi_after"] = smi()
+        rows[-1]["smi_busy"] = reading_while_busy(call)
     info = record.meta({"gpus": [{"name": torch.cuda.get_device_name()}]}, world=1, torch=torch.__version__)
     lines = ["# Long tensor work under the power cap", "",
              f"{info['date']}, {info['device']}, commit {info['commit']}, torch {info['torch']}; "
              f"`{info['command']}`. Each kernel timed alone and with n calls back to back (one CUDA graph, L2 "
-             f"flushed before it, median of {REPS} replays); nvidia-smi read after the 16-call runs.", "",
+             f"flushed before it, median of {REPS} replays); nvidia-smi read while {BUSY_CALLS} calls run.", "",
              "| kernel | " + " | ".join(f"{n} call{'s' if n > 1 else ''}: ms a call (TFLOP/s)" for n in CALLS)
-             + " | after 16 calls: SM clock (max), power (limit) |", "|---" * (len(CALLS) + 2) + "|"]
+             + " | while busy: SM clock (max), power (limit) |", "|---" * (len(CALLS) + 2) + "|"]
     for name in dict.fromkeys(r["kernel"] for r in rows):
         mine = [r for r in rows if r["kernel"] == name]
-        s = mine[-1].get("smi_after") or {}
+        s = mine[-1].get("smi_busy") or {}
         reading = (f"{s['clocks.sm']} ({s['clocks.max.sm']}), {s['power.draw']} ({s['power.limit']})"
                    if s else "nvidia-smi missing")
         lines.append(f"| {name} | " + " | ".join(f"{r['ms_per_call']:.3f} ({r['tflops']:.0f})" for r in mine)
