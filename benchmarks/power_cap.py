@@ -29,16 +29,20 @@ REPS = 5  # replays per timing: the 16-call runs last 20-30 ms each
 BUSY_CALLS = 600  # queued before nvidia-smi reads the GPU: about a second of work, longer than the reading takes
 H, KV, D, L = 32, 8, 128, 8192  # Llama-3-8B heads, a ring block of 8192 tokens
 SMI_FIELDS = "clocks.sm,clocks.max.sm,power.draw,power.limit,temperature.gpu"
+# Why the clocks are below their maximum (the driver's names; older drivers call them clocks_throttle_reasons).
+SMI_REASONS = ",".join(f"clocks_event_reasons.{r}" for r in ("sw_power_cap", "hw_slowdown", "sw_thermal_slowdown"))
 
 
-def smi() -> dict[str, str]:
-    """nvidia-smi's reading of GPU 0 now (empty where nvidia-smi is missing)."""
+def smi(fields: str = SMI_FIELDS) -> dict[str, str]:
+    """nvidia-smi's reading of GPU 0 now (empty where nvidia-smi is missing or does not know a field)."""
     try:
-        out = subprocess.run(["nvidia-smi", "-i", "0", f"--query-gpu={SMI_FIELDS}", "--format=csv,noheader"],
-                             capture_output=True, text=True, timeout=30).stdout.strip()
+        proc = subprocess.run(["nvidia-smi", "-i", "0", f"--query-gpu={fields}", "--format=csv,noheader"],
+                              capture_output=True, text=True, timeout=30)
     except (OSError, subprocess.SubprocessError):
         return {}
-    return dict(zip(SMI_FIELDS.split(","), (v.strip() for v in out.split(","))))
+    if proc.returncode != 0:
+        return {}
+    return dict(zip(fields.split(","), (v.strip() for v in proc.stdout.strip().split(","))))
 
 
 def reading_while_busy(call) -> dict[str, str]:
@@ -47,7 +51,7 @@ def reading_while_busy(call) -> dict[str, str]:
 
     for _ in range(BUSY_CALLS):
         call()
-    reading = smi()
+    reading = smi() | smi(SMI_REASONS)
     torch.cuda.synchronize()
     return reading
 
@@ -92,12 +96,14 @@ def main() -> int:
              f"`{info['command']}`. Each kernel timed alone and with n calls back to back (one CUDA graph, L2 "
              f"flushed before it, median of {REPS} replays); nvidia-smi read while {BUSY_CALLS} calls run.", "",
              "| kernel | " + " | ".join(f"{n} call{'s' if n > 1 else ''}: ms a call (TFLOP/s)" for n in CALLS)
-             + " | while busy: SM clock (max), power (limit) |", "|---" * (len(CALLS) + 2) + "|"]
+             + " | while busy: SM clock (max), power (limit); what slows the clock |", "|---" * (len(CALLS) + 2) + "|"]
     for name in dict.fromkeys(r["kernel"] for r in rows):
         mine = [r for r in rows if r["kernel"] == name]
         s = mine[-1].get("smi_busy") or {}
         reading = (f"{s['clocks.sm']} ({s['clocks.max.sm']}), {s['power.draw']} ({s['power.limit']})"
-                   if s else "nvidia-smi missing")
+                   if "clocks.sm" in s else "nvidia-smi missing")
+        active = [f.split(".")[-1] for f in SMI_REASONS.split(",") if s.get(f) == "Active"]
+        reading += f"; slowed by {', '.join(active)}" if active else ""
         lines.append(f"| {name} | " + " | ".join(f"{r['ms_per_call']:.3f} ({r['tflops']:.0f})" for r in mine)
                      + f" | {reading} |")
     record.save(args.out, "power_cap", info, {"rows": rows}, lines)
