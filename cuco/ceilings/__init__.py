@@ -30,8 +30,8 @@ GEMM_SHAPES = ((8192, 8192, 8192), (16384, 8192, 8192), (8192, 16384, 16384), (4
 HBM_BYTES = 2 << 30  # 2 GiB per buffer: 40x an H100's or H200's L2 (50 MB), so no pass is served from it
 LINK_SIZES_MB = (64, 256, 1024)
 STABLE = 0.08  # the probe's rate after may differ from its rate before by this much (boost clocks move a few %)
-# Work per timing of the sustained tensor rate: 50x the ~6 ms of full-rate tensor work after which an H200 at its
-# 700 W cap lowered its clocks (1980 -> 1680 MHz; benchmarks/results/attention.md).
+# Work per timing of the sustained tensor rate: 50x the ~6 ms of full-rate tensor work after which an H200's driver
+# held its clocks down to stay under its 700 W cap (1980 -> 1500-1650 MHz; benchmarks/results/power_cap.md).
 SUSTAINED_MS = 300.0
 
 
