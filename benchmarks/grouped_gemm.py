@@ -11,7 +11,9 @@ pair's SwiGLU FFN on the rows sorted by expert (w13, silu(gate) * up, w2):
   (a transposed copy made once, as a serving engine would lay its weights out at load). cuBLAS's own grouped GEMM,
   cublasGemmGroupedBatchedEx, takes each group's sizes in host arrays, so it needs the host round trip this kernel
   removes, and torch does not expose it;
-- cuco's kernel with its own tiles (config_for), and the best of a small sweep of tiles per projection.
+- cuco's kernel with its own tiles (config_for), on rows sorted beforehand (untimed), and with the dispatch's gather
+  timed too: the sorted rows written out first (x[rows], as the MoE layer ran it), or read by w13's loads from the
+  tokens where they lie (grouped_swiglu's rows); and the best of a small sweep of tiles per projection.
 Every method is checked against the graphed loop before it is timed. Times: medians of CUDA-event timed CUDA-graph
 replays, L2 overwritten before each. Rates: flops = pairs x 6 x HID x FF against the bf16 tensor ceiling (the
 target at T = 4096: 70%), and the touched experts' weights read once against the HBM read ceiling (the target at
@@ -191,7 +193,8 @@ class Methods:
         self.torch, self.w, self.p = torch, weights, p
         layout = sort_by_expert(idx, p["E"])
         self.offs, self.ends = layout.offs, layout.offs[1:].contiguous()  # _grouped_mm: each group's end
-        self.xs = x[layout.order // p["TOPK"]].contiguous()
+        self.x, self.src = x, layout.order // p["TOPK"]  # the tokens, and the token each sorted row is
+        self.xs = x[self.src].contiguous()
         self.rows = self.xs.shape[0]
         self.counts = layout.offs.diff().tolist()
         self.touched = sum(1 for c in self.counts if c)
@@ -203,7 +206,7 @@ class Methods:
         self.hidden = torch.randn(self.rows, ff, device=x.device).bfloat16()
 
     def names(self) -> list[str]:
-        names = ["loop_eager", "loop_graphed", "triton"]
+        names = ["loop_eager", "loop_graphed", "triton", "triton, gathered first", "triton, gather in w13's loads"]
         if hasattr(self.torch, "_grouped_mm"):
             names[2:2] = ["grouped_mm_row_major", "grouped_mm_col_major"]
         return names
@@ -213,7 +216,9 @@ class Methods:
                 "loop_graphed": lambda bounds=self.offs.tolist(): self.loop(bounds),
                 "grouped_mm_row_major": lambda: self.grouped_mm(""),
                 "grouped_mm_col_major": lambda: self.grouped_mm("_cm"),
-                "triton": lambda: self.triton((None, None))}[name]
+                "triton": lambda: self.triton((None, None)),
+                "triton, gathered first": self.gathered_first,
+                "triton, gather in w13's loads": self.gather_in_loads}[name]
 
     def run(self, name: str):
         return self.fn(name)().clone()
@@ -240,6 +245,18 @@ class Methods:
         from cuco.kernels.grouped_gemm import moe_experts
 
         return moe_experts(self.xs, self.offs, self.w["w13"], self.w["w2"], out=self.out, configs=configs)
+
+    def gathered_first(self):
+        """The dispatch as grouped_triton ran it: the sorted rows written out, then the experts on them."""
+        from cuco.kernels.grouped_gemm import moe_experts
+
+        return moe_experts(self.x[self.src], self.offs, self.w["w13"], self.w["w2"], out=self.out)
+
+    def gather_in_loads(self):
+        """The dispatch inside the w13 launch: each sorted row read from the token's row where it lies."""
+        from cuco.kernels.grouped_gemm import moe_experts
+
+        return moe_experts(self.x, self.offs, self.w["w13"], self.w["w2"], rows=self.src, out=self.out)
 
     def projection(self, proj: str, cfg):
         """One projection alone (w13 with its SwiGLU epilogue, or w2 on a bf16 hidden activation)."""

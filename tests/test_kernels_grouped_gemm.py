@@ -125,6 +125,29 @@ def test_moe_experts_is_each_experts_swiglu_ffn():
     assert _rel_err(out, _per_expert(hidden, offs, w2)) < 1e-2
 
 
+@pytest.mark.parametrize("counts", [[4, 0, 19, 1, 8], [0, 33, 0]])
+def test_gathered_rows_are_the_rows_written_out_first(counts):
+    """The dispatch's gather inside the w13 launch (sorted row r read as x[rows[r]], each token picked by several
+    experts) gives the same bits as the rows gathered into a sorted copy first: the same values, the same K order."""
+    tokens, hid, ff = 13, 48, 24
+    offs = _offs(counts)
+    x = _rand(tokens, hid, dtype=torch.bfloat16)
+    rows = torch.randint(0, tokens, (sum(counts),), device=DEVICE)
+    w13 = (_rand(len(counts), hid, 2 * ff, dtype=torch.float32) * hid ** -0.5).bfloat16()
+    w2 = (_rand(len(counts), ff, hid, dtype=torch.float32) * ff ** -0.5).bfloat16()
+    gathered = moe_experts(x, offs, w13, w2, rows=rows, configs=(SMALL, SMALL))
+    assert torch.equal(gathered, moe_experts(x[rows], offs, w13, w2, configs=(SMALL, SMALL)))
+
+
+@pytest.mark.parametrize("rows", ["float", "length", "matrix"])
+def test_malformed_gather_rows_are_refused(rows):
+    offs, x, w = _offs([3, 2]), _rand(4, 16), _rand(2, 16, 32)
+    bad = {"float": torch.zeros(5, device=DEVICE), "length": torch.zeros(4, dtype=torch.int64, device=DEVICE),
+           "matrix": torch.zeros(5, 1, dtype=torch.int64, device=DEVICE)}[rows]
+    with pytest.raises(ValueError, match="rows must be"):
+        grouped_swiglu(x, offs, w, torch.empty(5, 16, device=DEVICE, dtype=DTYPE), rows=bad, config=SMALL)
+
+
 @pytest.mark.parametrize("bad", ["dtype", "length", "layout"])
 def test_malformed_operands_are_refused(bad):
     """Offsets that are not E + 1 int32 values, or a transposed W, would be read wrongly: refused before a launch."""
@@ -197,6 +220,8 @@ def test_dsv3_experts_match_per_expert_matmuls(dsv3_weights, t, hot):
             want[lo:hi] = hidden.float() @ w2[e].float()
     assert _rel_err(out, want) < 1e-2
     assert torch.equal(moe_experts(xs, layout.offs, w13, w2), out)
+    rows = layout.order // DSV3["TOPK"]  # the gather inside the w13 launch: the same bits
+    assert torch.equal(moe_experts(x, layout.offs, w13, w2, rows=rows), out)
 
 
 @pytest.mark.gpu(1)
@@ -229,7 +254,7 @@ def test_the_sizes_never_reach_the_host():
 
     def layer():
         layout = sort_by_expert(ids, experts)
-        out[layout.order] = moe_experts(x[layout.order // topk], layout.offs, w13, w2)
+        out[layout.order] = moe_experts(x, layout.offs, w13, w2, rows=layout.order // topk)
 
     def check():
         for i, e in enumerate(ids.flatten().tolist()):

@@ -118,22 +118,28 @@ def _load_w(w_desc, w, e, k, col, limit, K, N_W, BLOCK_K: tl.constexpr, BLOCK_N:
 
 
 @triton.jit
-def _load_x(x_desc, x, row, row_end, k, K, BLOCK_M: tl.constexpr, BLOCK_K: tl.constexpr, TMA: tl.constexpr):
-    """Rows [row, row + BLOCK_M) of X, those of this expert only on the pointer path. TMA reads the next expert's
-    rows past row_end (or zeros past the last row): they make rows of the tile that are never stored."""
+def _load_x(x_desc, x, src, row, row_end, k, K, BLOCK_M: tl.constexpr, BLOCK_K: tl.constexpr, TMA: tl.constexpr,
+            GATHER: tl.constexpr):
+    """Rows [row, row + BLOCK_M) of the sorted rows, those of this expert only on the pointer path: X's own rows,
+    or (GATHER) rows src[row], src[row + 1], ... of X. TMA reads the next expert's rows past row_end (or zeros past
+    the last row): they make rows of the tile that are never stored."""
     if TMA:
         return x_desc.load([row, k])
     rm = row + tl.arange(0, BLOCK_M)
     rk = k + tl.arange(0, BLOCK_K)
-    return tl.load(x + rm[:, None].to(tl.int64) * K + rk[None, :], mask=(rm[:, None] < row_end) & (rk[None, :] < K),
-                   other=0.0)
+    if GATHER:
+        rm = tl.load(src + rm, mask=rm < row_end, other=0)
+    return tl.load(x + rm[:, None].to(tl.int64) * K + rk[None, :],
+                   mask=((row + tl.arange(0, BLOCK_M))[:, None] < row_end) & (rk[None, :] < K), other=0.0)
 
 
 @triton.jit
-def _grouped_kernel(x_desc, w_desc, x, w, y, offs, E, K, N_OUT, N_W, programs,
+def _grouped_kernel(x_desc, w_desc, x, src, w, y, offs, E, K, N_OUT, N_W, programs,
                     E_PAD: tl.constexpr, BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr,
-                    SWIGLU: tl.constexpr, TMA: tl.constexpr, FLATTEN: tl.constexpr):
-    """Y[rows of e] = X[rows of e] @ W[e] for every expert e (SWIGLU: silu(X W[e][:, :N_OUT]) * X W[e][:, N_OUT:])."""
+                    SWIGLU: tl.constexpr, TMA: tl.constexpr, TMA_X: tl.constexpr, GATHER: tl.constexpr,
+                    FLATTEN: tl.constexpr):
+    """Y[rows of e] = X[rows of e] @ W[e] for every expert e (SWIGLU: silu(X W[e][:, :N_OUT]) * X W[e][:, N_OUT:]);
+    with GATHER, sorted row r of X is X[src[r]]."""
     pid = tl.program_id(0)
     idx = tl.arange(0, E_PAD)
     lo = tl.load(offs + idx, mask=idx < E, other=0)
@@ -150,7 +156,7 @@ def _grouped_kernel(x_desc, w_desc, x, w, y, offs, E, K, N_OUT, N_W, programs,
         acc = tl.zeros((BLOCK_M, BLOCK_N), dtype=tl.float32)
         up = tl.zeros((BLOCK_M, BLOCK_N), dtype=tl.float32)
         for k in range(0, K, BLOCK_K):
-            a = _load_x(x_desc, x, row, row_end, k, K, BLOCK_M, BLOCK_K, TMA)
+            a = _load_x(x_desc, x, src, row, row_end, k, K, BLOCK_M, BLOCK_K, TMA_X, GATHER)
             acc = tl.dot(a, _load_w(w_desc, w, e, k, col, N_OUT, K, N_W, BLOCK_K, BLOCK_N, TMA), acc)
             if SWIGLU:
                 up = tl.dot(a, _load_w(w_desc, w, e, k, N_OUT + col, N_W, K, N_W, BLOCK_K, BLOCK_N, TMA), up)
@@ -162,14 +168,19 @@ def _grouped_kernel(x_desc, w_desc, x, w, y, offs, E, K, N_OUT, N_W, programs,
                  mask=(rm[:, None] < row_end) & (rn[None, :] < N_OUT))
 
 
-def _check(call: str, x: torch.Tensor, offs: torch.Tensor, w: torch.Tensor, y: torch.Tensor, n_out: int) -> None:
-    """The kernel addresses X, W and Y as dense row-major and reads offs as E + 1 int32 values: anything else would
-    be read wrongly, so it is refused by name."""
+def _check(call: str, x: torch.Tensor, offs: torch.Tensor, w: torch.Tensor, y: torch.Tensor, n_out: int,
+           rows: torch.Tensor | None) -> None:
+    """The kernel addresses X, W and Y as dense row-major and reads offs as E + 1 int32 values (and rows, where
+    given, as one index into X per row of Y): anything else would be read wrongly, so it is refused by name."""
     row_major(call, x=x, y=y)
+    if rows is not None and (rows.dim() != 1 or rows.dtype not in (torch.int32, torch.int64)
+                             or not rows.is_contiguous() or rows.shape[0] != y.shape[0]):
+        raise ValueError(f"{call}: rows must be a dense int32 or int64 vector with one index into x per row of the "
+                         f"output ({y.shape[0]}) (got {rows.dtype}, shape {tuple(rows.shape)})")
     if w.dim() != 3 or not w.is_contiguous():
         raise ValueError(f"{call}: w must be a dense row-major [E, K, N] tensor (got shape {tuple(w.shape)}, strides "
                          f"{w.stride()}): pass w.contiguous()")
-    if w.shape[1] != x.shape[1] or y.shape != (x.shape[0], n_out):
+    if w.shape[1] != x.shape[1] or y.shape != (x.shape[0] if rows is None else rows.shape[0], n_out):
         raise ValueError(f"{call}: shapes do not chain: x {tuple(x.shape)}, w {tuple(w.shape)}, y {tuple(y.shape)}")
     if offs.dtype != torch.int32 or offs.shape != (w.shape[0] + 1,):
         raise ValueError(f"{call}: offs must be int32 of E + 1 = {w.shape[0] + 1} values (got {offs.dtype}, "
@@ -177,30 +188,32 @@ def _check(call: str, x: torch.Tensor, offs: torch.Tensor, w: torch.Tensor, y: t
 
 
 def _launch(call: str, x, offs, w, y, n_out: int, swiglu: bool, config: GroupedConfig | None,
-            programs: int | None) -> torch.Tensor:
-    """One launch of the kernel over every expert; a grid of `programs` (default: programs_per_sm per SM)."""
-    _check(call, x, offs, w, y, n_out)
-    rows, k = x.shape
+            programs: int | None, src: torch.Tensor | None = None) -> torch.Tensor:
+    """One launch of the kernel over every expert; a grid of `programs` (default: programs_per_sm per SM). src:
+    the row of x each sorted row is (None: x's rows are sorted already)."""
+    _check(call, x, offs, w, y, n_out, src)
+    rows, k = y.shape[0], x.shape[1]
     experts, _, n_w = w.shape
     if rows == 0 or n_out == 0:
         return y
     if interpreted() and torch.bfloat16 in (x.dtype, w.dtype):
         # Triton's interpreter misreads bf16 (it computes garbage); fp32 copies hold the same values exactly.
         out = torch.empty(y.shape, dtype=torch.float32, device=y.device)
-        _launch(call, x.float(), offs, w.float(), out, n_out, swiglu, config, programs)
+        _launch(call, x.float(), offs, w.float(), out, n_out, swiglu, config, programs, src)
         return y.copy_(out)
     cfg = fit(config, n_out, k) if config else config_for(rows, experts, n_out, k, swiglu)
     w_rows = w.view(experts * k, n_w)  # W as [E * K, N]: one descriptor over every expert
     tma = tma_ok(x, w_rows) and k % cfg.block_k == 0  # then W's boxes never straddle two experts
+    tma_x = tma and src is None  # Hopper's TMA cannot gather rows: gathered ones take the pointer path
     if programs is None:
         programs = sm_count(y.device) * cfg.programs_per_sm
-    x_desc = descriptor(x, [cfg.block_m, cfg.block_k], tma)
+    x_desc = descriptor(x, [cfg.block_m, cfg.block_k], tma_x)
     w_desc = descriptor(w_rows, [cfg.block_k, cfg.block_n], tma)
     _grouped_kernel[(programs,)](
-        x_desc, w_desc, x, w, y, offs, experts, k, n_out, n_w, programs,
+        x_desc, w_desc, x, x if src is None else src, w, y, offs, experts, k, n_out, n_w, programs,
         E_PAD=max(MIN_EXPERT_LANES, triton.next_power_of_2(experts)), BLOCK_M=cfg.block_m, BLOCK_N=cfg.block_n,
-        BLOCK_K=cfg.block_k, SWIGLU=swiglu, TMA=tma, FLATTEN=cfg.flatten, num_stages=cfg.num_stages,
-        num_warps=cfg.num_warps)
+        BLOCK_K=cfg.block_k, SWIGLU=swiglu, TMA=tma, TMA_X=tma_x, GATHER=src is not None, FLATTEN=cfg.flatten,
+        num_stages=cfg.num_stages, num_warps=cfg.num_warps)
     return y
 
 
@@ -212,22 +225,25 @@ def grouped_gemm(x: torch.Tensor, offs: torch.Tensor, w: torch.Tensor, y: torch.
 
 
 def grouped_swiglu(x: torch.Tensor, offs: torch.Tensor, w13: torch.Tensor, h: torch.Tensor, *,
-                   config: GroupedConfig | None = None, programs: int | None = None) -> torch.Tensor:
+                   rows: torch.Tensor | None = None, config: GroupedConfig | None = None,
+                   programs: int | None = None) -> torch.Tensor:
     """h[rows of e] = silu(x W_gate) * (x W_up) with w13[e] = [W_gate | W_up] ([K, 2 FF]): the FF-wide hidden
-    activation, rounded to h's dtype once."""
+    activation, rounded to h's dtype once. rows: sorted row r is x[rows[r]] (the dispatch's gather, read in the
+    kernel's loads instead of written out first); None: x is sorted already."""
     if w13.shape[-1] % 2:
         raise ValueError(f"grouped_swiglu: w13 must be [E, K, 2 FF] (got {tuple(w13.shape)})")
-    return _launch("grouped_swiglu", x, offs, w13, h, w13.shape[2] // 2, True, config, programs)
+    return _launch("grouped_swiglu", x, offs, w13, h, w13.shape[2] // 2, True, config, programs, rows)
 
 
-def moe_experts(x_sorted: torch.Tensor, offs: torch.Tensor, w13: torch.Tensor, w2: torch.Tensor, *,
-                out: torch.Tensor | None = None, configs: tuple[GroupedConfig | None, ...] = (None, None),
-                programs: int | None = None) -> torch.Tensor:
-    """Every expert's SwiGLU FFN on its rows of x_sorted (sorted by expert, offs as in ExpertLayout): two launches,
-    w13 with the SwiGLU epilogue into a bf16 hidden activation, then w2. Rows past offs[E] are left as they are."""
-    rows, ff = x_sorted.shape[0], w2.shape[1]
-    h = torch.empty(rows, ff, dtype=x_sorted.dtype, device=x_sorted.device)
+def moe_experts(x: torch.Tensor, offs: torch.Tensor, w13: torch.Tensor, w2: torch.Tensor, *,
+                rows: torch.Tensor | None = None, out: torch.Tensor | None = None,
+                configs: tuple[GroupedConfig | None, ...] = (None, None), programs: int | None = None) -> torch.Tensor:
+    """Every expert's SwiGLU FFN on its sorted rows (offs as in ExpertLayout): x's own rows, or x[rows[r]] for
+    sorted row r (grouped_swiglu's gather). Two launches, w13 with the SwiGLU epilogue into a bf16 hidden
+    activation, then w2. Rows past offs[E] are left as they are."""
+    n_rows, ff = x.shape[0] if rows is None else rows.shape[0], w2.shape[1]
+    h = torch.empty(n_rows, ff, dtype=x.dtype, device=x.device)
     if out is None:
-        out = torch.empty(rows, w2.shape[2], dtype=x_sorted.dtype, device=x_sorted.device)
-    grouped_swiglu(x_sorted, offs, w13, h, config=configs[0], programs=programs)
+        out = torch.empty(n_rows, w2.shape[2], dtype=x.dtype, device=x.device)
+    grouped_swiglu(x, offs, w13, h, rows=rows, config=configs[0], programs=programs)
     return grouped_gemm(h, offs, w2, out, config=configs[1], programs=programs)

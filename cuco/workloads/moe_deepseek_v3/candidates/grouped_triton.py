@@ -4,7 +4,8 @@ the group sizes read by the kernel from device memory.
 Dispatch and combine are torch_host's (split sizes on the host, all_to_all_single out and back); at world 1 there
 is nothing to exchange and the layer runs with no host synchronisation at all. The received rows are sorted by
 local expert on the device (cuco.kernels.grouped_gemm.sort_by_expert), both projections run as grouped launches
-(w13 with the SwiGLU epilogue, so the hidden activation is written once, in bf16), and the combine
+(w13 with the SwiGLU epilogue, so the hidden activation is written once, in bf16; at world 1 w13 reads each
+sorted row from its token's row of x, so the dispatch's gather is never written out), and the combine
 (cuco.kernels.combine) reads each token's k outputs where they lie: sorted by expert at world 1, in the order the
 exchange returns them otherwise, with no scatter back to token order. Runs on GPUs (NCCL) and on CPUs (gloo, the
 kernels in Triton's interpreter).
@@ -61,7 +62,8 @@ def run(ctx):
     weight = torch.softmax(vals, dim=-1)
     if ctx.world == 1:  # every expert is here: sorted row i is token order[i] // k's
         layout = sort_by_expert(idx, local)
-        rows, where = moe_experts(x[layout.order // k], layout.offs, b["w13"], b["w2"]), _inverse(layout.order)
+        rows = moe_experts(x, layout.offs, b["w13"], b["w2"], rows=layout.order // k)  # gathered in w13's loads
+        where = _inverse(layout.order)
     else:
         rows, where = _exchanged(ctx, x, idx, local)
     combine(rows, where, weight, y)
