@@ -429,6 +429,13 @@ __host__ __device__ inline void reducePacks(const T* const* in, int nIn, T* cons
   }
 }
 
+// Every rank's copy of one operand, passed to a kernel by value (its parameters hold CUCO_COLL_MAX_RANKS pointers).
+template <typename T>
+struct RankPointers {
+  const T* at[CUCO_COLL_MAX_RANKS];
+  int n;
+};
+
 // Elements [lo, hi), by thread `tid` of `nThreads`: the sum over ranks p = 0..nIn-1 (in that order, in fp32)
 // of in[p][i], stored to every out[o][i]. 16-byte packs when every pointer is 16-byte aligned at lo, element by
 // element otherwise and for the tail; both paths add in the same order, so the result does not depend on

@@ -38,12 +38,9 @@ struct State : cuco::Common<> {
   char* peerPartial[cuco::kMaxRanks];  // every rank's partial, mapped into this rank's address space
 };
 
-struct Inputs {
-  const Elem* in[cuco::kMaxRanks];
-  int n;
-};
+using Inputs = cuco::RankPointers<Elem>;
 
-// Elements [lo, hi) of out = the sum over p of in.in[p], each unit its pack-aligned share. barrier: CTA b first
+// Elements [lo, hi) of out = the sum over p of in.at[p], each unit its pack-aligned share. barrier: CTA b first
 // meets CTA b of every rank (acq_rel: every rank's partial is complete before it is loaded).
 template <Issuer I>
 __global__ void __launch_bounds__(kThreads) addKernel(ncclDevComm devComm, Inputs in, Elem* out, size_t lo,
@@ -52,7 +49,7 @@ __global__ void __launch_bounds__(kThreads) addKernel(ncclDevComm devComm, Input
   const cuco::Worker me = cuco::IssuerUnit<I>::self();
   size_t a, b;
   cuco::packSlice(hi - lo, kPackElems, me.index, me.count, &a, &b);
-  cuco::reduceRange<Elem>(in.in, in.n, &out, 1, lo + a, lo + b, me.lane, me.lanes);
+  cuco::reduceRange<Elem>(in.at, in.n, &out, 1, lo + a, lo + b, me.lane, me.lanes);
 }
 
 // Elements [lo, hi) of the sum: LSA loads every rank's slot (the first chunk behind the barrier); CE copies the peers' slots into
@@ -64,10 +61,10 @@ static int addChunk(cuco_ctx_t* ctx, State* s, size_t slotOffset, size_t count, 
   for (int p = 0; p < ctx->nRanks; p++) {
     const Elem* slot = (const Elem*)(s->peerPartial[p] + slotOffset);
     if (kLsa || p == ctx->rank) {
-      in.in[p] = slot;
+      in.at[p] = slot;
       continue;
     }
-    in.in[p] = staging + p * count;
+    in.at[p] = staging + p * count;
     CUCO_CUDA(ctx, cudaMemcpyAsync(staging + p * count + lo, slot + lo, (hi - lo) * sizeof(Elem),
                                    cudaMemcpyDeviceToDevice, ctx->stream));
   }

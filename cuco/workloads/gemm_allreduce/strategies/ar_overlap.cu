@@ -46,10 +46,7 @@ struct State : cuco::Common<> {
   char* peerPartial[cuco::kMaxRanks];  // every rank's partial, mapped into this rank's address space
 };
 
-struct Inputs {
-  const Elem* in[cuco::kMaxRanks];
-  int n;
-};
+using Inputs = cuco::RankPointers<Elem>;
 
 // ---- Kernels -----------------------------------------------------------------------------------------
 
@@ -65,7 +62,7 @@ __global__ void __launch_bounds__(kAddThreads) addColumns(Inputs in, Elem* c, in
   const cuco::Worker me = cuco::IssuerUnit<I>::self();
   for (int64_t m = me.index; m < M; m += me.count) {
     const Elem* row[cuco::kMaxRanks];
-    for (int p = 0; p < in.n; p++) row[p] = in.in[p] + m * N;
+    for (int p = 0; p < in.n; p++) row[p] = in.at[p] + m * N;
     Elem* out = c + m * N;
     cuco::reduceRange<Elem>(row, in.n, &out, 1, c0, c1, me.lane, me.lanes);
   }
@@ -98,7 +95,7 @@ CUCO_EXPORT int cuco_run(cuco_ctx_t* ctx) {
   Elem* c = (Elem*)cuco_buffer(ctx, "c")->ptr;
   Inputs in;
   in.n = ctx->nRanks;
-  for (int p = 0; p < ctx->nRanks; p++) in.in[p] = (const Elem*)(s->peerPartial[p] + slotOffset);
+  for (int p = 0; p < ctx->nRanks; p++) in.at[p] = (const Elem*)(s->peerPartial[p] + slotOffset);
   cudaStream_t side = ctx->sideStreams[0];
   CUCO_CUDA(ctx, cuco::streamAfter(side, ctx->stream, s->fork));
   for (int j = 0; j < kChunks; j++) {

@@ -53,10 +53,7 @@ using cuco::rs::Shape;
 using cuco::rs::shapeOf;
 
 // The inputs of one chunk's reduction, in rank order, and where the sum goes.
-struct Inputs {
-  const Elem* in[cuco::kMaxRanks];
-  int n;
-};
+using Inputs = cuco::RankPointers<Elem>;
 
 // ---- Small kernels ---------------------------------------------------------------------------------
 
@@ -69,7 +66,7 @@ __global__ void signalKernel(ncclDevComm devComm, ncclDevResourceHandle_t counte
 
 // ---- The reduction kernel --------------------------------------------------------------------------
 
-// out[i] = sum over p (in order, fp32) of in.in[p][i], i < count, each unit its contiguous pack-aligned slice.
+// out[i] = sum over p (in order, fp32) of in.at[p][i], i < count, each unit its contiguous pack-aligned slice.
 // waitChunk >= 0: first wait until chunk waitChunk's counter reaches `target` (LSA at sync chunk).
 template <Issuer I>
 __global__ void __launch_bounds__(kThreads) reduceKernel(ncclDevComm devComm, ncclDevResourceHandle_t counterHandle,
@@ -79,7 +76,7 @@ __global__ void __launch_bounds__(kThreads) reduceKernel(ncclDevComm devComm, nc
   const cuco::Worker me = cuco::IssuerUnit<I>::self();
   size_t lo, hi;
   cuco::packSlice(count, kPackElems, me.index, me.count, &lo, &hi);
-  cuco::reduceRange<Elem>(in.in, in.n, &out, 1, lo, hi, me.lane, me.lanes);
+  cuco::reduceRange<Elem>(in.at, in.n, &out, 1, lo, hi, me.lane, me.lanes);
 }
 
 // ---- Backend: the reduction of one chunk -------------------------------------------------------------
@@ -95,7 +92,7 @@ struct Transport<Backend::Lsa> {
     const Shape sh = shapeOf(ctx);
     Inputs in;
     in.n = ctx->nRanks;
-    for (int p = 0; p < ctx->nRanks; p++) in.in[p] = (const Elem*)s->peerPartial[p] + (ctx->rank * sh.mLocal + r0) * sh.N;
+    for (int p = 0; p < ctx->nRanks; p++) in.at[p] = (const Elem*)s->peerPartial[p] + (ctx->rank * sh.mLocal + r0) * sh.N;
     Elem* out = (Elem*)cuco_buffer(ctx, "c")->ptr + r0 * sh.N;
     reduceKernel<kIssuer><<<kReduceCtas, kThreads, 0, st>>>(ctx->devComm, counters.handle, in, out,
                                                             (size_t)(r1 - r0) * sh.N, waitChunk, target);
@@ -120,13 +117,13 @@ struct Transport<Backend::Ce> {
     in.n = ctx->nRanks;
     for (int p = 0; p < ctx->nRanks; p++) {
       if (p == ctx->rank) {
-        in.in[p] = partial + rowsOffset;
+        in.at[p] = partial + rowsOffset;
         continue;
       }
       // Slot p of staging: the rows rank p's partial holds for this rank.
       Elem* slot = staging + (p * sh.mLocal + r0) * sh.N;
       CUCO_CUDA(ctx, cudaMemcpyAsync(slot, (const Elem*)s->peerPartial[p] + rowsOffset, bytes, cudaMemcpyDeviceToDevice, st));
-      in.in[p] = slot;
+      in.at[p] = slot;
     }
     Elem* out = (Elem*)cuco_buffer(ctx, "c")->ptr + r0 * sh.N;
     reduceKernel<kIssuer><<<kReduceCtas, kThreads, 0, st>>>(ctx->devComm, counters.handle, in, out,
