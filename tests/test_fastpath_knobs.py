@@ -5,6 +5,8 @@ on one GPU every point is correct."""
 
 from __future__ import annotations
 
+from pathlib import Path
+
 import pytest
 from conftest import ROOT, WORKLOADS
 
@@ -296,12 +298,55 @@ def test_every_offered_point_is_correct_on_one_gpu(name, ctas, tmp_path):
         rec = evaluate(spec, path, EvalOptions(device="cuda", max_level="L2", gpus=[0], work_dir=work))
         if not rec.ok:
             failed.append((strategy.name, point.label(), rec.failed_level, rec.error))
-        # At sync chunk the GEMM must have run in pieces: its whole-buffer fallback, as correct, says so once.
-        whole = [line for log in work.glob("rank*.log") for line in log.read_text(errors="replace").splitlines()
-                 if "waits for the whole" in line]
+        whole = _whole_fallbacks(work)  # at sync chunk the GEMM must have run in pieces
         if point.sync == "chunk" and whole:
             failed.append((strategy.name, point.label(), "not cut into pieces", whole[0]))
     assert not failed, failed
+
+
+def _whole_fallbacks(work: Path) -> list[str]:
+    """The rank logs' lines in which a sync-chunk GEMM or collective fell back to the whole buffer (as correct, it
+    says so once a process)."""
+    return [line for log in work.glob("rank*.log") for line in log.read_text(errors="replace").splitlines()
+            if "waits for the whole" in line]
+
+
+# A sync-chunk point whose pieces' check is handed another buffer at run time: it stays correct and runs whole.
+PLANTED_FALLBACKS = {
+    "gemm_allgather_seed": ("gemmByGatheredRows<0>(ctx, ctx->stream, aFull->ptr,",
+                            "gemmByGatheredRows<0>(ctx, ctx->stream, b->ptr,"),
+    "gemm_reducescatter_seed": ("gemmSignalRows<0>(ctx, ctx->stream, partial->ptr,",
+                                "gemmSignalRows<0>(ctx, ctx->stream, c->ptr,"),
+}
+
+
+def _planted_fallback(name: str, tmp_path: Path):
+    """The program's first sync-chunk point with PLANTED_FALLBACKS' change: (spec, its file)."""
+    spec, points = _points(name, tmp_path, world=1)
+    _, _, path = next(p for p in points if p[1].sync == "chunk")
+    old, new = PLANTED_FALLBACKS[name]
+    code = path.read_text()
+    assert old in code, "the rewrite no longer calls the pieces' check as the plant expects"
+    path.write_text(code.replace(old, new, 1))
+    return spec, path
+
+
+@pytest.mark.parametrize("name", sorted(PLANTED_FALLBACKS))
+def test_the_planted_fallbacks_still_apply(name, tmp_path):
+    _planted_fallback(name, tmp_path)
+
+
+@pytest.mark.gpu(1)
+@pytest.mark.nvcc
+@pytest.mark.parametrize("name", sorted(PLANTED_FALLBACKS))
+def test_a_sync_chunk_gemm_that_runs_whole_is_seen(name, tmp_path):
+    """The check of every offered point is not vacuous: a sync-chunk point whose GEMM falls back to the whole
+    buffer passes verification, and its rank log says it ran whole."""
+    spec, path = _planted_fallback(name, tmp_path)
+    work = tmp_path / "w"
+    rec = evaluate(spec, path, EvalOptions(device="cuda", max_level="L2", gpus=[0], work_dir=work))
+    assert rec.ok, (rec.failed_level, rec.error)
+    assert _whole_fallbacks(work), "the fallback ran without saying so"
 
 
 def test_a_search_given_starting_points_evaluates_them_first_beside_the_seed(tmp_path):
