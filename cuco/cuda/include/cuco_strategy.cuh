@@ -34,6 +34,11 @@ namespace cuco {
 constexpr int kBesideCtas = 8;
 // The SMs kept from cuBLAS for them: theirs, and one for the small kernels (signal, wait) beside the GEMM.
 constexpr int kBesideReservedSms = kBesideCtas + 1;
+// A bulk put beside a GEMM (a KV cache's layers, an MoE dispatch's rows: hundreds of MB at the link's rate) gets
+// more: cuBLAS keeps all SMs but kBulkPutSms, and the put runs two CTAs of CUCO_COLL_THREADS on each of them (an SM
+// holds 2048 threads).
+constexpr int kBulkPutSms = 16;
+constexpr int kBulkPutCtas = 2 * kBulkPutSms;
 
 // A unit of a kernel: `index` of `count` units, each of `lanes` threads; this thread is `lane`.
 struct Worker {

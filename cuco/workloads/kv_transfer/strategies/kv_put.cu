@@ -32,11 +32,10 @@ constexpr int kLayersPerPut = kChunks;
 // ---- Constants ---------------------------------------------------------------------------------------
 
 // The put kernel's shape. Deferred, the puts have the GPU to themselves: the collective library's grid, which
-// reaches about 87% of the peer link (benchmarks/results/collectives.md). Overlapped, they share it with cuBLAS,
-// held to all SMs but kOverlapSms: 32 CTAs of 512 threads, two per kept SM (an SM holds 2048 threads).
+// reaches about 87% of the peer link (benchmarks/results/collectives.md). Overlapped, they share it with cuBLAS as
+// a bulk put (cuco::kBulkPutCtas on the cuco::kBulkPutSms cuBLAS leaves).
 constexpr int kPutThreads = CUCO_COLL_THREADS;
-constexpr int kPutCtas = kOverlap ? 32 : CUCO_COLL_CTAS;
-constexpr int kOverlapSms = 16;
+constexpr int kPutCtas = kOverlap ? cuco::kBulkPutCtas : CUCO_COLL_CTAS;
 constexpr int kUnitsPerPut = cuco::IssuerUnit<kIssuer>::perKernel(kPutCtas, kPutThreads);
 constexpr int kMaxGroups = 128;  // put kernels of a run (events): 128 layers at one layer per put
 constexpr int kVec = 8;          // bf16 values per 16-byte vector
@@ -153,7 +152,7 @@ CUCO_EXPORT int cuco_setup(cuco_ctx_t* ctx) {
   if (sh.groups > kMaxGroups) CUCO_FAIL(ctx, "at most %d put groups, got %ld", kMaxGroups, (long)sh.groups);
   if (sh.cols % kVec) CUCO_FAIL(ctx, "KV*D must be a multiple of %d", kVec);
   State* s;
-  CUCO_TRY(cuco::newState(ctx, &s, kOverlap ? kOverlapSms : 0));
+  CUCO_TRY(cuco::newState(ctx, &s, kOverlap ? cuco::kBulkPutSms : 0));
   CUCO_CUDA(ctx, counters.reset(ctx->devComm, ctx->stream));
   return 0;
 }

@@ -17,7 +17,7 @@
  *   placement  deferred: dispatch, wait, every expert, combine, wait, on one stream |
  *              stream_overlap: the dispatch on side stream 0; the experts in `chunks` groups, each started once
  *              its rows have arrived; each group's combine on side stream 1 while the next group computes, cuBLAS
- *              held to all SMs but kOverlapSms (cublasSetSmCountTarget) so that the stores have SMs to run on
+ *              held to all SMs but cuco::kBulkPutSms (cublasSetSmCountTarget) so that the stores have SMs to run on
  *   sync       global: one dispatch counter (the experts wait for the whole dispatch) | chunk: one per group
  *   issuer     cta or warp: the unit that moves one run and signals it
  *   chunks     groups of consecutive local experts
@@ -39,10 +39,9 @@ constexpr int kGroups = kChunks;
 // ---- Constants ---------------------------------------------------------------------------------------
 
 constexpr int kVec = 8;  // bf16 values per 16-byte vector
-// The put kernel's shape: 32 CTAs of 512 threads, as the KV transfer's overlapped puts (two per kept SM).
-constexpr int kPutCtas = 32;
-constexpr int kPutThreads = 512;
-constexpr int kOverlapSms = 16;
+// The put kernel's shape: a bulk put beside the experts' GEMMs (cuco::kBulkPutCtas), as the KV transfer's.
+constexpr int kPutCtas = cuco::kBulkPutCtas;
+constexpr int kPutThreads = CUCO_COLL_THREADS;
 // Counters: [0, kMaxChunks) the dispatch's (one per group, or counter 0 alone under sync global), then the combine's.
 constexpr int kCombineCounter = cuco::kMaxChunks;
 static_assert(cuco::kMaxChunks <= cuco::moe::kMaxGroups, "a group per chunk");
@@ -183,7 +182,7 @@ CUCO_EXPORT int cuco_setup(cuco_ctx_t* ctx) {
   if (sh.split.E > cuco::moe::kMaxExperts) CUCO_FAIL(ctx, "at most %d experts, got %ld", cuco::moe::kMaxExperts, (long)sh.split.E);
   if (sh.HID % kVec || sh.FF % kVec) CUCO_FAIL(ctx, "HID and FF must be multiples of %d", kVec);
   State* s;
-  CUCO_TRY(cuco::newState(ctx, &s, kOverlap ? kOverlapSms : 0));
+  CUCO_TRY(cuco::newState(ctx, &s, kOverlap ? cuco::kBulkPutSms : 0));
   const int64_t pairs = sh.T * sh.K, rows = world * pairs;  // this rank's pairs; the most its experts can get
   CUCO_CUDA(ctx, cuco::moe::allocRouting(&s->routing, sh.T, sh.split.E, sh.K));
   CUCO_CUDA(ctx, cudaMalloc(&s->sendRows, pairs * sh.HID * sizeof(Elem)));
