@@ -18,8 +18,8 @@ def materialize(strategy: StrategySpec, point: DesignPoint) -> str:
     refused = [f"{dim} {getattr(point, dim)}" for dim in DIMENSIONS if getattr(point, dim) not in strategy.accepts[dim]]
     if refused:
         raise ValueError(f"strategy {strategy.name} does not accept {', '.join(refused)} (its workload.toml)")
-    if strategy.excluded(point):
-        raise ValueError(f"strategy {strategy.name} does not take {strategy.excluded(point)} together")
+    if excluded := strategy.excluded(point):
+        raise ValueError(f"strategy {strategy.name} does not take {excluded} together")
     body = strategy.path.read_text()
     if strategy.path.suffix == ".cu":
         # Each dimension names its enumerator; cuco_design_point.cuh turns them into typed constants (cuco::kBackend).

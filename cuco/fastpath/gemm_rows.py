@@ -19,7 +19,7 @@ BF16 = "(int64_t)sizeof(__nv_bfloat16)"
 TYPED = {"cublasSgemm": "(int64_t)sizeof(float)", "cublasHgemm": "(int64_t)sizeof(__half)"}
 ROW_MAJOR = ("cuco_gemm_bf16", "cuco_gemm_bf16_beta", "cuco_gemm_bf16_accumulate")
 # The operands whose rows make rows of the output that lie together in memory: row-major A; column-major B (transb N).
-OUTPUT_ROWS = {**{n: (1,) for n in ROW_MAJOR}, "cublasGemmEx": (10,), "cublasSgemm": (9,), "cublasHgemm": (9,)}
+OUTPUT_ROWS = {**{n: 1 for n in ROW_MAJOR}, "cublasGemmEx": 10, "cublasSgemm": 9, "cublasHgemm": 9}
 # An assignment or increment in an argument: each chunk evaluates the arguments again.
 SIDE_EFFECT = re.compile(r"\+\+|--|(?<![=!<>+\-*/%&|^])=(?!=)|[+\-*/%&|^]=|<<=|>>=")
 
@@ -78,10 +78,9 @@ def row_split(op: Op, operand: int) -> RowSplit | str:
 def output_split(op: Op) -> RowSplit | str:
     """How OP cuts into chunks of its output's rows, each chunk's rows together in memory (a producer's cut), or why
     it cannot."""
-    positions = OUTPUT_ROWS.get(op.name)
-    if not positions:
+    if op.name not in OUTPUT_ROWS:
         return f"{op.name} is not cut by rows (a batched GEMM, or cublasLt's layouts)"
-    split = row_split(op, positions[0])
+    split = row_split(op, OUTPUT_ROWS[op.name])
     return split if isinstance(split, RowSplit) else f"its output's rows are not cut apart: {split}"
 
 

@@ -256,17 +256,21 @@ def _gemm_beside(op: Op, gemm: Op) -> str | None:
     return None
 
 
+def _reach(expr: str, gemm: Op, analysis: Analysis):
+    """GEMM's function's pointers, and the place EXPR names in them (a Place where it is known)."""
+    pointers = analysis.pointers.get(gemm.function)
+    return pointers, (pointers.reach(expr) if pointers is not None else None)
+
+
 def _operand(expr: str, gemm: Op, positions: list[int], analysis: Analysis) -> int | None:
     """The first of POSITIONS where GEMM names the buffer EXPR names, from the same byte."""
-    pointers = analysis.pointers.get(gemm.function)
-    place = pointers.reach(expr) if pointers is not None else None
+    pointers, place = _reach(expr, gemm, analysis)
     return next((i for i in positions if isinstance(place, Place) and pointers.reach(gemm.operands[i]) == place), None)
 
 
 def _aliases(expr: str, gemm: Op, out: int, analysis: Analysis) -> bool:
     """Whether an operand of GEMM other than its output OUT lies in the buffer EXPR names."""
-    pointers = analysis.pointers.get(gemm.function)
-    place = pointers.reach(expr) if pointers is not None else None
+    pointers, place = _reach(expr, gemm, analysis)
     return isinstance(place, Place) and any(
         isinstance(q := pointers.reach(a), Place) and q.base == place.base
         for i, a in enumerate(gemm.operands) if i != out)
@@ -316,9 +320,11 @@ def _consumer(op: Op, analysis: Analysis) -> Pieces | str:
     user = found[1]
     if user is None:
         return "its output is not next read by a GEMM"
+    if user.kind != "blas":
+        return f"line {user.line}: {user.name}, its next use, is not a GEMM"
     why = _gemm_beside(op, user)
     if why:
-        return why.replace(" is not a GEMM", ", its next use, is not a GEMM")
+        return why
     mine = set(op.reads) | set(op.writes)
     if mine & set(user.writes):
         return f"line {user.line}: {user.name} writes the all-gather's buffer `{sorted(mine & set(user.writes))[0]}`"

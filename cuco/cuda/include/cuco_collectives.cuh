@@ -53,6 +53,14 @@
 
 namespace cuco {
 
+// A line said once a process at a call site (`said`: that site's own flag): a fallback that changes no result, so
+// that a test can tell a program that ran as designed from one that fell back.
+inline void sayOnce(bool* said, const char* line) {
+  if (*said) return;
+  *said = true;
+  fprintf(stderr, "%s\n", line);
+}
+
 // Element helpers and the copy and reduction loops are __host__ too: tests/test_collectives_host.py runs
 // them on the CPU, one emulated thread after another, to check every alignment and tail path.
 __host__ __device__ inline float toFloat(float v) { return v; }
@@ -991,12 +999,9 @@ inline cudaError_t reduceScatterChunks(const cuco_ctx_t* ctx, ncclWindow_t sendW
     }
     return err;
   }
-  static bool told = false;
-  if (!told) {
-    told = true;
-    fprintf(stderr, "cuco::reduceScatterChunks: its GEMM did not write the input in whole rows of every rank's block: "
-                    "it waits for the whole GEMM\n");
-  }
+  static bool said = false;
+  sayOnce(&said, "cuco::reduceScatterChunks: its GEMM did not write the input in whole rows of every rank's block: it "
+                 "waits for the whole GEMM");
 #endif
   (void)send;
   return onSideStream<Site>(

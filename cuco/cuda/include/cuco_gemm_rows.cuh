@@ -42,8 +42,10 @@ inline T* rowsAt(T* p, int64_t row, int64_t rowBytes) {
   return (T*)((Byte*)p + row * rowBytes);
 }
 
-inline cublasStatus_t waitFailed(cudaError_t err) {
-  fprintf(stderr, "cuco::gemmByGatheredRows: waiting for the gathered rows: %s\n", cudaGetErrorString(err));
+// A CUDA error around a GEMM's pieces (a wait, a flag, the side stream's join), said by `call` and returned as
+// cuBLAS's, since the GEMM's caller checks a cuBLAS status.
+inline cublasStatus_t piecesFailed(const char* call, cudaError_t err) {
+  fprintf(stderr, "%s: %s\n", call, cudaGetErrorString(err));
   return CUBLAS_STATUS_EXECUTION_FAILED;
 }
 
@@ -79,23 +81,20 @@ inline cublasStatus_t gemmByGatheredRows(const cuco_ctx_t* ctx, cudaStream_t str
         piecesTouched(site.bytes, CUCO_CHUNKS, r0 * rowBytes, r1 * rowBytes, &j0, &j1);
         const cudaError_t err = chunkFlags().await(ctx->devComm, stream, chunkFlag(Site, p, j0),
                                                    chunkFlag(Site, p, j1), complete);
-        if (err != cudaSuccess) return waitFailed(err);
+        if (err != cudaSuccess) return piecesFailed("cuco::gemmByGatheredRows", err);
         const cublasStatus_t st = gemm(p * perBlock + r0, r1 - r0);
         if (st != CUBLAS_STATUS_SUCCESS) return st;
       }
     }
     const cudaError_t err = joinSideStream<Site>(ctx, stream);  // what follows may read the buffer without a wait
-    return err == cudaSuccess ? CUBLAS_STATUS_SUCCESS : waitFailed(err);
+    return err == cudaSuccess ? CUBLAS_STATUS_SUCCESS : piecesFailed("cuco::gemmByGatheredRows", err);
   }
-  static bool told = false;
-  if (!told) {
-    told = true;
-    fprintf(stderr, "cuco::gemmByGatheredRows: the GEMM's operand is not the gathered buffer in whole rows of every "
-                    "rank's block: it waits for the whole all-gather\n");
-  }
+  static bool said = false;
+  sayOnce(&said, "cuco::gemmByGatheredRows: the GEMM's operand is not the gathered buffer in whole rows of every "
+                 "rank's block: it waits for the whole all-gather");
 #endif
   const cudaError_t err = joinSideStream<Site>(ctx, stream);
-  return err == cudaSuccess ? gemm(0, rows) : waitFailed(err);
+  return err == cudaSuccess ? gemm(0, rows) : piecesFailed("cuco::gemmByGatheredRows", err);
 }
 
 // The GEMM whose output `out` holds `rows` rows of `rowBytes`, issued on `stream` as gemm(r0, n), feeding the
@@ -106,7 +105,7 @@ inline cublasStatus_t gemmSignalRows(const cuco_ctx_t* ctx, cudaStream_t stream,
 #if defined(CUCO_COLL_CHUNK_SYNC)
   const int n = ctx->nRanks;
   cudaError_t err = beforePieces<Site>(ctx, stream);
-  if (err != cudaSuccess) return waitFailed(err);
+  if (err != cudaSuccess) return piecesFailed("cuco::gemmSignalRows", err);
   PieceSite& site = pieceSite<Site>();
   site.calls++;
   if (rows % n == 0 && rowBytes > 0 && n <= CUCO_COLL_MAX_RANKS) {
@@ -121,7 +120,7 @@ inline cublasStatus_t gemmSignalRows(const cuco_ctx_t* ctx, cudaStream_t stream,
           if (st != CUBLAS_STATUS_SUCCESS) return st;
         }
         err = signalPiece<Site>(ctx, stream, q, c);  // an empty piece too: the summing rank waits for every flag
-        if (err != cudaSuccess) return waitFailed(err);
+        if (err != cudaSuccess) return piecesFailed("cuco::gemmSignalRows", err);
       }
     }
     return CUBLAS_STATUS_SUCCESS;

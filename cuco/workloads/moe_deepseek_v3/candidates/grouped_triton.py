@@ -4,8 +4,8 @@ the group sizes read by the kernel from device memory.
 Dispatch and combine are torch_host's (split sizes on the host, all_to_all_single out and back); at world 1 there
 is nothing to exchange and the layer runs with no host synchronisation at all. The received rows are sorted by
 local expert on the device (cuco.kernels.grouped_gemm.sort_by_expert), both projections run as grouped launches
-(w13 with the SwiGLU epilogue, so the hidden activation is written once, in bf16; at world 1 w13 reads each
-sorted row from its token's row of x, so the dispatch's gather is never written out), and the combine
+(w13 with the SwiGLU epilogue, so the hidden activation is written once, in bf16; w13 reads each sorted row where
+it lies, a token's row of x at world 1, a received row otherwise, so no sorted copy is written), and the combine
 (cuco.kernels.combine) reads each token's k outputs where they lie: sorted by expert at world 1, in the order the
 exchange returns them otherwise, with no scatter back to token order. Runs on GPUs (NCCL) and on CPUs (gloo, the
 kernels in Triton's interpreter).
@@ -25,10 +25,11 @@ def _inverse(order: torch.Tensor) -> torch.Tensor:
     return where
 
 
-def _unsorted(layout, x_sorted, w13, w2):
-    """The experts' outputs for the rows of `layout` (x_sorted: its rows, sorted by expert), in unsorted order."""
-    out = torch.empty_like(x_sorted)
-    out[layout.order] = moe_experts(x_sorted, layout.offs, w13, w2)
+def _unsorted(layout, rows, w13, w2):
+    """The experts' outputs for `rows` (in received order; `layout` sorts them by expert, the sort read in w13's
+    loads), in received order: the order the exchange sends them back in."""
+    out = torch.empty_like(rows)
+    out[layout.order] = moe_experts(rows, layout.offs, w13, w2, rows=layout.order)
     return out
 
 
@@ -48,7 +49,7 @@ def _exchanged(ctx, x, idx, local):
     row_expert = torch.empty(sum(recv), dtype=expert.dtype, device=x.device)
     dist.all_to_all_single(row_expert, expert, recv, send, group=ctx.group)
     layout = sort_by_expert(row_expert % local, local)
-    out = _unsorted(layout, rows[layout.order], ctx.buffers["w13"], ctx.buffers["w2"])
+    out = _unsorted(layout, rows, ctx.buffers["w13"], ctx.buffers["w2"])
     back = torch.empty(len(order), x.shape[1], dtype=x.dtype, device=x.device)
     dist.all_to_all_single(back, out, send, recv, group=ctx.group)
     return back, _inverse(order)
