@@ -33,6 +33,7 @@ class DecodeConfig:
     split_k: int  # slices of K; 1 stores straight into C
     num_stages: int
     num_warps: int
+    num_ctas: int = 1  # CTAs of one Hopper cluster that split a program's tile between them
 
 
 def decode_config_for(m: int, n: int, k: int, sms: int) -> DecodeConfig:
@@ -165,5 +166,5 @@ def gemm_decode(a: torch.Tensor, b: torch.Tensor, c: torch.Tensor, *, config: De
         descriptor(a, [block_m, block_k], tma), descriptor(b, [block_k, cfg.block_n], tma), a, b, c,
         workspace.partials, workspace.counters, m, n, k, k_per_split,
         BLOCK_M=block_m, BLOCK_N=cfg.block_n, BLOCK_K=block_k, SPLIT_K=cfg.split_k, TMA=tma,
-        num_stages=cfg.num_stages, num_warps=cfg.num_warps)
+        num_stages=cfg.num_stages, num_warps=cfg.num_warps, num_ctas=cfg.num_ctas)
     return c
