@@ -71,6 +71,8 @@ def test_refusals_name_what_is_wrong():
         gemm_decode(a, b, c, config=DecodeConfig(16, 32, 4, 2, 4), workspace=small)
     with pytest.raises(ValueError, match="dense row-major"):
         gemm_decode(a, b.t(), c)
+    with pytest.raises(ValueError, match="a cluster of 2 CTAs needs split_k 1"):
+        gemm_decode(a, b, c, config=DecodeConfig(16, 32, 2, 2, 4, num_ctas=2))
 
 
 def test_the_plain_gemm_takes_the_decode_path_for_few_rows():

@@ -152,6 +152,8 @@ def gemm_decode(a: torch.Tensor, b: torch.Tensor, c: torch.Tensor, *, config: De
     if m > MAX_ROWS:
         raise ValueError(f"gemm_decode: a has {m} rows; at most {MAX_ROWS} (use cuco.kernels.gemm.gemm)")
     cfg = config or decode_config_for(m, n, k, sm_count(c.device))
+    if cfg.num_ctas > 1 and cfg.split_k > 1:  # every CTA of a cluster would count the program's partial as done
+        raise ValueError(f"gemm_decode: a cluster of {cfg.num_ctas} CTAs needs split_k 1 (got {cfg.split_k})")
     block_m = max(16, triton.next_power_of_2(m))  # tl.dot's least tile edge is 16
     block_k = min(cfg.block_k, max(16, triton.next_power_of_2(k)))
     k_per_split = triton.cdiv(triton.cdiv(k, cfg.split_k), block_k) * block_k  # slices start on a block
