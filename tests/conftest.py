@@ -25,7 +25,14 @@ COLLECTIVES = sorted(p.parent for p in WORKLOADS.glob("*/workload.toml") if _is_
 
 @pytest.fixture(autouse=True, scope="session")
 def _cuco_home(tmp_path_factory):
-    os.environ["CUCO_HOME"] = str(tmp_path_factory.mktemp("cuco_home"))
+    """Each xdist worker has a home of its own, and all share one nvcc build cache (a folder beside theirs): builds
+    are keyed by content and land by an atomic rename, so a program two workers compile is compiled once."""
+    home = tmp_path_factory.mktemp("cuco_home")
+    if os.environ.get("PYTEST_XDIST_WORKER"):
+        shared = tmp_path_factory.getbasetemp().parent / "cuco_builds"
+        shared.mkdir(exist_ok=True)
+        (home / "builds").symlink_to(shared, target_is_directory=True)
+    os.environ["CUCO_HOME"] = str(home)
     yield
 
 

@@ -96,18 +96,24 @@ def test_every_offered_point_passes_the_static_checks(name, tmp_path):
 @pytest.mark.parametrize("name", sorted(PROGRAMS))
 def test_every_offered_issuer_placement_sync_and_backend_builds(name, tmp_path):
     """Each code path once: the CTA count and the count of pieces are numbers in the same code (the GPU test runs
-    every one), the issuer, placement, sync and backend are other code; so the LSA points at the most CTAs and two
-    pieces, and the copy engine's, keep CI's nvcc time down."""
+    every point), the issuer, placement, sync and backend are other code; so the LSA points at the most CTAs and two
+    pieces, each issuer and each placement with its sync at least once (the issuers in turn down the placements),
+    and the copy engine's, keep CI's nvcc time down."""
     from concurrent.futures import ThreadPoolExecutor
 
     _, points = _points(name, tmp_path)
     most, ce = f"CUCO_COLL_CTAS {max(CTAS)}", f"CUCO_COLL_CTAS {CE_CTAS}"
     points = [p for p in points if p[1].chunks == (2 if p[1].sync == "chunk" else 1) and
               any(" ".join(d) == (ce if p[1].backend == "ce" else most) for d in p[0].defines)]
+    lsa = [p for p in points if p[1].backend == "lsa"]
+    ways = sorted({(p[1].placement, p[1].sync) for p in lsa})
+    picked = {(ways[i % len(ways)], ISSUERS[i % len(ISSUERS)]) for i in range(max(len(ways), len(ISSUERS)))}
+    points = [p for p in points if p[1].backend == "ce" or ((p[1].placement, p[1].sync), p[1].issuer) in picked]
     offered = PROGRAMS[name][2]
     placements = 1 + any(OVERLAP in o for o in offered)
     copies = any(o.copies for o in _knobs(name)[1].offers)
-    assert len(points) == len(ISSUERS) * (placements + any("chunk" in o for o in offered)) + copies * placements
+    assert len(ways) == placements + any("chunk" in o for o in offered)
+    assert len(points) == max(len(ways), len(ISSUERS)) + copies * placements
     with ThreadPoolExecutor(2) as pool:
         results = list(pool.map(lambda p: build(p[2], includes=p[0].includes), points))
     failed = [(p[0].name, p[1].label(), r.log[-600:]) for p, r in zip(points, results) if not r.ok]
