@@ -311,9 +311,9 @@ def evolve(workload: str = typer.Argument(..., help="Built-in workload name or a
         for kind, text in example_prompts(spec, target_shape, load_machine()).items():
             print(f"==================== {kind} ====================\n{text}\n")
         return
-    knobs = _derived_knobs(spec, cfg)
-    dev, slots, evaluator, where = _slots(cfg, spec, target_shape)
     start = Path(cfg.search.start) if cfg.search.start else spec.seed_path
+    knobs = _derived_knobs(spec, cfg, start)
+    dev, slots, evaluator, where = _slots(cfg, spec, target_shape)
     if dev == "cpu" and start is not None and start.suffix == ".cu":
         raise NeedsGPU(spec.name, f"its programs are CUDA and this machine has no {spec.world_size} GPU(s) to run "
                                   "them: a search here could only build them (cuco eval does that)")
@@ -470,21 +470,28 @@ def _knobs(spec, analysis):
         raise CucoError(analysis.path, f"the rules cannot rewrite it, so it has no knobs: {exc}") from None
 
 
-def _derived_knobs(spec, cfg):
-    """On a workload without [strategies]: the knobs of the rules' rewrite of its seed, which the directive proposer
-    searches and an LLM starts from; None where it has strategies (or, for an LLM, where the rules cannot rewrite
-    the seed: it then starts from the seed alone)."""
-    if spec.strategies:
+def _derived_knobs(spec, cfg, start: Path | None):
+    """The knobs of the rules' rewrite that the directive proposer searches and an LLM starts from: on a workload
+    without [strategies], of its seed; with search.space = knobs, of the start program, whatever the workload ships.
+    None where the workload's strategies are searched (or, for an LLM, where the rules cannot rewrite the seed: it
+    then starts from the seed alone)."""
+    asked = cfg.search.space == "knobs"
+    if spec.strategies and not asked:
         return None
     from cuco.fastpath.analyze import AnalysisError, analyze
 
     directive = cfg.search.proposer == "directive"
-    seed = spec.seed_path
+    program = start if asked else spec.seed_path
+    if asked and program is not None and not program.is_file():
+        raise CucoError("search.start", f"{program} does not exist")
     try:
-        if seed is None or seed.suffix != ".cu":
-            raise CucoError(str(spec.source), "has no CUDA seed to derive knobs from")
-        knobs = _knobs(spec, analyze(seed))
+        if program is None or program.suffix != ".cu":
+            raise CucoError(str(program or spec.source), "is not a CUDA program to derive knobs from")
+        knobs = _knobs(spec, analyze(program))
     except (AnalysisError, CucoError) as exc:
+        if asked:
+            raise CucoError("search.space", f"knobs: the rules' rewrite of the start program gives none: {exc}") \
+                from None
         if directive:
             raise CucoError(str(spec.source), f"ships no strategy kernels ([strategies] in workload.toml), and its "
                                               f"seed gives the directive proposer nothing to search: {exc}") from None
@@ -493,8 +500,9 @@ def _derived_knobs(spec, cfg):
         return None
     how = (f"the directive proposer searches the {knobs.points()} design points" if directive else
            "the LLM starts from the seed and from every issuer and placement of the design points")
-    console.print(f"no \\[strategies] in {spec.source.name}: {how} derived from the rules' rewrite of {seed.name} "
-                  f"(cuco transform {spec.root} --explain lists them)", highlight=False)
+    why = "search.space = knobs" if asked else f"no \\[strategies] in {spec.source.name}"
+    console.print(f"{why}: {how} derived from the rules' rewrite of {program.name} "
+                  f"(cuco transform {spec.root} --source {program} --explain lists them)", highlight=False)
     return knobs
 
 

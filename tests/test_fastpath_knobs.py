@@ -397,3 +397,44 @@ def test_evolve_says_what_it_does_with_a_workload_without_strategies(proposer, s
                                    "--set", f"search.proposer={proposer}", "--device", "cpu"],
                              env={"COLUMNS": "300", "CUCO_HOME": str(tmp_path / "home")})
     assert says in " ".join(res.output.split()), res.output
+
+
+def _evolve(tmp_path, monkeypatch, capsys, *args):
+    """`cuco evolve ARGS` as the command line runs it: its exit code and its output in one line."""
+    import sys
+
+    from cuco.cli import main
+
+    monkeypatch.setenv("COLUMNS", "300")
+    monkeypatch.setenv("CUCO_HOME", str(tmp_path / "home"))
+    monkeypatch.setattr(sys, "argv", ["cuco", "evolve", *args, "--run-dir", str(tmp_path / "run"), "--device", "cpu"])
+    with pytest.raises(SystemExit) as stop:
+        main()
+    out = capsys.readouterr()
+    return stop.value.code, " ".join((out.out + out.err).split())
+
+
+@pytest.mark.parametrize("name", ["typed_pointers", "gather_gemm_ex"])
+def test_search_space_knobs_searches_the_start_programs_knobs(name, tmp_path, monkeypatch, capsys):
+    """A program of one's own on a built-in workload's buffers, that workload shipping strategy kernels or not: the
+    directive proposer is given the knobs of the program's rewrite (and, on this machine, the search stops at the
+    GPUs it lacks)."""
+    wl, src, _ = PROGRAMS[name]
+    spec, knobs = _knobs(name)
+    code, out = _evolve(tmp_path, monkeypatch, capsys, str(WORKLOADS / wl), "--set", f"search.start={src}", "--set",
+                        "search.space=knobs")
+    assert f"search.space = knobs: the directive proposer searches the {knobs.points()} design points derived from " \
+           f"the rules' rewrite of {src.name}" in out, out
+    assert code == 4, out
+    assert bool(spec.strategies) == (wl == "gemm_allgather")  # one workload with strategy kernels, one without
+
+
+@pytest.mark.parametrize("value, says", [
+    ("search.space=every", "search.space: expected auto or knobs, got 'every'"),
+    (f"search.start={HERE / 'corpus' / 'helper_wrapper.cu'}", "knobs: the rules' rewrite of the start program gives "
+                                                              "none"),
+    ("search.start=/nonexistent/p.cu", "search.start: /nonexistent/p.cu does not exist")])
+def test_search_space_knobs_refuses_in_one_line(value, says, tmp_path, monkeypatch, capsys):
+    code, out = _evolve(tmp_path, monkeypatch, capsys, str(WORKLOADS / "allreduce_sum"), "--set", "search.space=knobs",
+                        "--set", value)
+    assert code == 2 and says in out, out

@@ -31,6 +31,10 @@ class SearchConfig:
     path is read from run.toml's folder, or from the current one in --set."""
     proposer: str = "directive"
     """Where proposals come from: directive (no LLM) or llm (configured in [llm])."""
+    space: str = "auto"
+    """What the directive proposer searches: auto (the workload's strategy kernels, else the knobs of the rules'
+    rewrite of its seed) or knobs (the knobs of the rules' rewrite of the start program, even where the workload
+    ships strategy kernels: a program of your own on a built-in workload's buffers)."""
     islands: int = 2
     """Independent sub-populations; parents are chosen within an island."""
     migration_interval: int = 10
@@ -117,6 +121,8 @@ class RunConfig:
             raise CucoError(where, f"search.novelty: expected auto, local, openai or off, got {s.novelty!r}")
         if s.backend not in ("local", "ray"):
             raise CucoError(where, f"search.backend: expected local or ray, got {s.backend!r}")
+        if s.space not in ("auto", "knobs"):
+            raise CucoError(where, f"search.space: expected auto or knobs, got {s.space!r}")
         if self.ray.retries < 0:
             raise CucoError(where, f"ray.retries: must be >= 0, got {self.ray.retries}")
         if not 0.0 <= s.explore_fraction <= 1.0:
