@@ -111,7 +111,8 @@ def markdown(info: dict, results: dict[str, dict]) -> list[str]:
         vs = f"{rewrite['median_ms'] / done:.2f}x" if done and rewrite.get("median_ms") else "-"
         of_light = f"{done / light:.2f}x" if done and light else "-"
         lines.append(f"| {name} | {r['workload']}, {r['shape']} | {r['evaluations']} ({r['failed']}) | "
-                     f"{ms(r['program'])} | {ms(rewrite)} | {ms(best)} | {r['best_label']} | {vs} | "
+                     f"{ms(r['program'])} | {ms(rewrite)} | {ms(best)} | {r['best_label'] or 'the program itself'} | "
+                     f"{vs} | "
                      f"{f'{light:.4f}' if light else '-'} | {of_light} | {f'{bound:.4f}' if bound else '-'} |")
     return lines
 

@@ -28,8 +28,7 @@ class HostProcess:
     def start(cls, job: Job, rank: int) -> HostProcess:
         scratch = Path(job.out_dir) / f"host{rank}"  # absolute: launch() made it so
         scratch.mkdir(parents=True, exist_ok=True)
-        shared_tmp = scratch.parent / "tmp"  # every rank's TMPDIR: torch's symmetric memory meets peers there
-        shared_tmp.mkdir(exist_ok=True)
+        shared_tmp = Path(job.tmp_dir)  # every rank's TMPDIR (launch() made it): torch's symmetric memory meets there
         chan, child = Channel.pair()
         env = {k: v for k, v in os.environ.items() if k != JUDGE_PORT_ENV}  # the judges' group is theirs alone
         proc = subprocess.Popen([sys.executable, "-m", "cuco.runner.host", str(child.fileno())],

@@ -32,6 +32,7 @@ class Job:
     library: str | None = None  # built candidate .so
     harness: str | None = None  # built harness .so (CUDA machines)
     gate_file: str | None = None  # /dev/shm page shared by the ranks of this node
+    tmp_dir: str | None = None  # every rank's TMPDIR, made short by the launcher (a Unix socket's path: 107 bytes)
     gpus: list[int] = field(default_factory=list)
     warmup: int | None = None  # overrides of the workload's timing settings
     iters: int | None = None

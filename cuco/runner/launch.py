@@ -13,10 +13,12 @@ from __future__ import annotations
 import json
 import mmap
 import os
+import shutil
 import signal
 import socket
 import subprocess
 import sys
+import tempfile
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -113,14 +115,22 @@ def launch(job: Job, timeout_s: float, job_path: Path) -> LaunchResult:
     job.out_dir = str(out)
     out.mkdir(parents=True, exist_ok=True)
     visible = list(job.gpus)  # the machine's GPU indices; the ranks see them as 0..n-1
-    for attempt in range(PORT_TRIES):
-        if attempt:
-            job.host_port = free_port()
-            for f in (*out.glob("rank*.json"), *out.glob("rank*.progress")):
-                f.unlink()
-        res = _watch(_start(job, job_path, out, visible), out, timeout_s)
-        if not _lost_a_port(res):
-            break
+    # The ranks' shared TMPDIR, where a program's processes meet by Unix sockets (torch's symmetric memory): not
+    # under the evaluation's folder, whose depth a search's run directory sets, since a socket's path that passes
+    # 107 bytes cannot be bound.
+    tmp = Path(tempfile.mkdtemp(prefix="cuco-"))
+    job.tmp_dir = str(tmp)
+    try:
+        for attempt in range(PORT_TRIES):
+            if attempt:
+                job.host_port = free_port()
+                for f in (*out.glob("rank*.json"), *out.glob("rank*.progress")):
+                    f.unlink()
+            res = _watch(_start(job, job_path, out, visible), out, timeout_s)
+            if not _lost_a_port(res):
+                break
+    finally:
+        shutil.rmtree(tmp, ignore_errors=True)
     return res
 
 
