@@ -1,11 +1,12 @@
 """`cuco evolve WORKLOAD` with the directive proposer at every shape, on this GPU machine.
 
-Writes benchmarks/results/evolve_<workload>-w2.json and .md: per shape, the seed's time, the best program's
+Writes benchmarks/results/evolve_<workload>-w<world>.json and .md: per shape, the seed's time, the best program's
 design point, time, bound, efficiency and speedup over the seed, and the evaluation at which the best appeared.
 Each search's console output goes to results/archive/ beside the dated tables. The plan defaults to 40
 evaluations at the workload's first shape and 12 at each other one.
 
-    python benchmarks/evolve_workload.py [--workload gemm_allgather] [--plan 8k:40 4k:12 ...] [--runs DIR] [--out DIR]
+    python benchmarks/evolve_workload.py [--workload gemm_allgather] [--plan 8k:40 4k:12 ...] [--world N] [--runs DIR]
+                                         [--out DIR]
 """
 
 from __future__ import annotations
@@ -71,13 +72,14 @@ def write(args, info: dict, results: dict) -> None:
         lines.append(f"| {shape} | {r['evaluations']} ({r['failed']}) | {r['seed_ms']:.3f} | {b['label']} | "
                      f"{b['median_ms']:.3f} | {b['bound_ms']:.3f} | {r['best_over_bound']:.2f}x | "
                      f"{r['speedup_over_seed']:.2f}x | {r['best_found_at']} |")
-    record.save(args.out, f"evolve_{args.workload}-w2", info, {"results": results}, lines, with_time=True)
+    record.save(args.out, f"evolve_{args.workload}-w{info['world']}", info, {"results": results}, lines, with_time=True)
 
 
 def main() -> int:
     ap = argparse.ArgumentParser()
     ap.add_argument("--workload", default="gemm_allgather")
     ap.add_argument("--plan", nargs="*", default=None, help="SHAPE:EVALUATIONS pairs")
+    ap.add_argument("--world", type=int, help="ranks (default: the workload's; 1 for a dry run on one GPU)")
     ap.add_argument("--runs", type=Path, default=Path("/tmp/cuco-evolve-runs"))
     ap.add_argument("--out", type=Path, default=ROOT / "benchmarks" / "results")
     args = ap.parse_args()
@@ -87,18 +89,21 @@ def main() -> int:
     from cuco.machine import load_machine
     from cuco.workload import load_workload, resolve_workload
 
+    spec = load_workload(resolve_workload(args.workload))
     if args.plan is None:
-        shapes = load_workload(resolve_workload(args.workload)).shapes
-        args.plan = [f"{s.name}:{40 if i == 0 else 12}" for i, s in enumerate(shapes)]
-    info = record.meta(load_machine(), plan=args.plan)  # one date for the run: its file is rewritten per shape
+        args.plan = [f"{s.name}:{40 if i == 0 else 12}" for i, s in enumerate(spec.shapes)]
+    world = args.world or spec.world_size
+    # one date for the run: its file is rewritten per shape
+    info = record.meta(load_machine(), world=world, plan=args.plan)
     prebuild(args.workload)
     results = {}
     for item in args.plan:
         shape, n = item.split(":")
-        run_dir = args.runs / shape
+        run_dir = args.runs / f"{args.workload}-w{world}" / shape  # a search resumes only its own
         proc = record.cuco("evolve", args.workload, "--shape", shape, "--generations", n, "--run-dir",
-                           str(run_dir), "--seed", "0")
-        log = args.out / "archive" / f"{record.stamp(f'evolve_{args.workload}-w2', info, with_time=True)}-{shape}.log"
+                           str(run_dir), "--seed", "0", "--world", str(world))
+        stamp = record.stamp(f"evolve_{args.workload}-w{world}", info, with_time=True)
+        log = args.out / "archive" / f"{stamp}-{shape}.log"
         log.parent.mkdir(parents=True, exist_ok=True)
         log.write_text(proc.stdout + proc.stderr)
         results[shape] = summarize(run_dir / "cuco.db")
