@@ -4,7 +4,6 @@ follows the headers a candidate includes."""
 
 from __future__ import annotations
 
-import os
 import shutil
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
@@ -160,27 +159,41 @@ def test_shipped_cuda_candidate_passes_all_checks(src, includes):
     assert problems == [] and built.ok and built.library is not None, (problems, built.log)
 
 
-def test_gpu_fault_template_and_strategy_points_pass_all_checks(tmp_path):
+def _cuda_strategies() -> list[tuple[str, str]]:
+    found = []
+    for wl in sorted((ROOT / "cuco" / "workloads").glob("*/workload.toml")):
+        spec = load_workload(wl.parent)
+        found += [(wl.parent.name, name) for name, s in spec.strategies.items() if s.path.suffix == ".cu"]
+    return found
+
+
+def test_gpu_fault_template_passes_all_checks(tmp_path):
+    clean = tmp_path / "clean.cu"
+    clean.write_text((ROOT / "tests" / "faults" / "gpu_faults.cu.in").read_text())
+    built, problems = check_and_build(clean)
+    assert problems == [] and built.ok, (problems, built.log)
+
+
+@pytest.mark.parametrize("workload,name", _cuda_strategies(), ids=["/".join(p) for p in _cuda_strategies()])
+def test_strategy_points_pass_all_checks(workload, name, tmp_path):
     """The first and the last point of every CUDA strategy kernel build and pass the checks (the GPU test runs
     every point): the design point, the shared skeleton and the needs export compile together."""
     from cuco.evolve.strategy import materialize
 
-    clean = tmp_path / "clean.cu"
-    clean.write_text((ROOT / "tests" / "faults" / "gpu_faults.cu.in").read_text())
-    srcs = [(clean, ())]
-    for wl in sorted((ROOT / "cuco" / "workloads").glob("*/workload.toml")):
-        spec = load_workload(wl.parent)
-        for name, strategy in spec.strategies.items():
-            if strategy.path.suffix != ".cu":
-                continue
-            points = strategy.points()
-            for i in sorted({0, len(points) - 1}):
-                srcs.append((tmp_path / f"{spec.name}-{name}-{i}.cu", strategy.includes))
-                srcs[-1][0].write_text(materialize(strategy, points[i]))
-    assert len(srcs) > 10
-    with ThreadPoolExecutor(os.cpu_count() or 2) as pool:
-        for (src, _), (built, problems) in zip(srcs, pool.map(lambda s: check_and_build(s[0], includes=s[1]), srcs)):
+    strategy = load_workload(ROOT / "cuco" / "workloads" / workload).strategies[name]
+    points = strategy.points()
+    srcs = []
+    for i in sorted({0, len(points) - 1}):
+        srcs.append(tmp_path / f"{workload}-{name}-{i}.cu")
+        srcs[-1].write_text(materialize(strategy, points[i]))
+    with ThreadPoolExecutor(len(srcs)) as pool:
+        for src, (built, problems) in zip(srcs, pool.map(lambda s: check_and_build(s, includes=strategy.includes),
+                                                         srcs)):
             assert problems == [] and built.ok, (src.name, problems, built.log)
+
+
+def test_every_cuda_strategy_is_checked():
+    assert len(_cuda_strategies()) > 5
 
 
 def test_library_check_says_when_it_cannot_list_symbols(tmp_path, monkeypatch):
