@@ -57,7 +57,7 @@ def search(name: str, args, shape: str) -> dict:
     from evolve_workload import summarize
 
     workload, program = PROGRAMS[name]
-    runs = args.runs / name
+    runs = args.runs / f"w{args.world}" / name  # a world's searches resume only their own
     runs.mkdir(parents=True, exist_ok=True)
     world = ["--world", str(args.world)]
     record.cuco("evolve", workload, "--shape", shape, "--generations", str(args.evals), "--seed", "0", "--run-dir",
@@ -72,6 +72,7 @@ def search(name: str, args, shape: str) -> dict:
             if files[what] is None:
                 continue
             out = runs / f"{what}-{r}.json"
+            out.unlink(missing_ok=True)  # a record left by an earlier call is not this round's
             record.cuco("eval", workload, str(files[what]), "--shape", shape, "--out", str(out), *world, tail=600)
             rounds[what].append(timed(json.loads(out.read_text()), shape) if out.is_file() else
                                 {"ok": False, "error": "cuco eval wrote no record"})
@@ -137,7 +138,7 @@ def main() -> int:
         shape = args.shape or load_workload(WORKLOADS / PROGRAMS[name][0]).shapes[0].name
         print(f"== {name} ({PROGRAMS[name][0]}, {shape})", flush=True)
         search(name, args, shape)
-    results = {p.parent.name: json.loads(p.read_text()) for p in sorted(args.runs.glob("*/result.json"))
+    results = {p.parent.name: json.loads(p.read_text()) for p in sorted(args.runs.glob(f"w{args.world}/*/result.json"))
                if p.parent.name in PROGRAMS}
     info = record.meta(load_machine(), world=args.world, evals=args.evals, rounds=args.rounds)
     record.save(args.out, f"knobs_search-w{args.world}", info, {"results": results}, markdown(info, results))
