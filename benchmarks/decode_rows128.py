@@ -35,19 +35,16 @@ WS_LIMIT_S = 90  # a warp-specialised child that has not printed its times by th
 
 def variants(n: int, k: int, sms: int):
     """name -> DecodeConfig: each tile width split as far as one program per SM (the kernel's own rule)."""
-    from cuco.kernels.decode import DecodeConfig
+    from cuco.kernels.decode import DecodeConfig, split_k_for
 
-    def split(block_n: int) -> int:
-        s = 1
-        while (n // block_n) * s * 2 <= sms and k >= s * 2 * 4 * 64:
-            s *= 2
-        return s
+    def split(block_n: int, block_k: int) -> int:
+        return split_k_for(n // block_n, k, block_k, sms)
 
     return {
-        "64 wide (BK 128, 4 stages, 4 warps)": DecodeConfig(64, 128, split(64), 4, 4),
-        "128 wide, split (BK 64, 4 stages, 8 warps)": DecodeConfig(128, 64, split(128), 4, 8),
-        "128 wide, split (BK 128, 3 stages, 8 warps)": DecodeConfig(128, 128, split(128), 3, 8),
-        "256 wide, split (BK 64, 4 stages, 8 warps)": DecodeConfig(256, 64, split(256), 4, 8),
+        "64 wide (BK 128, 4 stages, 4 warps)": DecodeConfig(64, 128, split(64, 128), 4, 4),
+        "128 wide, split (BK 64, 4 stages, 8 warps)": DecodeConfig(128, 64, split(128, 64), 4, 8),
+        "128 wide, split (BK 128, 3 stages, 8 warps)": DecodeConfig(128, 128, split(128, 128), 3, 8),
+        "256 wide, split (BK 64, 4 stages, 8 warps)": DecodeConfig(256, 64, split(256, 64), 4, 8),
         # a cluster's CTAs cannot share the split's counter (gemm_decode refuses it): K whole
         "128 wide on a cluster of 2 (64 each), K whole": DecodeConfig(128, 128, 1, 4, 4, num_ctas=2),
     }

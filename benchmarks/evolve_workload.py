@@ -50,17 +50,15 @@ def summarize(db_path: Path) -> dict:
             "eval_seconds_mean": sum(r["eval_seconds"] or 0 for r in rows) / max(1, len(rows)), "candidates": rows}
 
 
-def prebuild(workload: str) -> None:
+def prebuild(spec) -> None:
     """Compile every design point of the workload's strategies at once: the search then pays no compile."""
     import tempfile
     import time
 
-    sys.path.insert(0, str(ROOT))
     from cuco.evolve.strategy import prebuild as build_all
-    from cuco.workload import load_workload, resolve_workload
 
     t0 = time.monotonic()
-    for name, strategy in load_workload(resolve_workload(workload)).strategies.items():
+    for name, strategy in spec.strategies.items():
         ok, n = build_all(strategy, Path(tempfile.mkdtemp()))
         print(f"{name}: prebuilt {ok}/{n} design points in {time.monotonic() - t0:.0f} s", flush=True)
 
@@ -104,7 +102,7 @@ def main() -> int:
     world = args.world or spec.world_size
     # one date for the run: its file is rewritten per shape
     info = record.meta(load_machine(), world=world, plan=args.plan)
-    prebuild(args.workload)
+    prebuild(spec)
     results = {}
     for item in args.plan:
         shape, n = item.split(":")

@@ -106,8 +106,7 @@ def main() -> int:
         reading += f"; slowed by {', '.join(active)}" if active else ""
         lines.append(f"| {name} | " + " | ".join(f"{r['ms_per_call']:.3f} ({r['tflops']:.0f})" for r in mine)
                      + f" | {reading} |")
-    record.save(args.out, "power_cap", info, {"rows": rows}, lines)
-    print("\n".join(lines))
+    record.save(args.out, "power_cap", info, {"rows": rows}, lines)  # prints the table too
     return 0
 
 

@@ -41,12 +41,18 @@ def decode_config_for(m: int, n: int, k: int, sms: int) -> DecodeConfig:
     (benchmarks/results/decode_gemm.md). More splits only add partial sums (M x N in fp32 each); fewer leave SMs
     idle. Up to 8 rows, six stages of 128-deep blocks keep the most loads in flight; up to 32, 256-deep blocks and
     8 warps; above, the 128-row tile's four stages take 192 KB of shared memory (Hopper's 227 KB hold them)."""
-    tiles = triton.cdiv(n, 64)
     block_k, stages, warps = (128, 6, 4) if m <= 8 else (256, 4, 8) if m <= 32 else (128, 4, 4)
+    return DecodeConfig(64, block_k, split_k_for(triton.cdiv(n, 64), k, block_k, sms), num_stages=stages,
+                        num_warps=warps)
+
+
+def split_k_for(tiles: int, k: int, block_k: int, sms: int) -> int:
+    """K's slices for `tiles` column tiles: doubled while the programs stay within one per SM, up to 8, each slice
+    at least 4 blocks deep."""
     split = 1
-    while split < 8 and tiles * split * 2 <= sms and k >= split * 2 * 4 * block_k:  # slices of at least 4 blocks
+    while split < 8 and tiles * split * 2 <= sms and k >= split * 2 * 4 * block_k:
         split *= 2
-    return DecodeConfig(64, block_k, split, num_stages=stages, num_warps=warps)
+    return split
 
 
 @triton.jit
