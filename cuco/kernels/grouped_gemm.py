@@ -127,9 +127,10 @@ def _load_x(x_desc, x, src, row, row_end, k, K, BLOCK_M: tl.constexpr, BLOCK_K: 
         return x_desc.load([row, k])
     rm = row + tl.arange(0, BLOCK_M)
     rk = k + tl.arange(0, BLOCK_K)
-    mine = rm < row_end
-    rx = tl.load(src + rm, mask=mine, other=0) if GATHER else rm  # the rows of X they are
-    return tl.load(x + rx[:, None].to(tl.int64) * K + rk[None, :], mask=mine[:, None] & (rk[None, :] < K), other=0.0)
+    if GATHER:
+        rm = tl.load(src + rm, mask=rm < row_end, other=0)
+    return tl.load(x + rm[:, None].to(tl.int64) * K + rk[None, :],
+                   mask=((row + tl.arange(0, BLOCK_M))[:, None] < row_end) & (rk[None, :] < K), other=0.0)
 
 
 @triton.jit
