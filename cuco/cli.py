@@ -14,6 +14,7 @@ import typer
 from rich.console import Console
 from rich.markup import escape
 from rich.table import Table
+from rich.text import Text
 
 from cuco.errors import MEANING, CucoError, CucoFailure, ExitCode, NeedsGPU
 from cuco.extras import require
@@ -24,8 +25,11 @@ app = typer.Typer(add_completion=False, no_args_is_help=True, pretty_exceptions_
                   help="Compute-communication co-design for multi-GPU programs: verified, measured, searched.",
                   epilog="Exit codes of every command: " + ", ".join(
                       f"{int(code)} {short}" for code, (short, _) in MEANING.items()) + " (docs/cli.md).")
-console = Console(width=None if sys.stdout.isatty() else 160)
-err_console = Console(stderr=True, width=None if sys.stderr.isatty() else 160)
+# Text that is not cuco's own (paths, names, errors, labels, source) is printed as text: markup=False, Text, or
+# escape() inside cuco's own markup; rich would take its brackets for tags, and without emoji=False its :names: for
+# emoji codes.
+console = Console(width=None if sys.stdout.isatty() else 160, emoji=False)
+err_console = Console(stderr=True, width=None if sys.stderr.isatty() else 160, emoji=False)
 
 
 def _device(choice: str, world: int) -> str:
@@ -179,9 +183,9 @@ def doctor(measure: bool = typer.Option(True, help="On a GPU machine, measure pe
     t.add_column(style="bold")
     t.add_column()
     for k, v in rows(facts):
-        t.add_row(k, v)
+        t.add_row(Text(str(k)), Text(str(v)))
     console.print(t)
-    console.print(f"[dim]saved to {machine_file()}[/]")
+    console.print(f"saved to {machine_file()}", style="dim", markup=False, highlight=False)
 
 
 @app.command("eval")
@@ -205,14 +209,14 @@ def eval_cmd(workload: str = typer.Argument(..., help="Built-in workload name or
     dev = _device(ecfg.device, spec.world_size)
     opts = _options(spec, dev, shape, small_shape, level, gpus, ecfg)
     opts.name = candidate if candidate in spec.candidates else None
-    with console.status(f"evaluating {path.name} on {dev}"):
+    with console.status(Text(f"evaluating {path.name} on {dev}")):
         record = evaluate(spec, path, opts, _load_baselines(spec, dev))
     saved = save_record(record, _record_path(out, spec, opts.name or path.stem))
     if as_json:
         print(json.dumps(record.to_dict(), indent=1))
     else:
         print_record(record, console)
-        console.print(f"[dim]record: {saved}[/]")
+        console.print(f"record: {saved}", style="dim", markup=False, highlight=False)
     raise typer.Exit(_exit_code(record))
 
 
@@ -226,14 +230,14 @@ def check(workload: str = typer.Argument(..., help="Built-in workload name or a 
 
     spec = _spec(workload, None)
     path = _candidate(spec, candidate) if candidate else None
-    with console.status(f"checking {spec.name}"):
+    with console.status(Text(f"checking {spec.name}")):
         problems = check_workload(spec.root, path)
     for line in problems:
         console.print(f"[red]problem:[/] {escape(line)}", highlight=False)
     if problems:
         raise CucoError(str(spec.root), f"{len(problems)} problem(s) in the workload (listed above)")
     console.print(f"{spec.name}: workload.toml, the program's names and reference.py agree; reference.py runs at "
-                  f"{len(spec.small_shapes)} small shape(s) on the CPU", highlight=False)
+                  f"{len(spec.small_shapes)} small shape(s) on the CPU", highlight=False, markup=False)
 
 
 @app.command()
@@ -255,10 +259,10 @@ def baseline(workload: str = typer.Argument(..., help="Built-in workload name or
     for name in spec.baselines:
         path = spec.candidates[name]
         if dev == "cpu" and path.suffix == ".cu":
-            console.print(f"[dim]{name}: CUDA candidate, skipped on the CPU[/]")
+            console.print(f"{name}: CUDA candidate, skipped on the CPU", style="dim", markup=False, highlight=False)
             continue
         opts.name = name
-        with console.status(f"baseline {name}"):
+        with console.status(Text(f"baseline {name}")):
             records[name] = evaluate(spec, path, opts)
         save_record(records[name], _record_path(None, spec, f"baseline-{name}"))
         if not records[name].ok:
@@ -267,7 +271,7 @@ def baseline(workload: str = typer.Argument(..., help="Built-in workload name or
         raise NeedsGPU(spec.name, f"every baseline is a CUDA program: timing them needs {spec.world_size} GPU(s)")
     out = atomic_write_json(_baselines_path(spec, dev), {n: r.to_dict() for n, r in records.items()}, indent=1)
     console.print(baseline_table(spec.name, records))
-    console.print(f"[dim]saved to {out}[/]")
+    console.print(f"saved to {out}", style="dim", markup=False, highlight=False)
     raise typer.Exit(max(_exit_code(r) for r in records.values()))
 
 
@@ -320,14 +324,16 @@ def evolve(workload: str = typer.Argument(..., help="Built-in workload name or a
     rd = _writable_dir(absolute(run_dir) if run_dir else absolute(Path("cuco-runs") / f"{spec.name}-{target_shape}"))
     spec, starts = _with_knobs(spec, knobs, cfg, rd / "derived")
     evo = Evolution(spec, cfg, rd, slots, evaluator, dev, machine=load_machine(), starts=starts)
-    console.print(f"[dim]{spec.name}, shape {target_shape}, {cfg.search.generations} evaluations, "
-                  f"{len(slots)} slot(s) {where}, proposer {cfg.search.proposer}; run directory {rd}[/]")
+    console.print(f"{spec.name}, shape {target_shape}, {cfg.search.generations} evaluations, {len(slots)} slot(s) "
+                  f"{where}, proposer {cfg.search.proposer}; run directory {rd}", style="dim", markup=False,
+                  highlight=False)
     try:
         with EvolveDisplay(console, cfg.search.generations) as display:
             evo.on_event = display
             asyncio.run(evo.run())
     except KeyboardInterrupt:
-        console.print(f"[yellow]interrupted:[/] finished evaluations are kept; the same command resumes ({rd})")
+        console.print(f"[yellow]interrupted:[/] finished evaluations are kept; the same command resumes "
+                      f"({escape(str(rd))})")
         raise typer.Exit(130) from None
     console.print(summary_table(evo))
     if evo.stop_reason and not evo.stop_fault:
@@ -340,7 +346,7 @@ def evolve(workload: str = typer.Argument(..., help="Built-in workload name or a
     best = evo.db.best()
     if best:
         console.print(f"best: #{best.id} {best.label}, {best.median_ms:.4f} ms, efficiency {best.score:.2f}; "
-                      f"written to {rd / 'best'}", highlight=False)
+                      f"written to {rd / 'best'}", highlight=False, markup=False)
     code = _search_exit_code(evo, best)
     atomic_write_json(rd / "summary.json", {
         "evaluations": evo.db.count("done"), "failures_by_level": evo.db.failures_by_level(), "llm": llm,
@@ -440,22 +446,24 @@ def transform(workload: str = typer.Argument(..., help="Built-in workload name o
     except TransformError as exc:
         raise CucoError(exc.where, exc.message + ("" if llm else " (add --llm to hand it to the LLM loop)")) from None
     for line in result.rewrites:
-        console.print(f"rewrote {line}", highlight=False)
+        console.print(f"rewrote {line}", highlight=False, markup=False)
     if result.rules_stopped:
-        console.print(f"the rules stop here ({result.rules_stopped}); the LLM loop wrote it", highlight=False)
+        console.print(f"the rules stop here ({result.rules_stopped}); the LLM loop wrote it", highlight=False,
+                      markup=False)
     for log in result.llm_stages:
         console.print(f"stage {log.stage}: correct after {len(log.tries)} tries (prompts, replies, judge notes in "
-                      f"{target.parent / 'llm'})", highlight=False)
+                      f"{target.parent / 'llm'})", highlight=False, markup=False)
     console.print(f"{result.evolve_blocks} evolve blocks; re-analysis: no host collective left; built; written to "
-                  f"{target}", highlight=False)
+                  f"{target}", highlight=False, markup=False)
     if result.record is None:
         console.print(f"not verified: that needs {spec.world_size} GPUs (cuco eval {workload} {target}); once it "
-                      f"passes, cuco evolve {workload} --set search.start={target} searches from it", highlight=False)
+                      f"passes, cuco evolve {workload} --set search.start={target} searches from it", highlight=False,
+                      markup=False)
         raise typer.Exit(ExitCode.INCOMPLETE)
     print_record(result.record, console)
     if result.record.ok:
         console.print(f"verified; start a search from it: cuco evolve {workload} --set search.start={target}",
-                      highlight=False)
+                      highlight=False, markup=False)
     raise typer.Exit(_exit_code(result.record))
 
 
@@ -495,14 +503,15 @@ def _derived_knobs(spec, cfg, start: Path | None):
         if directive:
             raise CucoError(str(spec.source), f"ships no strategy kernels ([strategies] in workload.toml), and its "
                                               f"seed gives the directive proposer nothing to search: {exc}") from None
-        console.print(f"no \\[strategies] in {spec.source.name} and no knobs from its seed ({exc}): the LLM starts "
-                      "from the seed alone", highlight=False)
+        console.print(f"no [strategies] in {spec.source.name} and no knobs from its seed ({exc}): the LLM starts "
+                      "from the seed alone", highlight=False, markup=False)
         return None
     how = (f"the directive proposer searches the {knobs.points()} design points" if directive else
            "the LLM starts from the seed and from every issuer and placement of the design points")
-    why = "search.space = knobs" if asked else f"no \\[strategies] in {spec.source.name}"
+    why = "search.space = knobs" if asked else f"no [strategies] in {spec.source.name}"
     console.print(f"{why}: {how} derived from the rules' rewrite of {program.name} "
-                  f"(cuco transform {spec.root} --source {program} --explain lists them)", highlight=False)
+                  f"(cuco transform {spec.root} --source {program} --explain lists them)", highlight=False,
+                  markup=False)
     return knobs
 
 
@@ -529,7 +538,8 @@ def _llm_fallback(config: Path | None, tries: int, check):
         client = make_client(cfg.llm)
     except LLMError as exc:
         raise CucoError("[llm]", str(exc)) from None
-    console.print(f"where the rules stop: the LLM loop with {client.provider} {client.model}", highlight=False)
+    console.print(f"where the rules stop: the LLM loop with {client.provider} {client.model}", highlight=False,
+                  markup=False)
     return LLMFallback(client, check, tries, load_machine(), cfg.llm.max_tokens)
 
 
@@ -567,7 +577,7 @@ def report(run_dir: Path = typer.Argument(..., help="A run directory of cuco evo
         raise CucoError(str(run_dir), "not a run directory of cuco evolve (no cuco.db)")
     target = absolute(out) if out else run_dir / "report.html"
     target.write_text(render_report(run_dir))
-    console.print(f"wrote {target}", highlight=False)
+    console.print(f"wrote {target}", highlight=False, markup=False)
 
 
 @app.command()
@@ -586,7 +596,7 @@ def ui(run_dir: Path = typer.Argument(..., help="A run directory of cuco evolve 
     except (OSError, OverflowError) as exc:
         why = exc.strerror if isinstance(exc, OSError) and exc.strerror else str(exc)
         raise CucoError("--host/--port", f"cannot listen on {host}:{port}: {why}") from None
-    console.print(f"serving {run_dir} on http://{host}:{server.server_address[1]}/ (Ctrl-C stops)")
+    console.print(f"serving {run_dir} on http://{host}:{server.server_address[1]}/ (Ctrl-C stops)", markup=False)
     try:
         server.serve_forever()
     except KeyboardInterrupt:
@@ -626,7 +636,8 @@ def main() -> None:
             sys.exit(code)
     except CucoError as exc:
         what = "cuco's own failure: " if isinstance(exc, CucoFailure) else ""
-        Console(stderr=True).print(f"[red]error:[/] {what}{escape(str(exc))}", highlight=False, soft_wrap=True)
+        Console(stderr=True, emoji=False).print(f"[red]error:[/] {what}{escape(str(exc))}", highlight=False,
+                                                soft_wrap=True)
         sys.exit(exc.exit_code)
     except Exception as exc:  # typer vendors click: match its exceptions by shape, not by class
         if hasattr(exc, "exit_code") and not hasattr(exc, "format_message"):
@@ -637,8 +648,8 @@ def main() -> None:
             raise
         ctx = getattr(exc, "ctx", None)
         where = f"{ctx.command_path}: " if ctx else ""
-        Console(stderr=True).print(f"[red]error:[/] {escape(where + exc.format_message())}", highlight=False,
-                                   soft_wrap=True)
+        Console(stderr=True, emoji=False).print(f"[red]error:[/] {escape(where + exc.format_message())}",
+                                                highlight=False, soft_wrap=True)
         sys.exit(2)
 
 

@@ -21,6 +21,9 @@ VARIABLES: tuple[Variable, ...] = (
                                "(default 90: sm_90, Hopper)"),
     Variable("CUCO_NVCC", "the nvcc to use (default: nvcc on PATH, then /usr/local/cuda/bin/nvcc)"),
     Variable("CUDA_HOME", "the CUDA toolkit the headers and libraries come from (default: the one nvcc belongs to)"),
+    Variable("LD_LIBRARY_PATH", "folders of shared libraries; when cuco runs as root, the candidate's own uid is "
+                                "given read access to them (and to Python's, cuco's and CUDA_HOME) in its mount "
+                                "namespace"),
     Variable("CUCO_NCCL_HOME", "an NCCL installation with the device-API headers (default: the nvidia-nccl-cu13 "
                                "wheel)"),
     Variable("CUCO_CUBLAS_HOME", "a cuBLAS installation (default: the nvidia-cublas wheel, then CUDA_HOME)"),
@@ -29,4 +32,6 @@ VARIABLES: tuple[Variable, ...] = (
     Variable("CUCO_LAUNCHER_PID", "the launcher's pid: a rank exits when its launcher dies", internal=True),
     Variable("CUCO_JUDGE_PORT", "the judges' process-group port; never in a candidate's environment",
              internal=True),
+    Variable("CUCO_JUDGE_TOKEN", "the secret that admits a judge to the judges' group, new for every launch; never "
+                                 "in a candidate's environment", internal=True),
 )

@@ -41,11 +41,19 @@ CAUGHT = {
     "write_parameter": (("L2", ["parameter changed by the runs"]), ("L2", ["parameter changed by the runs"])),
     "zero_weights_for_reference": (("L2", ["parameter changed by the runs"]),
                                    ("L2", ["parameter changed by the runs"])),
+    "swap_weights_while_verified": (("L2", ["out of tolerance"]), ("L2", ["out of tolerance"])),
+    # every timed run is verified: the first one it skips is named (warm-up 1, so timed run 0 is its sixth run)
+    "skip_half_the_runs": (("L4", ["a timed run's output is wrong: rank 0: timed run 0: "]),
+                           ("L4", ["a timed run's output is wrong: rank 0: timed run 0: "])),
     # refused by the host's seccomp filter, or by the kernel (a judge with capabilities, root, to a host without);
     # where neither refuses (affinity passes the filter), the judge sees its own state change
     "reach_scheduler": (("L0", ["forbidden"]), ("L2|L4", REACH)),
     "reach_limits": (("L0", ["forbidden"]), ("L2|L4", REACH)),
     "reach_affinity": (("L0", ["forbidden"]), ("L2|L4", REACH)),
+    # as root the candidate runs under a uid of its own; as any user Landlock and seccomp shut the rest
+    "escape_the_sandbox": (("L0", ["forbidden"]), ("L2", ["NaN/Inf"])),
+    # the loader reads the text the checks read, and refuses the declaration as they do
+    "coding_cookie": (("L0", ["forbidden coding declaration 'utf-7'"]), ("L2", ["forbidden coding declaration"])),
 }
 
 
@@ -86,7 +94,7 @@ def test_scratch_and_outputs_are_poisoned_before_every_run(tmp_path):
     starts from poisoned scratch."""
     rec = evaluate(load_workload(GEMM_AG), CHEATS / "scratch_must_be_poisoned.py", _opts(tmp_path))
     assert rec.ok, rec.error
-    assert len(rec.shapes["s256"].timing.verified_runs) == 2
+    assert rec.shapes["s256"].timing.verified_runs == list(range(6))
 
 
 def test_weights_are_there_when_setup_runs(tmp_path):
@@ -211,6 +219,6 @@ def test_the_candidate_inherits_no_keys_and_not_the_judges_port(tmp_path, monkey
     src.write_text("import os\n\ndef run(ctx):\n    raise ValueError('ENV ' + ' '.join(sorted(os.environ)))\n")
     rec = evaluate(load_workload(GEMM_AG), src, _opts(tmp_path, max_level="L2"))
     assert not rec.ok and "ENV " in rec.error, rec.error
-    for name in ("ANTHROPIC_API_KEY", "CUCO_JUDGE_PORT", "CUCO_HOME"):
+    for name in ("ANTHROPIC_API_KEY", "CUCO_JUDGE_PORT", "CUCO_JUDGE_TOKEN", "CUCO_HOME"):
         assert name not in rec.error
     assert "TMPDIR" in rec.error

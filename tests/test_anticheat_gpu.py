@@ -105,3 +105,20 @@ def test_work_in_the_gap_before_the_clock_is_caught(tmp_path, no_static_checks, 
     src = tmp_path / "gap.py"
     src.write_text((CHEATS / "gpu_work_in_the_gap.py").read_text().replace("SPIN = False", f"SPIN = {spin}"))
     _assert_caught(_eval(src, tmp_path, shapes=("8k",)), "L2", ["out of tolerance"])
+
+
+def test_no_way_out_of_the_sandbox_on_a_gpu(tmp_path, no_static_checks):
+    """On GPU machines cuco runs as root: the candidate runs under a uid of its own, with every door shut."""
+    _assert_caught(_eval(CHEATS / "escape_the_sandbox.py", tmp_path), "L2", ["NaN/Inf"])
+
+
+def test_skipped_timed_runs_are_caught(tmp_path, no_static_checks):
+    """Every timed run is verified: a candidate that does no work on half of them, blind, fails every time."""
+    _assert_caught(_eval(CHEATS / "skip_half_the_runs.py", tmp_path), "L4", ["timed run"])
+
+
+def test_the_candidate_never_holds_root(tmp_path):
+    spec = load_workload(GEMM_AG, _world())
+    rec = _eval(spec.candidates["torch_host"], tmp_path, max_level="L2")
+    assert rec.ok, rec.error
+    assert not rec.sandbox.startswith("uid 0"), rec.sandbox

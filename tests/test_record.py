@@ -19,7 +19,7 @@ TOP_KEYS = ["workload", "candidate", "candidate_name", "kind", "sha256", "world"
             "level_reached", "failed_level", "error", "diagnostics", "shapes", "env"]
 TIMING_KEYS = ["median_ms", "p10_ms", "p90_ms", "min_ms", "max_ms", "spread_pct", "iters", "per_rank_median_ms",
                "gated", "note", "per_rank_ms", "verified_runs", "final_output_errors", "clock_errors",
-               "judge_median_ms", "clock", "inputs_ms"]
+               "judge_median_ms", "clock", "inputs_ms", "null_median_ms", "null_per_rank_ms"]
 BOUND_KEYS = ["compute_ms", "compute_floor_ms", "comm_ms", "comm_source", "comm_bytes", "flops", "bound_ms",
               "hbm_bytes", "inputs_bytes"]
 
@@ -53,6 +53,19 @@ def test_a_real_record_round_trips_and_keeps_the_json_layout(cpu_record, tmp_pat
     assert again.median_ms("odd") is None and again.bound_ms("absent") is None
     path = save_record(cpu_record, tmp_path / "r.json")
     assert json.loads(path.read_text()) == d
+
+
+def test_every_timed_run_is_verified_and_the_runners_floor_recorded(cpu_record):
+    """Each of the three timed runs checked; runs that do nothing timed on every rank, at least five of them, their
+    median (the slowest rank's) below the candidate's, which does work."""
+    from cuco.runner.cascade import null_floor_ms
+    from cuco.runner.judge.candidate import NULL_RUNS
+
+    t = cpu_record.shapes["tiny"].timing
+    assert t.verified_runs == [0, 1, 2]
+    assert len(t.null_per_rank_ms) == 2 and all(len(r) == NULL_RUNS for r in t.null_per_rank_ms)
+    assert 0 < t.null_median_ms < t.median_ms
+    assert null_floor_ms(t, "cpu")[1] == t.null_median_ms
 
 
 def test_unknown_keys_are_ignored_at_every_level(cpu_record):

@@ -12,11 +12,20 @@ import textwrap
 import pytest
 from conftest import ROOT
 
-from cuco.runner.sandbox import ARCHES, JudgeState, judge_state, state_changes
+from cuco.runner.sandbox import (
+    ARCHES,
+    JudgeState,
+    candidate_uid,
+    identity,
+    judge_state,
+    processes_of,
+    state_changes,
+    sweep_uid,
+)
 
 PROBE = textwrap.dedent('''
     import json, os, resource, threading
-    from cuco.runner.sandbox import _seccomp
+    from cuco.runner.sandbox.seccomp import install as _seccomp
     parent, out = os.getppid(), {"installed": _seccomp()}
     def attempt(name, call):
         try:
@@ -33,6 +42,33 @@ PROBE = textwrap.dedent('''
     attempt("own limits", lambda: resource.setrlimit(resource.RLIMIT_CORE, resource.getrlimit(resource.RLIMIT_CORE)))
     attempt("own priority", lambda: os.setpriority(os.PRIO_PROCESS, os.getpid(), 1))
     attempt("own thread's affinity", lambda: os.sched_setaffinity(threading.get_native_id(), os.sched_getaffinity(0)))
+    import ctypes, platform
+    from cuco.runner.sandbox.seccomp import NUMBERS
+    libc = ctypes.CDLL(None, use_errno=True)
+    def sys_call(name, *args):
+        def call():
+            if libc.syscall(NUMBERS[name][0 if platform.machine() == "x86_64" else 1], *args) < 0:
+                raise OSError(ctypes.get_errno(), "")
+        return call
+    attempt("a user namespace", sys_call("unshare", 0x10000000))
+    attempt("a mount namespace", sys_call("unshare", 0x20000))
+    attempt("clone into a new pid namespace", sys_call("clone", 0x20000000 | 17, 0, 0, 0, 0))
+    attempt("io_uring", sys_call("io_uring_setup", 1, ctypes.create_string_buffer(120)))
+    attempt("mount", sys_call("mount", b"none", b"/tmp", b"tmpfs", 0, None))
+    attempt("keyrings", sys_call("keyctl", 0, -3, 0))
+    attempt("bpf", sys_call("bpf", 0, ctypes.create_string_buffer(64), 64))
+    attempt("clone3", sys_call("clone3", ctypes.create_string_buffer(88), 88))
+    def fork():
+        pid = os.fork()
+        if pid == 0:
+            os._exit(0)
+        os.waitpid(pid, 0)
+    attempt("fork", fork)
+    def thread():
+        t = threading.Thread(target=lambda: None)
+        t.start()
+        t.join()
+    attempt("a thread", thread)
     print(json.dumps(out))
 ''')
 
@@ -46,7 +82,11 @@ def test_the_filter_keeps_a_process_from_others_scheduling_and_limits():
     refused = "Operation not permitted"
     assert got == {"scheduler of the parent": refused, "limits of the parent": refused,
                    "priority of the parent": refused, "priority of the user": refused, "own scheduler": "allowed",
-                   "own limits": "allowed", "own priority": "allowed", "own thread's affinity": "allowed"}
+                   "own limits": "allowed", "own priority": "allowed", "own thread's affinity": "allowed",
+                   "a user namespace": refused, "a mount namespace": refused,
+                   "clone into a new pid namespace": refused, "io_uring": refused, "mount": refused,
+                   "keyrings": refused, "bpf": refused, "clone3": "Function not implemented", "fork": "allowed",
+                   "a thread": "allowed"}
 
 
 def test_the_judge_sees_its_own_state_change():
@@ -57,3 +97,71 @@ def test_the_judge_sees_its_own_state_change():
     assert state_changes(before, niced)[0].endswith(f"nice value {nice} -> {nice + 1}")
     limited = JudgeState(before.threads, {**before.limits, "RLIMIT_NOFILE": (16, 16)})
     assert state_changes(before, limited) == [f"RLIMIT_NOFILE {before.limits['RLIMIT_NOFILE']} -> (16, 16)"]
+
+
+ROOT_WITH_SETUID = os.geteuid() == 0 and candidate_uid() is not None
+as_root = pytest.mark.skipif(not ROOT_WITH_SETUID, reason="cuco gives the candidate a uid of its own only as root")
+
+BECOME = textwrap.dedent('''
+    import json, os, sys
+    from pathlib import Path
+    from cuco.runner.sandbox import identity
+    uid, wanted, hidden = int(sys.argv[1]), Path(sys.argv[2]), Path(sys.argv[3])
+    covered = identity.reach([wanted])
+    identity.become(uid, os.getppid())
+    out = {"uid": os.getuid(), "covered": covered, "read": wanted.read_text()}
+    try:
+        out["hidden"] = hidden.read_text()
+    except OSError as exc:
+        out["hidden"] = exc.strerror
+    try:
+        open("/proc/sys/kernel/core_pattern", "w").close()
+        out["core_pattern"] = "writable"
+    except OSError as exc:
+        out["core_pattern"] = exc.strerror
+    print(json.dumps(out))
+''')
+
+
+@as_root
+def test_an_unprivileged_uid_reads_what_it_must_and_nothing_beside_it(tmp_path):
+    """A folder closed to others on the way (a Python in /root) is covered, in the process's own mount namespace, by
+    one that holds only the entries on the way: the candidate's uid reads those, and not their neighbours."""
+    closed = tmp_path / "home"
+    (closed / "venv").mkdir(parents=True)
+    (closed / "venv" / "lib.py").write_text("needed")
+    (closed / "keys").write_text("secret")
+    closed.chmod(0o700)
+    uid = candidate_uid()
+    proc = subprocess.run([sys.executable, "-c", BECOME, str(uid), str(closed / "venv" / "lib.py"),
+                           str(closed / "keys")], cwd=ROOT, capture_output=True, text=True, timeout=60)
+    got = json.loads(proc.stdout)
+    assert got["uid"] == uid and uid >= identity.UID_BASE
+    assert got["read"] == "needed" and str(closed) in got["covered"]
+    assert got["hidden"] == "No such file or directory"
+    assert got["core_pattern"] == "Permission denied"
+    assert (closed / "keys").read_text() == "secret" and closed.stat().st_mode & 0o777 == 0o700  # nothing changed
+
+
+@as_root
+def test_everything_of_the_candidates_uid_is_killed_wherever_it_is():
+    uid = candidate_uid()
+    detached = subprocess.Popen(["sleep", "600"], user=uid, group=uid, extra_groups=[], start_new_session=True)
+    assert processes_of(uid) == [detached.pid]
+    assert sweep_uid(uid) == []
+    assert detached.wait(timeout=10) == -9
+
+
+@as_root
+def test_a_fork_storm_of_the_candidates_uid_is_killed():
+    """A process that forks on and on, each child detaching and its parent going: no scan of the process tree keeps
+    up with it, but one kill(-1) as its uid reaches every process of the uid at once."""
+    uid = candidate_uid()
+    # Each shell starts the next in the background and leaves a moment later (so that a scan of /proc sees the storm
+    # at any instant); the 100th closes the pipe: the storm is under way.
+    step = 'n=$((n+1)); export n; [ $n = 100 ] && exec 1>&-; /bin/sh -c "$STEP" & sleep 0.05; exit'
+    proc = subprocess.Popen(["/bin/sh", "-c", step], user=uid, group=uid, extra_groups=[], stdout=subprocess.PIPE,
+                            start_new_session=True, env={"STEP": step, "n": "0", "PATH": "/bin:/usr/bin"})
+    assert proc.stdout.read() == b""  # closed by the storm's 100th process
+    assert processes_of(uid)
+    assert sweep_uid(uid) == []

@@ -121,3 +121,44 @@ def test_where_no_ceilings_were_measured_the_library_bound_stands_in():
     problems, _ = _judged("cpu", median=0.20, library=1.00, light=None)  # the CPU's slack: 72%, from its noise
     assert len(problems) == 1 and "below the library bound (no speed of light measured here)" in problems[0]
     assert _judged("cpu", median=0.50, library=1.00, light=None)[0] == []
+
+
+def _against_null(device: str, times: list[float], null: list[float], work: bool = True) -> list[str]:
+    """The L4 verdict on two ranks timed `times` (and, a little faster, 0.9x), beside null runs timed `null`, with a
+    library bound far below both (so that only the null runs can make the time impossible)."""
+    from cuco.runner.cascade import EvalOptions, _l4_problems
+    from cuco.runner.record import Bound, EvalRecord, ShapeResult, Timing
+    from cuco.runner.stats import summarize
+
+    spec = load_workload(WORKLOADS / "gemm_allgather")
+    per_rank = [times, [0.9 * x for x in times]]
+    amounts = dict(flops=1e6, hbm_bytes=1e4, comm_bytes=1e4) if work else dict(flops=0.0, hbm_bytes=0.0, comm_bytes=0)
+    timing = Timing(**summarize(per_rank), per_rank_ms=per_rank, null_per_rank_ms=[null, null],
+                    null_median_ms=summarize([null])["median_ms"])
+    shape = ShapeResult(timing=timing, bound=Bound(bound_ms=1e-4, **amounts))
+    return _l4_problems(spec, EvalRecord(workload=spec.name, candidate="c.py", shapes={"s": shape}),
+                        EvalOptions(device=device))[0]
+
+
+def test_a_time_within_noise_of_a_run_that_does_nothing_is_impossible():
+    null = [0.14, 0.15, 0.13, 0.16, 0.14, 0.15, 0.14, 0.30, 0.14, 0.15]  # sigma 0.0074 ms (MAD 0.005), one outlier
+    # the null runs' own times: a program that did nothing
+    problems = _against_null("cpu", null, null)
+    assert problems == ["impossible: shape s median 0.1450 ms is within noise of a run that does nothing (0.1450 ms)"]
+    # calling a run() that returns at once costs a little: still nothing (the CPU's floor, 0.03 ms)
+    assert _against_null("cpu", [x + 0.02 for x in null], null)
+    # an honest program's work (0.25 ms of a gloo collective) clears it, however noisy its own runs
+    assert _against_null("cpu", [0.40, 0.41, 0.39, 2.0, 0.42, 0.40, 0.38, 0.45, 5.0, 0.40], null) == []
+    # on GPUs (a floor of 2 us) the spread decides: 3 standard errors of two medians of 10 runs at sigma 0.0074 ms,
+    # 0.0125 ms
+    assert _against_null("cuda", [x + 0.01 for x in null], null)
+    assert _against_null("cuda", [x + 0.015 for x in null], null) == []
+    # a workload with nothing to do (no flops, no bytes) is not judged by it; nor a record without null runs
+    assert _against_null("cpu", null, null, work=False) == []
+    assert _against_null("cpu", null, []) == []
+
+
+def test_null_runs_that_all_read_the_same_leave_the_floor():
+    null = [0.0100] * 8  # GPU events of runs that only receive their inputs: no spread at all
+    assert _against_null("cuda", [0.0115] * 8, null)  # 1.5 us above: within the events' four ticks
+    assert _against_null("cuda", [0.0125] * 8, null) == []

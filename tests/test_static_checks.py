@@ -3,12 +3,15 @@ tree (each forbidden kind of construct, and honest code that must pass)."""
 
 from __future__ import annotations
 
+import ast
+import codecs
 from pathlib import Path
 
 import pytest
 from conftest import GEMM_AG, ROOT
 
-from cuco.runner.static_checks import check_source
+from cuco.runner.candidate import CandidateError, PyContext, PythonCandidate
+from cuco.runner.static_checks import check_source, python_text
 
 GOOD_CU = """#include "cuco.h"
 // timing with cudaEventElapsedTime is the runner's job (a comment: not a call)
@@ -240,3 +243,65 @@ def test_planted_timer_fault_fails_l0():
 def test_evolve_block_integrity(tmp_path, text, ok):
     rep = check_source(_write(tmp_path, "k.cu", text + GOOD_CU))
     assert rep.ok == ok, rep.problems
+
+
+RUN = b"\n\ndef run(ctx):\n    ctx.state['ran'] = True\n"
+COOKIE_CHEAT = ROOT / "tests" / "anticheat" / "coding_cookie.py"
+
+
+@pytest.mark.parametrize("data,what", [
+    (b"# coding: utf-7\n", "c.py:1: forbidden coding declaration 'utf-7'"),
+    (b"#!/usr/bin/env python\n# -*- coding: latin-1 -*-\n", "c.py:2: forbidden coding declaration 'latin-1'"),
+    (codecs.BOM_UTF8 + b"# coding: utf-7\n", "c.py:1: forbidden coding declaration 'utf-7'"),
+    (b"#\r# vim: set fileencoding=utf_16 :\r", "c.py:2: forbidden coding declaration 'utf_16'"),  # old Mac lines
+    # the interpreter reads line 2's declaration only after a comment or blank line 1: refused all the same
+    (b"x = 1\n# coding: utf-7\n", "c.py:2: forbidden coding declaration 'utf-7'"),
+    (b"# coding: no-such-codec\n", "c.py:1: forbidden coding declaration 'no-such-codec'"),
+    (codecs.BOM_UTF16_LE + "def run(ctx): pass\n".encode("utf-16-le"), "c.py:1: forbidden UTF-16 byte order mark"),
+    (codecs.BOM_UTF32_BE + "def run(ctx): pass\n".encode("utf-32-be"), "c.py:1: forbidden UTF-32 byte order mark"),
+    (b"x = 1\ny = 2\nz = '\xff'\n", "c.py:3: not UTF-8"),
+])
+def test_a_source_the_importer_would_decode_otherwise_is_refused(tmp_path, data, what):
+    path = tmp_path / "c.py"
+    path.write_bytes(data + RUN)
+    rep = check_source(path)
+    assert not rep.ok and len(rep.problems) == 1, rep.problems
+    assert rep.problems[0].startswith(what) and "\n" not in rep.problems[0], rep.problems
+
+
+@pytest.mark.parametrize("head", [
+    b"", b"# -*- coding: utf-8 -*-\n", b"#!/usr/bin/env python\n# coding=UTF_8\n", b"# coding: utf8\n",
+    b"# vim: fileencoding=utf-8-sig\n", codecs.BOM_UTF8, codecs.BOM_UTF8 + b"# coding: utf-8\n",
+    b"\n\n# coding: utf-7 (line 3: the interpreter reads no declaration there)\n", "# \u00e9t\u00e9\n".encode(),
+    b"x = 1  # coding: utf-7 (after code: no declaration)\n",
+])
+def test_utf8_sources_are_read_as_the_interpreter_reads_them(tmp_path, head):
+    data = head + RUN
+    assert ast.dump(ast.parse(python_text(data, "c.py"))) == ast.dump(ast.parse(data))
+    path = tmp_path / "c.py"
+    path.write_bytes(data)
+    assert check_source(path).ok, check_source(path).problems
+    path.write_bytes(head + b"import os\n" + RUN)  # and the checks still read the code after the declaration
+    assert "forbidden import 'os'" in check_source(path).problems[0]
+
+
+def _ctx() -> PyContext:
+    return PyContext(0, 1, "cpu", None, None, [], {}, {})
+
+
+def test_the_loader_runs_the_text_the_checks_read(tmp_path):
+    """The planted cheat hides code in a comment that only UTF-7 decodes; the loader refuses it as L0 does."""
+    def imports(source: str | bytes) -> list[str]:
+        return [a.name for n in ast.walk(ast.parse(source)) if isinstance(n, ast.Import) for a in n.names]
+
+    data = COOKIE_CHEAT.read_bytes()
+    assert "threading" in imports(data) and "threading" not in imports(data.decode())
+    with pytest.raises(CandidateError, match=r"^coding_cookie\.py:1: forbidden coding declaration 'utf-7'"):
+        PythonCandidate(COOKIE_CHEAT, _ctx())
+    path = tmp_path / "bom.py"
+    path.write_bytes(codecs.BOM_UTF8 + b"# coding: utf-8\ndef f(x: int) -> None: ...\n" + RUN)
+    cand = PythonCandidate(path, _ctx())
+    cand.run()
+    assert cand.ctx.state == {"ran": True}
+    assert cand.module.__file__ == str(path) and cand.module.f.__code__.co_filename == str(path)
+    assert cand.module.f.__annotations__["x"] is int  # the loader's own __future__ flags stay its own

@@ -6,12 +6,18 @@
  * candidates see, the start gate that releases every rank's timed region at the same instant, and the
  * done flag each rank's stream raises for its judge.
  *
+ * It also owns the device memory a judge shares with the candidate's process: allocated with the
+ * driver's virtual memory API and exported as a file descriptor, which the judge passes over a Unix
+ * socket. Holding the descriptor is the only key to it, whatever uid the receiving process runs as
+ * (CUDA's legacy IPC handles open only within one uid).
+ *
  * Every function returns 0 on success or -1 with a reason readable through cuco_h_last_error().
  * Window registration and communicator creation are collective: every rank calls them in the
  * same order.
  *************************************************************************/
 #include "cuco.h"
 
+#include <cudaTypedefs.h>
 #include <stdarg.h>
 #include <stdlib.h>
 
@@ -174,6 +180,133 @@ CUCO_EXPORT int cuco_h_host_register(void* hostPtr, size_t bytes, void** devPtr)
 
 CUCO_EXPORT int cuco_h_host_unregister(void* hostPtr) {
   HCUDA(cudaHostUnregister(hostPtr));
+  return 0;
+}
+
+// ---- device memory shared through a file descriptor ----------------------------------------------
+// The driver's entry points, fetched through the runtime so that nothing links libcuda itself.
+struct DriverVmm {
+  PFN_cuMemGetAllocationGranularity_v10020 granularity;
+  PFN_cuMemCreate_v10020 create;
+  PFN_cuMemRelease_v10020 release;
+  PFN_cuMemAddressReserve_v10020 reserve;
+  PFN_cuMemAddressFree_v10020 addressFree;
+  PFN_cuMemMap_v10020 map;
+  PFN_cuMemUnmap_v10020 unmap;
+  PFN_cuMemSetAccess_v10020 setAccess;
+  PFN_cuMemExportToShareableHandle_v10020 exportHandle;
+  PFN_cuMemImportFromShareableHandle_v10020 importHandle;
+};
+
+static const int kVmmVersion = 10020;  // CUDA 10.2: the first with cuMem* and POSIX descriptors
+
+static int driverVmm(DriverVmm* d) {
+  static DriverVmm cached;
+  static bool loaded = false;
+  if (!loaded) {
+    struct { const char* name; void** fn; } syms[] = {
+        {"cuMemGetAllocationGranularity", (void**)&cached.granularity}, {"cuMemCreate", (void**)&cached.create},
+        {"cuMemRelease", (void**)&cached.release}, {"cuMemAddressReserve", (void**)&cached.reserve},
+        {"cuMemAddressFree", (void**)&cached.addressFree}, {"cuMemMap", (void**)&cached.map},
+        {"cuMemUnmap", (void**)&cached.unmap}, {"cuMemSetAccess", (void**)&cached.setAccess},
+        {"cuMemExportToShareableHandle", (void**)&cached.exportHandle},
+        {"cuMemImportFromShareableHandle", (void**)&cached.importHandle}};
+    for (auto& s : syms) {
+      cudaDriverEntryPointQueryResult found;
+      HCUDA(cudaGetDriverEntryPointByVersion(s.name, s.fn, kVmmVersion, cudaEnableDefault, &found));
+      if (found != cudaDriverEntryPointSuccess) return fail("the CUDA driver has no %s", s.name);
+    }
+    loaded = true;
+  }
+  *d = cached;
+  return 0;
+}
+
+#define HCU(call)                                                                      \
+  do {                                                                                 \
+    CUresult r_ = (call);                                                              \
+    if (r_ != CUDA_SUCCESS) return fail("%s:%d: %s: CUresult %d", __FILE__, __LINE__, #call, (int)r_); \
+  } while (0)
+
+static CUmemAllocationProp sharedProp(int device) {
+  CUmemAllocationProp prop;
+  memset(&prop, 0, sizeof(prop));
+  prop.type = CU_MEM_ALLOCATION_TYPE_PINNED;
+  prop.requestedHandleTypes = CU_MEM_HANDLE_TYPE_POSIX_FILE_DESCRIPTOR;
+  prop.location.type = CU_MEM_LOCATION_TYPE_DEVICE;
+  prop.location.id = device;
+  return prop;
+}
+
+// Reserve an address range, map the allocation there, and give this device read and write access.
+static int mapShared(const DriverVmm& d, int device, CUmemGenericAllocationHandle handle, size_t bytes, void** ptr) {
+  CUdeviceptr va = 0;
+  HCU(d.reserve(&va, bytes, 0, 0, 0));
+  CUresult r = d.map(va, bytes, 0, handle, 0);
+  if (r != CUDA_SUCCESS) {
+    d.addressFree(va, bytes);
+    return fail("cuMemMap: CUresult %d", (int)r);
+  }
+  CUmemAccessDesc access;
+  memset(&access, 0, sizeof(access));
+  access.location.type = CU_MEM_LOCATION_TYPE_DEVICE;
+  access.location.id = device;
+  access.flags = CU_MEM_ACCESS_FLAGS_PROT_READWRITE;
+  r = d.setAccess(va, bytes, &access, 1);
+  if (r != CUDA_SUCCESS) {
+    d.unmap(va, bytes);
+    d.addressFree(va, bytes);
+    return fail("cuMemSetAccess: CUresult %d", (int)r);
+  }
+  *ptr = (void*)va;
+  return 0;
+}
+
+// New device memory of at least `bytes` (rounded up to the allocation granularity, returned in *mapped),
+// mapped here and exported as a descriptor (*fd) for another process to import.
+CUCO_EXPORT int cuco_h_share_alloc(int device, size_t bytes, void** ptr, int* fd, size_t* mapped) {
+  DriverVmm d;
+  if (driverVmm(&d)) return -1;
+  HCUDA(cudaSetDevice(device));
+  HCUDA(cudaFree(0));  // the primary context, current for the driver calls below
+  CUmemAllocationProp prop = sharedProp(device);
+  size_t gran = 0;
+  HCU(d.granularity(&gran, &prop, CU_MEM_ALLOC_GRANULARITY_MINIMUM));
+  size_t size = bytes ? (bytes + gran - 1) / gran * gran : gran;
+  CUmemGenericAllocationHandle handle;
+  HCU(d.create(&handle, size, &prop, 0));
+  int rc = mapShared(d, device, handle, size, ptr);
+  if (rc == 0) {
+    CUresult r = d.exportHandle(fd, handle, CU_MEM_HANDLE_TYPE_POSIX_FILE_DESCRIPTOR, 0);
+    if (r != CUDA_SUCCESS) {
+      d.unmap((CUdeviceptr)*ptr, size);
+      d.addressFree((CUdeviceptr)*ptr, size);
+      rc = fail("cuMemExportToShareableHandle: CUresult %d", (int)r);
+    }
+  }
+  d.release(handle);  // the mapping keeps the memory until it is unmapped
+  *mapped = size;
+  return rc;
+}
+
+// The memory behind a descriptor from cuco_h_share_alloc, mapped into this process.
+CUCO_EXPORT int cuco_h_share_import(int device, int fd, size_t bytes, void** ptr) {
+  DriverVmm d;
+  if (driverVmm(&d)) return -1;
+  HCUDA(cudaSetDevice(device));
+  HCUDA(cudaFree(0));
+  CUmemGenericAllocationHandle handle;
+  HCU(d.importHandle(&handle, (void*)(uintptr_t)fd, CU_MEM_HANDLE_TYPE_POSIX_FILE_DESCRIPTOR));
+  int rc = mapShared(d, device, handle, bytes, ptr);
+  d.release(handle);
+  return rc;
+}
+
+CUCO_EXPORT int cuco_h_share_free(void* ptr, size_t bytes) {
+  DriverVmm d;
+  if (driverVmm(&d)) return -1;
+  HCU(d.unmap((CUdeviceptr)ptr, bytes));
+  HCU(d.addressFree((CUdeviceptr)ptr, bytes));
   return 0;
 }
 

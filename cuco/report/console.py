@@ -1,9 +1,12 @@
-"""Rich tables for evaluation records and baselines."""
+"""Rich tables for evaluation records and baselines. Whatever a candidate, a workload or a program under analysis
+wrote (errors, names, paths, source text) goes in as Text, never as markup: rich would take its brackets for tags,
+eat them, or stop on a closing tag that matches nothing."""
 
 from __future__ import annotations
 
 from rich.console import Console
 from rich.table import Table
+from rich.text import Text
 
 from cuco.runner.record import EvalRecord, ShapeResult
 
@@ -19,12 +22,12 @@ def _param_names(shapes) -> str:
     return ",".join(first.params) if first is not None and first.params else "params"
 
 
-def verdict(record: EvalRecord) -> str:
+def verdict(record: EvalRecord) -> Text:
     """One phrase for the record's outcome, naming whose failure it was where it was not the candidate's."""
     if record.ok:
-        return f"[yellow]{record.incomplete}[/]" if record.incomplete else "[green]passed[/]"
+        return Text(record.incomplete, style="yellow") if record.incomplete else Text("passed", style="green")
     who = {"runner": " (cuco's own failure)", "workload": " (the workload's failure)"}.get(record.fault or "", "")
-    return f"[red]failed at {record.failed_level}{who}[/]"
+    return Text(f"failed at {record.failed_level}{who}", style="red")
 
 
 def _efficiency(s: ShapeResult) -> str:
@@ -35,27 +38,27 @@ def _efficiency(s: ShapeResult) -> str:
 
 
 def eval_table(record: EvalRecord) -> Table:
-    status = verdict(record)
-    title = (f"{record.workload} / {record.candidate_name} ({record.kind}, {record.device}, "
-             f"world {record.world}): {status}, level reached {record.level_reached or '-'}")
+    title = Text.assemble(f"{record.workload} / {record.candidate_name} ({record.kind}, {record.device}, "
+                          f"world {record.world}): ", verdict(record),
+                          f", level reached {record.level_reached or '-'}", style="table.title")
     t = Table(title=title, title_justify="left")
     # "inputs ms": of the median, the run's fresh inputs arriving in the candidate's buffers (inside every time)
     for col in ("shape", _param_names(record.shapes.values()), "per-rank median ms", "median ms", "inputs ms",
                 "p10-p90 ms", "spread", "library bound ms", "efficiency", "speed of light ms", "efficiency (light)",
                 "speedup"):
-        t.add_column(col, justify="left" if col in ("shape", "speedup") else "right")
+        t.add_column(Text(col), justify="left" if col in ("shape", "speedup") else "right")
     for name, s in record.shapes.items():
         timing = s.timing
-        label = ",".join(str(v) for v in s.params.values())
+        label = Text(",".join(str(v) for v in s.params.values()))
         if not timing:
             levels = "+".join(c.level for c in s.correctness)
-            t.add_row(name, label, f"correct ({levels})", "", "", "", "", "", "", "", "", "")
+            t.add_row(Text(name), label, f"correct ({levels})", "", "", "", "", "", "", "", "", "")
             continue
         # The strongest baseline (the smallest speedup) first: the number that says whether the search won.
-        sp = ", ".join(f"{k} {v:.2f}x" for k, v in sorted((s.speedup or {}).items(), key=lambda kv: kv[1]))
-        t.add_row(name, label, " ".join(fmt_ms(x) for x in timing.per_rank_median_ms or []), fmt_ms(timing.median_ms),
-                  fmt_ms(timing.inputs_ms), f"{fmt_ms(timing.p10_ms)}-{fmt_ms(timing.p90_ms)}",
-                  f"{timing.spread_pct or 0.0:.1f}%",
+        sp = Text(", ".join(f"{k} {v:.2f}x" for k, v in sorted((s.speedup or {}).items(), key=lambda kv: kv[1])))
+        t.add_row(Text(name), label, " ".join(fmt_ms(x) for x in timing.per_rank_median_ms or []),
+                  fmt_ms(timing.median_ms), fmt_ms(timing.inputs_ms),
+                  f"{fmt_ms(timing.p10_ms)}-{fmt_ms(timing.p90_ms)}", f"{timing.spread_pct or 0.0:.1f}%",
                   fmt_ms(record.bound_ms(name)), _efficiency(s),
                   fmt_ms(s.bound.speed_of_light_ms if s.bound else None),
                   f"{s.sol_efficiency:.2f}" if s.sol_efficiency else "-", sp)
@@ -67,24 +70,25 @@ def print_record(record: EvalRecord, console: Console | None = None) -> None:
     table = eval_table(record)
     console.print(table if record.shapes else table.title, highlight=False)
     if record.error:
-        console.print(f"[red]{record.failed_level}:[/] {record.error}", highlight=False)
+        console.print(Text.assemble((f"{record.failed_level}:", "red"), " ", record.error))
     for s in record.shapes.values():
         note = s.timing.note if s.timing else None
         if note and "CPU" not in note:
-            console.print(f"[yellow]note:[/] {note}")
+            console.print(Text.assemble(("note:", "yellow"), " ", note))
             break
     if record.note:
-        console.print(f"[yellow]note:[/] {record.note}")
+        console.print(Text.assemble(("note:", "yellow"), " ", record.note))
 
 
 def baseline_table(workload: str, records: dict[str, EvalRecord]) -> Table:
     """Per shape: each baseline's median, then the measured compute and collective alone, and the bound."""
-    t = Table(title=f"{workload}: baselines and bounds (ms, slowest rank, median)", title_justify="left")
+    t = Table(title=Text(f"{workload}: baselines and bounds (ms, slowest rank, median)", style="table.title"),
+              title_justify="left")
     names = list(records)
     t.add_column("shape")
-    t.add_column(_param_names(s for r in records.values() for s in r.shapes.values()))
+    t.add_column(Text(_param_names(s for r in records.values() for s in r.shapes.values())))
     for n in names:
-        t.add_column(n, justify="right")
+        t.add_column(Text(n), justify="right")
     for col in ("compute alone", "collective alone", "comm bound", "bound"):
         t.add_column(col, justify="right")
     shapes: dict[str, ShapeResult] = {}
@@ -93,7 +97,7 @@ def baseline_table(workload: str, records: dict[str, EvalRecord]) -> Table:
             if s.timing:
                 shapes.setdefault(sname, s)
     for sname, any_s in shapes.items():
-        row = [sname, ",".join(str(v) for v in any_s.params.values())]
+        row: list[str | Text] = [Text(sname), Text(",".join(str(v) for v in any_s.params.values()))]
         for n in names:
             row.append(fmt_ms(records[n].median_ms(sname)) if records[n].timing(sname) else
                        f"[red]{records[n].failed_level or '-'}[/]")
@@ -106,8 +110,8 @@ def baseline_table(workload: str, records: dict[str, EvalRecord]) -> Table:
 
 def analysis_table(a) -> Table:
     """The fast path's analysis: every operation in program order, what it reads and writes, its stream."""
-    t = Table(title=f"{a.path}: {len(a.nccl)} NCCL calls, {len(a.edges)} producer/consumer edges",
-              title_justify="left")
+    t = Table(title=Text(f"{a.path}: {len(a.nccl)} NCCL calls, {len(a.edges)} producer/consumer edges",
+                         style="table.title"), title_justify="left")
     for col in ("#", "line", "function", "loop", "kind", "call", "reads", "writes", "stream", "details"):
         t.add_column(col)
     consumers: dict[int, list[str]] = {}
@@ -119,6 +123,7 @@ def analysis_table(a) -> Table:
         details = ", ".join(f"{k}={v}" for k, v in o.args.items() if k not in ("send", "recv", "stream"))
         details += (" " if details else "") + " ".join(consumers.get(o.index, []))
         loop = f"line {o.loops[-1]}" if o.loops else ""
-        t.add_row(str(o.index), str(o.line), o.function, loop, o.kind, o.name, ", ".join(o.reads), ", ".join(o.writes),
-                  o.stream or "", details)
+        cells = (str(o.index), str(o.line), o.function, loop, o.kind, o.name, ", ".join(o.reads), ", ".join(o.writes),
+                 o.stream or "", details)
+        t.add_row(*(Text(c) for c in cells))
     return t

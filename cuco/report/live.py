@@ -1,4 +1,5 @@
-"""What a person watches during `cuco evolve`: a live table on a terminal, one line per event otherwise."""
+"""What a person watches during `cuco evolve`: a live table on a terminal, one line per event otherwise. What
+candidates and proposers wrote (labels, errors, names) goes in as Text, never as markup (report/console.py)."""
 
 from __future__ import annotations
 
@@ -8,6 +9,7 @@ from typing import Any
 from rich.console import Console, Group
 from rich.live import Live
 from rich.table import Table
+from rich.text import Text
 
 from cuco.evolve.database import Candidate
 from cuco.evolve.run import Event, Evolution, strongest_baseline
@@ -62,7 +64,7 @@ class EvolveDisplay:
         head.add_row("evaluations", f"{done}/{self.target}", "running", str(db.count("running")))
         if best:
             speed = f", {self.seed_ms / best.median_ms:.2f}x the seed" if self.seed_ms and best.median_ms else ""
-            head.add_row("best", f"#{best.id} {best.label}", "time",
+            head.add_row("best", Text(f"#{best.id} {best.label}"), "time",
                          f"{fmt_ms(best.median_ms)} ms (bound {fmt_ms(best.bound_ms)}, "
                          f"efficiency {best.score:.2f}{speed})")
         fails = db.failures_by_level()
@@ -72,7 +74,7 @@ class EvolveDisplay:
         for col in ("id", "phase", "design point", "parent", "outcome", "median ms", "efficiency"):
             recent.add_column(col)
         for c in db.all()[-10:]:
-            recent.add_row(str(c.id), c.phase, c.label or "-", str(c.parent_id or "-"), _outcome(c),
+            recent.add_row(str(c.id), Text(c.phase), Text(c.label or "-"), str(c.parent_id or "-"), Text(_outcome(c)),
                            fmt_ms(c.median_ms), f"{c.score:.2f}" if c.score else "-")
         return Group(head, recent)
 
@@ -83,7 +85,7 @@ def summary_table(evo: Evolution, top: int = 8) -> Table:
     title = f"{evo.spec.name} at {evo.shape}: best of {db.count('done')} evaluations"
     if strongest:
         title += f"; strongest baseline measured in this run: {strongest[0]}, {fmt_ms(strongest[1])} ms"
-    t = Table(title=title, title_justify="left")
+    t = Table(title=Text(title, style="table.title"), title_justify="left")
     for col in ("rank", "id", "design point", "median ms", "bound ms", "efficiency", "vs strongest baseline",
                 "vs seed", "found at evaluation"):
         t.add_column(col)
@@ -93,6 +95,6 @@ def summary_table(evo: Evolution, top: int = 8) -> Table:
     for i, c in enumerate(db.scored()[:top], 1):
         vs_seed = f"{seed_ms / c.median_ms:.2f}x" if seed_ms and c.median_ms else "-"
         vs_best = f"{strongest[1] / c.median_ms:.2f}x" if strongest and c.median_ms else "-"
-        t.add_row(str(i), str(c.id), c.label or "-", fmt_ms(c.median_ms), fmt_ms(c.bound_ms), f"{c.score:.2f}",
+        t.add_row(str(i), str(c.id), Text(c.label or "-"), fmt_ms(c.median_ms), fmt_ms(c.bound_ms), f"{c.score:.2f}",
                   vs_best, vs_seed, str(order.get(c.id, "-")))
     return t

@@ -2,17 +2,15 @@
 
 CPU: every buffer of the rank is an anonymous memfd mapped by both processes; the judge writes inputs,
 poisons outputs and scratch, and copies outputs the moment the host reports completion.
-GPU: the candidate's buffers live in the host (symmetric ones come from ncclMemAlloc, which CUDA IPC
-cannot export), so the judge shares one CUDA allocation of its own over CUDA IPC: a staging area the
-judge fills with the next inputs, and snapshot areas into which the host copies outputs (and inputs) in
-stream order right after the timed region. Parameters are the exception: the judge draws them and the host
-maps them as the candidate's buffers (`share`), so that the weights exist once on the GPU. Only this rank's
-buffers ever cross; the other ranks' inputs and the seeds stay in their judges.
+GPU: the candidate's buffers live in the host (symmetric ones come from ncclMemAlloc), and the judge shares
+regions of device memory of its own through file descriptors (SharedRegion): the exchange (a staging area the
+judge fills with the next inputs, and snapshot areas into which the host copies outputs and inputs in stream
+order right after the timed region) and the parameters, which the host maps as the candidate's buffers. Only this
+rank's buffers ever cross; the other ranks' inputs and the seeds stay in their judges.
 """
 
 from __future__ import annotations
 
-import base64
 import mmap
 import os
 from dataclasses import asdict, dataclass
@@ -94,7 +92,46 @@ def attach_memfd_buffers(layouts: list[Layout], fds: list[int]) -> dict[str, tor
     return out
 
 
-# ---- GPU: one CUDA IPC allocation, sliced ---------------------------------------------------------
+# ---- GPU: device memory shared through file descriptors ------------------------------------------
+
+
+class SharedRegion:
+    """Device memory of the judge's that the candidate's process maps too: allocated by the driver's virtual memory
+    API and passed as a file descriptor over the judge's channel (harness.share_alloc), so that the one who holds
+    the descriptor, whatever its uid, maps it, and nothing else of the judge's sits beside it."""
+
+    def __init__(self, harness: Any, device: torch.device, ptr: int, nbytes: int, fd: int | None) -> None:
+        self.harness, self.device, self.ptr, self.nbytes, self.fd = harness, device, ptr, nbytes, fd
+        self.tensor = cuda_array(ptr, nbytes, device)
+
+    @classmethod
+    def create(cls, harness: Any, nbytes: int, device: torch.device) -> SharedRegion:
+        ptr, fd, mapped = harness.share_alloc(device.index, max(nbytes, 1))
+        return cls(harness, device, ptr, mapped, fd)
+
+    @classmethod
+    def open(cls, harness: Any, fd: int, nbytes: int, device: torch.device) -> SharedRegion:
+        try:
+            return cls(harness, device, harness.share_import(device.index, fd, nbytes), nbytes, None)
+        finally:
+            os.close(fd)
+
+    def handoff(self) -> int:
+        """The descriptor, to send to the host and close: once the host has mapped the region, the mapping alone
+        keeps it."""
+        fd, self.fd = self.fd, None
+        assert fd is not None
+        return fd
+
+    def close(self) -> None:
+        """Unmap (the memory goes once no process maps it) and close the descriptor."""
+        if self.fd is not None:
+            os.close(self.fd)
+            self.fd = None
+        if self.ptr:
+            torch.cuda.synchronize(self.device)
+            self.harness.share_free(self.ptr, self.nbytes)
+            self.ptr = 0
 
 
 def _slices(layouts: list[Layout]) -> tuple[dict[str, tuple[int, Layout]], int]:
@@ -108,42 +145,17 @@ def _slices(layouts: list[Layout]) -> tuple[dict[str, tuple[int, Layout]], int]:
     return areas, max(off, ALIGN)
 
 
-class Exchange:
-    """Named views into the shared allocation: `stage:a`, `inputs_after:a`, `out:c`."""
+def exchange_bytes(layouts: list[Layout]) -> int:
+    return _slices(layouts)[1]
 
-    def __init__(self, raw: torch.Tensor, layouts: list[Layout]) -> None:
-        self.raw = raw
+
+class Exchange:
+    """Named views into the shared region: `stage:a`, `inputs_after:a`, `out:c`."""
+
+    def __init__(self, region: SharedRegion, layouts: list[Layout]) -> None:
+        self.region = region
         areas, _ = _slices(layouts)
-        self.views = {key: lay.view(raw[off:]) for key, (off, lay) in areas.items()}
+        self.views = {key: lay.view(region.tensor[off:]) for key, (off, lay) in areas.items()}
 
     def __getitem__(self, key: str) -> torch.Tensor:
         return self.views[key]
-
-    @classmethod
-    def create(cls, layouts: list[Layout], device: torch.device) -> Exchange:
-        _, size = _slices(layouts)
-        return cls(torch.empty(size, dtype=torch.uint8, device=device), layouts)
-
-    def handle(self) -> list[Any]:
-        return share(self.raw)
-
-    @classmethod
-    def open(cls, handle: list[Any], layouts: list[Layout], device: torch.device) -> Exchange:
-        return cls(open_shared(handle, device), layouts)
-
-
-def share(t: torch.Tensor) -> list[Any]:
-    """What another process needs to map t's storage (torch's CUDA IPC handle, bytes as base64), as JSON."""
-    args = list(t.untyped_storage()._share_cuda_())
-    return [base64.b64encode(a).decode() if isinstance(a, bytes) else a for a in args]
-
-
-def open_shared(handle: list[Any], device: torch.device) -> torch.Tensor:
-    """The storage another process shared (`share`), as bytes."""
-    # (device, handle, size, offset, ref-counter handle, ref-counter offset, event handle, event sync)
-    args = list(handle)
-    for i in (1, 4):
-        args[i] = base64.b64decode(args[i])
-    args[6] = base64.b64decode(args[6]) if args[6] else None
-    storage = torch.UntypedStorage._new_shared_cuda(*args)
-    return torch.empty(0, dtype=torch.uint8, device=device).set_(storage)

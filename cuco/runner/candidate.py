@@ -10,6 +10,7 @@ from pathlib import Path
 from typing import Any
 
 from cuco.runner.harness import Harness
+from cuco.runner.static_checks import SourceError, python_text
 
 
 class CandidateError(RuntimeError):
@@ -33,10 +34,16 @@ class PyContext:
 
 class PythonCandidate:
     def __init__(self, path: Path, ctx: PyContext) -> None:
+        # The text the static checks read, compiled as text: the importer would decode the bytes itself, by any
+        # coding declaration they make, into other code than was checked.
+        try:
+            text = python_text(path.read_bytes(), path.name)
+        except SourceError as exc:
+            raise CandidateError(str(exc)) from None
         spec = importlib.util.spec_from_file_location(f"cuco_candidate_{path.stem}", path)
         assert spec and spec.loader
         self.module = importlib.util.module_from_spec(spec)
-        spec.loader.exec_module(self.module)
+        exec(compile(text, str(path), "exec", dont_inherit=True), self.module.__dict__)
         self.ctx = ctx
 
     def _stream(self):

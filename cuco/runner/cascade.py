@@ -8,7 +8,9 @@ a person read the same thing.
 from __future__ import annotations
 
 import hashlib
+import math
 import shutil
+import statistics
 import tempfile
 from dataclasses import dataclass, field
 from datetime import datetime, timezone
@@ -25,11 +27,26 @@ from cuco.runner.launch import describe_exit, free_port, launch, make_gate_file
 from cuco.runner.rank_report import CorrectnessStage, StageResult, TimingStage
 from cuco.runner.record import Bound, Correctness, EvalRecord, ShapeResult, Timing
 from cuco.runner.static_checks import check_source
-from cuco.runner.stats import summarize
+from cuco.runner.stats import slowest_rank, summarize
 from cuco.runner.toolchain import find_toolchain
 from cuco.workload.spec import WorkloadSpec
 
 LEVELS = ["L0", "L1", "L2", "L3", "L4"]
+# "Within noise" of the runner's floor (null_floor_ms). A program that does nothing times like the null runs: its
+# median and theirs differ by noise alone, of the null runs' spread (sigma = 1.4826 * MAD, robust to the odd slow run
+# of a busy machine), with a standard error of sqrt(pi / 2) * sigma * sqrt(1 / n_null + 1 / n) for two medians of
+# n_null and n runs. Three of them let such a program escape about once in 700 (were the noise gaussian). On the CPU
+# example (2 busy cores) the null runs' sigma was 3-35 us over 20 runs: the standard error stays under 20 us, where
+# three sigmas of single runs would reach 0.1 ms, a third of an honest program's work on the smallest shape. The
+# candidate's own spread does not widen it: a program slowed by a busy machine is not a program that did nothing.
+NULL_NOISE_SE = 3.0
+# At least this much above the null median, whatever the spread. CPU: calling a Python run() that returns at once
+# costs 5-25 us more than a null run (measured on the CPU example, null runs of 0.11-0.17 ms); honest programs there
+# take 0.25 ms and more above it (a gloo collective alone). GPU: a candidate's launches wait behind the start gate, so
+# one that launches nothing times like a null run; CUDA events tick in 0.5 us: four ticks.
+NULL_NOISE_FLOOR_MS = {"cpu": 0.03, "cuda": 0.002}
+MAD_TO_SIGMA = 1.4826  # a normal distribution's sigma per median absolute deviation
+MEDIAN_SE = math.sqrt(math.pi / 2)  # a median's standard error, in sigma / sqrt(n)
 
 
 @dataclass
@@ -241,6 +258,9 @@ def _l4_problems(spec, record: EvalRecord, opts) -> tuple[list[str], str]:
         elif limit and t.median_ms is not None and t.median_ms < limit * (1 - slack):
             problems.append(f"impossible: shape {name} median {t.median_ms:.4f} ms is below {what} {limit:.4f} ms "
                             f"by more than {slack:.0%}: work was skipped or the timing is broken")
+        elif does_work(shape_rec.bound) and (floor := null_floor_ms(t, opts.device)) and t.median_ms < floor[0]:
+            problems.append(f"impossible: shape {name} median {t.median_ms:.4f} ms is within noise of a run that does "
+                            f"nothing ({floor[1]:.4f} ms)")
         if t.final_output_errors:
             problems.append(f"shape {name}: a timed run's output is wrong: {t.final_output_errors[0]}")
         if t.clock_errors:
@@ -257,6 +277,25 @@ def physical_limit(shape_rec: ShapeResult, bound: float | None) -> tuple[float |
     return bound, "the library bound (no speed of light measured here)"
 
 
+def does_work(bound: Bound | None) -> bool:
+    """The workload's amounts for the shape (workload.toml's [bounds]) say a run has work to do."""
+    return bool(bound) and any((v or 0) > 0 for v in (bound.flops, bound.hbm_bytes, bound.comm_bytes))
+
+
+def null_floor_ms(t: Timing, device: str) -> tuple[float, float] | None:
+    """(The time a median must reach not to be within noise of the runs that do nothing, their median): their
+    median plus NULL_NOISE_SE standard errors of the difference of two medians of their spread, at least the device's
+    NULL_NOISE_FLOOR_MS. None where either was not timed. Both the slowest rank per run, as the median is."""
+    null = slowest_rank(t.null_per_rank_ms) if t.null_per_rank_ms else []
+    n = len(slowest_rank(t.per_rank_ms)) if t.per_rank_ms else 0
+    if not null or not n or t.median_ms is None:
+        return None
+    m0 = statistics.median(null)
+    sigma = MAD_TO_SIGMA * statistics.median(abs(x - m0) for x in null)
+    se = MEDIAN_SE * sigma * math.sqrt(1 / len(null) + 1 / n)
+    return m0 + max(NULL_NOISE_SE * se, NULL_NOISE_FLOOR_MS.get(device, NULL_NOISE_FLOOR_MS["cuda"])), m0
+
+
 def _collect(spec, record: EvalRecord, stages: list[StageResult], opts, baselines: dict[str, EvalRecord] | None,
              references) -> None:
     machine = load_machine()
@@ -270,7 +309,9 @@ def _collect(spec, record: EvalRecord, stages: list[StageResult], opts, baseline
         t = Timing(**summarize(st.per_rank_ms), gated=st.gated, note=st.note, per_rank_ms=st.per_rank_ms,
                    verified_runs=st.verified_runs, final_output_errors=st.final_output_errors,
                    clock_errors=st.clock_errors, judge_median_ms=judge["median_ms"], clock=st.clock,
-                   inputs_ms=max([v for v in st.inputs_per_rank_ms if v is not None], default=None))
+                   inputs_ms=max([v for v in st.inputs_per_rank_ms if v is not None], default=None),
+                   null_median_ms=summarize(st.null_per_rank_ms)["median_ms"] if st.null_per_rank_ms else None,
+                   null_per_rank_ms=st.null_per_rank_ms)
         shape_rec.timing = t
         extra = {}
         for key in ("compute_alone", "comm_alone"):

@@ -43,6 +43,9 @@ class Harness:
         L.cuco_h_devcomm_create.argtypes = [vp, vp]
         L.cuco_h_devcomm_destroy.argtypes = [vp]
         L.cuco_h_check_needs.argtypes = [vp, vp]
+        L.cuco_h_share_alloc.argtypes = [i, sz, ctypes.POINTER(vp), ctypes.POINTER(i), ctypes.POINTER(sz)]
+        L.cuco_h_share_import.argtypes = [i, i, sz, ctypes.POINTER(vp)]
+        L.cuco_h_share_free.argtypes = [vp, sz]
 
     def _check(self, rc: int, what: str) -> None:
         if rc != 0:
@@ -79,6 +82,23 @@ class Harness:
 
     def host_unregister(self, host_ptr: int) -> None:
         self._check(self.lib.cuco_h_host_unregister(host_ptr), "cudaHostUnregister")
+
+    def share_alloc(self, device: int, nbytes: int) -> tuple[int, int, int]:
+        """New device memory another process can map: (pointer, descriptor, bytes mapped, rounded up)."""
+        ptr, fd, mapped = ctypes.c_void_p(), ctypes.c_int(-1), ctypes.c_size_t()
+        self._check(self.lib.cuco_h_share_alloc(device, nbytes, ctypes.byref(ptr), ctypes.byref(fd),
+                                                ctypes.byref(mapped)), "cuMemCreate/cuMemExportToShareableHandle")
+        return ptr.value, fd.value, mapped.value
+
+    def share_import(self, device: int, fd: int, nbytes: int) -> int:
+        """The device memory behind a descriptor from share_alloc, mapped here; returns its pointer."""
+        ptr = ctypes.c_void_p()
+        self._check(self.lib.cuco_h_share_import(device, fd, nbytes, ctypes.byref(ptr)),
+                    "cuMemImportFromShareableHandle/cuMemMap")
+        return ptr.value
+
+    def share_free(self, ptr: int, nbytes: int) -> None:
+        self._check(self.lib.cuco_h_share_free(ptr, nbytes), "cuMemUnmap/cuMemAddressFree")
 
     def gate(self, stream: int, counter_dev: int, target: int, timeout_ns: int, timed_out_dev: int) -> None:
         self._check(self.lib.cuco_h_gate(stream, counter_dev, target, timeout_ns, timed_out_dev), "gate launch")

@@ -21,7 +21,7 @@ from typing import Any
 import torch
 import torch.distributed as dist
 
-from cuco.runner.buffers import TORCH_DTYPES, Exchange, Layout, attach_memfd_buffers, cuda_array, open_shared
+from cuco.runner.buffers import TORCH_DTYPES, Exchange, Layout, SharedRegion, attach_memfd_buffers, cuda_array
 from cuco.runner.candidate import CandidateError, CudaCandidate, PyContext, PythonCandidate
 from cuco.runner.channel import Channel, ChannelClosed, Reply
 from cuco.runner.harness import Harness
@@ -94,27 +94,31 @@ class Host:
         layouts = [Layout.from_json(b) for b in msg.data["buffers"]]
         params = {str(k): int(v) for k, v in msg.data["params"].items()}
         sym: list[tuple[int, int]] = []
-        if self.cuda:
-            bufs, sym = self.allocate(layouts, msg.data.get("parameters", {}))
-            exchange = Exchange.open(msg.data["exchange"], layouts, self.device)
+        regions: list[SharedRegion] = []
+        if self.cuda:  # descriptors: the exchange, then the parameters in the order of their sizes
+            sizes = [int(msg.data["exchange"]), *map(int, msg.data["parameters"].values())]
+            regions = [SharedRegion.open(self.harness, fd, n, self.device) for fd, n in zip(msg.fds, sizes)]
+            shared = dict(zip(msg.data["parameters"], regions[1:]))
+            bufs, sym = self.allocate(layouts, shared)
+            exchange = Exchange(regions[0], layouts)
         else:
             bufs, exchange = attach_memfd_buffers(layouts, msg.fds), None
         cand, ctx = self.make_candidate(layouts, bufs, sym, params)
         # The framework's own references: what the candidate does to ctx cannot redirect staging or snapshots.
         self.shape = {"layouts": layouts, "bufs": dict(bufs), "sym": sym, "cand": cand, "ctx": ctx,
-                      "exchange": exchange}
+                      "exchange": exchange, "regions": regions}
         self.sync()
         self.barrier()
         cand.setup()
         self.sync()
 
     def allocate(self, layouts: list[Layout],
-                 shared: dict[str, list[Any]]) -> tuple[dict[str, torch.Tensor], list[tuple[int, int]]]:
+                 shared: dict[str, SharedRegion]) -> tuple[dict[str, torch.Tensor], list[tuple[int, int]]]:
         """The candidate's buffers: windows, the judge's memory for the parameters it drew, the rest our own."""
         bufs, sym = {}, []
         for lay in layouts:
             if lay.role == "parameter":
-                bufs[lay.name] = lay.view(open_shared(shared[lay.name], self.device))
+                bufs[lay.name] = lay.view(shared[lay.name].tensor)
             elif self.kind == "cuda" and lay.symmetric:
                 ptr, win = self.harness.sym_alloc(self.comm, lay.nbytes)  # collective: same order on all ranks
                 sym.append((ptr, win))
@@ -155,6 +159,8 @@ class Host:
             self.harness.sym_free(self.comm, ptr, win)
         if sh["ctx"] is not None:
             self.harness.ctx_free(sh["ctx"])
+        for region in sh["regions"]:
+            region.close()
         self.shape = {}
 
     # ---- runs ------------------------------------------------------------------------------------
@@ -168,8 +174,10 @@ class Host:
                     poison(sh["bufs"][lay.name])
         self.sync()
 
-    def run_cpu(self) -> None:
-        self.shape["cand"].run()
+    def run_cpu(self, msg: Reply) -> None:
+        """The candidate's run; a null run (the runner's own floor, timed by the judge) does nothing at all."""
+        if not msg.data.get("null"):
+            self.shape["cand"].run()
 
     def run_gpu(self, msg: Reply) -> None:
         """Gate, start event, the run's inputs unsealed, the candidate's run, every stream joined, snapshot, done
@@ -231,7 +239,7 @@ class Host:
                     self.stage()
                     self.chan.send("staged")
                 elif msg.kind == "run" and not self.cuda:
-                    self.run_cpu()
+                    self.run_cpu(msg)
                     self.chan.send("done")
                 elif msg.kind == "run":
                     self.run_gpu(msg)
@@ -258,16 +266,31 @@ def scrub_environment(scratch: Path, tmp: Path) -> None:
     sys.dont_write_bytecode = True
 
 
+def must_read(hello: dict[str, Any]) -> list[Path]:
+    """What this process reads after it gives up root: the interpreter and its packages (torch and Triton import
+    lazily), cuco, the toolkit's libraries, the candidate, its build and the harness."""
+    import cuco
+
+    paths = [sys.prefix, sys.base_prefix, sys.exec_prefix, os.path.dirname(os.path.realpath(sys.executable)),
+             *sys.path, os.path.dirname(os.path.dirname(cuco.__file__)),
+             *os.environ.get("LD_LIBRARY_PATH", "").split(os.pathsep), os.environ.get("CUDA_HOME", ""),
+             hello["candidate"], hello.get("library") or "", hello.get("harness") or ""]
+    return [Path(p) for p in dict.fromkeys(paths) if p and os.path.isabs(p)]
+
+
 def main(argv: list[str]) -> int:
     signal.pthread_sigmask(signal.SIG_UNBLOCK, {signal.SIGTERM})  # the judge blocks it for its own watcher
-    die_with_parent(os.getppid())
+    judge = os.getppid()
+    die_with_parent(judge)
     chan = Channel(socket.socket(fileno=int(argv[0])))
     hello = chan.expect("hello")
     # Until "ready" no code of the candidate's has run: a failure here is the runner's own, and says so.
     try:
         scratch, tmp = Path(hello.data["scratch"]), Path(hello.data["tmp"])
         scrub_environment(scratch, tmp)
-        confinement = confine(scratch, tmp)
+        uid = hello.data.get("uid")
+        confinement = confine(scratch, tmp, uid=None if uid is None else int(uid), parent=judge,
+                              readable=must_read(hello.data))
         host = Host(chan, hello)
         host.init()
     except Exception as exc:

@@ -10,7 +10,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from cuco.runner.channel import Channel
-from cuco.runner.job import JUDGE_PORT_ENV, Job
+from cuco.runner.job import JUDGE_PORT_ENV, JUDGE_TOKEN_ENV, Job
 from cuco.runner.pages import Page
 
 
@@ -26,11 +26,12 @@ class HostProcess:
 
     @classmethod
     def start(cls, job: Job, rank: int) -> HostProcess:
-        scratch = Path(job.out_dir) / f"host{rank}"  # absolute: launch() made it so
-        scratch.mkdir(parents=True, exist_ok=True)
         shared_tmp = Path(job.tmp_dir)  # every rank's TMPDIR (launch() made it): torch's symmetric memory meets there
+        # In the temporary folder too: a uid of the candidate's own (cuco as root) reaches it, wherever the run is.
+        scratch = shared_tmp / f"host{rank}"
+        scratch.mkdir(parents=True, exist_ok=True)
         chan, child = Channel.pair()
-        env = {k: v for k, v in os.environ.items() if k != JUDGE_PORT_ENV}  # the judges' group is theirs alone
+        env = {k: v for k, v in os.environ.items() if k not in (JUDGE_PORT_ENV, JUDGE_TOKEN_ENV)}  # the judges' alone
         proc = subprocess.Popen([sys.executable, "-m", "cuco.runner.host", str(child.fileno())],
                                 pass_fds=[child.fileno()], cwd=scratch, env=env)
         child.close()
@@ -43,7 +44,7 @@ class HostProcess:
         chan.send("hello", fds=page_fds, rank=rank, world=job.world, candidate_kind=job.kind, device=job.device,
                   candidate=job.candidate, library=job.library, harness=job.harness,
                   gpu=(job.gpus[rank] if job.gpus else rank) if job.device == "cuda" else None,
-                  store_port=job.host_port, scratch=str(scratch), tmp=str(shared_tmp))
+                  store_port=job.host_port, scratch=str(scratch), tmp=str(shared_tmp), uid=job.candidate_uid)
         for fd in page_fds:
             os.close(fd)
         return cls(proc, chan, scratch, gate, done)

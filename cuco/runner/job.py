@@ -1,7 +1,8 @@
 """The job a launcher hands to each rank's judge: plain JSON, so the judge needs no cuco config code.
 
 It holds nothing secret: the seeds are drawn by the judges themselves, after they start, and the port of the
-judges' own process group reaches them in CUCO_JUDGE_PORT, which their candidates' processes do not inherit."""
+judges' own group and the token that authenticates its members reach them in CUCO_JUDGE_PORT and CUCO_JUDGE_TOKEN,
+which their candidates' processes do not inherit."""
 
 from __future__ import annotations
 
@@ -10,6 +11,7 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
 JUDGE_PORT_ENV = "CUCO_JUDGE_PORT"
+JUDGE_TOKEN_ENV = "CUCO_JUDGE_TOKEN"  # per launch: the judges' group admits only a process that holds it
 
 
 @dataclass
@@ -33,6 +35,7 @@ class Job:
     harness: str | None = None  # built harness .so (CUDA machines)
     gate_file: str | None = None  # /dev/shm page shared by the ranks of this node
     tmp_dir: str | None = None  # every rank's TMPDIR, made short by the launcher (a Unix socket's path: 107 bytes)
+    candidate_uid: int | None = None  # the unprivileged uid the candidate runs under when cuco runs as root
     gpus: list[int] = field(default_factory=list)
     warmup: int | None = None  # overrides of the workload's timing settings
     iters: int | None = None

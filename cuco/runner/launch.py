@@ -4,8 +4,9 @@ Each rank's judge starts the candidate's process for that rank (rank.py, judge/,
 hangs (most often a device barrier nobody satisfies) or that crashes one rank leaves the other ranks
 waiting forever; the watchdog stops every judge when the time limit passes, or shortly after the first
 judge reports a failure, and says where each rank was. Stopping is SIGTERM first: each judge then kills
-its candidate's whole process tree (detached processes included, see sandbox.py); SIGKILL of the
-process groups follows for a judge that does not go.
+its candidate's whole process tree (detached processes included, see sandbox/); SIGKILL of the
+process groups follows for a judge that does not go. Where the candidate ran under a uid of its own (cuco as root),
+every process of that uid is killed once the judges are gone, before any report is read.
 """
 
 from __future__ import annotations
@@ -13,6 +14,7 @@ from __future__ import annotations
 import json
 import mmap
 import os
+import secrets
 import shutil
 import signal
 import socket
@@ -24,8 +26,9 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from cuco.machine import SAFE_ENV
-from cuco.runner.job import JUDGE_PORT_ENV, Job
+from cuco.runner.job import JUDGE_PORT_ENV, JUDGE_TOKEN_ENV, Job
 from cuco.runner.rank_report import RankReport
+from cuco.runner.sandbox import candidate_uid, keep_private, sweep_uid
 
 CRASH_GRACE_S = 5.0  # after one rank dies, the others get this long to report their own state
 TERM_GRACE_S = 3.0  # a judge told to stop has this long to kill its candidate's processes
@@ -120,13 +123,15 @@ def launch(job: Job, timeout_s: float, job_path: Path) -> LaunchResult:
     # 107 bytes cannot be bound.
     tmp = Path(tempfile.mkdtemp(prefix="cuco-"))
     job.tmp_dir = str(tmp)
+    keep_private()  # this process holds the judges' token: closed to a candidate of the same uid
+    job.candidate_uid = candidate_uid() if job.mode == "evaluate" else None
     try:
         for attempt in range(PORT_TRIES):
             if attempt:
                 job.host_port = free_port()
                 for f in (*out.glob("rank*.json"), *out.glob("rank*.progress")):
                     f.unlink()
-            res = _watch(_start(job, job_path, out, visible), out, timeout_s)
+            res = _watch(_start(job, job_path, out, visible), out, timeout_s, job.candidate_uid)
             if not _lost_a_port(res):
                 break
     finally:
@@ -143,7 +148,7 @@ def _lost_a_port(res: LaunchResult) -> bool:
 def _start(job: Job, job_path: Path, out: Path, visible: list[int]) -> list[subprocess.Popen]:
     env = {**os.environ, **job.env, **SAFE_ENV, "PYTHONUNBUFFERED": "1", "CUCO_WORLD_SIZE": str(job.world),
            "CUCO_LAUNCHER_PID": str(os.getpid()),
-           JUDGE_PORT_ENV: str(free_port())}
+           JUDGE_PORT_ENV: str(free_port()), JUDGE_TOKEN_ENV: secrets.token_hex(32)}
     if job.device == "cuda" and visible:
         env["CUDA_VISIBLE_DEVICES"] = ",".join(str(g) for g in visible)
         job.gpus = list(range(len(visible)))
@@ -162,7 +167,7 @@ def _start(job: Job, job_path: Path, out: Path, visible: list[int]) -> list[subp
     return procs
 
 
-def _watch(procs: list[subprocess.Popen], out: Path, timeout_s: float) -> LaunchResult:
+def _watch(procs: list[subprocess.Popen], out: Path, timeout_s: float, uid: int | None = None) -> LaunchResult:
     t0 = time.monotonic()
     deadline = t0 + timeout_s
     first_death: float | None = None
@@ -181,6 +186,8 @@ def _watch(procs: list[subprocess.Popen], out: Path, timeout_s: float) -> Launch
             stop(procs)
             break
         time.sleep(POLL_S)
+    if uid is not None:  # whatever of the candidate's uid is left, wherever it is, before any report is read
+        sweep_uid(uid)
     outcomes = []
     for r, p in enumerate(procs):
         res_path = out / f"rank{r}.json"

@@ -42,6 +42,7 @@ def _report_start_failure(job: Job, rank: int, exc: OSError) -> None:
 
 def main(argv: list[str]) -> int:
     die_with_parent(int(os.environ.get("CUCO_LAUNCHER_PID", "0")))
+    os.umask(0o077)  # the judge's files (progress, reports) are its own: closed to a candidate of another uid
     job, rank = Job.read(Path(argv[0])), int(argv[1])
     guard_judge()
     _cleanup_on_term()

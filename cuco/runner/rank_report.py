@@ -28,13 +28,15 @@ class TimingStage:
     shape: str
     gated: bool  # the runs started behind the start gate (GPU); False: launch overhead is in the times
     note: str
-    verified_runs: list[int]  # the timed runs whose outputs were checked, chosen by the secret seed
+    verified_runs: list[int]  # the timed runs whose outputs were checked: every one
     per_rank_ms: list[list[float]]  # every rank's times: CUDA events that fit the judge's clock (GPU), its clock (CPU)
     judge_per_rank_ms: list[list[float]]  # every rank's judge clock
     inputs_per_rank_ms: list[float | None]  # every rank's median cost of receiving its inputs inside the clock
-    final_output_errors: list[str]  # wrong outputs of verified timed runs, changed parameters
+    final_output_errors: list[str]  # wrong outputs of timed runs, parameters changed after one
     clock_errors: list[str]  # ranks whose reported times do not fit their judge's clock
     clock: dict[str, Any] | None = None  # this rank's cross-check of the two clocks (GPU)
+    # every rank's runs that do nothing, by the clock per_rank_ms is read from: the runner's own floor
+    null_per_rank_ms: list[list[float]] | None = None
     level: str = "L4"
 
 

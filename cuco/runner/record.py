@@ -56,7 +56,8 @@ class Timing:
     judge's verdicts on the timed runs. With no iteration timed, summarize gives only the median (None) and the
     count, hence the percentiles' omission when None."""
     _OMIT: ClassVar[frozenset[str]] = frozenset({"p10_ms", "p90_ms", "min_ms", "max_ms", "spread_pct",
-                                                 "per_rank_median_ms", "inputs_ms"})
+                                                 "per_rank_median_ms", "inputs_ms", "null_median_ms",
+                                                 "null_per_rank_ms"})
     median_ms: float | None = None
     p10_ms: float | None = None
     p90_ms: float | None = None
@@ -76,6 +77,10 @@ class Timing:
     # Of median_ms, what writing the run's inputs into the candidate's buffers costs alone (the slowest rank's
     # median): they arrive inside the timed region, so that no candidate sees them before its clock runs.
     inputs_ms: float | None = None
+    # The runner's own floor: runs that do nothing but receive their inputs, timed like the candidate's (the slowest
+    # rank per run, its median; every rank's times): a median within noise of it did no work (cascade.null_floor_ms).
+    null_median_ms: float | None = None
+    null_per_rank_ms: list[list[float]] | None = None
 
     def to_dict(self) -> dict[str, Any]:
         return _plain(self, self._OMIT)

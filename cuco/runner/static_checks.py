@@ -3,12 +3,14 @@ or call the reference.
 
 CUDA sources get a quick regex pass here, for early feedback; cuda_checks.py repeats it on what the compiler really
 sees (after preprocessing) and on the built library. Python sources are checked on their syntax tree, so comments
-and strings cannot trigger a rule and an alias cannot hide an import.
+and strings cannot trigger a rule and an alias cannot hide an import; the tree is of the very text that the loader
+runs (`python_text`).
 """
 
 from __future__ import annotations
 
 import ast
+import codecs
 import re
 from dataclasses import dataclass
 from pathlib import Path
@@ -96,6 +98,49 @@ ATTR_FUNCTIONS = {"getattr", "setattr", "delattr", "hasattr"}
 class StaticReport:
     ok: bool
     problems: list[str]
+
+
+class SourceError(ValueError):
+    """A Python source whose bytes the importer would not read as the UTF-8 text that the checks read."""
+
+
+# PEP 263: a comment in the first two lines that names the source's encoding (the tokenizer's own rule).
+CODING_DECLARATION = re.compile(rb"^[ \t\f]*#.*?coding[:=][ \t]*([-\w.]+)")
+# Byte order marks of other encodings than UTF-8 (UTF-32's first: UTF-16's is its prefix).
+FOREIGN_BOMS = {codecs.BOM_UTF32_LE: "UTF-32", codecs.BOM_UTF32_BE: "UTF-32", codecs.BOM_UTF16_LE: "UTF-16",
+                codecs.BOM_UTF16_BE: "UTF-16"}
+UTF8_ONLY = "a candidate's source is UTF-8: in any other encoding the interpreter runs other code than the checks read"
+
+
+def _is_utf8(name: str) -> bool:
+    """Whether the interpreter decodes a declaration of `name` as UTF-8 (it maps utf_8, UTF-8-sig, utf8... there)."""
+    normal = name[:12].lower().replace("_", "-")
+    if normal == "utf-8" or normal.startswith("utf-8-"):
+        return True
+    try:
+        return codecs.lookup(name).name == "utf-8"
+    except LookupError:
+        return False
+
+
+def python_text(data: bytes, name: str) -> str:
+    """The text of a Python source, for the checks and the loader alike: its bytes as UTF-8, a UTF-8 byte order mark
+    dropped. A declaration of any other encoding is refused rather than followed, since decoding is where text and
+    code part: in UTF-7 a comment can hold whole lines of code. SourceError names the file and line."""
+    for bom, encoding in FOREIGN_BOMS.items():
+        if data.startswith(bom):
+            raise SourceError(f"{name}:1: forbidden {encoding} byte order mark: {UTF8_ONLY}")
+    data = data.removeprefix(codecs.BOM_UTF8)
+    for line, text in enumerate(data.splitlines()[:2], 1):
+        declared = CODING_DECLARATION.match(text)
+        encoding = declared.group(1).decode("ascii") if declared else "utf-8"
+        if not _is_utf8(encoding):
+            raise SourceError(f"{name}:{line}: forbidden coding declaration {encoding!r}: {UTF8_ONLY}")
+    try:
+        return data.decode("utf-8")
+    except UnicodeDecodeError as exc:
+        line = len(data[:exc.start + 1].splitlines())
+        raise SourceError(f"{name}:{line}: not UTF-8 ({exc.reason}): {UTF8_ONLY}") from None
 
 
 def _strip_c(text: str) -> str:
@@ -227,7 +272,15 @@ def _check_cuda(path: Path, text: str) -> list[str]:
 
 
 def check_source(path: Path) -> StaticReport:
-    text = path.read_text(errors="replace")
-    problems = marker_problems(text)
-    problems += _check_cuda(path, text) if path.suffix == ".cu" else _check_python(path, text)
+    if path.suffix == ".cu":
+        text = path.read_text(errors="replace")
+        return _report(marker_problems(text) + _check_cuda(path, text))
+    try:
+        text = python_text(path.read_bytes(), path.name)
+    except SourceError as exc:
+        return _report([str(exc)])
+    return _report(marker_problems(text) + _check_python(path, text))
+
+
+def _report(problems: list[str]) -> StaticReport:
     return StaticReport(not problems, problems)

@@ -1,26 +1,23 @@
 """What every judge does: join the judges' own process group, share the secret seed, draw every rank's inputs and
 parameters from it, and write its rank's report.
 
-A judge holds its own rank's parameters once per shape (the candidate's judge shares that memory with the
-candidate's process) and draws another rank's afresh for each reference that needs them: weights are most of an
-MoE layer's memory, and a second copy of them doubles what an evaluation needs of a GPU
-(benchmarks/results/judge_memory.md)."""
+A judge holds its own rank's parameters once per shape (`own`; the candidate's judge shares that memory with the
+candidate's process, and keeps a private copy for its references, `private`) and draws another rank's afresh for
+each reference that needs them: weights are most of an MoE layer's memory (benchmarks/results/judge_memory.md)."""
 
 from __future__ import annotations
 
-import json
 import os
 import time
-from datetime import timedelta
 from pathlib import Path
 from typing import Any
 
 import torch
-import torch.distributed as dist
 
 from cuco.paths import atomic_write_json
 from cuco.runner.buffers import TORCH_DTYPES
-from cuco.runner.job import JUDGE_PORT_ENV, Job
+from cuco.runner.job import JUDGE_PORT_ENV, JUDGE_TOKEN_ENV, Job
+from cuco.runner.judge.group import JudgeGroup
 from cuco.runner.keyed import generator, new_secret
 from cuco.runner.l2 import L2Flush
 from cuco.runner.rank_report import RankReport, StageResult
@@ -47,6 +44,8 @@ class Judge:
     sandbox = ""  # how the candidate's process is confined; a judge without one has none
 
     def __init__(self, job: Job, rank: int) -> None:
+        # Out of the environment before anything runs here (the workload's reference.py is loaded below).
+        self.token = os.environ.pop(JUDGE_TOKEN_ENV, "")
         self.job, self.rank, self.world = job, rank, job.world
         self.t0 = time.monotonic()
         self.out = Path(job.out_dir)
@@ -59,6 +58,7 @@ class Judge:
         self.cuda = job.device == "cuda"
         self.device = torch.device("cuda", job.gpus[rank] if job.gpus else rank) if self.cuda else torch.device("cpu")
         self.own: dict[str, torch.Tensor] = {}  # this rank's parameters, drawn once per shape (open_parameters)
+        self.private: dict[str, torch.Tensor] = {}  # the same values, what references read: no other process maps them
         self.parameter_seed = 0
         self.seed: int | None = None
         self.reported: list[StageResult] = []  # the stages of the last report written
@@ -76,41 +76,31 @@ class Judge:
 
     def init(self) -> None:
         self.mark("init: process group")
-        store = dist.TCPStore("127.0.0.1", int(os.environ[JUDGE_PORT_ENV]), self.world, self.rank == 0,
-                              timeout=timedelta(seconds=120))
-        dist.init_process_group("gloo", store=store, rank=self.rank, world_size=self.world)
-        self.gloo = dist.group.WORLD
-        box = torch.tensor([new_secret() if self.rank == 0 else 0], dtype=torch.int64)
-        dist.broadcast(box, src=0, group=self.gloo)
-        self.seed = int(box.item())
+        self.group = JudgeGroup(self.rank, self.world, int(os.environ[JUDGE_PORT_ENV]), self.token)
+        self.token = ""
+        self.seed = int(self.group.broadcast(new_secret() if self.rank == 0 else None))
         if self.cuda:
             torch.cuda.set_device(self.device)
             torch.backends.cuda.matmul.allow_tf32 = False  # references in true fp32
             self.l2 = L2Flush(self.device)
 
     def barrier(self) -> None:
-        dist.barrier(group=self.gloo)
+        self.group.barrier()
 
     def any_rank(self, flag: bool) -> bool:
-        t = torch.tensor([int(flag)])
-        dist.all_reduce(t, op=dist.ReduceOp.MAX, group=self.gloo)
-        return bool(t.item())
+        return self.group.any(flag)
 
     def gather(self, obj: Any) -> list[Any]:
-        """Every rank's `obj`, as JSON: nothing a judge receives is unpickled, so a process that pushed its way
-        into the judges' group could at worst make the evaluation fail."""
-        data = torch.frombuffer(bytearray(json.dumps(obj).encode()), dtype=torch.uint8)
-        sizes = [torch.zeros(1, dtype=torch.int64) for _ in range(self.world)]
-        dist.all_gather(sizes, torch.tensor([data.numel()]), group=self.gloo)
-        longest = int(max(sizes).item())
-        mine = torch.zeros(longest, dtype=torch.uint8)
-        mine[: data.numel()] = data
-        parts = [torch.empty(longest, dtype=torch.uint8) for _ in range(self.world)]
-        dist.all_gather(parts, mine, group=self.gloo)
-        return [json.loads(bytes(p[: int(n.item())].tolist())) for p, n in zip(parts, sizes)]
+        """Every rank's `obj`, as JSON over the judges' authenticated group (group.py): nothing a judge receives is
+        unpickled."""
+        return self.group.all_gather(obj)
 
     def gather_failures(self, mine: list[str]) -> list[str]:
         return [f"rank {r}: {m}" for r, ms in enumerate(self.gather(mine)) for m in ms]
+
+    def close(self) -> None:
+        """Leaves the judges' group, once the final report is written."""
+        self.group.close()
 
     def sync(self) -> None:
         if self.cuda:
@@ -134,11 +124,12 @@ class Judge:
     def inputs_for(self, params: dict[str, int], seed: int,
                    ranks: range | list[int]) -> dict[int, dict[str, torch.Tensor]]:
         """Inputs of the given ranks, from per-rank seeds, so each judge computes its reference alone, and their
-        parameters: this rank's as drawn for the shape, another rank's drawn again (dropped with the inputs)."""
+        parameters: this rank's private copy (never the memory a candidate's process maps), another rank's drawn
+        again (dropped with the inputs)."""
         out = {}
         for r in ranks:
             out[r] = self.ref.make_inputs(params, self.world, r, generator(self.device, "inputs", seed, r), self.device)
-            out[r].update(self.own if r == self.rank else self.draw_parameters(params, r))
+            out[r].update(self.private if r == self.rank else self.draw_parameters(params, r))
         return out
 
     def all_inputs(self, params: dict[str, int], seed: int) -> list[dict[str, torch.Tensor]]:
@@ -146,9 +137,9 @@ class Judge:
         return [by_rank[r] for r in range(self.world)]
 
     def open_parameters(self, params: dict[str, int], seed: int) -> None:
-        """This rank's parameters for the shape."""
+        """This rank's parameters for the shape: one copy, `own` and `private` alike, until a judge shares `own`."""
         self.parameter_seed = seed
-        self.own = self.draw_parameters(params, self.rank)
+        self.own = self.private = self.draw_parameters(params, self.rank)
 
     def draw_parameters(self, params: dict[str, int], rank: int) -> dict[str, torch.Tensor]:
         """rank's parameters, from reference.make_parameters where the workload has it (then make_inputs need not

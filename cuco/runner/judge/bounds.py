@@ -4,6 +4,7 @@ comm_alone), each timed alone in judges with no candidate process beside them.""
 from __future__ import annotations
 
 from collections.abc import Callable
+from datetime import timedelta
 from typing import Any
 
 import torch
@@ -11,6 +12,7 @@ import torch.distributed as dist
 
 from cuco.runner.buffers import TORCH_DTYPES
 from cuco.runner.judge.base import Judge
+from cuco.runner.judge.group import HOST, TIMEOUT_S
 from cuco.runner.rank_report import BoundsStage, StageResult
 from cuco.runner.timing import graphed, time_references_cpu, time_references_cuda
 from cuco.runner.verify import poison
@@ -57,11 +59,30 @@ class BoundsJudge(Judge):
                 fn, out.compute_alone_graphed = graphed(fn)
             out.compute_alone_per_rank_ms = self.gather(self.time(fn, bufs))
         if self.ref.comm_alone is not None:
-            group = dist.new_group(backend="nccl", device_id=self.device) if self.cuda else self.gloo  # type: ignore[call-arg]
+            group = self.comm_group()
             self.mark("bounds: timing comm_alone")
             fn = self.ref.comm_alone(RankView(params, self.world, self.rank, inputs, bufs, group))
             out.comm_alone_per_rank_ms = self.gather(self.time(fn, bufs))
         return out
+
+    def comm_group(self) -> dist.ProcessGroup:
+        """The torch.distributed group the workload's collective runs in (NCCL on GPUs, gloo on CPUs), made on first
+        use. Only these judges run here, no candidate; the port of its store, which rank 0 lets the system pick,
+        reaches the other judges over their authenticated group."""
+        if not dist.is_initialized():
+            store = dist.TCPStore(HOST, 0, self.world, True, timeout=timedelta(seconds=TIMEOUT_S),
+                                  wait_for_workers=False) if self.rank == 0 else None
+            port = self.group.broadcast(store.port if store is not None else None)
+            if store is None:
+                store = dist.TCPStore(HOST, port, self.world, False, timeout=timedelta(seconds=TIMEOUT_S))
+            dist.init_process_group("nccl" if self.cuda else "gloo", store=store, rank=self.rank,
+                                    world_size=self.world, device_id=self.device if self.cuda else None)
+        return dist.group.WORLD
+
+    def close(self) -> None:
+        if dist.is_initialized():
+            dist.destroy_process_group()
+        super().close()
 
     def time(self, fn: Callable[[], Any], bufs: dict[str, torch.Tensor]) -> list[float]:
         t = self.spec.timing

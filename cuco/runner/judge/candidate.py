@@ -1,27 +1,26 @@
 """The judge of a candidate: it starts nothing itself (rank.py started the candidate's process beside it) and drives
 that process through the stages, over a channel (host_link.py).
 
-Every run gets fresh inputs and poisoned outputs and scratch; of the timed runs, some chosen at random (the host
-cannot tell which) are snapshotted at the end of the timed region and verified. A run's inputs reach the candidate
-only once its clock runs: on the CPU the judge writes them after starting its clock; on GPUs they wait in the
-shared staging area sealed (XOR with a keystream) and the key is written to the gate page as the gate opens.
-Parameters (weights) are drawn once per shape into memory the candidate's process maps, and checked unchanged by
-keyed digests before and after every reference that reads them. Judges agree on every verdict before going
-on, and a rank passes only by the judge writing `done`.
+Every run gets fresh inputs and poisoned outputs and scratch; every timed run is snapshotted at the end of its timed
+region and verified right after it, untimed, against the reference of its own inputs. A run's inputs reach the
+candidate only once its clock runs: on the CPU the judge writes them after starting its clock; on GPUs they wait in
+the shared staging area sealed (XOR with a keystream) and the key is written to the gate page as the gate opens.
+Parameters (weights) are drawn once per shape into memory the candidate's process maps; the references read the
+judge's private copy of them, and keyed digests check the shared ones unchanged after every run the judge checks.
+Runs that do nothing, timed like the candidate's, measure the runner's own floor. Judges agree on every verdict
+before going on, and a rank passes only by the judge writing `done`.
 """
 
 from __future__ import annotations
 
 import os
-import random
 import statistics
 import time
 from typing import Any
 
 import torch
-import torch.distributed as dist
 
-from cuco.runner.buffers import Exchange, Layout, memfd_buffers, share
+from cuco.runner.buffers import Exchange, Layout, SharedRegion, exchange_bytes, memfd_buffers
 from cuco.runner.harness import Harness
 from cuco.runner.host_process import HostProcess
 from cuco.runner.job import Job
@@ -33,8 +32,10 @@ from cuco.runner.rank_report import CorrectnessStage, StageResult, TimingStage
 from cuco.runner.timing import cross_check
 from cuco.runner.verify import Check, compare, poison, same
 
-VERIFIED_RUNS = 2  # timed runs whose outputs are verified, chosen at random per shape
-NULL_RUNS = 5  # runs that do nothing, timed by the judge: its own overhead, for the clock cross-check
+# Runs that do nothing, timed like the candidate's (the runner's floor, for the clock cross-check and the impossible
+# rule): at least this many per shape, and one per timed run where there are more, spread between the timed runs so
+# that a machine busier at one moment than another moves both alike.
+NULL_RUNS = 5
 
 
 class CandidateJudge(Judge):
@@ -46,7 +47,7 @@ class CandidateJudge(Judge):
         self.gated = self.cuda
         self.exchange: Exchange | None = None
         self.bufs: dict[str, torch.Tensor] | None = None
-        self.pool: torch.cuda.MemPool | None = None  # GPU: everything the host maps, and nothing else of the judge's
+        self.regions: list[SharedRegion] = []  # GPU: everything the host maps, and nothing else of the judge's
         self.digests: dict[str, int] = {}  # of this rank's parameters as drawn
         self.pending: dict[str, torch.Tensor] = {}  # CPU: the next run's inputs, written once the clock runs
         self.harness = Harness(job.harness) if self.cuda else None
@@ -129,7 +130,11 @@ class CandidateJudge(Judge):
 
     # ---- shapes ---------------------------------------------------------------------------------
     def open_shape(self, shape_name: str, seed: int) -> dict[str, int]:
-        """The shape's buffers shared with the host, its parameters drawn into them, and the host's setup."""
+        """The shape's buffers shared with the host, its parameters drawn into them, and the host's setup. The
+        references read a private copy of the parameters (`private`, as drawn), which no other process maps: it
+        costs their memory once more in the judge for the shape's duration (on GPUs beside the shared regions; the
+        MoE layer's 22.5 GB per GPU at world 1 become 45 GB), so that a candidate changing its weights while the
+        judge checks moves no reference."""
         shape = self.spec.shape(shape_name)
         params, env = dict(shape.params), shape.env(self.world)
         self.layouts = [Layout(b.name, b.role, b.dtype, b.dims(env), b.symmetric) for b in self.spec.buffers.values()]
@@ -137,20 +142,26 @@ class CandidateJudge(Judge):
         msg: dict[str, Any] = dict(buffers=[lay.to_json() for lay in self.layouts], params=params)
         fds: list[int] = []
         if self.cuda:
-            # CUDA IPC maps a whole segment of the caching allocator: what the host maps comes from a pool of its
-            # own, so that no tensor of the judge's (a key, the next run's inputs) can sit beside it.
-            self.pool = torch.cuda.MemPool()
-            with torch.cuda.use_mem_pool(self.pool):
-                self.open_parameters(params, seed)
-                self.exchange = Exchange.create(self.layouts, self.device)
+            # Device memory of the judge's that the host maps through descriptors (buffers.SharedRegion): the
+            # exchange and the parameters, and nothing else of the judge's beside them.
+            self.open_parameters(params, seed)
+            self.regions = [SharedRegion.create(self.harness, exchange_bytes(self.layouts), self.device)]
+            self.exchange = Exchange(self.regions[0], self.layouts)
+            self.own = {}  # the shared copies; `private`, as drawn, stays the judge's alone
+            for n, t in self.private.items():
+                self.regions.append(SharedRegion.create(self.harness, t.nbytes, self.device))
+                self.own[n] = self.regions[-1].tensor[: t.nbytes].view(t.dtype).view(t.shape)
+                self.own[n].copy_(t)
             self.sync()
-            msg["exchange"] = self.exchange.handle()
-            msg["parameters"] = {n: share(t) for n, t in self.own.items()}
+            msg["exchange"] = self.regions[0].nbytes
+            msg["parameters"] = {n: r.nbytes for n, r in zip(self.own, self.regions[1:])}
+            fds = [r.handoff() for r in self.regions]
         else:
             self.bufs, fds = memfd_buffers(self.layouts)
             self.open_parameters(params, seed)
             for n, t in self.own.items():
                 self.bufs[n].copy_(t.reshape(self.bufs[n].shape))
+            self.private = {n: t.reshape(self.bufs[n].shape) for n, t in self.own.items()}  # as drawn: the judge's
             self.own = {n: self.bufs[n] for n in self.own}
         self.digests = self.parameter_digests()
         self.link.send("setup", fds=fds, where=f"{shape_name}: setup", **msg)
@@ -174,10 +185,11 @@ class CandidateJudge(Judge):
         self.link.send("teardown", where=f"{shape_name}: teardown")
         self.link.call("ok", f"{shape_name}: teardown")
         self.exchange = self.bufs = None
-        self.own = {}
+        self.own, self.private = {}, {}
         if self.cuda:  # the host has let go of the shared memory: back to the device
-            self.pool = None
-            torch.cuda.ipc_collect()
+            for region in self.regions:
+                region.close()
+            self.regions = []
             torch.cuda.empty_cache()
 
     # ---- runs -----------------------------------------------------------------------------------
@@ -208,15 +220,16 @@ class CandidateJudge(Judge):
         out, output snapshot if kept)."""
         self.link.check_reach(where)
         self.barrier()
-        if not self.cuda:
+        if not self.cuda:  # a null run is timed the same way: its inputs delivered, the host replying at once
             t0 = time.perf_counter()
             self.deliver()
             delivered_ms = (time.perf_counter() - t0) * 1e3
-            self.link.send("run", where=where)
+            self.link.send("run", null=null, where=where)
             self.link.call("done", where)
             ms = (time.perf_counter() - t0) * 1e3
+            snap = self.snapshot("output") if keep else None  # the moment the host says it is done
             self.link.check_reach(where)
-            return ms, delivered_ms, False, self.snapshot("output") if keep else None
+            return ms, delivered_ms, False, snap
         self.seq += 1
         gated = self.gated
         if gated:
@@ -252,9 +265,7 @@ class CandidateJudge(Judge):
         CLOCK_MONOTONIC, one clock for every process of the node the evaluation runs on."""
         if self.world == 1:
             return t0
-        t = torch.tensor([t0], dtype=torch.float64)
-        dist.broadcast(t, src=0, group=self.gloo)
-        return float(t.item())
+        return float(self.group.broadcast(t0))
 
     # ---- verdicts -------------------------------------------------------------------------------
     def agree(self, checks: list[Check], what: str) -> None:
@@ -302,70 +313,90 @@ class CandidateJudge(Judge):
         return CorrectnessStage(level, shape, self.spec.timing.trials, max(errors) if errors else 0.0)
 
     def timing(self, shape: str, params: dict[str, int], seed: int) -> TimingStage:
+        """Warm-up, then the timed runs, each verified right after it (untimed: the clock has stopped) against the
+        reference of its own inputs, and the parameters checked after it; between the timed runs, null runs timed
+        the same way (null_runs). Only the warm-up goes unchecked."""
         t = self.spec.timing
         warmup = max(1, self.job.warmup if self.job.warmup is not None else t.warmup)
         iters = self.job.iters if self.job.iters is not None else t.iters
-        chosen = set(random.Random(seed).sample(range(iters), min(VERIFIED_RUNS, iters)))  # the seed is secret
+        nulls = max(NULL_RUNS, iters)
         judge_ms: list[float] = []
         reported_ms: list[float] = []  # the host's events (GPU), or the judge's own time to write the inputs (CPU)
-        null_ms: list[float] = []
-        null_event_ms: list[float] = []
-        kept: dict[int, tuple[int, dict[str, torch.Tensor]]] = {}
+        null_ms: list[float] = []  # the judge's clock around runs that do nothing
+        null_event_ms: list[float] = []  # their events (GPU), or the judge's time to write their inputs (CPU)
+        failed: dict[int, list[str]] = {}  # timed run -> this rank's failures
         note = ""
         for i in range(warmup + iters):
-            where = f"L4 {shape}: " + (f"warm-up {i}" if i < warmup else f"timed run {i - warmup}")
+            j = i - warmup
+            where = f"L4 {shape}: " + (f"warm-up {i}" if j < 0 else f"timed run {j}")
             self.mark(where)
-            self.load(self.inputs_for(params, seed + i, [self.rank])[self.rank])
+            mine = self.inputs_for(params, seed + i, [self.rank])[self.rank]
+            self.load(mine)
             self.flush_l2()
-            keep = i - warmup in chosen
-            ms, ev, gate_timed_out, snap = self.run_timed(where, keep, probe=(i == 0 and self.gated))
+            ms, ev, gate_timed_out, snap = self.run_timed(where, keep=j >= 0, probe=(i == 0 and self.gated))
             if i == 0 and self.cuda and self.any_rank(gate_timed_out):
                 self.gated = False
                 note = "cuco_run blocks the host: timed without the start gate (launch overhead included)"
-            if i == 0 and self.cuda:
-                null_ms, null_event_ms = self.null_runs(shape)
-            if i < warmup:
+            if j < 0:
                 continue
             judge_ms.append(ms)
             reported_ms.append(ev)
-            if keep:
-                kept[i - warmup] = (seed + i, snap)
+            if wrong := self.verify_run(shape, params, j, seed + i, mine, snap):
+                failed[j] = wrong
+            del snap
+            more = -(-nulls * (j + 1) // iters) - len(null_ms)  # ceil: spread evenly, all of them by the last run
+            nm, ne = self.null_runs(shape, mine, len(null_ms), more)
+            null_ms += nm
+            null_event_ms += ne
         clock = cross_check(reported_ms, judge_ms, null_ms).to_json() if self.cuda else None
         # What delivering the inputs inside the timed region costs by itself, for the record only (on GPUs the
         # candidate's process reports it): a run with nothing else (GPU), the judge's own copy (CPU).
         inputs = null_event_ms if self.cuda else reported_ms
-        changed = self.parameters_changed()  # before the references read them, and after
-        errors = self.verify_kept(shape, params, kept) if not self.any_rank(bool(changed)) else []
-        changed += [m for m in self.parameters_changed() if m not in changed]
-        errors += self.gather_failures([f"after the timed runs: {m}" for m in changed])
         return TimingStage(
-            shape=shape, gated=self.gated, note=note, verified_runs=sorted(kept),
+            shape=shape, gated=self.gated, note=note, verified_runs=list(range(iters)),
             per_rank_ms=self.gather(reported_ms if self.cuda else judge_ms), judge_per_rank_ms=self.gather(judge_ms),
             inputs_per_rank_ms=self.gather(statistics.median(inputs) if inputs else None),
-            final_output_errors=errors, clock=clock,
-            clock_errors=[f"rank {r}: {c['message']}" for r, c in enumerate(self.gather(clock)) if c and not c["ok"]])
+            final_output_errors=self.gather_failures(_failures(failed, iters)), clock=clock,
+            clock_errors=[f"rank {r}: {c['message']}" for r, c in enumerate(self.gather(clock)) if c and not c["ok"]],
+            # by the clock the candidate's times are read from: events (GPU), the judge's (CPU)
+            null_per_rank_ms=self.gather(null_event_ms if self.cuda else null_ms))
 
-    def null_runs(self, shape: str) -> tuple[list[float], list[float]]:
-        """Runs that do nothing but receive their inputs: the judge's clock around them (what the gate, the
-        inputs, the snapshot and the done flag cost by themselves) and their events (the inputs alone)."""
+    def null_runs(self, shape: str, mine: dict[str, torch.Tensor], first: int,
+                  count: int) -> tuple[list[float], list[float]]:
+        """Runs that do nothing but receive their inputs (the last timed run's again), timed exactly like the
+        candidate's: the judge's clock around them (what the gate, the inputs, the snapshot and the done flag, or
+        the messages, cost by themselves), and their events (GPU) or the judge's time to write the inputs (CPU)."""
         judge, events = [], []
-        for n in range(NULL_RUNS):
+        for n in range(first, first + count):
             where = f"L4 {shape}: runner overhead {n}"
             self.mark(where)
+            if not self.cuda:  # GPU: the staged inputs are unsealed again (under another run's key: garbage, as good)
+                self.load(mine)
             self.flush_l2()
             ms, ev, _, _ = self.run_timed(where, keep=False, null=True)
             judge.append(ms)
             events.append(ev)
         return judge, events
 
-    def verify_kept(self, shape: str, params: dict[str, int], kept) -> list[str]:
-        """The snapshotted timed runs against the reference of their own inputs; failures of every rank."""
-        mine = []
-        for j, (seed, snap) in sorted(kept.items()):
-            self.mark(f"L4 {shape}: verifying timed run {j}")
-            expected = self.ref.reference(params, self.world, self.rank, self.all_inputs(params, seed))
-            mine += [f"timed run {j}: {c.message}" for c in self.check_outputs(snap, expected) if not c.ok]
-        return self.gather_failures(mine)
+    def verify_run(self, shape: str, params: dict[str, int], j: int, seed: int, mine: dict[str, torch.Tensor],
+                   snap: dict[str, torch.Tensor]) -> list[str]:
+        """Timed run j's outputs against the reference of its own inputs (this rank's as the judge drew them, with
+        its private parameters; the other ranks' drawn again), then this rank's parameters' digests: its failures."""
+        self.mark(f"L4 {shape}: verifying timed run {j}")
+        inputs = self.inputs_for(params, seed, [r for r in range(self.world) if r != self.rank])
+        inputs[self.rank] = mine
+        expected = self.ref.reference(params, self.world, self.rank, [inputs[r] for r in range(self.world)])
+        wrong = [f"timed run {j}: {c.message}" for c in self.check_outputs(snap, expected) if not c.ok]
+        return wrong + [f"after timed run {j}: {m}" for m in self.parameters_changed()]
+
+
+def _failures(failed: dict[int, list[str]], iters: int) -> list[str]:
+    """A rank's failures of its timed runs: the first failed run's in full, and which others failed."""
+    if not failed:
+        return []
+    first = min(failed)
+    more = [f"{len(failed)} of {iters} timed runs failed: {sorted(failed)}"] if len(failed) > 1 else []
+    return failed[first] + more
 
 
 def _signed(key: int) -> int:

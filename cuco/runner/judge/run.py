@@ -6,8 +6,6 @@ import sys
 import traceback
 from pathlib import Path
 
-import torch.distributed as dist
-
 from cuco.paths import atomic_write_json
 from cuco.runner.host_process import HostProcess
 from cuco.runner.job import Job
@@ -26,7 +24,7 @@ def run_judge(job: Job, rank: int, host: HostProcess | None) -> int:
         judge.init()
         stages = judge.stages()
         judge.write_report(stages, done=True)
-        dist.destroy_process_group()
+        judge.close()
         return 0
     except StageFailed as exc:
         judge.stop()
