@@ -107,7 +107,7 @@ BECOME = textwrap.dedent('''
     from pathlib import Path
     from cuco.runner.sandbox import identity
     uid, wanted, hidden = int(sys.argv[1]), Path(sys.argv[2]), Path(sys.argv[3])
-    covered = identity.reach([wanted])
+    covered = identity.reach([wanted], uid)
     identity.become(uid, os.getppid())
     out = {"uid": os.getuid(), "covered": covered, "read": wanted.read_text()}
     try:

@@ -101,9 +101,9 @@ def confine(*writable: Path, uid: int | None = None, parent: int = 0, readable: 
     must still read: Python, cuco, torch) reachable to it. PARENT: the judge, whose death must end this process."""
     covered: list[str] = []
     if uid is not None:
-        covered = identity.reach(list(readable))
-        for path in writable:
+        for path in writable:  # its own first: a folder it owns is open to it, and never covered
             os.chown(path, uid, uid)
+        covered = identity.reach(list(readable), uid)
         _drop_bounding_set()  # needs CAP_SETPCAP, which the uid change takes away
         identity.become(uid, parent)
     abi = landlock_abi()

@@ -76,16 +76,26 @@ def become(uid: int, parent: int) -> None:
         os._exit(1)
 
 
-def _closed(path: Path) -> bool:
-    """Whether others may not pass through (a folder), or read (the last folder of a needed path)."""
+def _allows(st: os.stat_result, uid: int, owner_bit: int, other_bit: int) -> bool:
+    """Whether the mode grants uid (whose gid is its own) a right: as the owner, or as anyone else."""
+    return bool(st.st_mode & (owner_bit if st.st_uid == uid else other_bit))
+
+
+def _closed(path: Path, uid: int) -> bool:
+    """Whether uid may not pass through a folder."""
     try:
-        mode = os.stat(path).st_mode
+        st = os.stat(path)
     except OSError:
         return False
-    return stat.S_ISDIR(mode) and not mode & stat.S_IXOTH
+    return stat.S_ISDIR(st.st_mode) and not _allows(st, uid, stat.S_IXUSR, stat.S_IXOTH)
 
 
-def _closed_on_the_way(paths: list[Path]) -> dict[Path, set[str]]:
+def _unreadable(path: Path, uid: int) -> bool:
+    st = os.stat(path)
+    return stat.S_ISDIR(st.st_mode) and not _allows(st, uid, stat.S_IRUSR, stat.S_IROTH)
+
+
+def _closed_on_the_way(paths: list[Path], uid: int) -> dict[Path, set[str]]:
     """Every folder closed to others on the way to PATHS, with the names beneath it on the way (an empty set: the
     folder is itself needed, and all of it stays)."""
     out: dict[Path, set[str]] = {}
@@ -93,9 +103,9 @@ def _closed_on_the_way(paths: list[Path]) -> dict[Path, set[str]]:
         parts = path.parts
         for i in range(1, len(parts)):
             folder = Path(*parts[:i])
-            if _closed(folder):
+            if _closed(folder, uid):
                 out.setdefault(folder, set()).add(parts[i])
-        if _closed(path) or (path.is_dir() and not os.stat(path).st_mode & stat.S_IROTH):
+        if _closed(path, uid) or _unreadable(path, uid):
             out[path] = set()
     return out
 
@@ -132,10 +142,10 @@ def _cover(folder: Path, keep: set[str]) -> None:
         os.close(fd)
 
 
-def reach(paths: list[Path]) -> list[str]:
-    """Make PATHS readable to any uid in a mount namespace of this process's own (nothing outside it changes);
-    returns the folders covered. Needs CAP_SYS_ADMIN, so call it as root, before dropping it."""
-    closed = _closed_on_the_way([Path(os.path.realpath(p)) for p in paths if os.path.exists(p)])
+def reach(paths: list[Path], uid: int) -> list[str]:
+    """Make PATHS readable to UID in a mount namespace of this process's own (nothing outside it changes); returns
+    the folders covered. Needs CAP_SYS_ADMIN, so call it as root, before dropping it."""
+    closed = _closed_on_the_way([Path(os.path.realpath(p)) for p in paths if os.path.exists(p)], uid)
     if not closed:
         return []
     if libc.unshare(CLONE_NEWNS) != 0:
