@@ -48,7 +48,7 @@ def _fault(name: str, tmp_path):
 
 def _assert_caught(rec, level, words):
     assert not rec.ok, "a cheat passed"
-    assert rec.failed_level == level, rec.error
+    assert rec.failed_level in level.split("|"), rec.error
     assert any(w in rec.error for w in words), rec.error
 
 
@@ -104,7 +104,9 @@ def test_work_in_the_gap_before_the_clock_is_caught(tmp_path, no_static_checks, 
     inputs are not there yet (sealed until the gate opens), so what it computes is the previous run's."""
     src = tmp_path / "gap.py"
     src.write_text((CHEATS / "gpu_work_in_the_gap.py").read_text().replace("SPIN = False", f"SPIN = {spin}"))
-    _assert_caught(_eval(src, tmp_path, shapes=("8k",)), "L2", ["out of tolerance"])
+    # A thread that spins on the inputs may finish a small shape's GEMM, on its own stream, before the snapshot:
+    # that work is inside the run and right, and the full shape's is not (L3).
+    _assert_caught(_eval(src, tmp_path, shapes=("8k",)), "L2|L3", ["out of tolerance"])
 
 
 def test_no_way_out_of_the_sandbox_on_a_gpu(tmp_path, no_static_checks):

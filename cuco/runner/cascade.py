@@ -170,7 +170,7 @@ def _level1(record: EvalRecord, candidate: Path, kind: str, text: str, opts: Eva
         library = str(built.library)
     else:
         try:
-            compile(text, str(candidate), "exec")
+            compile(text.removeprefix("\ufeff"), str(candidate), "exec", dont_inherit=True)  # as the loader does
         except SyntaxError as exc:
             return _fail(record, "L1", f"Python syntax error: {candidate.name}:{exc.lineno}: {exc.msg}",
                          f"{exc.text or ''}"), None, None

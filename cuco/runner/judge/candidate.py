@@ -313,9 +313,13 @@ class CandidateJudge(Judge):
         return CorrectnessStage(level, shape, self.spec.timing.trials, max(errors) if errors else 0.0)
 
     def timing(self, shape: str, params: dict[str, int], seed: int) -> TimingStage:
-        """Warm-up, then the timed runs, each verified right after it (untimed: the clock has stopped) against the
-        reference of its own inputs, and the parameters checked after it; between the timed runs, null runs timed
-        the same way (null_runs). Only the warm-up goes unchecked."""
+        """Warm-up, then the timed runs, every one verified against the reference of its own inputs and the
+        parameters checked after it; between the timed runs, null runs timed the same way (null_runs). Only the
+        warm-up goes unchecked. On GPUs each run is verified right after it (untimed: the clock has stopped), so that
+        the judge holds one output snapshot at a time (outputs of 128 MB, 30 runs); on the CPU its snapshot is kept
+        and all are verified after the last run: outputs are small there, and a reference computed between two runs
+        would evict from the caches what the runs before it found there (a run of the CPU example's 512 shape took
+        twice as long). GPU runs start from a flushed L2 either way."""
         t = self.spec.timing
         warmup = max(1, self.job.warmup if self.job.warmup is not None else t.warmup)
         iters = self.job.iters if self.job.iters is not None else t.iters
@@ -325,6 +329,7 @@ class CandidateJudge(Judge):
         null_ms: list[float] = []  # the judge's clock around runs that do nothing
         null_event_ms: list[float] = []  # their events (GPU), or the judge's time to write their inputs (CPU)
         failed: dict[int, list[str]] = {}  # timed run -> this rank's failures
+        kept: dict[int, tuple[int, dict[str, torch.Tensor]]] = {}  # timed run -> (its seed, its output snapshot)
         note = ""
         for i in range(warmup + iters):
             j = i - warmup
@@ -341,13 +346,17 @@ class CandidateJudge(Judge):
                 continue
             judge_ms.append(ms)
             reported_ms.append(ev)
-            if wrong := self.verify_run(shape, params, j, seed + i, mine, snap):
-                failed[j] = wrong
+            kept[j] = (seed + i, snap)
             del snap
+            if self.cuda:
+                self.verify_kept(shape, params, kept, failed)
+            if changed := self.parameters_changed():
+                failed.setdefault(j, []).extend(f"after timed run {j}: {m}" for m in changed)
             more = -(-nulls * (j + 1) // iters) - len(null_ms)  # ceil: spread evenly, all of them by the last run
             nm, ne = self.null_runs(shape, mine, len(null_ms), more)
             null_ms += nm
             null_event_ms += ne
+        self.verify_kept(shape, params, kept, failed)
         clock = cross_check(reported_ms, judge_ms, null_ms).to_json() if self.cuda else None
         # What delivering the inputs inside the timed region costs by itself, for the record only (on GPUs the
         # candidate's process reports it): a run with nothing else (GPU), the judge's own copy (CPU).
@@ -378,16 +387,17 @@ class CandidateJudge(Judge):
             events.append(ev)
         return judge, events
 
-    def verify_run(self, shape: str, params: dict[str, int], j: int, seed: int, mine: dict[str, torch.Tensor],
-                   snap: dict[str, torch.Tensor]) -> list[str]:
-        """Timed run j's outputs against the reference of its own inputs (this rank's as the judge drew them, with
-        its private parameters; the other ranks' drawn again), then this rank's parameters' digests: its failures."""
-        self.mark(f"L4 {shape}: verifying timed run {j}")
-        inputs = self.inputs_for(params, seed, [r for r in range(self.world) if r != self.rank])
-        inputs[self.rank] = mine
-        expected = self.ref.reference(params, self.world, self.rank, [inputs[r] for r in range(self.world)])
-        wrong = [f"timed run {j}: {c.message}" for c in self.check_outputs(snap, expected) if not c.ok]
-        return wrong + [f"after timed run {j}: {m}" for m in self.parameters_changed()]
+    def verify_kept(self, shape: str, params: dict[str, int], kept: dict[int, tuple[int, dict[str, torch.Tensor]]],
+                    failed: dict[int, list[str]]) -> None:
+        """The kept snapshots against the reference of their own runs' inputs, drawn again from their seeds (this
+        rank's parameters from the judge's private copy), each dropped once checked; failures into `failed`."""
+        for j, (seed, snap) in sorted(kept.items()):
+            self.mark(f"L4 {shape}: verifying timed run {j}")
+            expected = self.ref.reference(params, self.world, self.rank, self.all_inputs(params, seed))
+            wrong = [f"timed run {j}: {c.message}" for c in self.check_outputs(snap, expected) if not c.ok]
+            if wrong:
+                failed[j] = wrong + failed.get(j, [])
+            del kept[j]
 
 
 def _failures(failed: dict[int, list[str]], iters: int) -> list[str]:
