@@ -2,9 +2,10 @@
 that process through the stages, over a channel (host_link.py).
 
 Every run gets fresh inputs and poisoned outputs and scratch; every timed run is snapshotted at the end of its timed
-region and verified right after it, untimed, against the reference of its own inputs. A run's inputs reach the
-candidate only once its clock runs: on the CPU the judge writes them after starting its clock; on GPUs they wait in
-the shared staging area sealed (XOR with a keystream) and the key is written to the gate page as the gate opens.
+region and verified, untimed, against the reference of its own inputs (on GPUs right after it, on the CPU after the
+last). A run's inputs reach the candidate only once its clock runs: on the CPU the judge writes them after starting
+its clock; on GPUs they wait in the shared staging area sealed (XOR with a keystream) and the key is written to the
+gate page as the gate opens.
 Parameters (weights) are drawn once per shape into memory the candidate's process maps; the references read the
 judge's private copy of them, and keyed digests check the shared ones unchanged after every run the judge checks.
 Runs that do nothing, timed like the candidate's, measure the runner's own floor. Judges agree on every verdict
@@ -319,7 +320,7 @@ class CandidateJudge(Judge):
         the judge holds one output snapshot at a time (outputs of 128 MB, 30 runs); on the CPU its snapshot is kept
         and all are verified after the last run: outputs are small there, and a reference computed between two runs
         would evict from the caches what the runs before it found there (a run of the CPU example's 512 shape took
-        twice as long). GPU runs start from a flushed L2 either way."""
+        up to twice as long). GPU runs start from a flushed L2 either way."""
         t = self.spec.timing
         warmup = max(1, self.job.warmup if self.job.warmup is not None else t.warmup)
         iters = self.job.iters if self.job.iters is not None else t.iters
