@@ -14,7 +14,7 @@ from cuco.machine import (
     nvlink_topology,
     save_machine,
 )
-from cuco.runner.sandbox import landlock_abi, seccomp_available
+from cuco.runner.sandbox import candidate_runs_as, landlock_abi, seccomp_available
 from cuco.runner.toolchain import find_toolchain
 
 
@@ -58,6 +58,7 @@ def collect(measure: bool) -> dict[str, Any]:
     facts["mpi"] = _version(["mpirun", "--version"])
     facts["landlock_abi"] = landlock_abi()
     facts["seccomp"] = seccomp_available()
+    facts["candidate_uid"] = candidate_runs_as()
     if measure and facts["gpus"]:
         measure_rates(facts)
     save_machine(facts)
@@ -94,8 +95,10 @@ def rows(facts: dict[str, Any]) -> list[tuple[str, str]]:
             if facts.get("landlock_abi") else "no Landlock (Linux 5.13+): candidates can write wherever you can "
             "(docs/threat-model.md)"),
            ("judge's reach", "seccomp: candidates can neither trace another process nor change its scheduling or "
-            "limits; the judge checks its own" if facts.get("seccomp") else "no seccomp filter: the judge's own "
-            "checks alone see a candidate change its scheduling or limits (docs/threat-model.md)")]
+            "limits, nor make namespaces, io_uring, bpf or mounts; the judge checks its own" if facts.get("seccomp")
+            else "no seccomp filter: the judge's own checks alone see a candidate change its scheduling or limits "
+            "(docs/threat-model.md)"),
+           ("candidate's uid", facts.get("candidate_uid") or "-")]
     if facts.get("peer_bw_gbps") and not (facts.get("ceilings") or {}).get("link_both_ways_gbps"):
         out.append(("peer link", f"{facts['peer_bw_gbps']:.0f} GB/s per direction, both ranks sending (measured)"))
     if facts.get("gemm_bf16_tflops") and not (facts.get("ceilings") or {}).get("tensor_bf16_tflops"):

@@ -19,7 +19,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from cuco.runner.sandbox import identity, seccomp
-from cuco.runner.sandbox.identity import candidate_uid
+from cuco.runner.sandbox.identity import candidate_runs_as, candidate_uid
 from cuco.runner.sandbox.landlock import landlock_abi, restrict, system_writable
 from cuco.runner.sandbox.native import SandboxError, libc, prctl
 from cuco.runner.sandbox.processes import (
@@ -36,7 +36,7 @@ from cuco.runner.sandbox.processes import (
 )
 from cuco.runner.sandbox.seccomp import ARCHES, seccomp_available
 
-__all__ = ["ARCHES", "Confinement", "JudgeState", "SandboxError", "candidate_uid", "confine", "die_with_parent",
+__all__ = ["ARCHES", "Confinement", "JudgeState", "SandboxError", "candidate_runs_as", "candidate_uid", "confine", "die_with_parent",
            "guard_judge", "judge_state", "keep_private", "kill_descendants", "landlock_abi", "processes_of",
            "remove_shm_files", "seccomp_available", "state_changes", "sweep_uid"]
 

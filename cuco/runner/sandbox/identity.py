@@ -40,6 +40,11 @@ def _effective_caps() -> int:
     return 0
 
 
+def _can_give_up_root() -> bool:
+    caps = _effective_caps()
+    return os.geteuid() == 0 and bool((caps >> CAP_SETUID) & 1) and bool((caps >> CAP_SETGID) & 1)
+
+
 def _mapped(uid: int, table: str) -> bool:
     """Whether uid exists in this user namespace (a container may map only a range)."""
     try:
@@ -53,14 +58,22 @@ def candidate_uid() -> int | None:
     """The uid the candidate of the evaluation about to start runs under, or None to keep cuco's own (an ordinary
     user's, or root's where cuco holds no CAP_SETUID to give it up: then Landlock alone keeps root's files closed).
     Unique among the evaluations of this machine that run at once: the launcher's pid and a count of its launches."""
-    caps = _effective_caps()
-    if os.geteuid() != 0 or not (caps >> CAP_SETUID) & 1 or not (caps >> CAP_SETGID) & 1:
+    if not _can_give_up_root():
         return None
     uid = UID_BASE + ((os.getpid() % (1 << 22)) << 8) + next(_launches) % 256
     if not (_mapped(uid, "uid_map") and _mapped(uid, "gid_map")):
         raise SandboxError(f"cannot run the candidate under an unprivileged uid: uid {uid} is not mapped in this "
                            f"user namespace (/proc/self/uid_map)")
     return uid
+
+
+def candidate_runs_as() -> str:
+    """Who a candidate evaluated by this process would run as, in words (cuco doctor)."""
+    if os.geteuid() != 0:
+        return f"uid {os.geteuid()}, yours: an ordinary user is unprivileged already"
+    if _can_give_up_root():
+        return "a uid of each evaluation's own (cuco runs as root and gives root up for the candidate)"
+    return "uid 0: cuco runs as root without CAP_SETUID, so Landlock alone keeps root's files closed"
 
 
 def become(uid: int, parent: int) -> None:
