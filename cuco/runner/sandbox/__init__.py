@@ -36,8 +36,8 @@ from cuco.runner.sandbox.processes import (
 )
 from cuco.runner.sandbox.seccomp import ARCHES, seccomp_available
 
-__all__ = ["ARCHES", "Confinement", "JudgeState", "SandboxError", "candidate_runs_as", "candidate_uid", "confine", "die_with_parent",
-           "guard_judge", "judge_state", "keep_private", "kill_descendants", "landlock_abi", "processes_of",
+__all__ = ["ARCHES", "Confinement", "JudgeState", "SandboxError", "candidate_runs_as", "candidate_uid", "confine",
+           "die_with_parent", "guard_judge", "judge_state", "keep_private", "kill_descendants", "landlock_abi", "processes_of",
            "remove_shm_files", "seccomp_available", "state_changes", "sweep_uid"]
 
 PR_CAPBSET_DROP, PR_SET_NO_NEW_PRIVS, PR_CAP_AMBIENT, PR_CAP_AMBIENT_CLEAR_ALL = 24, 38, 47, 4  # <linux/prctl.h>
@@ -68,8 +68,8 @@ class Confinement:
         who = (f"uid {self.uid}, the evaluation's own" if self.own_uid else
                "uid 0: cuco runs as root without CAP_SETUID, so Landlock alone keeps root's files closed"
                if self.uid == 0 else f"uid {self.uid}, cuco's own user")
-        fs = f"Landlock ABI {self.landlock_abi}: filesystem read-only but for its scratch folders, its own /proc entries and the GPU's " \
-             "device files" if self.landlock_abi \
+        fs = (f"Landlock ABI {self.landlock_abi}: filesystem read-only but for its scratch folders, its own /proc "
+              "entries and the GPU's device files") if self.landlock_abi \
             else "no Landlock: the filesystem was writable to the candidate"
         caps = "no capabilities" if self.capabilities_dropped else "capabilities kept"
         reach = "seccomp: no ptrace, namespaces, io_uring, userfaultfd, perf, bpf, keyrings or mounts; no " \
