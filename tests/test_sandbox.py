@@ -155,13 +155,30 @@ def test_everything_of_the_candidates_uid_is_killed_wherever_it_is():
 @as_root
 def test_a_fork_storm_of_the_candidates_uid_is_killed():
     """A process that forks on and on, each child detaching and its parent going: no scan of the process tree keeps
-    up with it, but one kill(-1) as its uid reaches every process of the uid at once."""
+    up with it, but one kill(-1) as its uid reaches every process of the uid at once. The storm runs under a
+    subreaper of its own, which reaps the dead (an init that does not would keep them as zombies)."""
     uid = candidate_uid()
-    # Each shell starts the next in the background and leaves a moment later (so that a scan of /proc sees the storm
-    # at any instant); the 100th closes the pipe: the storm is under way.
-    step = 'n=$((n+1)); export n; [ $n = 100 ] && exec 1>&-; /bin/sh -c "$STEP" & sleep 0.05; exit'
-    proc = subprocess.Popen(["/bin/sh", "-c", step], user=uid, group=uid, extra_groups=[], stdout=subprocess.PIPE,
-                            start_new_session=True, env={"STEP": step, "n": "0", "PATH": "/bin:/usr/bin"})
-    assert proc.stdout.read() == b""  # closed by the storm's 100th process
+    reaper = subprocess.Popen([sys.executable, "-c", STORM, str(uid)], stdout=subprocess.PIPE, text=True)
+    assert reaper.stdout.readline() == "under way\n"
     assert processes_of(uid)
     assert sweep_uid(uid) == []
+    assert reaper.wait(timeout=60) == 0
+
+
+# Each shell starts the next in the background and leaves a moment later (so that a scan of /proc sees the storm at
+# any instant); the 100th closes the pipe: the storm is under way.
+STORM = textwrap.dedent('''
+    import ctypes, os, subprocess, sys
+    ctypes.CDLL(None).prctl(36, 1, 0, 0, 0)  # PR_SET_CHILD_SUBREAPER: the storm's orphans come here
+    uid = int(sys.argv[1])
+    step = 'n=$((n+1)); export n; [ $n = 100 ] && exec 1>&-; /bin/sh -c "$STEP" & sleep 0.05; exit'
+    storm = subprocess.Popen(["/bin/sh", "-c", step], user=uid, group=uid, extra_groups=[], stdout=subprocess.PIPE,
+                             env={"STEP": step, "n": "0", "PATH": "/bin:/usr/bin"})
+    storm.stdout.read()
+    print("under way", flush=True)
+    while True:  # until the sweep has killed every one and they are all reaped
+        try:
+            os.wait()
+        except ChildProcessError:
+            break
+''')
