@@ -9,18 +9,40 @@ import sys
 from dataclasses import replace
 from datetime import datetime, timezone
 from pathlib import Path
+from typing import Any
 
 import typer
 from rich.console import Console
 from rich.markup import escape
 from rich.table import Table
 from rich.text import Text
+from typer.core import TyperCommand, TyperGroup
 
 from cuco.errors import MEANING, CucoError, CucoFailure, ExitCode, NeedsGPU
 from cuco.extras import require
 from cuco.paths import absolute, atomic_write_json
 
-app = typer.Typer(add_completion=False, no_args_is_help=True, pretty_exceptions_enable=False,
+
+class _FlagsWithoutType:
+    """typer shows a flag's type as <bool>, though a flag takes no value: its type column stays empty."""
+
+    def get_params(self, ctx: typer.Context) -> list[Any]:
+        params = super().get_params(ctx)  # the typer class this is mixed into
+        for param in params:
+            if getattr(param, "is_flag", False) and param.metavar is None:
+                param.metavar = ""
+        return params
+
+
+class _Command(_FlagsWithoutType, TyperCommand):
+    pass
+
+
+class _Group(_FlagsWithoutType, TyperGroup):
+    pass
+
+
+app = typer.Typer(cls=_Group, add_completion=False, no_args_is_help=True, pretty_exceptions_enable=False,
                   context_settings={"help_option_names": ["-h", "--help"]},
                   help="Compute-communication co-design for multi-GPU programs: verified, measured, searched.",
                   epilog="Exit codes of every command: " + ", ".join(
@@ -46,8 +68,11 @@ def _device(choice: str, world: int) -> str:
 
 
 def _spec(workload: str, world: int | None):
+    """The workload, at --world's size where given (checked here: a bad flag is not the workload's fault)."""
     from cuco.workload import load_workload, resolve_workload
 
+    if world is not None and world < 1:
+        raise CucoError("--world", f"must be at least 1, got {world}")
     return load_workload(resolve_workload(workload), world)
 
 
@@ -88,6 +113,9 @@ def _options(spec, device: str, shapes: list[str], small: list[str], level: str,
         if not spec.small_shapes:
             raise CucoError(str(spec.source), "no [[small_shapes]] to run on the CPU; pass --shape")
         shapes = [spec.small_shapes[0].name]
+    if level == "L4":  # a timed shape needs a bound (a small one timed on the CPU or named by --shape too)
+        for name in shapes or [full.name for full in spec.shapes]:
+            spec.check_bounds(spec.shape(name))
     gpu_list: list[int] = []
     if gpus:
         try:
@@ -141,9 +169,9 @@ def _record_path(out: Path | None, spec, name: str) -> Path:
     return records_dir() / f"{stamp}-{spec.name}-{name}.json"
 
 
-ShapeOpt = typer.Option([], "--shape", "-s",
+ShapeOpt = typer.Option([], "--shape", "-s", metavar="<name>",
                         help="Full shape(s) for L3/L4, by name (default: all; CPU: the first small one).")
-SmallOpt = typer.Option([], "--small-shape", help="Small shape(s) for L2, by name (default: all).")
+SmallOpt = typer.Option([], "--small-shape", metavar="<name>", help="Small shape(s) for L2, by name (default: all).")
 DeviceOpt = typer.Option(None, "--device", help="auto, cuda or cpu (default: run.toml's eval.device, else auto).")
 ConfigOpt = typer.Option(None, "--config", help="A run.toml whose \\[eval] table sets how candidates are evaluated.")
 WorldOpt = typer.Option(None, "--world", help="World size (default: the workload's).")
@@ -228,7 +256,9 @@ def check(workload: str = typer.Argument(..., help="Built-in workload name or a 
     imports and runs at the small shapes, and returns the declared shapes and dtypes."""
     from cuco.workload.check import check_workload
 
-    spec = _spec(workload, None)
+    spec = _spec(workload, None)  # loading checks the bounds at the full shapes
+    for small in spec.small_shapes:  # and a small shape is timed on the CPU, or when --shape names it
+        spec.check_bounds(small)
     path = _candidate(spec, candidate) if candidate else None
     with console.status(Text(f"checking {spec.name}")):
         problems = check_workload(spec.root, path)
@@ -287,7 +317,8 @@ def evolve(workload: str = typer.Argument(..., help="Built-in workload name or a
            shape: str | None = typer.Option(None, "--shape", help="Shape to optimise (search.shape)."),
            device: str | None = typer.Option(None, "--device", help="auto, cuda or cpu (eval.device)."),
            world: int | None = WorldOpt,
-           overrides: list[str] = typer.Option([], "--set", help="Override a run.toml key: --set search.islands=3."),
+           overrides: list[str] = typer.Option([], "--set", metavar="<key=value>",
+                                                   help="Override a run.toml key: --set search.islands=3."),
            dry_run_prompt: bool = typer.Option(False, "--dry-run-prompt",
                                                help="Print the first prompt of each kind an LLM run would send; "
                                                     "no search, no LLM call.")) -> None:
@@ -308,14 +339,14 @@ def evolve(workload: str = typer.Argument(..., help="Built-in workload name or a
             cfg.check(flag)
     spec = _spec(workload, world)
     target_shape = cfg.search.shape or spec.shapes[0].name
-    spec.shape(target_shape)
+    spec.check_bounds(spec.shape(target_shape))
     if dry_run_prompt:
         from cuco.evolve.prompting import example_prompts
 
         for kind, text in example_prompts(spec, target_shape, load_machine()).items():
             print(f"==================== {kind} ====================\n{text}\n")
         return
-    start = Path(cfg.search.start) if cfg.search.start else spec.seed_path
+    start = _start_program(cfg, spec)
     knobs = _derived_knobs(spec, cfg, start)
     dev, slots, evaluator, where = _slots(cfg, spec, target_shape)
     if dev == "cpu" and start is not None and start.suffix == ".cu":
@@ -336,6 +367,26 @@ def evolve(workload: str = typer.Argument(..., help="Built-in workload name or a
                       f"({escape(str(rd))})")
         raise typer.Exit(130) from None
     console.print(summary_table(evo))
+    code = _summarize_search(evo, rd)
+    evo.db.close()
+    raise typer.Exit(code)
+
+
+def _start_program(cfg, spec) -> Path | None:
+    """The program the search starts from: search.start, checked before anything is written into the run
+    directory, else the workload's seed."""
+    if not cfg.search.start:
+        return spec.seed_path
+    start = Path(cfg.search.start)
+    if not start.is_file():
+        raise CucoError("search.start", f"{start} does not exist")
+    if start.suffix not in (".cu", ".py"):
+        raise CucoError("search.start", f"{start}: a start program must be a .cu or .py file")
+    return start
+
+
+def _summarize_search(evo, rd: Path) -> ExitCode:
+    """What the search ended with, after its table: on the console and in summary.json; the command's exit code."""
     if evo.stop_reason and not evo.stop_fault:
         console.print(f"stopped early: {evo.stop_reason}", highlight=False, markup=False)
     llm = evo.db.llm_totals()
@@ -345,17 +396,22 @@ def evolve(workload: str = typer.Argument(..., help="Built-in workload name or a
                       f"${llm['cost_usd']:.2f}", highlight=False, markup=False)
     best = evo.db.best()
     if best:
-        console.print(f"best: #{best.id} {best.label}, {best.median_ms:.4f} ms, efficiency {best.score:.2f}; "
+        console.print(f"best: #{best.id} {best.label or '-'}, {best.median_ms:.4f} ms, efficiency {best.score:.2f}; "
                       f"written to {rd / 'best'}", highlight=False, markup=False)
+    first = evo.db.seed()
+    start_failed = _start_failure(first)
+    if start_failed:
+        console.print(f"[yellow]warning:[/] {escape(start_failed)}", highlight=False)
     code = _search_exit_code(evo, best)
     atomic_write_json(rd / "summary.json", {
         "evaluations": evo.db.count("done"), "failures_by_level": evo.db.failures_by_level(), "llm": llm,
         "stop_reason": evo.stop_reason, "exit_code": int(code),
+        "start": {"id": first.id, "label": first.label, "ok": first.ok, "failed_level": first.failed_level,
+                  "failure": start_failed} if first else None,
         "best": {"id": best.id, "label": best.label, "median_ms": best.median_ms, "bound_ms": best.bound_ms,
                  "efficiency": best.score} if best else None,
     }, indent=1)
-    evo.db.close()
-    raise typer.Exit(code)
+    return code
 
 
 def _writable_dir(path: Path) -> Path:
@@ -368,6 +424,16 @@ def _writable_dir(path: Path) -> Path:
     except OSError as exc:
         raise CucoFailure(str(path), f"cannot write the run directory: {exc.strerror or exc}") from None
     return path
+
+
+def _start_failure(seed) -> str | None:
+    """One line saying that the program the search started from (the seed, or search.start) failed, and why; None
+    where it passed or was not evaluated. A search that found passing programs all the same still exits 0."""
+    if seed is None or seed.status != "done" or seed.ok:
+        return None
+    lines = (seed.error or "").strip().splitlines()
+    why = lines[0] if lines else "no error recorded"
+    return f"the start program #{seed.id} ({seed.label or '-'}) failed at {seed.failed_level or '?'}: {why}"
 
 
 def _search_exit_code(evo, best) -> ExitCode:
@@ -455,14 +521,15 @@ def transform(workload: str = typer.Argument(..., help="Built-in workload name o
                       f"{target.parent / 'llm'})", highlight=False, markup=False)
     console.print(f"{result.evolve_blocks} evolve blocks; re-analysis: no host collective left; built; written to "
                   f"{target}", highlight=False, markup=False)
+    at = f" --world {world}" if world is not None else ""  # the commands it suggests run at the size it was given
     if result.record is None:
-        console.print(f"not verified: that needs {spec.world_size} GPUs (cuco eval {workload} {target}); once it "
-                      f"passes, cuco evolve {workload} --set search.start={target} searches from it", highlight=False,
-                      markup=False)
+        console.print(f"not verified: that needs {spec.world_size} GPU(s) (cuco eval {workload} {target}{at}); once "
+                      f"it passes, cuco evolve {workload}{at} --set search.start={target} searches from it",
+                      highlight=False, markup=False)
         raise typer.Exit(ExitCode.INCOMPLETE)
     print_record(result.record, console)
     if result.record.ok:
-        console.print(f"verified; start a search from it: cuco evolve {workload} --set search.start={target}",
+        console.print(f"verified; start a search from it: cuco evolve {workload}{at} --set search.start={target}",
                       highlight=False, markup=False)
     raise typer.Exit(_exit_code(result.record))
 
@@ -559,8 +626,9 @@ def init(name: str = typer.Argument(..., help="The new workload's name, and its 
     console.print(f"created {made.root}: seed.cu, workload.toml ({len(sc.buffers)} buffers over "
                   f"{', '.join(p.name for p in sc.params)}; {made.todos} lines marked TODO), reference.py (stubs)",
                   highlight=False, markup=False)
-    console.print(f"next: write reference.py's functions and settle workload.toml's TODOs, then on the GPUs: "
-                  f"cuco eval {made.root} seed", highlight=False, markup=False)
+    console.print(f"next: write reference.py's functions and settle workload.toml's TODOs, check them on the CPU: "
+                  f"cuco check {made.root}; then on the GPUs: cuco eval {made.root} seed", highlight=False,
+                  markup=False)
 
 
 @app.command()
@@ -572,11 +640,14 @@ def report(run_dir: Path = typer.Argument(..., help="A run directory of cuco evo
     code."""
     from cuco.report.html import render_report
 
-    run_dir = absolute(run_dir)
-    if not (run_dir / "cuco.db").is_file():
-        raise CucoError(str(run_dir), "not a run directory of cuco evolve (no cuco.db)")
+    run_dir = _run_store(absolute(run_dir))
     target = absolute(out) if out else run_dir / "report.html"
-    target.write_text(render_report(run_dir))
+    page = render_report(run_dir)
+    try:
+        target.write_text(page)
+    except OSError as exc:
+        raise CucoFailure(str(target), f"cannot write the page: {exc.strerror or exc} (--out writes it elsewhere)") \
+            from None
     console.print(f"wrote {target}", highlight=False, markup=False)
 
 
@@ -588,9 +659,7 @@ def ui(run_dir: Path = typer.Argument(..., help="A run directory of cuco evolve 
     """The report as a live web page: rebuilt from the store on each request, candidates one click away."""
     from cuco.report.ui import make_server
 
-    run_dir = absolute(run_dir)
-    if not (run_dir / "cuco.db").is_file():
-        raise CucoError(str(run_dir), "not a run directory of cuco evolve (no cuco.db)")
+    run_dir = _run_store(absolute(run_dir))
     try:
         server = make_server(run_dir, host=host, port=port)
     except (OSError, OverflowError) as exc:
@@ -603,6 +672,32 @@ def ui(run_dir: Path = typer.Argument(..., help="A run directory of cuco evolve 
         pass
     finally:
         server.server_close()
+
+
+def _run_store(run_dir: Path) -> Path:
+    """RUN_DIR, once its store opens read-only as one of cuco evolve's: report and ui only read a run, which may be
+    a copy or on a mount they cannot write."""
+    import sqlite3
+
+    from cuco.evolve.database import MIGRATIONS, Database
+
+    path = run_dir / "cuco.db"
+    if not path.is_file():
+        raise CucoError(str(run_dir), "not a run directory of cuco evolve (no cuco.db)")
+    try:
+        db = Database(path, readonly=True)
+        try:
+            missing = db.missing_migrations()
+        finally:
+            db.close()
+    except sqlite3.DatabaseError as exc:
+        raise CucoError(str(path), f"cannot be read as a store of cuco evolve ({exc})") from None
+    if missing == [name for name, _ in MIGRATIONS]:
+        raise CucoError(str(path), "not a store of cuco evolve (it has none of its tables)")
+    if missing:
+        raise CucoError(str(path), f"written by an older cuco (its schema lacks {missing[0]}): the same cuco evolve "
+                                   "command brings it up to date")
+    return run_dir
 
 
 def _slots(cfg, spec, shape: str):
@@ -624,6 +719,20 @@ def _slots(cfg, spec, shape: str):
     except ValueError as exc:
         raise CucoError("search.slots", str(exc)) from None
     return dev, slots, local_evaluator(dev, cfg.eval, shape), f"on {dev}"
+
+
+def _one_line_summaries() -> None:
+    """Each command's docstring as one paragraph: its line breaks are the source's width, which typer's rich help
+    would keep, breaking the command list mid-sentence; and every command's class is the one that hides <bool>."""
+    import inspect
+
+    for info in app.registered_commands:
+        info.help = " ".join((info.help or inspect.getdoc(info.callback) or "").split())
+        if info.cls in (None, TyperCommand):
+            info.cls = _Command
+
+
+_one_line_summaries()
 
 
 def main() -> None:

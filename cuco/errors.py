@@ -17,7 +17,8 @@ class ExitCode(IntEnum):
 
 
 MEANING = {  # (in a word, in full)
-    ExitCode.OK: ("passed", "everything asked for was done and passed"),
+    ExitCode.OK: ("passed", "everything asked for was done and passed; a search found a passing program, even where "
+                            "the program it started from failed (its summary and summary.json then say so, and why)"),
     ExitCode.FAILED: ("failed", "the candidate failed; a search ended without a passing program, or its proposer "
                                 "failed"),
     ExitCode.BAD_INPUT: ("bad input", "a flag, a file, a workload (its workload.toml or reference.py), a "

@@ -2,7 +2,7 @@
 
 The core install (typer, rich, numpy) is what every command needs. The LLM SDKs, the tree-sitter CUDA
 grammar, the local embedding model and torch are extras, imported only where a command uses them; a
-missing one ends the command with one line that names the package and the pip command that brings it,
+missing one ends the command with one line that names the package and the pip commands that bring it,
 instead of a traceback from deep inside a search or an analysis.
 """
 
@@ -48,11 +48,12 @@ class MissingExtra(CucoError, ImportError):
 
 
 def install_hint(module: str) -> str:
-    """The pip command that installs the extra providing `module`."""
+    """The pip commands that install the extra providing `module`: from the package index, and in a clone of cuco
+    (an editable install of the checkout, where the index's name would bring a second copy)."""
     known = EXTRAS.get(module)
     if known is None:
         return f"pip install {module}"
-    return f'pip install "{DIST}[{known.extra}]"'
+    return f'pip install "{DIST}[{known.extra}]", or in a clone of cuco: pip install -e ".[{known.extra}]"'
 
 
 def missing_message(module: str) -> str:

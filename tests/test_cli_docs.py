@@ -45,6 +45,22 @@ def test_cli_doc_is_current():
     assert codes.strip() == render().split("## Exit codes", 1)[-1].strip(), "docs/cli.md's exit codes are stale"
 
 
+def test_help_reads_cleanly():
+    """A flag takes no value, so it shows no <bool>; a command's summary is one sentence in the command list, not
+    broken where its docstring's source line ends."""
+    from typer.testing import CliRunner
+
+    from cuco.cli import app
+
+    env = {"COLUMNS": "100", "TERM": "dumb", "NO_COLOR": "1", "_TYPER_FORCE_DISABLE_TERMINAL": "1"}
+    text = "".join(CliRunner().invoke(app, [*cmd, "--help"], env=env, prog_name="cuco").output for cmd in COMMANDS)
+    assert "Usage: cuco evolve" in text and "--dry-run-prompt" in text
+    assert "<bool>" not in text and "<list[" not in text
+    for info in app.registered_commands:
+        assert info.help and "\n" not in info.help, info.callback.__name__
+    assert "bound, efficiency, speedups." in text  # eval's summary, once broken after "efficiency,"
+
+
 if __name__ == "__main__":
     DOC.parent.mkdir(exist_ok=True)
     DOC.write_text(render())

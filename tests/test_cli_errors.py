@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import os
+import shutil
 import subprocess
 import sys
 from pathlib import Path
@@ -56,10 +57,40 @@ def txt_file(tmp_path: Path) -> str:
 
 
 def run_dir(tmp_path: Path) -> str:
+    from cuco.evolve.database import Database
+
     (tmp_path / "run").mkdir()
-    (tmp_path / "run" / "cuco.db").touch()
+    Database(tmp_path / "run" / "cuco.db").close()  # an empty store: what the flags are checked against
     return str(tmp_path / "run")
 
+
+def _cpu_example_with(tmp_path: Path, *edits: tuple[str, str]) -> str:
+    """The CPU example, copied into tmp_path, with each (old, new) edit made once in its workload.toml."""
+    root = tmp_path / "edited"
+    shutil.copytree(REPO / "cuco" / "workloads" / "cpu_allgather_matmul", root,
+                    ignore=shutil.ignore_patterns("__pycache__"))
+    text = (root / "workload.toml").read_text()
+    for old, new in edits:
+        assert text.count(old) == 1, old
+        text = text.replace(old, new)
+    (root / "workload.toml").write_text(text)
+    return str(root)
+
+
+FLOPS = 'flops = "2 * M * K * (N / world)"'
+
+
+def bound_not_whole(tmp_path: Path) -> str:
+    """Its bound divides at no shape: every command that loads it says so."""
+    return _cpu_example_with(tmp_path, (FLOPS, 'flops = "2 * M * K * N / 7"'))
+
+
+def small_bound_not_whole(tmp_path: Path) -> str:
+    """Its bound divides at the full shape (N = 510) and at 'tiny', not at the small shape 'odd'."""
+    return _cpu_example_with(tmp_path, (FLOPS, 'flops = "2 * M * K * N / 5"'), ("N = 512", "N = 510"))
+
+
+BOUND_WORDS = ["workload.toml", "bounds.flops", "world 2", "does not divide exactly"]
 
 # (id, argv; a callable item is given tmp_path and returns the argument, substrings stderr must contain)
 CASES = [
@@ -76,6 +107,17 @@ CASES = [
     ("eval-bad-gpus", ["eval", "gemm_allgather", "torch_host", "--gpus", "a,b"], ["--gpus", "a,b"]),
     ("doctor-bogus-option", ["doctor", "--bogus"], ["--bogus"]),
     ("eval-wrong-suffix", ["eval", "gemm_allgather", txt_file], ["some_file.txt", ".cu or .py"]),
+    ("eval-world-zero", ["eval", "cpu_allgather_matmul", "seed", "--world", "0"], ["error: --world:", "at least 1"]),
+    ("evolve-world-zero", ["evolve", "cpu_allgather_matmul", "--world", "-1"], ["error: --world:", "at least 1"]),
+    ("check-bound-not-whole", ["check", bound_not_whole], [*BOUND_WORDS, "shape 'cpu'"]),
+    ("eval-bound-not-whole", ["eval", bound_not_whole, "seed"], [*BOUND_WORDS, "shape 'cpu'"]),
+    ("evolve-bound-not-whole", ["evolve", bound_not_whole, "--run-dir", lambda tmp: str(tmp / "run")],
+     [*BOUND_WORDS, "shape 'cpu'"]),
+    ("check-small-bound-not-whole", ["check", small_bound_not_whole], [*BOUND_WORDS, "shape 'odd'"]),
+    ("eval-small-bound-not-whole", ["eval", small_bound_not_whole, "seed", "--shape", "odd"],
+     [*BOUND_WORDS, "shape 'odd'"]),
+    ("evolve-small-bound-not-whole", ["evolve", small_bound_not_whole, "--shape", "odd", "--run-dir",
+                                      lambda tmp: str(tmp / "run")], [*BOUND_WORDS, "shape 'odd'"]),
 ]
 
 
@@ -104,8 +146,16 @@ def test_cli_error_is_one_line(tmp_path, argv, expected):
     assert "\x1b[" not in line, report  # no colour codes when stderr is not a terminal
     for part in expected:
         assert part in line, f"{part!r} missing\n{report}"
-    # Nothing ran, so nothing was recorded.
+    # Nothing ran, so nothing was recorded, and no run directory was made.
     assert not (home / "records").exists() or not any((home / "records").iterdir()), report
+    assert not (tmp_path / "run").exists() or argv[0] == "ui", report
+
+
+@pytest.mark.parametrize("command", [["eval", "cpu_allgather_matmul", "seed"], ["baseline", "cpu_allgather_matmul"],
+                                     ["evolve", "cpu_allgather_matmul"], ["transform", "allreduce_sum"]])
+def test_a_world_below_one_is_the_flags_fault_not_the_workloads(tmp_path, command):
+    proc = run_cuco([*command, "--world", "0"], tmp_path / "home")
+    assert proc.returncode == 2 and proc.stderr == "error: --world: must be at least 1, got 0\n", proc.stderr
 
 
 def test_error_text_in_brackets_survives(tmp_path):

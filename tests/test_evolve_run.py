@@ -228,3 +228,28 @@ def test_the_baselines_are_measured_once_in_the_run_and_the_best_is_compared_wit
     db = Database(tmp_path / "cuco.db")
     assert set(db.get_meta("baselines")) == {"host_two_stream", "torch_async_tp"}
     db.close()
+
+
+def test_a_start_program_is_labelled_by_its_name_and_is_not_the_seed_baseline(tmp_path):
+    """The summary names the best by its label: a search.start program has its file's name, never None; and it is not
+    taken for the workload's seed when the strongest baseline is chosen."""
+    from cuco.evolve.run import strongest_baseline
+
+    start = tmp_path / "mine.py"
+    start.write_text("# my program\n")
+
+    def evaluator(spec, src, slot, work, name=None):
+        rec = fake_evaluator(spec, src, slot, work)
+        if name is None and src.read_text() == "# my program\n":  # the start program, the fastest of all
+            return EvalRecord.from_dict({"ok": True, "level_reached": "L4", "shapes": {
+                "8k": {"timing": {"median_ms": 0.1}, "bound": {"bound_ms": 0.4}}}})
+        return rec if name is None else EvalRecord.from_dict({"ok": False, "error": "not timed here"})
+
+    cfg = RunConfig()
+    cfg.search.generations, cfg.search.shape, cfg.search.start = 1, "8k", str(start)
+    evo = Evolution(load_workload(GEMM_AG), cfg, tmp_path / "run", [Slot(0, ())], evaluator, "cuda")
+    asyncio.run(evo.run())
+    best = evo.db.best()
+    assert best.id == 1 and best.label == "start: mine.py"
+    assert strongest_baseline(evo.db) is None  # no baseline was timed; the start program is not one
+    evo.db.close()

@@ -62,6 +62,9 @@ def test_every_path_argument_may_be_relative(tmp_path):
     search = cuco(["evolve", "wl", "--config", "cfg/run.toml", "--generations", "1", "--run-dir", "runs/a"], tmp_path)
     assert search.returncode == 0, said(search)
     assert "started from" in (tmp_path / "runs" / "a" / "best" / "candidate.json").read_text()
+    # the start program is the best: named by its file, not "None"
+    assert "best: #1 start: start.py," in search.stdout, said(search)
+    assert json.loads((tmp_path / "runs" / "a" / "summary.json").read_text())["best"]["label"] == "start: start.py"
 
     rep = cuco(["report", "runs/a", "--out", "page.html"], tmp_path)
     assert rep.returncode == 0 and "<html" in (tmp_path / "page.html").read_text().lower(), said(rep)
@@ -166,7 +169,31 @@ def test_search_without_a_passing_candidate_exits_1(tmp_path):
                  *QUICK], tmp_path)
     assert proc.returncode == 1 and "no candidate passed (1 evaluated" in proc.stderr, said(proc)
     assert not (tmp_path / "run" / "best").exists()
-    assert json.loads((tmp_path / "run" / "summary.json").read_text())["exit_code"] == 1
+    summary = json.loads((tmp_path / "run" / "summary.json").read_text())
+    assert summary["exit_code"] == 1
+    assert summary["start"]["ok"] is False and summary["start"]["label"] == "start: wrong.py"
+    assert summary["start"]["failure"].startswith("the start program #1 (start: wrong.py) failed at L"), summary
+    assert "warning: the start program #1 (start: wrong.py) failed at L" in proc.stdout, said(proc)
+
+
+def test_a_search_whose_start_program_fails_says_so(tmp_path):
+    """Other programs pass: the search exits 0 (docs/cli.md), and its summary says that the start failed, and why."""
+    (tmp_path / "broken.py").write_text("def setup(ctx):\n    pass\n\n\ndef run(ctx)\n")
+    proc = cuco(["evolve", str(CPU_WL), "--generations", "2", "--run-dir", "run", "--set", "search.start=broken.py",
+                 *QUICK], tmp_path)
+    assert proc.returncode == 0, said(proc)
+    line = "the start program #1 (start: broken.py) failed at L1: Python syntax error: candidate.py:5:"
+    assert f"warning: {line}" in proc.stdout, said(proc)
+    summary = json.loads((tmp_path / "run" / "summary.json").read_text())
+    assert summary["exit_code"] == 0 and summary["best"]["id"] != 1
+    assert summary["start"]["failed_level"] == "L1" and summary["start"]["failure"].startswith(line), summary
+
+
+def test_a_missing_start_program_is_refused_before_the_run_directory_is_made(tmp_path):
+    proc = cuco(["evolve", str(CPU_WL), "--run-dir", "run", "--set", "search.start=missing.cu"], tmp_path)
+    assert proc.returncode == 2, said(proc)
+    assert proc.stderr == f"error: search.start: {tmp_path / 'missing.cu'} does not exist\n", said(proc)
+    assert not (tmp_path / "run").exists()
 
 
 def test_search_whose_llm_is_unreachable_exits_1(tmp_path):

@@ -14,7 +14,7 @@ from pathlib import Path
 import pytest
 
 from cuco.errors import CucoError
-from cuco.extras import EXTRAS, MissingExtra, install_hint, missing_message, require
+from cuco.extras import DIST, EXTRAS, MissingExtra, install_hint, missing_message, require
 
 REPO = Path(__file__).resolve().parents[1]
 
@@ -83,7 +83,8 @@ def test_require_raises_an_error_both_kinds_of_caller_understand(monkeypatch):
     with pytest.raises(MissingExtra) as info:
         require("tree_sitter")
     assert isinstance(info.value, CucoError) and isinstance(info.value, ImportError)
-    assert str(info.value) == 'tree-sitter is not installed: pip install "cuco-codesign[fastpath]"'
+    assert str(info.value) == ('tree-sitter is not installed: pip install "cuco-codesign[fastpath]", or in a clone of '
+                               'cuco: pip install -e ".[fastpath]"')
     assert info.value.module == "tree_sitter"
 
 
@@ -107,7 +108,8 @@ def test_every_extra_named_exists_in_pyproject():
     for module, known in EXTRAS.items():
         assert known.extra in extras, module
         assert any(req.startswith(known.package) for req in extras[known.extra]), module
-        assert f"[{known.extra}]" in install_hint(module)
+        assert f'"{DIST}[{known.extra}]"' in install_hint(module), module  # from the package index
+        assert f'pip install -e ".[{known.extra}]"' in install_hint(module), module  # in a clone
 
 
 def test_unknown_module_still_gets_a_pip_line():

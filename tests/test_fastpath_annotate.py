@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import json
 
 import pytest
 from conftest import GEMM_AG, ROOT
@@ -89,7 +90,8 @@ def test_search_starts_from_the_transformed_program(tmp_path):
     evo = Evolution(spec, cfg, tmp_path / "run", [Slot(0, ())], fake_evaluator, "cuda")
     asyncio.run(evo.run())
     first = evo.db.all()[0]
-    assert first.code == start.read_text() and first.label is None and evo.db.count("done") == 3
+    assert first.code == start.read_text() and evo.db.count("done") == 3
+    assert first.label == "start: transformed.cu" and json.loads(first.directive)["point"] is None  # no design point
     evo.db.close()
 
 

@@ -124,7 +124,8 @@ def test_reference_stubs_say_what_to_write_and_raise_until_written(tmp_path):
         with pytest.raises(NotImplementedError, match=fn):
             getattr(ref, fn)(*args)
     assert '"a": shape (p["M"] // world, p["K"]), torch.bfloat16' in ref.make_inputs.__doc__
-    assert '"c": shape (p["M"], p["N"] // world), torch.bfloat16' in ref.reference.__doc__
+    assert ('"c": shape (p["M"], p["N"] // world), torch.float64 or torch.float32 (the program writes '
+            'torch.bfloat16)') in ref.reference.__doc__
     assert "ncclAllGather (a -> a_gathered)" in ref.reference.__doc__
     assert "dist.all_gather_into_tensor(out, view.bufs['a'], group=view.group)" in ref.comm_alone.__doc__
 
@@ -524,3 +525,12 @@ CUCO_EXPORT int cuco_run(cuco_ctx_t* ctx) {
     assert {"buffers.a.dtype", "buffers.d.dtype"} <= todo  # a: cast to bf16, f16 to cuBLAS; d: float*, ncclBfloat16
     assert not {"buffers.b.dtype", "buffers.c.dtype", "buffers.out.dtype"} & todo
     assert spec.bounds.flops == "2 * N * N * N"
+
+
+def test_the_reference_stub_asks_for_the_precision_the_judge_compares_in(tmp_path):
+    """reference() returns float64 or float32 whatever the program writes (cuco check holds it to that), and its
+    stub says so, the program's own dtype beside it; it never asks for bf16 and a higher precision at once."""
+    made = create_workload("scaled_sum", WORKLOADS.parents[1] / "examples" / "tutorial" / "scaled_sum.cu", tmp_path)
+    doc = (made.root / "reference.py").read_text().split("def reference(", 1)[1].split('"""')[1]
+    assert '"out": shape (p["T"], p["H"]), torch.float64 or torch.float32 (the program writes torch.bfloat16)' in doc
+    assert "higher precision" not in doc and ", torch.bfloat16\n" not in doc

@@ -270,6 +270,29 @@ def test_world_size_override_checks_divisibility(tmp_path):
     assert str(root / "workload.toml") in msg and "buffers.a.shape" in msg and "does not divide" in msg
 
 
+def test_a_bound_that_does_not_divide_is_refused_on_loading(tmp_path):
+    """Every full shape is timed, so each bound must be whole there: said on loading (cuco check, eval and evolve
+    all load), not as a traceback once a candidate has run."""
+    root = make_workload(tmp_path, mutate(BASE, 'flops = "2 * M * K"', 'flops = "2 * M * K / 7"'))
+    msg = load_error(root)
+    assert str(root / "workload.toml") in msg and "bounds.flops at shape 's8', world 2" in msg, msg
+    assert "does not divide exactly" in msg
+
+
+def test_a_bound_is_checked_at_a_small_shape_where_it_is_timed(tmp_path):
+    """A small shape is timed only on the CPU or when named: its bound is checked there, before anything runs, and
+    the cascade's failure is the workload's."""
+    root = make_workload(tmp_path, mutate(BASE, 'flops = "2 * M * K"', 'flops = "2 * M * K / 64"'))
+    spec = load_workload(root)  # 64 at s8: whole; 16 / 64 at s4 is not
+    with pytest.raises(CucoError, match=r"workload\.toml: bounds\.flops at shape 's4', world 2: .* does not divide"):
+        spec.check_bounds(spec.shape("s4"))
+    (root / "cand.py").write_text("def setup(ctx):\n    pass\n\n\ndef run(ctx):\n    pass\n\n\n"
+                                  "def teardown(ctx):\n    pass\n")
+    record = evaluate(spec, root / "cand.py", EvalOptions(device="cpu", shapes=["s4"], work_dir=tmp_path / "w"))
+    assert not record.ok and record.fault == "workload" and record.failed_level == "L4", record.error
+    assert "bounds.flops at shape 's4'" in record.error and not (tmp_path / "w").exists()
+
+
 def test_invalid_toml_syntax(tmp_path):
     root = make_workload(tmp_path, BASE + "\n[buffers.d\nrole = 'input'\n")
     msg = load_error(root)

@@ -15,6 +15,7 @@ from dataclasses import dataclass
 from datetime import datetime, timezone
 from pathlib import Path
 from typing import Any
+from urllib.parse import quote
 
 from cuco.runner.record import EvalRecord
 
@@ -97,6 +98,28 @@ def _now() -> str:
     return datetime.now(timezone.utc).isoformat(timespec="milliseconds")
 
 
+def _open_readonly(path: Path) -> sqlite3.Connection:
+    """A connection that never writes. A WAL store closed cleanly (no -shm file beside it) in a folder that cannot
+    be written cannot be read under mode=ro alone (SQLite must create the -shm file); nothing is writing it then,
+    so it is read as immutable."""
+    uri = f"file:{quote(str(path.absolute()))}?mode=ro"
+    try:
+        return _readable(sqlite3.connect(uri, uri=True, isolation_level=None))
+    except sqlite3.OperationalError:
+        return _readable(sqlite3.connect(uri + "&immutable=1", uri=True, isolation_level=None))
+
+
+def _readable(conn: sqlite3.Connection) -> sqlite3.Connection:
+    """The connection, once a first read has worked (SQLite opens files lazily); closed if it did not."""
+    conn.row_factory = sqlite3.Row
+    try:
+        conn.execute("SELECT COUNT(*) FROM sqlite_master").fetchone()
+    except sqlite3.Error:
+        conn.close()
+        raise
+    return conn
+
+
 @dataclass(frozen=True)
 class Candidate:
     id: int
@@ -128,8 +151,13 @@ class Candidate:
 
 
 class Database:
-    def __init__(self, path: Path) -> None:
+    def __init__(self, path: Path, readonly: bool = False) -> None:
+        """`readonly`: for what only reads a run (cuco report, cuco ui), so that a run directory it may not write
+        (a copied result, a read-only mount) opens too; it sets nothing and migrates nothing."""
         self.path = Path(path)
+        if readonly:
+            self.conn = _open_readonly(self.path)
+            return
         self.conn = sqlite3.connect(self.path, isolation_level=None)  # explicit transactions below
         self.conn.row_factory = sqlite3.Row
         self.conn.execute("PRAGMA journal_mode=WAL")
@@ -154,6 +182,14 @@ class Database:
                 self.conn.execute("INSERT INTO migrations VALUES (?, ?)", (name, _now()))
             applied.append(name)
         return applied
+
+    def missing_migrations(self) -> list[str]:
+        """The migrations this store lacks (an older cuco wrote it): read without applying them."""
+        try:
+            done = {r[0] for r in self.conn.execute("SELECT name FROM migrations")}
+        except sqlite3.OperationalError:  # no table at all: not a store of cuco evolve
+            done = set()
+        return [name for name, _ in MIGRATIONS if name not in done]
 
     def transaction(self):
         db = self

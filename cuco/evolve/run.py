@@ -31,6 +31,7 @@ from cuco.workload.spec import StrategySpec, WorkloadSpec
 
 # The seed is host-driven: NCCL collectives from the host, then compute.
 SEED_POINT = DesignPoint("nccl_host", "deferred", "global", "cta", 1)
+START_LABEL = "start: "  # the label of a search.start program: this, then its file's name
 NOVELTY_RETRIES = 20
 # Evaluations in a row that cuco itself failed (not the candidates) before a search that has a passing program
 # stops; one is enough while nothing has passed. A lost port is retried by the launcher already, so a runner
@@ -46,7 +47,7 @@ def strongest_baseline(db: Database) -> tuple[str, float] | None:
     workload's other baselines (measure_baselines), as (name, median ms); None before any was timed."""
     times = {name: b["median_ms"] for name, b in (db.get_meta("baselines") or {}).items() if b.get("median_ms")}
     seed = db.seed()
-    if seed is not None and seed.label and seed.median_ms and "seed" not in times:
+    if seed is not None and seed.label == SEED_POINT.label() and seed.median_ms and "seed" not in times:
         times["seed"] = seed.median_ms
     return min(times.items(), key=lambda kv: kv[1]) if times else None
 
@@ -143,11 +144,12 @@ class Evolution:
             raise CucoError("search.start", f"{path} does not exist")
         code = path.read_text()
         lang = "cuda" if path.suffix == ".cu" else "python"
-        # The seed is host-driven; another starting program states no design point of its own.
+        # The seed is host-driven; another starting program states no design point of its own, and is labelled
+        # by its name (the summary and the report name the best by its label).
         d = Directive(None, f"started from {path}") if start else Directive(SEED_POINT, "the host-driven seed")
         self.db.add(code=code, code_hash=code_hash(code, lang), language=lang, parent_id=None, island=0,
                     generation=0, proposer="seed", phase="seed", directive=d.to_json(),
-                    label=None if start else SEED_POINT.label())
+                    label=f"{START_LABEL}{path.name}" if start else SEED_POINT.label())
         for strategy, point in self.starts:
             code, lang = materialize(strategy, point), "cuda" if strategy.path.suffix == ".cu" else "python"
             d = directive_for(strategy, point, "a starting point: a design point of the rules' rewrite")

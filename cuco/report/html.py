@@ -85,7 +85,7 @@ def _lineage(cands: list[Candidate]) -> str:
 
 
 def render_report(run_dir: Path) -> str:
-    db = Database(Path(run_dir) / "cuco.db")
+    db = Database(Path(run_dir) / "cuco.db", readonly=True)  # it only reads: a run it may not write opens too
     try:
         meta: dict[str, Any] = db.get_meta("run") or {}
         cands = db.all()
@@ -108,8 +108,9 @@ def render_report(run_dir: Path) -> str:
             ("world size", meta.get("world", "?")), ("device", meta.get("device", "?")),
             ("evaluations", f"{len(done)} ({sum(1 for c in done if not c.ok)} failed: "
                             f"{', '.join(f'{k} {v}' for k, v in sorted(fails.items())) or 'none'})"),
-            ("best", f"#{best.id} {best.label}: {fmt_ms(best.median_ms)} ms, library bound {fmt_ms(best.bound_ms)} "
-                     f"ms, efficiency {best.score:.2f}{beats}{speed}{light}" if best else "none correct yet")]
+            ("best", f"#{best.id} {best.label or '-'}: {fmt_ms(best.median_ms)} ms, library bound "
+                     f"{fmt_ms(best.bound_ms)} ms, efficiency {best.score:.2f}{beats}{speed}{light}" if best
+             else "none correct yet")]
     if llm["calls"]:
         head.append(("LLM", f"{llm['calls']} calls, {llm['input_tokens']} + {llm['output_tokens']} tokens, "
                             f"${llm['cost_usd']:.2f}"))

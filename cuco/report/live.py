@@ -64,7 +64,7 @@ class EvolveDisplay:
         head.add_row("evaluations", f"{done}/{self.target}", "running", str(db.count("running")))
         if best:
             speed = f", {self.seed_ms / best.median_ms:.2f}x the seed" if self.seed_ms and best.median_ms else ""
-            head.add_row("best", Text(f"#{best.id} {best.label}"), "time",
+            head.add_row("best", Text(f"#{best.id} {best.label or '-'}"), "time",
                          f"{fmt_ms(best.median_ms)} ms (bound {fmt_ms(best.bound_ms)}, "
                          f"efficiency {best.score:.2f}{speed})")
         fails = db.failures_by_level()

@@ -15,7 +15,7 @@ REFRESH_S = 10
 
 
 def _candidate_page(run_dir: Path, cid: int) -> str | None:
-    db = Database(run_dir / "cuco.db")
+    db = Database(run_dir / "cuco.db", readonly=True)
     try:
         rows = [c for c in db.all() if c.id == cid]
     finally:
@@ -37,6 +37,12 @@ def make_server(run_dir: Path, host: str = "127.0.0.1", port: int = 8765) -> Thr
             pass
 
         def do_GET(self):
+            try:
+                self._get()
+            except Exception as exc:  # one line on the page, not a dropped connection
+                self._send(500, f"<p>error: {escape(type(exc).__name__)}: {escape(str(exc))}</p>")
+
+        def _get(self) -> None:
             if self.path in ("/", "/index.html"):
                 page = render_report(run_dir).replace(
                     "<head>", f"<head><meta http-equiv='refresh' content='{REFRESH_S}'>", 1)

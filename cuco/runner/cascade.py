@@ -17,6 +17,7 @@ from datetime import datetime, timezone
 from pathlib import Path
 from typing import Any
 
+from cuco.errors import CucoError
 from cuco.machine import fingerprint, load_machine
 from cuco.paths import atomic_write_json
 from cuco.runner.bounds import compute_bound, reference_timings
@@ -112,6 +113,11 @@ def evaluate(spec: WorkloadSpec, candidate: Path, opts: EvalOptions,
         stages += [Stage("L3", s) for s in full]
     references: dict[str, dict[str, Any]] = {}
     if opts.max_level == "L4":
+        try:  # the bound of every timed shape, before any GPU time is spent on a number it could not be held to
+            for s in full:
+                spec.check_bounds(spec.shape(s))
+        except CucoError as exc:
+            return _fail(record, "L4", str(exc), fault="workload")
         stages += [Stage("L4", s) for s in full]
         references, error = reference_timings(spec, full, opts.device, list(opts.gpus),
                                               opts.timeout_s or spec.timing.timeout_s)

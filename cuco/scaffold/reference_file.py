@@ -94,6 +94,21 @@ def _listing(buffers: list[Buffer]) -> list[str]:
     return [f'        "{b.name}": shape {_py_shape(b)}, {_torch_dtype(b)}' for b in buffers]
 
 
+def _output_listing(buffers: list[Buffer]) -> list[str]:
+    """The outputs with the dtype the reference returns, not the program's: the judge compares in higher precision
+    (cuco check refuses a floating reference less precise than the output, and a float one of an integer output)."""
+    lines = []
+    for b in buffers:
+        if b.dtype == "f64":
+            kind = "torch.float64"
+        elif b.dtype in ("bf16", "f16", "f32"):
+            kind = "torch.float64 or torch.float32"
+        else:
+            kind = "an integer dtype"
+        lines.append(f'        "{b.name}": shape {_py_shape(b)}, {kind} (the program writes {_torch_dtype(b)})')
+    return lines
+
+
 def _make_inputs(sc: Scaffold) -> list[str]:
     inputs = [b for b in sc.buffers if b.role in ("input", "parameter")]  # the weights are drawn here too
     first = inputs[0] if inputs else None
@@ -118,11 +133,11 @@ def _reference(sc: Scaffold) -> list[str]:
     steps = [f"        {_step(o, names)}" for o in sc.steps if o.kind not in ("alloc", "free", "sync", "group")]
     return ["def reference(p, world, rank, inputs):",
             '    """This rank\'s outputs as the program computes them, from every rank\'s inputs (inputs[r] is',
-            "    rank r's make_inputs), in a higher precision than the program (float32 or float64): candidates are",
-            "    compared with it within workload.toml's [tolerance].",
+            "    rank r's make_inputs), at least as precise as the program (the dtypes below, not the program's):",
+            "    candidates are compared with it within workload.toml's [tolerance].",
             "",
             "    Return a dict with one tensor per output buffer:",
-            *_listing(outputs),
+            *_output_listing(outputs),
             f"    What the program does, in order ({'cuco_run' if sc.abi else sc.program.name}):",
             *(steps or ["        (no call the analysis follows)"]),
             '    """',

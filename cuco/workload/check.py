@@ -18,6 +18,7 @@ from typing import Any
 
 from cuco.dtypes import torch_dtype
 from cuco.errors import CucoError
+from cuco.extras import install_hint
 from cuco.workload.reference import ReferenceMissing, load_reference
 from cuco.workload.spec import BufferSpec, Shape, WorkloadSpec, load_workload
 
@@ -193,7 +194,7 @@ def reference_problems(spec: WorkloadSpec) -> list[str]:
     try:
         import torch  # noqa: F401 - the reference's own dependency, named before it is imported
     except ImportError:
-        return ["torch is not installed: the reference cannot be checked (pip install \"cuco-codesign[torch]\")"]
+        return [f"torch is not installed: the reference cannot be checked ({install_hint('torch')})"]
     mod, failed = _import(spec)
     if failed:
         return [failed]

@@ -7,7 +7,7 @@ rejected rather than ignored: a misspelled tolerance must not silently fall back
 from __future__ import annotations
 
 import sys
-from dataclasses import dataclass, field, replace
+from dataclasses import dataclass, field, fields, replace
 from pathlib import Path
 from typing import TYPE_CHECKING
 
@@ -104,6 +104,9 @@ class Bounds:
     comm_bytes: str = "0"  # bytes each rank must receive over its peer links
     # Of those, bytes that exist only once the compute is over (the last layer's output): added to the bound.
     serial_comm_bytes: str = "0"
+
+
+BOUND_KEYS = tuple(f.name for f in fields(Bounds))
 
 
 WORKLOAD_INCLUDE = "include"  # a workload's own headers: on its programs' include path, and theirs alone
@@ -207,7 +210,8 @@ class WorkloadSpec:
         raise CucoError(str(self.source), f"no shape named {name!r} (known: {known})")
 
     def check_world(self, world: int) -> None:
-        """Every buffer of every shape must have whole dimensions at this world size."""
+        """Every buffer of every shape must have whole dimensions at this world size, and every bound a whole value
+        at each full shape (all are timed): found on loading, not as a traceback once a candidate has run."""
         for shape in self.shapes + self.small_shapes:
             for buf in self.buffers.values():
                 try:
@@ -216,6 +220,19 @@ class WorkloadSpec:
                     raise CucoError(
                         str(self.source), f"buffers.{buf.name}.shape at shape {shape.name!r}, world {world}: {exc}"
                     ) from None
+        for shape in self.shapes:
+            self.check_bounds(shape, world)
+
+    def check_bounds(self, shape: Shape, world: int | None = None) -> None:
+        """The [bounds] formulas must divide exactly at a shape that is timed (a small one too, where it is timed:
+        on the CPU, or named by --shape); a CucoError naming workload.toml, the key and the shape if not."""
+        world = self.world_size if world is None else world
+        for key in BOUND_KEYS:
+            try:
+                eval_expr(getattr(self.bounds, key), shape.env(world))
+            except ExprError as exc:
+                raise CucoError(str(self.source), f"bounds.{key} at shape {shape.name!r}, world {world}: {exc}") \
+                    from None
 
 
 def _load_shapes(top: _Section, key: str, params: tuple[str, ...], required: bool) -> list[Shape]:
@@ -363,7 +380,7 @@ def _load_measurement(top: _Section, params: tuple[str, ...]) -> tuple[Tolerance
     if timing.trials < 2:
         raise top.fail("timing.trials", "at least 2 trials on fresh inputs are required")
     bounds = _load_dataclass(Bounds, top.table("bounds"))
-    for key in ("flops", "hbm_bytes", "comm_bytes", "serial_comm_bytes"):
+    for key in BOUND_KEYS:
         try:
             unknown = names_in(getattr(bounds, key)) - set(params) - {"world"}
         except ExprError as exc:
