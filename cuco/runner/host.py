@@ -1,6 +1,6 @@
 """The candidate's process for one rank: `python -m cuco.runner.host FD`, started by that rank's judge.
 
-It confines itself (sandbox.py) before the candidate is loaded, then does only what the judge asks over
+It confines itself (sandbox/) before the candidate is loaded, then does only what the judge asks over
 the channel: set up a shape, stage inputs, run, tear down. It holds no seed, no reference, no other
 rank's inputs and no clock that counts: on the CPU the judge times each run itself; on GPUs the judge's
 clock runs from the start gate to the done flag this process's stream raises after the run and its
