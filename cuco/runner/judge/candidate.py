@@ -36,11 +36,6 @@ from cuco.runner.verify import Check, compare, poison, same
 # Runs that do nothing, timed like the candidate's (the runner's floor, for the clock cross-check and the impossible
 # rule): at least this many per shape, and one per timed run where there are more, spread between the timed runs so
 # that a machine busier at one moment than another moves both alike.
-# CPU: the judges' common start lies this far after rank 0 names it, so that the message reaches every judge
-# before it (the group's round trip is about 30 us on an idle machine, a few hundred on a loaded one); the wait is
-# untimed. Its last SPIN_S is spun rather than slept (a sleep wakes up to ~100 us late).
-CPU_START_LEAD_S = 1e-3
-SPIN_S = 2e-4
 NULL_RUNS = 5
 
 
@@ -225,8 +220,9 @@ class CandidateJudge(Judge):
         """(judge's ms, the host's event ms or, on the CPU, the judge's own time to deliver the inputs, gate timed
         out, output snapshot if kept)."""
         self.link.check_reach(where)
+        self.barrier()
         if not self.cuda:  # a null run is timed the same way: its inputs delivered, the host replying at once
-            t0 = self.common_start()
+            t0 = time.perf_counter()
             self.deliver()
             delivered_ms = (time.perf_counter() - t0) * 1e3
             self.link.send("run", null=null, where=where)
@@ -235,7 +231,6 @@ class CandidateJudge(Judge):
             snap = self.snapshot("output") if keep else None  # the moment the host says it is done
             self.link.check_reach(where)
             return ms, delivered_ms, False, snap
-        self.barrier()
         self.seq += 1
         gated = self.gated
         if gated:
@@ -264,19 +259,6 @@ class CandidateJudge(Judge):
         except (ValueError, IndexError) as exc:
             raise CandidateFailed(f"{where}: {exc}", "candidate") from None
         return ms, event_ms, bool(fin.data.get("gate_timed_out")), snap
-
-    def common_start(self) -> float:
-        """CPU: the moment every rank's clock starts and its inputs arrive, the same for all judges (perf_counter is
-        CLOCK_MONOTONIC, one clock for the node's processes): rank 0 names it a little ahead, and every judge waits
-        for it. Judges that each started on leaving a barrier would start apart (rank 0, the group's hub, leaves
-        first), and the earlier ranks' candidates would wait for the later ones inside their time."""
-        if self.world == 1:
-            return time.perf_counter()
-        start = float(self.group.broadcast(time.perf_counter() + CPU_START_LEAD_S if self.rank == 0 else None))
-        while (left := start - time.perf_counter()) > 0:
-            if left > SPIN_S:
-                time.sleep(left - SPIN_S)
-        return start
 
     def gate_opened_at(self, t0: float) -> float:
         """Rank 0's clock reading as it opened the gate, on every rank. Each judge leaves the barrier at its own
