@@ -111,7 +111,7 @@ def test_transform_suggests_the_world_size_it_was_given(tmp_path, monkeypatch):
 
 def test_the_readme_starts_from_a_clone_and_says_which_torch():
     readme = (ROOT / "README.md").read_text()
-    before = readme.split("```bash", 1)[0]
-    assert "git clone" in before and "cd" in before, "the first command runs in a clone: say so before it"
-    after = readme.split("```bash", 1)[1].split("```", 2)[1]
+    assert readme.split("```bash", 1)[0].strip() == "# cuco", "the README starts with its two commands"
+    after = readme.split("```bash", 1)[1].split("```", 2)[1].split("\n\n", 2)[1]  # the paragraph right after them
+    assert "git clone" in after and "`cd`" in after, "the commands run in a clone: say so beside them"
     assert "`torch==2.13.0` is the CPU build" in after and "unpinned" in after and "CUDA build" in after
