@@ -137,9 +137,11 @@ class Judge:
         return [by_rank[r] for r in range(self.world)]
 
     def open_parameters(self, params: dict[str, int], seed: int) -> None:
-        """This rank's parameters for the shape: one copy, `own` and `private` alike, until a judge shares `own`."""
+        """This rank's parameters for the shape: `private` as drawn, and `own` naming the same tensors until a judge
+        replaces them with the copies it shares."""
         self.parameter_seed = seed
-        self.own = self.private = self.draw_parameters(params, self.rank)
+        self.private = self.draw_parameters(params, self.rank)
+        self.own = dict(self.private)
 
     def draw_parameters(self, params: dict[str, int], rank: int) -> dict[str, torch.Tensor]:
         """rank's parameters, from reference.make_parameters where the workload has it (then make_inputs need not

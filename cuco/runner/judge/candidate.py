@@ -148,7 +148,6 @@ class CandidateJudge(Judge):
             self.open_parameters(params, seed)
             self.regions = [SharedRegion.create(self.harness, exchange_bytes(self.layouts), self.device)]
             self.exchange = Exchange(self.regions[0], self.layouts)
-            self.own = {}  # the shared copies; `private`, as drawn, stays the judge's alone
             for n, t in self.private.items():
                 self.regions.append(SharedRegion.create(self.harness, t.nbytes, self.device))
                 self.own[n] = self.regions[-1].tensor[: t.nbytes].view(t.dtype).view(t.shape)
