@@ -20,6 +20,7 @@ from typer.core import TyperCommand, TyperGroup
 
 from cuco.errors import MEANING, CucoError, CucoFailure, ExitCode, NeedsGPU
 from cuco.extras import require
+from cuco.machine import gpus
 from cuco.paths import absolute, atomic_write_json
 
 
@@ -157,7 +158,13 @@ def _load_baselines(spec, device: str) -> dict:
     from cuco.runner.record import EvalRecord
 
     p = _baselines_path(spec, device)
-    return {name: EvalRecord.from_dict(r) for name, r in json.loads(p.read_text()).items()} if p.is_file() else {}
+    if not p.is_file():
+        return {}
+    try:
+        return {name: EvalRecord.from_dict(r) for name, r in json.loads(p.read_text()).items()}
+    except (ValueError, TypeError, AttributeError, KeyError) as e:
+        raise CucoError(str(p), f"not a baselines file of cuco baseline ({e}); `cuco baseline {spec.name}` "
+                                "writes it again") from None
 
 
 def _record_path(out: Path | None, spec, name: str) -> Path:
@@ -298,7 +305,7 @@ def baseline(workload: str = typer.Argument(..., help="Built-in workload name or
         if not records[name].ok:
             print_record(records[name], console)
     if not records:
-        raise NeedsGPU(spec.name, f"every baseline is a CUDA program: timing them needs {spec.world_size} GPU(s)")
+        raise NeedsGPU(spec.name, f"every baseline is a CUDA program: timing them needs {gpus(spec.world_size)}")
     out = atomic_write_json(_baselines_path(spec, dev), {n: r.to_dict() for n, r in records.items()}, indent=1)
     console.print(baseline_table(spec.name, records))
     console.print(f"saved to {out}", style="dim", markup=False, highlight=False)
@@ -350,7 +357,7 @@ def evolve(workload: str = typer.Argument(..., help="Built-in workload name or a
     knobs = _derived_knobs(spec, cfg, start)
     dev, slots, evaluator, where = _slots(cfg, spec, target_shape)
     if dev == "cpu" and start is not None and start.suffix == ".cu":
-        raise NeedsGPU(spec.name, f"its programs are CUDA and this machine has no {spec.world_size} GPU(s) to run "
+        raise NeedsGPU(spec.name, f"its programs are CUDA and this machine has no {gpus(spec.world_size)} to run "
                                   "them: a search here could only build them (cuco eval does that)")
     rd = _writable_dir(absolute(run_dir) if run_dir else absolute(Path("cuco-runs") / f"{spec.name}-{target_shape}"))
     spec, starts = _with_knobs(spec, knobs, cfg, rd / "derived")
@@ -523,7 +530,7 @@ def transform(workload: str = typer.Argument(..., help="Built-in workload name o
                   f"{target}", highlight=False, markup=False)
     at = f" --world {world}" if world is not None else ""  # the commands it suggests run at the size it was given
     if result.record is None:
-        console.print(f"not verified: that needs {spec.world_size} GPU(s) (cuco eval {workload} {target}{at}); once "
+        console.print(f"not verified: that needs {gpus(spec.world_size)} (cuco eval {workload} {target}{at}); once "
                       f"it passes, cuco evolve {workload}{at} --set search.start={target} searches from it",
                       highlight=False, markup=False)
         raise typer.Exit(ExitCode.INCOMPLETE)

@@ -129,9 +129,10 @@ def test_nothing_the_candidate_starts_outlives_the_evaluation(tmp_path, no_stati
 
 
 @pytest.mark.skipif(not landlock_abi(), reason="the kernel has no Landlock: the filesystem is not confined")
-def test_store_baselines_and_results_are_not_writable_from_the_candidate(tmp_path, no_static_checks):
+def test_store_baselines_and_results_are_not_writable_from_the_candidate(tmp_path, no_static_checks, monkeypatch):
     from cuco.paths import cuco_home
 
+    monkeypatch.setenv("CUCO_HOME", str(tmp_path / "home"))  # its baselines file is not one: kept from other tests
     work = tmp_path / "w"
     baselines = cuco_home() / "baselines" / "gemm_allgather-w2-cpu.json"
     store = tmp_path / "run" / "cuco.db"

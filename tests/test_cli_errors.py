@@ -177,6 +177,17 @@ def test_non_utf8_workload_toml(tmp_path):
     assert len(proc.stderr.splitlines()) == 1 and proc.stderr.startswith("error:"), proc.stderr
 
 
+def test_a_baselines_file_that_is_not_one_is_named(tmp_path):
+    home = tmp_path / "home"
+    stored = home / "baselines" / "cpu_allgather_matmul-w2-cpu.json"
+    stored.parent.mkdir(parents=True)
+    stored.write_text("original")
+    proc = run_cuco(["eval", "cpu_allgather_matmul", "seed", "--device", "cpu"], home)
+    assert proc.returncode == 2 and len(proc.stderr.splitlines()) == 1, proc.stderr
+    assert proc.stderr.startswith(f"error: {stored}: not a baselines file of cuco baseline"), proc.stderr
+    assert "cuco baseline cpu_allgather_matmul" in proc.stderr and stored.read_text() == "original"
+
+
 def test_eval_exit_status_says_whether_the_candidate_passed(tmp_path):
     """Scripts and CI rely on it: 1 for a candidate that fails (here at L2), 0 for one that passes."""
     base = ["eval", "gemm_allgather", "--device", "cpu", "--level", "L2", "--small-shape", "s_odd"]

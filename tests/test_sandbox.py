@@ -16,12 +16,14 @@ from cuco.runner.sandbox import (
     ARCHES,
     JudgeState,
     candidate_uid,
+    claim_uid,
     identity,
     judge_state,
     processes_of,
     state_changes,
     sweep_uid,
 )
+from cuco.runner.sandbox.processes import LEDGER
 
 PROBE = textwrap.dedent('''
     import json, os, resource, threading
@@ -154,24 +156,27 @@ def test_everything_of_the_candidates_uid_is_killed_wherever_it_is():
 
 @as_root
 def test_a_fork_storm_of_the_candidates_uid_is_killed():
-    """A process that forks on and on, each child detaching and its parent going: no scan of the process tree keeps
-    up with it, but one kill(-1) as its uid reaches every process of the uid at once. The storm runs under a
-    subreaper of its own, which reaps the dead (an init that does not would keep them as zombies)."""
+    """A process that forks on and on, each child detaching and its parent going at once: a scan of /proc can find
+    none of it at the instant it looks, but one kill(-1) as its uid reaches every process of the uid at once. The
+    storm runs under a subreaper of its own, which reaps the dead (an init that does not would keep them as zombies)
+    and leaves when none is left."""
     uid = candidate_uid()
     reaper = subprocess.Popen([sys.executable, "-c", STORM, str(uid)], stdout=subprocess.PIPE, text=True)
-    assert reaper.stdout.readline() == "under way\n"
-    assert processes_of(uid)
-    assert sweep_uid(uid) == []
-    assert reaper.wait(timeout=60) == 0
+    try:
+        assert reaper.stdout.readline() == "under way\n"
+        assert sweep_uid(uid) == []
+        assert reaper.wait(timeout=60) == 0
+    finally:
+        sweep_uid(uid)
+        reaper.kill()
 
 
-# Each shell starts the next in the background and leaves a moment later (so that a scan of /proc sees the storm at
-# any instant); the 100th closes the pipe: the storm is under way.
+# Each shell starts the next in the background and leaves; the 100th closes the pipe: the storm is under way.
 STORM = textwrap.dedent('''
     import ctypes, os, subprocess, sys
     ctypes.CDLL(None).prctl(36, 1, 0, 0, 0)  # PR_SET_CHILD_SUBREAPER: the storm's orphans come here
     uid = int(sys.argv[1])
-    step = 'n=$((n+1)); export n; [ $n = 100 ] && exec 1>&-; /bin/sh -c "$STEP" & sleep 0.05; exit'
+    step = 'n=$((n+1)); export n; [ $n = 100 ] && exec 1>&-; /bin/sh -c "$STEP" & exit'
     storm = subprocess.Popen(["/bin/sh", "-c", step], user=uid, group=uid, extra_groups=[], stdout=subprocess.PIPE,
                              env={"STEP": step, "n": "0", "PATH": "/bin:/usr/bin"})
     storm.stdout.read()
@@ -182,3 +187,21 @@ STORM = textwrap.dedent('''
         except ChildProcessError:
             break
 ''')
+
+
+@as_root
+def test_a_uid_whose_launcher_is_gone_is_swept_when_the_next_is_claimed():
+    """A launcher killed outright sweeps nothing: the next launch on the machine does, before its own candidate."""
+    uid = candidate_uid()
+    left = subprocess.Popen(["sleep", "600"], user=uid, group=uid, extra_groups=[], start_new_session=True)
+    gone = subprocess.Popen(["true"])
+    gone.wait()
+    LEDGER.mkdir(mode=0o700, exist_ok=True)
+    (LEDGER / str(uid)).write_text(f"{gone.pid} 1")
+    mine = claim_uid(candidate_uid())
+    try:
+        assert left.wait(timeout=10) == -9 and not (LEDGER / str(uid)).exists()
+        assert (LEDGER / str(mine)).read_text().split()[0] == str(os.getpid())
+    finally:
+        left.kill()
+        assert sweep_uid(mine) == [] and not (LEDGER / str(mine)).exists()

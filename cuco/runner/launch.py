@@ -28,7 +28,7 @@ from pathlib import Path
 from cuco.machine import SAFE_ENV
 from cuco.runner.job import JUDGE_PORT_ENV, JUDGE_TOKEN_ENV, Job
 from cuco.runner.rank_report import RankReport
-from cuco.runner.sandbox import candidate_uid, keep_private, sweep_uid
+from cuco.runner.sandbox import candidate_uid, claim_uid, keep_private, sweep_uid
 
 CRASH_GRACE_S = 5.0  # after one rank dies, the others get this long to report their own state
 TERM_GRACE_S = 3.0  # a judge told to stop has this long to kill its candidate's processes
@@ -124,7 +124,8 @@ def launch(job: Job, timeout_s: float, job_path: Path) -> LaunchResult:
     tmp = Path(tempfile.mkdtemp(prefix="cuco-"))
     job.tmp_dir = str(tmp)
     keep_private()  # this process holds the judges' token: closed to a candidate of the same uid
-    job.candidate_uid = candidate_uid() if job.mode == "evaluate" else None
+    uid = candidate_uid() if job.mode == "evaluate" else None
+    job.candidate_uid = None if uid is None else claim_uid(uid)
     try:
         for attempt in range(PORT_TRIES):
             if attempt:

@@ -13,6 +13,7 @@ import os
 import resource
 import signal
 import subprocess
+import tempfile
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -21,6 +22,9 @@ from cuco.runner.sandbox.native import prctl
 PR_SET_PDEATHSIG, PR_SET_DUMPABLE, PR_SET_CHILD_SUBREAPER = 1, 4, 36  # <linux/prctl.h>
 STOP_ROUNDS = 200  # scans of the tree; a few suffice for any tree that does not fork on and on
 SWEEP_ROUNDS = 50  # kill(-1) as the uid reaches every process of it at once; more rounds only for a fork in flight
+# Root's: each candidate uid handed out and not yet swept, with its launcher. /run, where it can, since a reboot
+# (which ends every process) empties it.
+LEDGER = Path("/run" if os.access("/run", os.W_OK) else tempfile.gettempdir()) / "cuco-candidate-uids"
 
 
 @dataclass
@@ -169,13 +173,40 @@ def processes_of(uid: int) -> list[int]:
 
 def sweep_uid(uid: int) -> list[int]:
     """Kill every process of UID (the candidate's own, identity.py): a process of that uid calls kill(-1, SIGKILL),
-    which reaches all of them at once, wherever they are in the process tree. Returns the pids left (none)."""
+    which reaches all of them at once, wherever they are in the process tree. The first kill comes before any scan: a
+    storm of processes that each fork and exit at once can be between two of them whenever a scan looks. Returns
+    the pids left (none); with none left, the uid leaves the ledger."""
     for _ in range(SWEEP_ROUNDS):
-        if not processes_of(uid):
-            return []
         subprocess.run(["/bin/sh", "-c", "kill -9 -1"], user=uid, group=uid, extra_groups=[], check=False,
                        stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+        if not processes_of(uid):
+            (LEDGER / str(uid)).unlink(missing_ok=True)
+            return []
     return processes_of(uid)
+
+
+def _started(pid: int) -> str | None:
+    """When process PID started (clock ticks after boot), which tells it from a later process given the same pid."""
+    try:
+        return Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[19]
+    except (OSError, IndexError):
+        return None
+
+
+def claim_uid(uid: int) -> int:
+    """Write UID in the ledger under this launcher before anything runs under it, and first sweep every uid whose
+    launcher is gone: a launcher killed outright (SIGKILL, a lost machine session) never swept its candidate's, and a
+    process of that uid that detached from the tree would run on, and meet a later candidate given the same uid."""
+    LEDGER.mkdir(mode=0o700, parents=True, exist_ok=True)
+    for entry in LEDGER.iterdir():
+        try:
+            pid, started = entry.read_text().split()
+        except (OSError, ValueError):
+            pid, started = "0", ""
+        if entry.name.isdigit() and _started(int(pid)) != started:
+            sweep_uid(int(entry.name))
+    (LEDGER / str(uid)).write_text(f"{os.getpid()} {_started(os.getpid())}")
+    return uid
 
 
 def remove_shm_files(pids: list[int]) -> None:
