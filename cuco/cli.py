@@ -20,7 +20,7 @@ from typer.core import TyperCommand, TyperGroup
 
 from cuco.errors import MEANING, CucoError, CucoFailure, ExitCode, NeedsGPU
 from cuco.extras import require
-from cuco.machine import gpus
+from cuco.machine import gpus_in_words
 from cuco.paths import absolute, atomic_write_json
 
 
@@ -255,6 +255,59 @@ def eval_cmd(workload: str = typer.Argument(..., help="Built-in workload name or
     raise typer.Exit(_exit_code(record))
 
 
+@app.command("compare")
+def compare_cmd(workload: str = typer.Argument(..., help="Built-in workload name or a workload directory."),
+                first: str = typer.Argument(..., help="Candidate file (.cu or .py), or the name of one of the "
+                                            "workload's."),
+                second: str = typer.Argument(..., help="The program it is compared with, named the same way."),
+                rounds: int = typer.Option(5, "--rounds", help="Alternating rounds, one evaluation of each per round "
+                                                               "(2 to 10)."),
+                shape: str | None = typer.Option(None, "--shape", "-s", metavar="<name>",
+                                                 help="The shape both are timed at (default: the first full one; "
+                                                      "CPU: the first small one)."),
+                device: str | None = DeviceOpt, world: int | None = WorldOpt, gpus: str | None = GpusOpt,
+                timeout: float | None = TimeoutOpt, warmup: int | None = WarmupOpt, iters: int | None = ItersOpt,
+                config: Path | None = ConfigOpt,
+                as_json: bool = typer.Option(False, "--json", help="Print the comparison as JSON.")) -> None:
+    """Time two programs side by side, in alternating rounds: whether the first is faster than the second, slower,
+    or within noise (the 99.9% interval of the ratio of their times holds 1.0)."""
+    from cuco.runner.cascade import evaluate
+    from cuco.runner.comparison import MAX_ROUNDS, MIN_ROUNDS, compare, order
+
+    if not MIN_ROUNDS <= rounds <= MAX_ROUNDS:
+        raise CucoError("--rounds", f"expected {MIN_ROUNDS} to {MAX_ROUNDS}, got {rounds}")
+    ecfg = _eval_config(config, device, timeout, warmup, iters)
+    spec = _spec(workload, world)
+    paths = [_candidate(spec, first), _candidate(spec, second)]
+    dev = _device(ecfg.device, spec.world_size)
+    if dev == "cpu" and any(p.suffix == ".cu" for p in paths):
+        raise NeedsGPU(spec.name, f"a CUDA program is timed on {gpus_in_words(spec.world_size)}; this machine has "
+                                  "none")
+    opts = _options(spec, dev, [shape] if shape else [], [], "L4", gpus, ecfg)
+    target = (opts.shapes or [spec.shapes[0].name])[0]
+    opts.shapes, opts.small_shapes = [target], []  # every timed run is verified: no correctness stage before
+    names = [first, second] if first != second else [f"{first} (first)", f"{second} (second)"]
+    times: list[list[float]] = [[], []]
+    for i in range(rounds):
+        for k in order([0, 1], i):
+            opts.name = (first, second)[k] if (first, second)[k] in spec.candidates else None
+            with console.status(Text(f"round {i + 1}/{rounds}: {names[k]} on {dev}")):
+                record = evaluate(spec, paths[k], opts)
+            median = record.median_ms(target) if record.ok else None
+            if median is None:
+                console.print(f"round {i + 1}: {names[k]} failed at {record.failed_level}: {record.error}",
+                              highlight=False, markup=False)
+                raise typer.Exit(_exit_code(record) or ExitCode.FAILED)
+            times[k].append(median)
+            if not as_json:
+                console.print(f"round {i + 1}: {names[k]} {median:.4f} ms", highlight=False, markup=False)
+    result = compare(names[0], times[0], names[1], times[1])
+    if as_json:
+        print(json.dumps({"workload": spec.name, "shape": target, "device": dev, **result.to_dict()}, indent=1))
+    else:
+        console.print(f"{spec.name} at {target} on {dev}: {result.words()}", highlight=False, markup=False)
+
+
 @app.command()
 def check(workload: str = typer.Argument(..., help="Built-in workload name or a workload directory."),
           candidate: str | None = typer.Argument(None, help="A .cu candidate whose cuco_buffer and cuco_param names "
@@ -305,7 +358,8 @@ def baseline(workload: str = typer.Argument(..., help="Built-in workload name or
         if not records[name].ok:
             print_record(records[name], console)
     if not records:
-        raise NeedsGPU(spec.name, f"every baseline is a CUDA program: timing them needs {gpus(spec.world_size)}")
+        raise NeedsGPU(spec.name, "every baseline is a CUDA program: timing them needs "
+                                  f"{gpus_in_words(spec.world_size)}")
     out = atomic_write_json(_baselines_path(spec, dev), {n: r.to_dict() for n, r in records.items()}, indent=1)
     console.print(baseline_table(spec.name, records))
     console.print(f"saved to {out}", style="dim", markup=False, highlight=False)
@@ -357,8 +411,8 @@ def evolve(workload: str = typer.Argument(..., help="Built-in workload name or a
     knobs = _derived_knobs(spec, cfg, start)
     dev, slots, evaluator, where = _slots(cfg, spec, target_shape)
     if dev == "cpu" and start is not None and start.suffix == ".cu":
-        raise NeedsGPU(spec.name, f"its programs are CUDA and this machine has no {gpus(spec.world_size)} to run "
-                                  "them: a search here could only build them (cuco eval does that)")
+        raise NeedsGPU(spec.name, f"its programs are CUDA and this machine has no {gpus_in_words(spec.world_size)} "
+                                  "to run them: a search here could only build them (cuco eval does that)")
     rd = _writable_dir(absolute(run_dir) if run_dir else absolute(Path("cuco-runs") / f"{spec.name}-{target_shape}"))
     spec, starts = _with_knobs(spec, knobs, cfg, rd / "derived")
     evo = Evolution(spec, cfg, rd, slots, evaluator, dev, machine=load_machine(), starts=starts)
@@ -394,6 +448,8 @@ def _start_program(cfg, spec) -> Path | None:
 
 def _summarize_search(evo, rd: Path) -> ExitCode:
     """What the search ended with, after its table: on the console and in summary.json; the command's exit code."""
+    from cuco.evolve.run import comparisons
+
     if evo.stop_reason and not evo.stop_fault:
         console.print(f"stopped early: {evo.stop_reason}", highlight=False, markup=False)
     llm = evo.db.llm_totals()
@@ -405,6 +461,10 @@ def _summarize_search(evo, rd: Path) -> ExitCode:
     if best:
         console.print(f"best: #{best.id} {best.label or '-'}, {best.median_ms:.4f} ms, efficiency {best.score:.2f}; "
                       f"written to {rd / 'best'}", highlight=False, markup=False)
+    measured, rounds_error = comparisons(evo.db)  # under the table, in its caption
+    if rounds_error:
+        console.print(f"[yellow]warning:[/] the rounds that time the best against its rivals stopped: "
+                      f"{escape(rounds_error)}", highlight=False)
     first = evo.db.seed()
     start_failed = _start_failure(first)
     if start_failed:
@@ -417,6 +477,7 @@ def _summarize_search(evo, rd: Path) -> ExitCode:
                   "failure": start_failed} if first else None,
         "best": {"id": best.id, "label": best.label, "median_ms": best.median_ms, "bound_ms": best.bound_ms,
                  "efficiency": best.score} if best else None,
+        "comparisons": [c.to_dict() for c in measured], "rounds_error": rounds_error,
     }, indent=1)
     return code
 
@@ -530,7 +591,8 @@ def transform(workload: str = typer.Argument(..., help="Built-in workload name o
                   f"{target}", highlight=False, markup=False)
     at = f" --world {world}" if world is not None else ""  # the commands it suggests run at the size it was given
     if result.record is None:
-        console.print(f"not verified: that needs {gpus(spec.world_size)} (cuco eval {workload} {target}{at}); once "
+        console.print(f"not verified: that needs {gpus_in_words(spec.world_size)} (cuco eval {workload} {target}"
+                      f"{at}); once "
                       f"it passes, cuco evolve {workload}{at} --set search.start={target} searches from it",
                       highlight=False, markup=False)
         raise typer.Exit(ExitCode.INCOMPLETE)

@@ -17,7 +17,7 @@ from cuco.paths import atomic_write_json, machine_file
 SAFE_ENV = {"NCCL_NVLS_ENABLE": "0", "TORCH_SYMM_MEM_DISABLE_MULTICAST": "1", "NVSHMEM_DISABLE_NVLS": "1"}
 
 
-def gpus(count: int) -> str:
+def gpus_in_words(count: int) -> str:
     """'1 GPU', '2 GPUs': the count of GPUs a message names."""
     return f"{count} GPU" + ("" if count == 1 else "s")
 

@@ -104,5 +104,5 @@ def test_cascade_builds_cuda_candidate_on_cpu_and_says_so():
     spec = load_workload(GEMM_AG)
     rec = evaluate(spec, spec.candidates["device_lsa"], EvalOptions(device="cpu"))
     assert rec.ok and rec.level_reached == "L1" and rec.fault is None
-    assert rec.incomplete == "reached L1 (built); L2-L4 need 2 GPU(s)"
+    assert rec.incomplete == "reached L1 (built); L2-L4 need 2 GPUs"
     assert rec.to_dict()["incomplete"] == rec.incomplete

@@ -10,6 +10,7 @@ from pathlib import Path
 from cuco.errors import CucoError
 from cuco.llm.config import LLMConfig
 from cuco.paths import absolute
+from cuco.runner.comparison import MAX_ROUNDS, MIN_ROUNDS
 from cuco.tomlconfig import Section, field_types, load_dataclass, parse_text
 
 if sys.version_info >= (3, 11):
@@ -62,6 +63,10 @@ class SearchConfig:
     / world)."""
     backend: str = "local"
     """Where evaluations run: local (this machine) or ray (tasks on a Ray cluster, see [ray])."""
+    rounds: int = 5
+    """When the search ends, the best program is timed against the start program and the strongest baseline in
+    this many alternating rounds (one evaluation of each per round), which say whether it is faster or within noise
+    (cuco.runner.comparison); 0 for none, else 2 to 10."""
 
 
 @dataclass
@@ -123,6 +128,8 @@ class RunConfig:
             raise CucoError(where, f"search.backend: expected local or ray, got {s.backend!r}")
         if s.space not in ("auto", "knobs"):
             raise CucoError(where, f"search.space: expected auto or knobs, got {s.space!r}")
+        if s.rounds != 0 and not MIN_ROUNDS <= s.rounds <= MAX_ROUNDS:
+            raise CucoError(where, f"search.rounds: expected 0 (none) or {MIN_ROUNDS} to {MAX_ROUNDS}, got {s.rounds}")
         if self.ray.retries < 0:
             raise CucoError(where, f"ray.retries: must be >= 0, got {self.ray.retries}")
         if not 0.0 <= s.explore_fraction <= 1.0:

@@ -26,6 +26,7 @@ from cuco.evolve.selection import hill_climbing, power_law, weighted
 from cuco.evolve.slots import Slot
 from cuco.evolve.strategy import directive_for, materialize
 from cuco.paths import atomic_write_text
+from cuco.runner.comparison import Comparison, compare, order
 from cuco.runner.record import EvalRecord
 from cuco.workload.spec import StrategySpec, WorkloadSpec
 
@@ -50,6 +51,16 @@ def strongest_baseline(db: Database) -> tuple[str, float] | None:
     if seed is not None and seed.label == SEED_POINT.label() and seed.median_ms and "seed" not in times:
         times["seed"] = seed.median_ms
     return min(times.items(), key=lambda kv: kv[1]) if times else None
+
+
+def comparisons(db: Database) -> tuple[list[Comparison], str | None]:
+    """The best against each rival, from the rounds of the search's end (Evolution.time_rounds), and why they could
+    not all be made (a program that failed in a round), if so. Nothing before every round has run."""
+    state = db.get_meta("rounds")
+    if not state or any(len(ms) < state["rounds"] for ms in state["ms"].values()):
+        return [], state["error"] if state else None
+    names, ms = state["names"], state["ms"]
+    return [compare(names["best"], ms["best"], names[k], ms[k]) for k in names if k != "best"], state["error"]
 
 
 def score_of(record: EvalRecord, shape: str, run_bound: float | None) -> tuple[float | None, float | None,
@@ -228,17 +239,7 @@ class Evolution:
         return await self.propose()
 
     def evaluate(self, cand: Candidate, slot: Slot) -> EvalRecord:
-        work = self.run_dir / "evals" / f"{cand.id:05d}"
-        src = work / f"candidate{'.cu' if cand.language == 'cuda' else '.py'}"
-        try:
-            work.mkdir(parents=True, exist_ok=True)
-            src.write_text(cand.code)
-        except OSError as exc:
-            return EvalRecord(workload=self.spec.name, candidate=str(src), candidate_name=src.stem,
-                              kind=cand.language, world=self.spec.world_size, device=self.device, failed_level="L0",
-                              fault="runner", error=f"cuco cannot write the candidate into {work}: "
-                                                    f"{exc.strerror or exc}")
-        return self.evaluator(self.spec, src, slot, work / f"attempt-{time.time_ns()}", None)
+        return self.evaluate_program(cand.code, cand.language, slot, self.run_dir / "evals" / f"{cand.id:05d}", None)
 
     async def measure_baselines(self, slot: Slot) -> None:
         """The workload's baselines at the search's shape, each once per run (kept in the store, so a resumed run
@@ -258,6 +259,65 @@ class Evolution:
             self.db.set_meta("baselines", known)
             self.on_event(Event("baseline", None, f"{name} {median:.4f} ms" if median else
                                 f"{name} failed: {record.error}"), self)
+
+    def rivals(self, best: Candidate) -> dict[str, tuple[str, Path | str, str, str | None]]:
+        """What the best is timed against in the rounds: the program the search started from and the strongest
+        other baseline measured in this run, as key -> (name a person reads, file or code, its language, the
+        workload's name for it)."""
+        out: dict[str, tuple[str, Path | str, str, str | None]] = {}
+        start = self.db.seed()
+        if start is not None and start.ok and start.id != best.id:
+            name = "the seed" if start.label == SEED_POINT.label() else f"the start program ({start.label})"
+            out["start"] = (name, start.code, start.language, None)
+        timed = {n: b["median_ms"] for n, b in (self.db.get_meta("baselines") or {}).items() if b.get("median_ms")}
+        if timed:
+            name = min(timed, key=timed.__getitem__)
+            out[f"baseline:{name}"] = (name, self.spec.candidates[name], "", name)
+        return out
+
+    async def time_rounds(self, slot: Slot) -> None:
+        """The best against its rivals in alternating rounds (cuco.runner.comparison): the search ranked every
+        candidate by one evaluation, and the best is the fastest of many noisy draws. Each round's times are stored
+        as they come, so a resumed run goes on from the last; a best that changed starts over."""
+        rounds, best = self.cfg.search.rounds, self.db.best()
+        if not rounds or best is None or not (rivals := self.rivals(best)):
+            return
+        names = {"best": f"the best (#{best.id})", **{k: v[0] for k, v in rivals.items()}}
+        state = self.db.get_meta("rounds") or {}
+        if (state.get("best"), state.get("rounds"), state.get("names")) != (best.id, rounds, names):
+            state = {"best": best.id, "rounds": rounds, "names": names, "ms": {k: [] for k in names}, "error": None}
+        programs = {"best": (best.code, best.language, None), **{k: v[1:] for k, v in rivals.items()}}
+        for i in range(rounds):
+            for key in order(list(names), i):
+                if len(state["ms"][key]) > i or state["error"]:
+                    continue
+                program, language, workload_name = programs[key]
+                record = await asyncio.to_thread(self.evaluate_program, program, language, slot,
+                                                 self.run_dir / "rounds" / key.replace(":", "-"), workload_name)
+                median = record.median_ms(self.shape) if record.ok else None
+                if median is None:
+                    state["error"] = f"round {i + 1}: {names[key]} failed: {record.error}"
+                else:
+                    state["ms"][key].append(median)
+                self.db.set_meta("rounds", state)
+                self.on_event(Event("round", None, f"{i + 1}/{rounds}: {names[key]} " +
+                                    (f"{median:.4f} ms" if median else "failed")), self)
+
+    def evaluate_program(self, program: Path | str, language: str, slot: Slot, folder: Path,
+                         workload_name: str | None) -> EvalRecord:
+        """One evaluation of a file, or of code written into FOLDER first; its attempts go in FOLDER."""
+        if isinstance(program, str):
+            path = folder / f"candidate{'.cu' if language == 'cuda' else '.py'}"
+            try:
+                folder.mkdir(parents=True, exist_ok=True)
+                path.write_text(program)
+            except OSError as exc:
+                return EvalRecord(workload=self.spec.name, candidate=str(path), candidate_name=path.stem,
+                                  kind=language, world=self.spec.world_size, device=self.device, failed_level="L0",
+                                  fault="runner", error=f"cuco cannot write the candidate into {folder}: "
+                                                        f"{exc.strerror or exc}")
+            program = path
+        return self.evaluator(self.spec, program, slot, folder / f"attempt-{time.time_ns()}", workload_name)
 
     def record(self, cand: Candidate, record: EvalRecord, seconds: float) -> None:
         run_bound = self.db.get_meta("bound_ms")
@@ -326,5 +386,6 @@ class Evolution:
         await asyncio.gather(*(slot_worker(s) for s in self.slots))
         if not self.stop_fault:  # a search cuco or the workload stopped would only fail them too
             await self.measure_baselines(self.slots[0])
+            await self.time_rounds(self.slots[0])
         if self.exhausted:
             self.on_event(Event("stopped", None, self.stop_reason), self)

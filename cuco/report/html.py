@@ -12,7 +12,7 @@ from pathlib import Path
 from typing import Any
 
 from cuco.evolve.database import Candidate, Database
-from cuco.evolve.run import strongest_baseline
+from cuco.evolve.run import comparisons, strongest_baseline
 from cuco.report.console import fmt_ms
 
 PLOT_W, PLOT_H, PAD = 720, 260, 40
@@ -95,12 +95,15 @@ def render_report(run_dir: Path) -> str:
         llm = db.llm_totals()
         fails = db.failures_by_level()
         strongest = strongest_baseline(db)
+        measured, rounds_error = comparisons(db)
     finally:
         db.close()
     bound = best.bound_ms if best else None
     speed = f", {seed.median_ms / best.median_ms:.2f}x the seed" if best and seed and seed.median_ms else ""
     if best and strongest:  # the number that says whether the search won, before the seed's
         speed = f", {strongest[1] / best.median_ms:.2f}x the strongest baseline of this run ({strongest[0]})" + speed
+    if speed:
+        speed += " (one evaluation each, not side by side)"
     beats = " (beats the library)" if best and best.bound_ms and best.median_ms < best.bound_ms else ""
     light = _speed_of_light(best, meta.get("shape"))
     light = f"; speed of light {fmt_ms(light)} ms ({light / best.median_ms:.2f} of it)" if light else ""
@@ -111,6 +114,9 @@ def render_report(run_dir: Path) -> str:
             ("best", f"#{best.id} {best.label or '-'}: {fmt_ms(best.median_ms)} ms, library bound "
                      f"{fmt_ms(best.bound_ms)} ms, efficiency {best.score:.2f}{beats}{speed}{light}" if best
              else "none correct yet")]
+    head += [("side by side", c.words()) for c in measured]
+    if rounds_error:
+        head.append(("side by side", f"not measured: {rounds_error}"))
     if llm["calls"]:
         head.append(("LLM", f"{llm['calls']} calls, {llm['input_tokens']} + {llm['output_tokens']} tokens, "
                             f"${llm['cost_usd']:.2f}"))

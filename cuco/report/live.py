@@ -12,7 +12,7 @@ from rich.table import Table
 from rich.text import Text
 
 from cuco.evolve.database import Candidate
-from cuco.evolve.run import Event, Evolution, strongest_baseline
+from cuco.evolve.run import Event, Evolution, comparisons, strongest_baseline
 from cuco.report.console import fmt_ms
 
 
@@ -28,6 +28,7 @@ class EvolveDisplay:
         self.live: Live | None = None
         self.t0 = time.monotonic()
         self.seed_ms: float | None = None
+        self.round = ""  # the rounds at the search's end: the last one timed
 
     def __enter__(self) -> EvolveDisplay:
         if self.console.is_terminal:
@@ -43,6 +44,8 @@ class EvolveDisplay:
         c = event.candidate
         if c is not None and c.proposer == "seed" and c.median_ms:
             self.seed_ms = c.median_ms
+        if event.kind == "round":
+            self.round = event.text
         if self.live:
             self.live.update(self.render(evo))
             return
@@ -63,13 +66,16 @@ class EvolveDisplay:
         head = Table.grid(padding=(0, 2))
         head.add_row("evaluations", f"{done}/{self.target}", "running", str(db.count("running")))
         if best:
-            speed = f", {self.seed_ms / best.median_ms:.2f}x the seed" if self.seed_ms and best.median_ms else ""
+            speed = f", {self.seed_ms / best.median_ms:.2f}x the seed, one evaluation each" \
+                if self.seed_ms and best.median_ms else ""
             head.add_row("best", Text(f"#{best.id} {best.label or '-'}"), "time",
                          f"{fmt_ms(best.median_ms)} ms (bound {fmt_ms(best.bound_ms)}, "
                          f"efficiency {best.score:.2f}{speed})")
         fails = db.failures_by_level()
         head.add_row("failures", ", ".join(f"{k}: {v}" for k, v in sorted(fails.items())) or "none",
                      "per candidate", f"{(time.monotonic() - self.t0) / max(done, 1):.1f} s")
+        if self.round:
+            head.add_row("side by side", Text(f"round {self.round}"), "", "")
         recent = Table(title="recent candidates", title_justify="left")
         for col in ("id", "phase", "design point", "parent", "outcome", "median ms", "efficiency"):
             recent.add_column(col)
@@ -85,7 +91,9 @@ def summary_table(evo: Evolution, top: int = 8) -> Table:
     title = f"{evo.spec.name} at {evo.shape}: best of {db.count('done')} evaluations"
     if strongest:
         title += f"; strongest baseline measured in this run: {strongest[0]}, {fmt_ms(strongest[1])} ms"
-    t = Table(title=Text(title, style="table.title"), title_justify="left")
+    caption = "vs: one evaluation of each" + "".join(f"\nside by side: {c.words()}" for c in comparisons(db)[0])
+    t = Table(title=Text(title, style="table.title"), title_justify="left", caption=Text(caption),
+              caption_justify="left")
     for col in ("rank", "id", "design point", "median ms", "bound ms", "efficiency", "vs strongest baseline",
                 "vs seed", "found at evaluation"):
         t.add_column(col)

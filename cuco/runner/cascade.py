@@ -18,7 +18,7 @@ from pathlib import Path
 from typing import Any
 
 from cuco.errors import CucoError
-from cuco.machine import fingerprint, gpus, load_machine
+from cuco.machine import fingerprint, gpus_in_words, load_machine
 from cuco.paths import atomic_write_json
 from cuco.runner.bounds import compute_bound, reference_timings
 from cuco.runner.build import build_harness, first_error
@@ -105,7 +105,7 @@ def evaluate(spec: WorkloadSpec, candidate: Path, opts: EvalOptions,
     if opts.max_level == "L1":
         return _done(record)
     if kind == "cuda" and opts.device != "cuda":
-        record.incomplete = f"reached L1 (built); L2-{opts.max_level} need {gpus(spec.world_size)}"
+        record.incomplete = f"reached L1 (built); L2-{opts.max_level} need {gpus_in_words(spec.world_size)}"
         return _done(record)
 
     # L2..L4 in one launch: the candidate's setup cost is paid once per shape.
