@@ -263,8 +263,8 @@ def compare_cmd(workload: str = typer.Argument(..., help="Built-in workload name
                 rounds: int = typer.Option(5, "--rounds", help="Alternating rounds, one evaluation of each per round "
                                                                "(2 to 10)."),
                 shape: str | None = typer.Option(None, "--shape", "-s", metavar="<name>",
-                                                 help="The shape both are timed at (default: the first full one; "
-                                                      "CPU: the first small one)."),
+                                                 help="The shape both are timed at (default: the first full one, "
+                                                      "as a search's)."),
                 device: str | None = DeviceOpt, world: int | None = WorldOpt, gpus: str | None = GpusOpt,
                 timeout: float | None = TimeoutOpt, warmup: int | None = WarmupOpt, iters: int | None = ItersOpt,
                 config: Path | None = ConfigOpt,
@@ -283,9 +283,9 @@ def compare_cmd(workload: str = typer.Argument(..., help="Built-in workload name
     if dev == "cpu" and any(p.suffix == ".cu" for p in paths):
         raise NeedsGPU(spec.name, f"a CUDA program is timed on {gpus_in_words(spec.world_size)}; this machine has "
                                   "none")
-    opts = _options(spec, dev, [shape] if shape else [], [], "L4", gpus, ecfg)
-    target = (opts.shapes or [spec.shapes[0].name])[0]
-    opts.shapes, opts.small_shapes = [target], []  # every timed run is verified: no correctness stage before
+    target = shape or spec.shapes[0].name
+    opts = _options(spec, dev, [target], [], "L4", gpus, ecfg)
+    opts.small_shapes = []  # every timed run is verified: no correctness stage before
     names = [first, second] if first != second else [f"{first} (first)", f"{second} (second)"]
     times: list[list[float]] = [[], []]
     for i in range(rounds):

@@ -198,7 +198,7 @@ def test_a_forging_seed_is_never_ranked_best(tmp_path):
     run_dir = tmp_path / "run"
     args = [sys.executable, "-m", "cuco", "evolve", str(CPU_WL), "--generations", "3", "--run-dir", str(run_dir),
             "--seed", "2", "--set", f"search.start={CHEATS / 'cache_after_checks.py'}", "--set", "eval.iters=5",
-            "--set", "eval.warmup=1"]
+            "--set", "eval.warmup=1", "--set", "search.rounds=0"]
     proc = subprocess.run(args, cwd=ROOT, capture_output=True, text=True,
                           env={**os.environ, "CUCO_HOME": str(tmp_path / "home"), "COLUMNS": "200"})
     assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]

@@ -12,7 +12,16 @@ from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
 DOC = ROOT / "docs" / "cli.md"
-COMMANDS = [[], ["doctor"], ["eval"], ["check"], ["baseline"], ["evolve"], ["transform"], ["init"], ["report"], ["ui"]]
+
+
+def _commands() -> list[list[str]]:
+    """cuco itself, then every command it registers: a new one cannot be left out of the page."""
+    from cuco.cli import app
+
+    return [[]] + [[info.name or info.callback.__name__.replace("_", "-")] for info in app.registered_commands]
+
+
+COMMANDS = _commands()
 
 
 def render() -> str:

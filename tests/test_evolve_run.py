@@ -81,7 +81,7 @@ def _done_rows(db):
 def test_resume_after_sigkill_keeps_finished_and_reaches_the_total(tmp_path):
     run_dir, home = tmp_path / "run", tmp_path / "home"
     args = ["evolve", str(CPU_WL), "--generations", "4", "--run-dir", str(run_dir), "--seed", "1",
-            "--set", "eval.iters=5", "--set", "eval.warmup=1"]
+            "--set", "eval.iters=5", "--set", "eval.warmup=1", "--set", "search.rounds=0"]
     proc = _cuco(args, home, start_new_session=True)
     for line in proc.stdout:  # blocks on the real output; no sleeping
         if line.startswith("start #3"):
@@ -204,7 +204,7 @@ def test_the_baselines_are_measured_once_in_the_run_and_the_best_is_compared_wit
         return fake_evaluator(spec, src, slot, work)
 
     cfg = RunConfig()
-    cfg.search.generations, cfg.search.shape = 4, "8k"
+    cfg.search.generations, cfg.search.shape, cfg.search.rounds = 4, "8k", 0
     spec = load_workload(GEMM_AG)
     evo = Evolution(spec, cfg, tmp_path, [Slot(0, ())], evaluator, "cuda")
     asyncio.run(evo.run())
@@ -228,6 +228,45 @@ def test_the_baselines_are_measured_once_in_the_run_and_the_best_is_compared_wit
     db = Database(tmp_path / "cuco.db")
     assert set(db.get_meta("baselines")) == {"host_two_stream", "torch_async_tp"}
     db.close()
+
+
+def test_the_best_is_timed_against_its_rivals_in_alternating_rounds_and_a_killed_run_goes_on(tmp_path):
+    """At the search's end: the best, the seed and the strongest baseline, one evaluation each per round, the order
+    reversed every round; each time stored as it comes, so a run killed in the rounds times only what is left."""
+    from cuco.evolve.run import comparisons
+
+    calls: list[str] = []
+    kill_at = [8]
+
+    def evaluator(spec, src, slot, work, name=None):
+        if "rounds" in work.parts:
+            calls.append(work.parts[work.parts.index("rounds") + 1])
+            if len(calls) == kill_at[0]:
+                raise KeyboardInterrupt  # as a kill in the middle of round 3
+        if name == "host_two_stream":
+            return EvalRecord.from_dict({"ok": True, "level_reached": "L4", "shapes": {
+                "8k": {"timing": {"median_ms": 0.45 * (1 + 0.001 * len(calls))}, "bound": {"bound_ms": 0.4}}}})
+        rec = fake_evaluator(spec, src, slot, work)
+        if rec.ok and "rounds" in work.parts:  # a machine that slows down through the rounds
+            rec.shapes["8k"].timing.median_ms *= 1 + 0.001 * len(calls)
+        return rec
+
+    cfg = RunConfig()
+    cfg.search.generations, cfg.search.shape, cfg.search.rounds = 5, "8k", 4
+    spec = load_workload(GEMM_AG)
+    with pytest.raises(KeyboardInterrupt):
+        asyncio.run(Evolution(spec, cfg, tmp_path, [Slot(0, ())], evaluator, "cuda").run())
+    assert calls[:6] == ["best", "start", "baseline-host_two_stream", "baseline-host_two_stream", "start", "best"]
+    evo = Evolution(spec, cfg, tmp_path, [Slot(0, ())], evaluator, "cuda")
+    asyncio.run(evo.run())
+    assert len(calls) == 12 + 1  # four rounds of three, and the one cut off timed again
+    found, error = comparisons(evo.db)
+    best = evo.db.best()
+    assert error is None and [c.other for c in found] == ["the seed", "host_two_stream"]
+    assert all(c.this == f"the best (#{best.id})" and len(c.this_ms) == 4 and c.low <= c.speedup <= c.high
+               for c in found)
+    assert found[1].verdict == "slower"  # 0.45 ms against the fake candidates' 0.5 ms and more
+    evo.db.close()
 
 
 def test_a_start_program_is_labelled_by_its_name_and_is_not_the_seed_baseline(tmp_path):

@@ -16,7 +16,7 @@ import pytest
 from conftest import GEMM_AG, ROOT
 
 CPU_WL = ROOT / "cuco" / "workloads" / "cpu_allgather_matmul"
-QUICK = ["--set", "eval.iters=4", "--set", "eval.warmup=1"]
+QUICK = ["--set", "eval.iters=4", "--set", "eval.warmup=1", "--set", "search.rounds=0"]
 
 
 def cuco(args: list[str], cwd: Path, **env: str) -> subprocess.CompletedProcess:

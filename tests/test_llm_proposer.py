@@ -34,6 +34,7 @@ def search(tmp_path, fake: FakeLLM, monkeypatch, generations=2, novelty="off", n
     monkeypatch.setenv("ANTHROPIC_API_KEY", "sk-test")
     cfg = RunConfig()
     cfg.search.generations, cfg.search.proposer, cfg.search.shape = generations, "llm", "cpu"
+    cfg.search.rounds = 0
     cfg.search.novelty, cfg.search.novelty_threshold = novelty, novelty_threshold
     cfg.llm.base_url, cfg.llm.model, cfg.llm.max_retries, cfg.llm.timeout_s = fake.url, "fake-model", 0, 5
     for k, v in llm.items():
@@ -143,7 +144,7 @@ def test_evolve_cli_with_llm_improves_on_the_seed(tmp_path):
     (wl / "seed.py").write_text(NAIVE_SEED)
     with FakeLLM([Step(VECTORIZE), Step(REWRITE)]) as fake:
         cfg = tmp_path / "run.toml"
-        cfg.write_text(f'[search]\nproposer = "llm"\ngenerations = 3\nnovelty = "off"\n[eval]\niters = 4\nwarmup = 1\n'
+        cfg.write_text(f'[search]\nproposer = "llm"\ngenerations = 3\nnovelty = "off"\nrounds = 0\n[eval]\niters = 4\nwarmup = 1\n'
                        f'[llm]\nprovider = "openai_compatible"\nmodel = "qwen-coder"\nbase_url = "{fake.url}/v1"\n'
                        f'max_retries = 0\n[llm.pricing]\nqwen-coder = [0.5, 1.5]\n')
         run_dir = tmp_path / "run"
