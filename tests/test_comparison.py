@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import json
 import math
+import os
 import random
 import shutil
 import subprocess
@@ -72,8 +73,8 @@ def test_cuco_compare_finds_a_copy_of_the_seed_within_noise_of_the_seed(tmp_path
     copy = tmp_path / "copy_of_seed.py"
     shutil.copy(ROOT / "cuco" / "workloads" / "cpu_allgather_matmul" / "seed.py", copy)
     proc = subprocess.run([sys.executable, "-m", "cuco", "compare", "cpu_allgather_matmul", str(copy), "seed",
-                           "--rounds", "3", "--iters", "6", "--json"], capture_output=True, text=True,
-                          env={**__import__("os").environ, "CUCO_HOME": str(tmp_path / "home")})
+                           "--rounds", "3", "--iters", "4", "--warmup", "1", "--json"], capture_output=True,
+                          text=True, env={**os.environ, "CUCO_HOME": str(tmp_path / "home")})
     assert proc.returncode == 0, proc.stdout + proc.stderr
     got = json.loads(proc.stdout)
     assert got["verdict"] == "within noise" and got["low"] < 1 < got["high"], got

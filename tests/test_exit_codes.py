@@ -54,7 +54,8 @@ def test_every_path_argument_may_be_relative(tmp_path):
     copy_workload(tmp_path / "wl")
     (tmp_path / "cfg").mkdir()
     shutil.copy(tmp_path / "wl" / "seed.py", tmp_path / "cfg" / "start.py")
-    (tmp_path / "cfg" / "run.toml").write_text('[search]\nstart = "start.py"\n[eval]\niters = 4\nwarmup = 1\n')
+    (tmp_path / "cfg" / "run.toml").write_text('[search]\nstart = "start.py"\nrounds = 0\n[eval]\niters = 4\n'
+                                            'warmup = 1\n')
 
     ev = cuco(["eval", "wl", "wl/seed.py", "--out", "rec.json", "--iters", "4", "--warmup", "1"], tmp_path)
     assert ev.returncode == 0 and json.loads((tmp_path / "rec.json").read_text())["ok"], said(ev)

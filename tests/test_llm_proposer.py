@@ -144,7 +144,8 @@ def test_evolve_cli_with_llm_improves_on_the_seed(tmp_path):
     (wl / "seed.py").write_text(NAIVE_SEED)
     with FakeLLM([Step(VECTORIZE), Step(REWRITE)]) as fake:
         cfg = tmp_path / "run.toml"
-        cfg.write_text(f'[search]\nproposer = "llm"\ngenerations = 3\nnovelty = "off"\nrounds = 0\n[eval]\niters = 4\nwarmup = 1\n'
+        cfg.write_text('[search]\nproposer = "llm"\ngenerations = 3\nnovelty = "off"\nrounds = 0\n'
+                       '[eval]\niters = 4\nwarmup = 1\n'
                        f'[llm]\nprovider = "openai_compatible"\nmodel = "qwen-coder"\nbase_url = "{fake.url}/v1"\n'
                        f'max_retries = 0\n[llm.pricing]\nqwen-coder = [0.5, 1.5]\n')
         run_dir = tmp_path / "run"

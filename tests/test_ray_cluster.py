@@ -30,7 +30,8 @@ def cluster():
 def _evolve(address: str, run_dir: Path, evaluations: int, slots: int, *sets: str) -> list[str]:
     args = [sys.executable, "-m", "cuco", "evolve", "cpu_allgather_matmul", "--generations", str(evaluations),
             "--run-dir", str(run_dir), "--set", "search.backend=ray", "--set", f"ray.address={address}",
-            "--set", f"search.slots={slots}", "--set", "search.rounds=0"]
+            "--set", f"search.slots={slots}", "--set", "search.rounds=0", "--set", "eval.iters=4",
+            "--set", "eval.warmup=1"]
     for s in sets:
         args += ["--set", s]
     return args
