@@ -6,7 +6,7 @@ of each would have said (the first round's ratio, as a search's table reads), to
 load: busy processes, one per core unless told, running for the whole benchmark. Writes
 benchmarks/results/compare_noise.json and .md.
 
-    python benchmarks/compare_noise.py [--tries 20] [--rounds 5] [--load 2]
+    python benchmarks/compare_noise.py [--tries 20] [--rounds 5] [--load 2] [--iters N]
 """
 
 from __future__ import annotations
@@ -37,6 +37,7 @@ def main() -> None:
     ap.add_argument("--tries", type=int, default=20)
     ap.add_argument("--rounds", type=int, default=5)
     ap.add_argument("--load", type=int, default=os.cpu_count() or 1, help="busy processes beside the comparisons")
+    ap.add_argument("--iters", type=int, default=None, help="timed runs per evaluation (default: the workload's)")
     ap.add_argument("--out", type=Path, default=ROOT / "benchmarks" / "results")
     args = ap.parse_args()
 
@@ -49,8 +50,9 @@ def main() -> None:
         shutil.copy(SEED, copy)
         try:
             for i in range(args.tries):
+                iters = ["--iters", str(args.iters)] if args.iters else []
                 proc = record.cuco("compare", "cpu_allgather_matmul", str(copy), "seed", "--rounds", str(args.rounds),
-                                   "--json", tail=300, env={"CUCO_HOME": str(Path(tmp) / "home")})
+                                   *iters, "--json", tail=300, env={"CUCO_HOME": str(Path(tmp) / "home")})
                 if proc.returncode != 0:
                     sys.exit(f"try {i + 1}: cuco compare exited {proc.returncode}: {proc.stderr[-2000:]}")
                 got = json.loads(proc.stdout)
@@ -66,7 +68,7 @@ def main() -> None:
     verdicts = [t["verdict"] for t in tries]
     single = [t["one_evaluation_each"] for t in tries]
     info = record.meta(None, device_kind="cpu", cpu=platform.processor() or platform.machine(),
-                       cores=os.cpu_count(), load_processes=args.load, rounds=args.rounds)
+                       cores=os.cpu_count(), load_processes=args.load, rounds=args.rounds, iters=args.iters)
     info["device"] = f"CPU, {os.cpu_count()} cores, {args.load} busy processes beside"
     lines = [f"# A copy of the seed against the seed, side by side ({info['date'][:10]}, {info['device']}, "
              f"commit {info['commit']})", "",

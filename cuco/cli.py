@@ -244,8 +244,10 @@ def eval_cmd(workload: str = typer.Argument(..., help="Built-in workload name or
     dev = _device(ecfg.device, spec.world_size)
     opts = _options(spec, dev, shape, small_shape, level, gpus, ecfg)
     opts.name = candidate if candidate in spec.candidates else None
-    with console.status(Text(f"evaluating {path.name} on {dev}")):
-        record = evaluate(spec, path, opts, _load_baselines(spec, dev))
+    baselines = _load_baselines(spec, dev)
+    with console.status(Text(f"evaluating {path.name} on {dev}")) as status:
+        opts.on_step = lambda step: status.update(Text(f"evaluating {path.name} on {dev}: {step}"))
+        record = evaluate(spec, path, opts, baselines)
     saved = save_record(record, _record_path(out, spec, opts.name or path.stem))
     if as_json:
         print(json.dumps(record.to_dict(), indent=1))
@@ -291,7 +293,9 @@ def compare_cmd(workload: str = typer.Argument(..., help="Built-in workload name
     for i in range(rounds):
         for k in order([0, 1], i):
             opts.name = (first, second)[k] if (first, second)[k] in spec.candidates else None
-            with console.status(Text(f"round {i + 1}/{rounds}: {names[k]} on {dev}")):
+            head = f"round {i + 1}/{rounds}: {names[k]} on {dev}"
+            with console.status(Text(head)) as status:
+                opts.on_step = lambda step, head=head: status.update(Text(f"{head}: {step}"))
                 record = evaluate(spec, paths[k], opts)
             median = record.median_ms(target) if record.ok else None
             if median is None:

@@ -34,6 +34,35 @@ def test_planted_fault_is_caught(name, tmp_path):
         assert "rank 0:" in rec.error and "rank 1:" in rec.error
 
 
+# The work on its first call; on every later one, a wait for a message no rank sends.
+WAITS_FOR_A_MESSAGE = """
+import torch
+import torch.distributed as dist
+calls = [0]
+def run(ctx):
+    calls[0] += 1
+    a, b, c, a_full = (ctx.buffers[k] for k in ("a", "b", "c", "a_gathered"))
+    if calls[0] > 1:
+        dist.recv(c, src=(ctx.rank + 1) % ctx.world, group=ctx.group)
+    dist.all_gather(list(a_full.chunk(ctx.world)), a, group=ctx.group)
+    torch.matmul(a_full, b, out=c)
+"""
+
+
+def test_a_candidate_that_hangs_is_stopped_seconds_after_its_last_progress(tmp_path):
+    """Not at the end of the evaluation's whole limit (the workload's 300 s): its run step's limit after it."""
+    from cuco.runner.progress import RUN_FLOOR_S
+
+    src = tmp_path / "waits_for_a_message.py"
+    src.write_text(WAITS_FOR_A_MESSAGE)
+    t0 = time.monotonic()
+    rec = evaluate(load_workload(GEMM_AG), src, _opts(max_level="L2", work_dir=tmp_path / "w"))
+    elapsed = time.monotonic() - t0
+    assert not rec.ok and rec.failed_level == "L2" and rec.fault == "candidate", rec.error
+    assert f"marked no progress for {RUN_FLOOR_S:.0f} s in 'L2 s_odd trial 0: determinism run'" in rec.error
+    assert elapsed < RUN_FLOOR_S + 20, elapsed
+
+
 def test_host_driven_python_candidate_passes_on_two_cpu_ranks(tmp_path):
     spec = load_workload(GEMM_AG)
     rec = evaluate(spec, spec.candidates["torch_host"], _opts(small_shapes=["s256", "s_odd"], work_dir=tmp_path))

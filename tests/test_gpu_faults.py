@@ -41,6 +41,16 @@ def test_planted_cuda_fault_is_caught(name, tmp_path):
         assert elapsed < DEADLOCK_LIMIT_S + 30
 
 
+def test_a_hung_candidate_is_stopped_seconds_after_its_last_progress(tmp_path):
+    """The deadlock again, under the workload's own limit (300 s): its first run's step limit stops it."""
+    from cuco.runner.progress import FIRST_RUN_LIMIT_S
+
+    t0 = time.monotonic()
+    rec = evaluate(load_workload(GEMM_AG), fault_source("deadlock", tmp_path), _opts(work_dir=tmp_path / "w"))
+    assert not rec.ok and rec.fault == "candidate" and "marked no progress" in rec.error, rec.error
+    assert time.monotonic() - t0 < FIRST_RUN_LIMIT_S + 45
+
+
 def test_fault_template_without_fault_is_correct(tmp_path):
     spec = load_workload(GEMM_AG)
     path = tmp_path / "clean.cu"

@@ -12,6 +12,7 @@ import math
 import shutil
 import statistics
 import tempfile
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from datetime import datetime, timezone
 from pathlib import Path
@@ -65,6 +66,7 @@ class EvalOptions:
     iters: int | None = None
     work_dir: Path | None = None
     name: str | None = None  # the workload's name for the candidate (default: its file's stem)
+    on_step: Callable[[str], None] | None = None  # hears each step of rank 0's judge as it starts (a console's status)
 
 
 # A judge's kind of failure (rank_report.py) as the record's fault: a crash and a wrong result are the candidate's too.
@@ -148,7 +150,7 @@ def evaluate(spec: WorkloadSpec, candidate: Path, opts: EvalOptions,
     if not temporary:
         record.work_dir = str(work)
     try:
-        res = launch(job, opts.timeout_s or spec.timing.timeout_s, work / "job.json")
+        res = launch(job, opts.timeout_s or spec.timing.timeout_s, work / "job.json", opts.on_step)
         record.seconds = res.seconds
         return _interpret(spec, record, res, stages, opts, baselines, references)
     finally:
@@ -204,8 +206,8 @@ def _interpret(spec, record: EvalRecord, res, stages, opts, baselines, reference
     if res.timed_out:
         where = "; ".join(f"rank {o.rank}: {o.last_step}" for o in res.ranks)
         limit = opts.timeout_s or spec.timing.timeout_s
-        return _fail(record, current, f"timeout: killed every rank after {limit:.0f} s (hung; last steps: {where})",
-                     _logs(res))
+        why = res.stalled or f"the evaluation's limit of {limit:.0f} s ran out"
+        return _fail(record, current, f"timeout: killed every rank: {why} (hung; last steps: {where})", _logs(res))
     if res.crashed:
         cause = res.ranks[_cause_first(res)[0]].report.kind
         return _fail(record, current, _crash_message(res), _logs(res), FAULTS.get(cause, "candidate"))

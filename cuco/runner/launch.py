@@ -22,11 +22,13 @@ import subprocess
 import sys
 import tempfile
 import time
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 
 from cuco.machine import SAFE_ENV
 from cuco.runner.job import JUDGE_PORT_ENV, JUDGE_TOKEN_ENV, Job
+from cuco.runner.progress import Watch, last_step
 from cuco.runner.rank_report import RankReport
 from cuco.runner.sandbox import candidate_uid, claim_uid, keep_private, sweep_uid
 
@@ -50,6 +52,7 @@ class LaunchResult:
     timed_out: bool
     crashed: list[int] = field(default_factory=list)
     seconds: float = 0.0
+    stalled: str = ""  # why the watchdog took a rank for hung before the evaluation's whole limit ran out
 
     def killed(self) -> bool:
         return self.timed_out or bool(self.crashed)
@@ -77,9 +80,9 @@ def _tail(path: Path, n: int = 3000) -> str:
 
 
 def _last_line(path: Path) -> str:
-    """The last step a rank's judge marked (lines are "seconds<TAB>step")."""
-    lines = path.read_text(errors="replace").strip().splitlines() if path.is_file() else []
-    return lines[-1].split("\t")[-1] if lines else "not started"
+    """The last step a rank's judge marked."""
+    step = last_step(path)
+    return step.what if step else "not started"
 
 
 def describe_exit(code: int) -> str:
@@ -112,8 +115,8 @@ def stop(procs: list[subprocess.Popen]) -> None:
 PORT_TRIES = 3
 
 
-def launch(job: Job, timeout_s: float, job_path: Path) -> LaunchResult:
-    """Run every rank of JOB under the watchdog; TIMEOUT_S bounds each attempt."""
+def launch(job: Job, timeout_s: float, job_path: Path, on_step: Callable[[str], None] | None = None) -> LaunchResult:
+    """Run every rank of JOB under the watchdog; TIMEOUT_S bounds each attempt; ON_STEP hears rank 0's steps."""
     out = Path(job.out_dir).absolute()  # the judges and hosts start in folders of their own
     job.out_dir = str(out)
     out.mkdir(parents=True, exist_ok=True)
@@ -132,7 +135,7 @@ def launch(job: Job, timeout_s: float, job_path: Path) -> LaunchResult:
                 job.host_port = free_port()
                 for f in (*out.glob("rank*.json"), *out.glob("rank*.progress")):
                     f.unlink()
-            res = _watch(_start(job, job_path, out, visible), out, timeout_s, job.candidate_uid)
+            res = _watch(_start(job, job_path, out, visible), out, timeout_s, job.candidate_uid, on_step)
             if not _lost_a_port(res):
                 break
     finally:
@@ -168,12 +171,17 @@ def _start(job: Job, job_path: Path, out: Path, visible: list[int]) -> list[subp
     return procs
 
 
-def _watch(procs: list[subprocess.Popen], out: Path, timeout_s: float, uid: int | None = None) -> LaunchResult:
+def _watch(procs: list[subprocess.Popen], out: Path, timeout_s: float, uid: int | None = None,
+           on_step: Callable[[str], None] | None = None) -> LaunchResult:
+    """Until every rank has exited: a rank that died gives the others CRASH_GRACE_S to report, a rank that marks no
+    progress within its step's limit (progress.py), or the whole of TIMEOUT_S, stops them all. ON_STEP hears rank
+    0's steps as they come."""
     t0 = time.monotonic()
     deadline = t0 + timeout_s
     first_death: float | None = None
-    timed_out = False
+    timed_out, stalled, told = False, "", ""
     deaths: list[int] = []  # ranks that exited with an error, in the order the watchdog saw them go
+    progress = Watch([out / f"rank{r}.progress" for r in range(len(procs))])
     while True:
         codes = [p.poll() for p in procs]
         deaths += [r for r, c in enumerate(codes) if c not in (None, 0) and r not in deaths]
@@ -182,8 +190,13 @@ def _watch(procs: list[subprocess.Popen], out: Path, timeout_s: float, uid: int 
         now = time.monotonic()
         if deaths and first_death is None:
             first_death = now
-        if now > deadline or (first_death is not None and now - first_death > CRASH_GRACE_S):
-            timed_out = now > deadline
+        steps = progress.poll()
+        if on_step and steps[0] and steps[0].what != told:
+            told = steps[0].what
+            on_step(told)
+        stalled = "" if deaths else progress.stalled()
+        if now > deadline or stalled or (first_death is not None and now - first_death > CRASH_GRACE_S):
+            timed_out = now > deadline or bool(stalled)
             stop(procs)
             break
         time.sleep(POLL_S)
@@ -202,5 +215,5 @@ def _watch(procs: list[subprocess.Popen], out: Path, timeout_s: float, uid: int 
     # Ranks that failed on their own, in the order they went: the first is usually the cause.
     order = deaths + [r for r in range(len(procs)) if r not in deaths]
     crashed = [r for r in order if outcomes[r].returncode not in (0, None)]
-    return LaunchResult(outcomes, timed_out, crashed, time.monotonic() - t0)
+    return LaunchResult(outcomes, timed_out, crashed, time.monotonic() - t0, stalled)
 

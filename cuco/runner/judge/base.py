@@ -20,6 +20,7 @@ from cuco.runner.job import JUDGE_PORT_ENV, JUDGE_TOKEN_ENV, Job
 from cuco.runner.judge.group import JudgeGroup
 from cuco.runner.keyed import generator, new_secret
 from cuco.runner.l2 import L2Flush
+from cuco.runner.progress import FIRST_RUN_LIMIT_S, RUN_FLOOR_S, RUN_MULTIPLE, STARTUP_LIMIT_S, line
 from cuco.runner.rank_report import RankReport, StageResult
 from cuco.workload.reference import ReferenceMissing, load_reference
 from cuco.workload.spec import load_workload
@@ -50,6 +51,7 @@ class Judge:
         self.t0 = time.monotonic()
         self.out = Path(job.out_dir)
         self.progress = open(self.out / f"rank{rank}.progress", "a", buffering=1)
+        self.longest_run_s, self.run_started = 0.0, None  # of the shape's run steps (mark)
         self.spec = load_workload(Path(job.workload_root), job.world)
         try:
             self.ref = load_reference(self.spec)
@@ -70,12 +72,27 @@ class Judge:
         """Ends whatever the judge started beside itself, before its final report."""
 
     # ---- the judges' group ----------------------------------------------------------------------
-    def mark(self, what: str) -> None:
-        """A step, with the seconds since the rank started: the launcher names the last one if the rank hangs."""
-        self.progress.write(f"{time.monotonic() - self.t0:.3f}\t{what}\n")
+    def mark(self, what: str, limit_s: float | None = None, run: bool = False) -> None:
+        """A step, with the seconds since the rank started and how long it may take (none: the evaluation's own
+        limit): the launcher stops every rank when one takes longer than that to mark its next step, and names the
+        step it hung in (progress.py). A run step's limit follows the shape's longest run step so far."""
+        now = time.monotonic()
+        if self.run_started is not None:
+            self.longest_run_s = max(self.longest_run_s, now - self.run_started)
+        self.run_started = now if run else None
+        if run:
+            limit_s = max(RUN_FLOOR_S, RUN_MULTIPLE * self.longest_run_s) if self.longest_run_s else FIRST_RUN_LIMIT_S
+        self.progress.write(line(now - self.t0, what, limit_s))
+
+    def mark_run(self, what: str) -> None:
+        self.mark(what, run=True)
+
+    def new_shape(self) -> None:
+        """The next run step is the shape's first."""
+        self.longest_run_s, self.run_started = 0.0, None
 
     def init(self) -> None:
-        self.mark("init: process group")
+        self.mark("init: process group", STARTUP_LIMIT_S)
         self.group = JudgeGroup(self.rank, self.world, int(os.environ[JUDGE_PORT_ENV]), self.token)
         self.token = ""
         self.seed = int(self.group.broadcast(new_secret() if self.rank == 0 else None))

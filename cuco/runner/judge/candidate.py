@@ -29,6 +29,7 @@ from cuco.runner.judge.base import CandidateFailed, Judge, StageFailed
 from cuco.runner.judge.host_link import HostLink
 from cuco.runner.keyed import derive, digest
 from cuco.runner.pages import key_offset
+from cuco.runner.progress import SETUP_LIMIT_S, STARTUP_LIMIT_S
 from cuco.runner.rank_report import CorrectnessStage, StageResult, TimingStage
 from cuco.runner.timing import cross_check
 from cuco.runner.verify import Check, compare, poison, same
@@ -70,7 +71,7 @@ class CandidateJudge(Judge):
         by_shape: dict[str, list] = {}
         for st in self.job.stages:
             by_shape.setdefault(st.shape, []).append(st)
-        self.mark("init: the candidate's process")
+        self.mark("init: the candidate's process", STARTUP_LIMIT_S)
         self.sandbox = self.link.ready()
         for n, (shape_name, stages) in enumerate(by_shape.items()):
             seed = self.seed + 7919 * (1 + n)
@@ -139,7 +140,8 @@ class CandidateJudge(Judge):
         shape = self.spec.shape(shape_name)
         params, env = dict(shape.params), shape.env(self.world)
         self.layouts = [Layout(b.name, b.role, b.dtype, b.dims(env), b.symmetric) for b in self.spec.buffers.values()]
-        self.mark(f"{shape_name}: setup")
+        self.mark(f"{shape_name}: setup", SETUP_LIMIT_S)
+        self.new_shape()
         msg: dict[str, Any] = dict(buffers=[lay.to_json() for lay in self.layouts], params=params)
         fds: list[int] = []
         if self.cuda:
@@ -181,7 +183,7 @@ class CandidateJudge(Judge):
         return [f"{n}: parameter changed by the runs" for n in self.own if now[n] != self.digests[n]]
 
     def close_shape(self, shape_name: str) -> None:
-        self.mark(f"{shape_name}: teardown")
+        self.mark(f"{shape_name}: teardown", SETUP_LIMIT_S)
         self.link.send("teardown", where=f"{shape_name}: teardown")
         self.link.call("ok", f"{shape_name}: teardown")
         self.exchange = self.bufs = None
@@ -287,7 +289,7 @@ class CandidateJudge(Judge):
         errors: list[float] = []
         for trial in range(self.spec.timing.trials):
             where = f"{level} {shape} trial {trial}"
-            self.mark(f"{where}: run")
+            self.mark_run(f"{where}: run")
             inputs = self.all_inputs(params, seed + trial)
             mine = inputs[self.rank]
             self.load(mine)
@@ -298,7 +300,7 @@ class CandidateJudge(Judge):
             checks += self.check_outputs(outs, self.ref.reference(params, self.world, self.rank, inputs))
             self.agree(checks, f"{where} (seed {seed + trial})")
             errors += [c.norm_rel_err or 0.0 for c in checks]
-            self.mark(f"{where}: determinism run")
+            self.mark_run(f"{where}: determinism run")
             self.load(mine)
             again, after2 = self.run_untimed(f"{where}: determinism run")
             if tol.determinism == "bitwise":
@@ -334,7 +336,7 @@ class CandidateJudge(Judge):
         for i in range(warmup + iters):
             j = i - warmup
             where = f"L4 {shape}: " + (f"warm-up {i}" if j < 0 else f"timed run {j}")
-            self.mark(where)
+            self.mark_run(where)
             mine = self.inputs_for(params, seed + i, [self.rank])[self.rank]
             self.load(mine)
             self.flush_l2()
@@ -378,7 +380,7 @@ class CandidateJudge(Judge):
         judge, events = [], []
         for n in range(first, first + count):
             where = f"L4 {shape}: runner overhead {n}"
-            self.mark(where)
+            self.mark_run(where)
             if not self.cuda:  # GPU: the staged inputs are unsealed again (under another run's key: garbage, as good)
                 self.load(mine)
             self.flush_l2()
@@ -392,7 +394,7 @@ class CandidateJudge(Judge):
         """The kept snapshots against the reference of their own runs' inputs, drawn again from their seeds (this
         rank's parameters from the judge's private copy), each dropped once checked; failures into `failed`."""
         for j, (seed, snap) in sorted(kept.items()):
-            self.mark(f"L4 {shape}: verifying timed run {j}")
+            self.mark_run(f"L4 {shape}: verifying timed run {j}")
             expected = self.ref.reference(params, self.world, self.rank, self.all_inputs(params, seed))
             wrong = [f"timed run {j}: {c.message}" for c in self.check_outputs(snap, expected) if not c.ok]
             if wrong:
