@@ -205,3 +205,28 @@ def test_a_uid_whose_launcher_is_gone_is_swept_when_the_next_is_claimed():
     finally:
         left.kill()
         assert sweep_uid(mine) == [] and not (LEDGER / str(mine)).exists()
+
+
+@as_root
+def test_only_a_candidates_uid_is_ever_swept(monkeypatch):
+    """kill(-1) as root, or as a user's uid, would reach what is not the candidate's: a ledger entry naming one (the
+    ledger is root's own, but the check does not rest on that) is passed over, and sweep_uid refuses it."""
+    from cuco.runner.sandbox import SandboxError, processes
+
+    with pytest.raises(SandboxError, match="not a candidate's"):
+        sweep_uid(0)
+    swept = []
+    monkeypatch.setattr(processes, "sweep_uid", swept.append)
+    gone = subprocess.Popen(["true"])
+    gone.wait()
+    stale = candidate_uid()
+    LEDGER.mkdir(mode=0o700, exist_ok=True)
+    for name in ("0", "1000", str(stale)):
+        (LEDGER / name).write_text(f"{gone.pid} 1")
+    mine = None
+    try:
+        mine = claim_uid(candidate_uid())
+        assert swept == [stale]
+    finally:
+        for name in ("0", "1000", str(stale), str(mine)):
+            (LEDGER / name).unlink(missing_ok=True)

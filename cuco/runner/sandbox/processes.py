@@ -12,12 +12,14 @@ from __future__ import annotations
 import os
 import resource
 import signal
+import stat
 import subprocess
 import tempfile
 from dataclasses import dataclass
 from pathlib import Path
 
-from cuco.runner.sandbox.native import prctl
+from cuco.runner.sandbox.identity import UID_BASE
+from cuco.runner.sandbox.native import SandboxError, prctl
 
 PR_SET_PDEATHSIG, PR_SET_DUMPABLE, PR_SET_CHILD_SUBREAPER = 1, 4, 36  # <linux/prctl.h>
 STOP_ROUNDS = 200  # scans of the tree; a few suffice for any tree that does not fork on and on
@@ -176,6 +178,8 @@ def sweep_uid(uid: int) -> list[int]:
     which reaches all of them at once, wherever they are in the process tree. The first kill comes before any scan: a
     storm of processes that each fork and exit at once can be between two of them whenever a scan looks. Returns
     the pids left (none); with none left, the uid leaves the ledger."""
+    if not UID_BASE <= uid < 2 * UID_BASE:  # kill(-1) as any other uid (root's above all) reaches what is not ours
+        raise SandboxError(f"uid {uid} is not a candidate's: not swept")
     for _ in range(SWEEP_ROUNDS):
         subprocess.run(["/bin/sh", "-c", "kill -9 -1"], user=uid, group=uid, extra_groups=[], check=False,
                        stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
@@ -198,12 +202,15 @@ def claim_uid(uid: int) -> int:
     launcher is gone: a launcher killed outright (SIGKILL, a lost machine session) never swept its candidate's, and a
     process of that uid that detached from the tree would run on, and meet a later candidate given the same uid."""
     LEDGER.mkdir(mode=0o700, parents=True, exist_ok=True)
+    st = LEDGER.lstat()
+    if not stat.S_ISDIR(st.st_mode) or st.st_uid != os.geteuid() or st.st_mode & 0o077:
+        raise SandboxError(f"{LEDGER} is not a folder of this user's alone: the candidates' uids are kept in it")
     for entry in LEDGER.iterdir():
         try:
             pid, started = entry.read_text().split()
         except (OSError, ValueError):
             pid, started = "0", ""
-        if entry.name.isdigit() and _started(int(pid)) != started:
+        if entry.name.isdigit() and UID_BASE <= int(entry.name) < 2 * UID_BASE and _started(int(pid)) != started:
             sweep_uid(int(entry.name))
     (LEDGER / str(uid)).write_text(f"{os.getpid()} {_started(os.getpid())}")
     return uid
