@@ -16,7 +16,9 @@ from pathlib import Path
 
 STARTUP_LIMIT_S = 90.0  # a process's start: Python and torch imported, a CUDA context, NCCL's communicator
 SETUP_LIMIT_S = 25.0  # a shape's setup or teardown in the candidate: its allocations, windows and handles
-FIRST_RUN_LIMIT_S = 25.0  # a shape's first run: lazy initialisation, a JIT compilation (Triton), cuBLAS's heuristics
+FIRST_RUN_LIMIT_S = 25.0  # a compiled program's first run of a shape: lazy initialisation, cuBLAS's heuristics, NCCL
+# connecting its peers
+JIT_FIRST_RUN_LIMIT_S = 90.0  # a Python program's: the same, and its kernels compiled on first use (Triton, torch)
 RUN_FLOOR_S = 10.0  # every later run step takes at most this long...
 RUN_MULTIPLE = 20.0  # ... or this many times the longest run step on the shape so far
 

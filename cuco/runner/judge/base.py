@@ -20,7 +20,14 @@ from cuco.runner.job import JUDGE_PORT_ENV, JUDGE_TOKEN_ENV, Job
 from cuco.runner.judge.group import JudgeGroup
 from cuco.runner.keyed import generator, new_secret
 from cuco.runner.l2 import L2Flush
-from cuco.runner.progress import FIRST_RUN_LIMIT_S, RUN_FLOOR_S, RUN_MULTIPLE, STARTUP_LIMIT_S, line
+from cuco.runner.progress import (
+    FIRST_RUN_LIMIT_S,
+    JIT_FIRST_RUN_LIMIT_S,
+    RUN_FLOOR_S,
+    RUN_MULTIPLE,
+    STARTUP_LIMIT_S,
+    line,
+)
 from cuco.runner.rank_report import RankReport, StageResult
 from cuco.workload.reference import ReferenceMissing, load_reference
 from cuco.workload.spec import load_workload
@@ -80,8 +87,10 @@ class Judge:
         if self.run_started is not None:
             self.longest_run_s = max(self.longest_run_s, now - self.run_started)
         self.run_started = now if run else None
-        if run:
-            limit_s = max(RUN_FLOOR_S, RUN_MULTIPLE * self.longest_run_s) if self.longest_run_s else FIRST_RUN_LIMIT_S
+        if run and self.longest_run_s:
+            limit_s = max(RUN_FLOOR_S, RUN_MULTIPLE * self.longest_run_s)
+        elif run:
+            limit_s = FIRST_RUN_LIMIT_S if self.job.kind == "cuda" else JIT_FIRST_RUN_LIMIT_S
         self.progress.write(line(now - self.t0, what, limit_s))
 
     def mark_run(self, what: str) -> None:
