@@ -269,6 +269,32 @@ def test_the_best_is_timed_against_its_rivals_in_alternating_rounds_and_a_killed
     evo.db.close()
 
 
+def test_rounds_stopped_by_a_failure_say_so_and_a_resumed_run_tries_again(tmp_path):
+    from cuco.evolve.run import comparisons
+
+    fail = [True]
+
+    def evaluator(spec, src, slot, work, name=None):
+        if "rounds" in work.parts and name and fail[0]:
+            fail[0] = False
+            return EvalRecord.from_dict({"ok": False, "failed_level": "L2", "error": "address already in use"})
+        return fake_evaluator(spec, src, slot, work)
+
+    cfg = RunConfig()
+    cfg.search.generations, cfg.search.shape, cfg.search.rounds = 3, "8k", 2
+    spec = load_workload(GEMM_AG)
+    evo = Evolution(spec, cfg, tmp_path, [Slot(0, ())], evaluator, "cuda")
+    asyncio.run(evo.run())
+    found, error = comparisons(evo.db)
+    assert found == [] and "round 1:" in error and "address already in use" in error
+    evo.db.close()
+    evo = Evolution(spec, cfg, tmp_path, [Slot(0, ())], evaluator, "cuda")
+    asyncio.run(evo.run())
+    found, error = comparisons(evo.db)
+    assert error is None and len(found) == 2 and all(len(c.this_ms) == 2 for c in found)
+    evo.db.close()
+
+
 def test_a_start_program_is_labelled_by_its_name_and_is_not_the_seed_baseline(tmp_path):
     """The summary names the best by its label: a search.start program has its file's name, never None; and it is not
     taken for the workload's seed when the strongest baseline is chosen."""

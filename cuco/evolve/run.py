@@ -278,7 +278,8 @@ class Evolution:
     async def time_rounds(self, slot: Slot) -> None:
         """The best against its rivals in alternating rounds (cuco.runner.comparison): the search ranked every
         candidate by one evaluation, and the best is the fastest of many noisy draws. Each round's times are stored
-        as they come, so a resumed run goes on from the last; a best that changed starts over."""
+        as they come, so a resumed run goes on from the last (the one that failed included); a best that changed
+        starts over."""
         rounds, best = self.cfg.search.rounds, self.db.best()
         if not rounds or best is None or not (rivals := self.rivals(best)):
             return
@@ -286,6 +287,7 @@ class Evolution:
         state = self.db.get_meta("rounds") or {}
         if (state.get("best"), state.get("rounds"), state.get("names")) != (best.id, rounds, names):
             state = {"best": best.id, "rounds": rounds, "names": names, "ms": {k: [] for k in names}, "error": None}
+        state["error"] = None  # a resumed run tries again what failed before (a lost port, a flaky program)
         programs = {"best": (best.code, best.language, None), **{k: v[1:] for k, v in rivals.items()}}
         for i in range(rounds):
             for key in order(list(names), i):
