@@ -230,3 +230,28 @@ def test_only_a_candidates_uid_is_ever_swept(monkeypatch):
     finally:
         for name in ("0", "1000", str(stale), str(mine)):
             (LEDGER / name).unlink(missing_ok=True)
+
+
+def test_a_candidates_process_whose_judge_dies_as_it_starts_ends_too():
+    """The judge killed while its host imports torch: the host's parent-death signal was armed before the imports
+    (cuco.runner.host_start), so nothing is left, running or stopped."""
+    import select
+    import socket
+
+    ours, theirs = socket.socketpair()
+    start = ("import os, subprocess, sys; fd = sys.argv[1]; p = subprocess.Popen([sys.executable, '-m', "
+             "'cuco.runner.host_start', fd, str(os.getpid())], pass_fds=[int(fd)], stdout=subprocess.DEVNULL, "
+             "stderr=subprocess.DEVNULL); "
+             "print(p.pid, flush=True); os._exit(0)")
+    judge = subprocess.run([sys.executable, "-c", start, str(theirs.fileno())], pass_fds=[theirs.fileno()],
+                           capture_output=True, text=True, cwd=ROOT, check=True)
+    try:
+        gone = os.pidfd_open(int(judge.stdout))
+    except ProcessLookupError:  # ended already
+        return
+    try:
+        assert select.select([gone], [], [], 60)[0] == [gone], "the candidate's process outlived its judge"
+    finally:
+        os.close(gone)
+        ours.close()
+        theirs.close()

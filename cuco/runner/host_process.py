@@ -32,8 +32,8 @@ class HostProcess:
         scratch.mkdir(parents=True, exist_ok=True)
         chan, child = Channel.pair()
         env = {k: v for k, v in os.environ.items() if k not in (JUDGE_PORT_ENV, JUDGE_TOKEN_ENV)}  # the judges' alone
-        proc = subprocess.Popen([sys.executable, "-m", "cuco.runner.host", str(child.fileno())],
-                                pass_fds=[child.fileno()], cwd=scratch, env=env)
+        proc = subprocess.Popen([sys.executable, "-m", "cuco.runner.host_start", str(child.fileno()),
+                                 str(os.getpid())], pass_fds=[child.fileno()], cwd=scratch, env=env)
         child.close()
         gate = done = None
         page_fds: list[int] = []
