@@ -50,16 +50,12 @@ class Comparison:
         return "within noise"
 
     def words(self) -> str:
-        """One line a person reads: the verdict first, then the numbers it rests on."""
+        """One line a person reads: the ratio, the verdict, and the interval and rounds it rests on."""
         span = f"{CONFIDENCE:.1%} interval {self.low:.2f}-{self.high:.2f}x, {len(self.this_ms)} alternating rounds"
         return f"{self.this} against {self.other}: {self.speedup:.2f}x, {self.verdict} ({span})"
 
     def to_dict(self) -> dict[str, Any]:
         return {**asdict(self), "verdict": self.verdict, "confidence": CONFIDENCE}
-
-    @classmethod
-    def from_dict(cls, data: dict[str, Any]) -> Comparison:
-        return cls(**{k: data[k] for k in ("this", "other", "this_ms", "other_ms", "speedup", "low", "high")})
 
 
 def compare(this: str, this_ms: list[float], other: str, other_ms: list[float]) -> Comparison:
