@@ -255,3 +255,16 @@ def test_a_candidates_process_whose_judge_dies_as_it_starts_ends_too():
         os.close(gone)
         ours.close()
         theirs.close()
+
+
+@as_root
+def test_a_closed_folder_needed_itself_stays_whole_though_a_path_beneath_it_is_needed_too(tmp_path):
+    """A checkout in a folder closed to others (mktemp -d): cuco's root is needed whole, its virtualenv beneath it
+    too; the root must not shrink to the entries on the way to the virtualenv, whichever is listed first."""
+    root = tmp_path / "checkout"
+    (root / "venv" / "lib").mkdir(parents=True)
+    (root / "cuco" / "kernels").mkdir(parents=True)
+    root.chmod(0o700)
+    uid = candidate_uid()
+    for paths in ([root, root / "venv" / "lib"], [root / "venv" / "lib", root]):
+        assert identity._closed_on_the_way(paths, uid)[root] == set()

@@ -112,6 +112,7 @@ def _closed_on_the_way(paths: list[Path], uid: int) -> dict[Path, set[str]]:
     """Every folder closed to others on the way to PATHS, with the names beneath it on the way (an empty set: the
     folder is itself needed, and all of it stays)."""
     out: dict[Path, set[str]] = {}
+    whole: set[Path] = set()  # needed themselves: on the way to another path too, they still stay whole
     for path in paths:
         parts = path.parts
         for i in range(1, len(parts)):
@@ -119,8 +120,8 @@ def _closed_on_the_way(paths: list[Path], uid: int) -> dict[Path, set[str]]:
             if _closed(folder, uid):
                 out.setdefault(folder, set()).add(parts[i])
         if _closed(path, uid) or _unreadable(path, uid):
-            out[path] = set()
-    return out
+            whole.add(path)
+    return {**out, **{folder: set() for folder in whole}}
 
 
 def _mount(source: str | None, target: Path, fstype: str | None, flags: int, data: str | None = None) -> None:
