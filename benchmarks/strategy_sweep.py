@@ -1,11 +1,13 @@
-"""Time chosen design points of GEMM+AllGather's strategy kernel at one full shape, beside the seed.
+"""Time chosen design points of a workload's strategy at one full shape, beside the seed.
 
 Where `evolve_workload.py` measures what the search finds, this measures the design space itself:
 every accepted point whose label matches one of the patterns, through the full cascade (L0-L4, verified at
 the small and the full shape), on this machine's GPUs. Writes
-benchmarks/results/strategy_sweep-<shape>.json and .md.
+benchmarks/results/strategy_sweep-<shape>.json and .md (strategy_sweep-<workload>-<shape>-w<world> for another
+workload or world than GEMM+AllGather's default).
 
     python benchmarks/strategy_sweep.py --shape 8k --points 'ce/*' 'lsa/stream_overlap/*/cta/2' [--out DIR]
+    python benchmarks/strategy_sweep.py --workload moe_deepseek_v3 --strategy moe_lsa --shape t128 --points '*' 
 """
 
 from __future__ import annotations
@@ -31,16 +33,19 @@ from cuco.workload import load_workload, resolve_workload  # noqa: E402
 
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--workload", default="gemm_allgather")
+    ap.add_argument("--strategy", default="ag_gemm")
+    ap.add_argument("--world", type=int, default=None, help="ranks (default: the workload's)")
     ap.add_argument("--shape", default="8k")
     ap.add_argument("--points", nargs="+", default=["*"], help="fnmatch patterns on design-point labels")
     ap.add_argument("--out", type=Path, default=ROOT / "benchmarks" / "results")
     args = ap.parse_args()
-    spec = load_workload(resolve_workload("gemm_allgather"))
-    strategy = spec.strategies["ag_gemm"]
+    spec = load_workload(resolve_workload(args.workload), args.world)
+    strategy = spec.strategies[args.strategy]
     points = [p for p in strategy.points() if any(fnmatch.fnmatch(p.label(), pat) for pat in args.points)]
     work = Path(tempfile.mkdtemp())
     t0 = time.monotonic()
-    prebuild(strategy, work / "prebuilt")
+    prebuild(strategy, work / "prebuilt", points=points)
     print(f"{len(points)} points, prebuilt in {time.monotonic() - t0:.0f} s", flush=True)
     gpus = list(range(spec.world_size))
     opts = EvalOptions(device="cuda", shapes=[args.shape], gpus=gpus, work_dir=work / "eval")
@@ -61,15 +66,16 @@ def main() -> None:
         src.parent.mkdir(parents=True, exist_ok=True)
         src.write_text(materialize(strategy, p))
         rows.append(run(p.label(), src))
-    write(args, rows)
+    write(args, spec, rows)
 
 
-def write(args, rows: list[dict]) -> None:
-    info = record.meta(load_machine(), shape=args.shape)
+def write(args, spec, rows: list[dict]) -> None:
+    info = record.meta(load_machine(), spec.world_size, shape=args.shape, workload=spec.name, strategy=args.strategy)
     seed = rows[0]["median_ms"]
-    lines = [f"# GEMM+AllGather strategy points at {args.shape} on {info['device']} ({info['links']})", "",
+    lines = [f"# {spec.name} strategy {args.strategy} at {args.shape}, world {spec.world_size}, on {info['device']} "
+             f"({info['links']})", "",
              f"Date {info['date']}, commit {info['commit']}. Slowest rank's median (p10-p90) in ms, verified; "
-             "bound = max(cuBLAS alone, bytes / peer bandwidth).", "", f"Command: `{info['command']}`", "",
+             "bound = the library bound (the workload's own work at the library's measured rates).", "", f"Command: `{info['command']}`", "",
              "| point | ms | p10-p90 | bound | time / bound | speedup over seed |", "|---|---|---|---|---|---|"]
     for r in sorted(rows, key=lambda r: (not r["ok"], r["median_ms"] or 1e9)):
         if not r["ok"]:
@@ -78,7 +84,10 @@ def write(args, rows: list[dict]) -> None:
         lines.append(f"| {r['label']} | {r['median_ms']:.3f} | {r['p10_ms']:.3f}-{r['p90_ms']:.3f} | "
                      f"{r['bound_ms']:.3f} | {r['median_ms'] / r['bound_ms']:.2f}x | "
                      f"{seed / r['median_ms'] if seed else float('nan'):.2f}x |")
-    record.save(args.out, f"strategy_sweep-{args.shape}", info, {"rows": rows}, lines, with_time=True)
+    name = f"strategy_sweep-{args.shape}"
+    if (spec.name, spec.world_size) != ("gemm_allgather", 2):
+        name = f"strategy_sweep-{spec.name}-{args.shape}-w{spec.world_size}"
+    record.save(args.out, name, info, {"rows": rows}, lines, with_time=True)
 
 
 if __name__ == "__main__":

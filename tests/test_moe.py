@@ -1,6 +1,6 @@
 """The MoE workload on CPUs: its reference against a token-by-token computation, the routing skew its inputs
-carry, the host-driven PyTorch program (all_to_all_single both ways) and the grouped-GEMM program (its kernels in
-Triton's interpreter) verified against the reference; on a GPU, the grouped-GEMM program at the full shapes."""
+carry, the host-driven PyTorch programs (all_to_all_single both ways; experts one by one, or torch._grouped_mm) and the grouped-GEMM program (its kernels in
+Triton's interpreter) verified against the reference; on GPUs, the seed at world 1 and 2 and the grouped-GEMM program at the full shapes."""
 
 from __future__ import annotations
 
@@ -50,9 +50,10 @@ def test_skewed_routing_has_hot_experts_and_one_no_token_picks():
     assert (torch.bincount(ref.module.routing(uniform, p["TOPK"])[0].flatten(), minlength=p["E"]) > 0).all()
 
 
-def test_the_host_program_is_correct():
+@pytest.mark.parametrize("name", ["torch_host", "torch_grouped"])
+def test_the_pytorch_programs_are_correct(name):
     spec = load_workload(ROOT)
-    rec = evaluate(spec, spec.candidates["torch_host"], EvalOptions(device="cpu", max_level="L2", timeout_s=120))
+    rec = evaluate(spec, spec.candidates[name], EvalOptions(device="cpu", max_level="L2", timeout_s=120))
     assert rec.ok, rec.error
 
 
@@ -63,6 +64,17 @@ def test_the_grouped_gemm_program_is_correct(world, monkeypatch):
     monkeypatch.setenv("TRITON_INTERPRET", "1")
     spec = load_workload(ROOT, world)
     rec = evaluate(spec, spec.candidates["grouped_triton"], EvalOptions(device="cpu", max_level="L2", timeout_s=120))
+    assert rec.ok, rec.error
+
+
+@pytest.mark.parametrize("world", [pytest.param(w, marks=[pytest.mark.gpu(w), pytest.mark.nvcc]) for w in (1, 2)])
+@pytest.mark.timeout(600)
+def test_the_seed_is_correct_at_the_decode_shape(world):
+    """The host-driven seed (NCCL send/recv into the symmetric buffers) on the small shapes and at T = 128, L3:
+    at world 2 its combine once hung in NCCL (the workload's [nccl_env])."""
+    spec = load_workload(ROOT, world)
+    rec = evaluate(spec, spec.candidates["seed"],
+                   EvalOptions(device="cuda", max_level="L3", gpus=list(range(world)), shapes=["t128", "t128_hot5"]))
     assert rec.ok, rec.error
 
 
