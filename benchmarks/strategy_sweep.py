@@ -7,7 +7,7 @@ benchmarks/results/strategy_sweep-<shape>.json and .md (strategy_sweep-<workload
 workload or world than GEMM+AllGather's default).
 
     python benchmarks/strategy_sweep.py --shape 8k --points 'ce/*' 'lsa/stream_overlap/*/cta/2' [--out DIR]
-    python benchmarks/strategy_sweep.py --workload moe_deepseek_v3 --strategy moe_lsa --shape t128 --points '*' 
+    python benchmarks/strategy_sweep.py --workload moe_deepseek_v3 --strategy moe_lsa --shape t128 --points '*'
 """
 
 from __future__ import annotations
@@ -75,7 +75,8 @@ def write(args, spec, rows: list[dict]) -> None:
     lines = [f"# {spec.name} strategy {args.strategy} at {args.shape}, world {spec.world_size}, on {info['device']} "
              f"({info['links']})", "",
              f"Date {info['date']}, commit {info['commit']}. Slowest rank's median (p10-p90) in ms, verified; "
-             "bound = the library bound (the workload's own work at the library's measured rates).", "", f"Command: `{info['command']}`", "",
+             "bound = the library bound (the workload's own work at the library's measured rates).",
+             "", f"Command: `{info['command']}`", "",
              "| point | ms | p10-p90 | bound | time / bound | speedup over seed |", "|---|---|---|---|---|---|"]
     for r in sorted(rows, key=lambda r: (not r["ok"], r["median_ms"] or 1e9)):
         if not r["ok"]:

@@ -274,7 +274,7 @@ def compare_cmd(workload: str = typer.Argument(..., help="Built-in workload name
     """Time two programs side by side, in alternating rounds: whether the first is faster than the second, slower,
     or within noise (the 99.9% interval of the ratio of their times holds 1.0)."""
     from cuco.runner.cascade import evaluate
-    from cuco.runner.comparison import MAX_ROUNDS, MIN_ROUNDS, compare, order
+    from cuco.runner.comparison import MAX_ROUNDS, MIN_ROUNDS, compare, pending
 
     if not MIN_ROUNDS <= rounds <= MAX_ROUNDS:
         raise CucoError("--rounds", f"expected {MIN_ROUNDS} to {MAX_ROUNDS}, got {rounds}")
@@ -289,23 +289,23 @@ def compare_cmd(workload: str = typer.Argument(..., help="Built-in workload name
     opts = _options(spec, dev, [target], [], "L4", gpus, ecfg)
     opts.small_shapes = []  # every timed run is verified: no correctness stage before
     names = [first, second] if first != second else [f"{first} (first)", f"{second} (second)"]
-    times: list[list[float]] = [[], []]
-    for i in range(rounds):
-        for k in order([0, 1], i):
-            opts.name = (first, second)[k] if (first, second)[k] in spec.candidates else None
-            head = f"round {i + 1}/{rounds}: {names[k]} on {dev}"
-            with console.status(Text(head)) as status:
-                opts.on_step = lambda step, head=head: status.update(Text(f"{head}: {step}"))
-                record = evaluate(spec, paths[k], opts)
-            median = record.median_ms(target) if record.ok else None
-            if median is None:
-                console.print(f"round {i + 1}: {names[k]} failed at {record.failed_level}: {record.error}",
-                              highlight=False, markup=False)
-                raise typer.Exit(_exit_code(record) or ExitCode.FAILED)
-            times[k].append(median)
-            if not as_json:
-                console.print(f"round {i + 1}: {names[k]} {median:.4f} ms", highlight=False, markup=False)
-    result = compare(names[0], times[0], names[1], times[1])
+    times: dict[str, list[float]] = {n: [] for n in names}
+    for i, name in pending(names, rounds, times):
+        k = names.index(name)
+        opts.name = (first, second)[k] if (first, second)[k] in spec.candidates else None
+        head = f"round {i + 1}/{rounds}: {name} on {dev}"
+        with console.status(Text(head)) as status:
+            opts.on_step = lambda step, head=head: status.update(Text(f"{head}: {step}"))
+            record = evaluate(spec, paths[k], opts)
+        median = record.median_ms(target) if record.ok else None
+        if median is None:
+            console.print(f"round {i + 1}: {name} failed at {record.failed_level}: {record.error}",
+                          highlight=False, markup=False)
+            raise typer.Exit(_exit_code(record) or ExitCode.FAILED)
+        times[name].append(median)
+        if not as_json:
+            console.print(f"round {i + 1}: {name} {median:.4f} ms", highlight=False, markup=False)
+    result = compare(names[0], times[names[0]], names[1], times[names[1]])
     if as_json:
         print(json.dumps({"workload": spec.name, "shape": target, "device": dev, **result.to_dict()}, indent=1))
     else:

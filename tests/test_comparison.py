@@ -14,11 +14,17 @@ import sys
 import pytest
 from conftest import ROOT
 
-from cuco.runner.comparison import MAX_ROUNDS, T_QUANTILE, compare, order
+from cuco.runner.comparison import MAX_ROUNDS, T_QUANTILE, compare, order, pending
 
 
 def test_the_rounds_alternate_their_order():
     assert [order(["a", "b"], i) for i in range(4)] == [["a", "b"], ["b", "a"], ["a", "b"], ["b", "a"]]
+
+
+def test_a_resumed_comparison_makes_only_the_launches_it_lacks():
+    assert list(pending(["a", "b"], 3, {"a": [], "b": []})) == [(0, "a"), (0, "b"), (1, "b"), (1, "a"), (2, "a"),
+                                                                 (2, "b")]
+    assert list(pending(["a", "b"], 3, {"a": [1.0, 1.0], "b": [1.0]})) == [(1, "b"), (2, "a"), (2, "b")]
 
 
 def test_a_clear_difference_is_faster_or_slower_with_the_ratio_inside_its_interval():

@@ -1,6 +1,7 @@
 """The MoE workload on CPUs: its reference against a token-by-token computation, the routing skew its inputs
-carry, the host-driven PyTorch programs (all_to_all_single both ways; experts one by one, or torch._grouped_mm) and the grouped-GEMM program (its kernels in
-Triton's interpreter) verified against the reference; on GPUs, the seed at world 1 and 2 and the grouped-GEMM program at the full shapes."""
+carry, the host-driven PyTorch programs (all_to_all_single both ways; experts one by one, or torch._grouped_mm)
+and the grouped-GEMM program (its kernels in Triton's interpreter) verified against the reference; on GPUs, the
+seed at world 1 and 2 and the grouped-GEMM program at the full shapes."""
 
 from __future__ import annotations
 

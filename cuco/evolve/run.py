@@ -26,7 +26,7 @@ from cuco.evolve.selection import hill_climbing, power_law, weighted
 from cuco.evolve.slots import Slot
 from cuco.evolve.strategy import directive_for, materialize
 from cuco.paths import atomic_write_text
-from cuco.runner.comparison import Comparison, compare, order
+from cuco.runner.comparison import Comparison, compare, pending
 from cuco.runner.record import EvalRecord
 from cuco.workload.spec import StrategySpec, WorkloadSpec
 
@@ -289,21 +289,20 @@ class Evolution:
             state = {"best": best.id, "rounds": rounds, "names": names, "ms": {k: [] for k in names}, "error": None}
         state["error"] = None  # a resumed run tries again what failed before (a lost port, a flaky program)
         programs = {"best": (best.code, best.language, None), **{k: v[1:] for k, v in rivals.items()}}
-        for i in range(rounds):
-            for key in order(list(names), i):
-                if len(state["ms"][key]) > i or state["error"]:
-                    continue
-                program, language, workload_name = programs[key]
-                record = await asyncio.to_thread(self.evaluate_program, program, language, slot,
-                                                 self.run_dir / "rounds" / key.replace(":", "-"), workload_name)
-                median = record.median_ms(self.shape) if record.ok else None
-                if median is None:
-                    state["error"] = f"round {i + 1}: {names[key]} failed: {record.error}"
-                else:
-                    state["ms"][key].append(median)
-                self.db.set_meta("rounds", state)
-                self.on_event(Event("round", None, f"{i + 1}/{rounds}: {names[key]} " +
-                                    (f"{median:.4f} ms" if median else "failed")), self)
+        for i, key in pending(list(names), rounds, state["ms"]):
+            program, language, workload_name = programs[key]
+            record = await asyncio.to_thread(self.evaluate_program, program, language, slot,
+                                             self.run_dir / "rounds" / key.replace(":", "-"), workload_name)
+            median = record.median_ms(self.shape) if record.ok else None
+            if median is None:
+                state["error"] = f"round {i + 1}: {names[key]} failed: {record.error}"
+            else:
+                state["ms"][key].append(median)
+            self.db.set_meta("rounds", state)
+            self.on_event(Event("round", None, f"{i + 1}/{rounds}: {names[key]} " +
+                                (f"{median:.4f} ms" if median else "failed")), self)
+            if median is None:
+                break
 
     def evaluate_program(self, program: Path | str, language: str, slot: Slot, folder: Path,
                          workload_name: str | None) -> EvalRecord:

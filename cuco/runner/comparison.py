@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import math
 import statistics
+from collections.abc import Iterator
 from dataclasses import asdict, dataclass
 from typing import Any
 
@@ -26,6 +27,15 @@ MIN_ROUNDS, MAX_ROUNDS = 2, max(T_QUANTILE) + 1
 def order(names: list[str], round_index: int) -> list[str]:
     """The order of a round's launches: as given in even rounds, reversed in odd ones."""
     return list(names) if round_index % 2 == 0 else list(reversed(names))
+
+
+def pending(names: list[str], rounds: int, times: dict[str, list[float]]) -> Iterator[tuple[int, str]]:
+    """(round, name) of every launch still to make, in the alternating order: a name with a time for a round already
+    (a resumed run) is passed over. The caller appends each launch's time to times[name], or stops."""
+    for i in range(rounds):
+        for name in order(names, i):
+            if len(times[name]) <= i:
+                yield i, name
 
 
 @dataclass
