@@ -35,7 +35,7 @@ __global__ void scale(float* x, const float* w, size_t n) {
   if (i < n) x[i] *= w[i];
 }
 
-int main() {
+int step() {
   const size_t count = 1 << 20;
   float *d_x, *d_w, *d_y;
   cudaMalloc(&d_x, count * sizeof(float));

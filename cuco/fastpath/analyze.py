@@ -285,7 +285,8 @@ class _Calls:
             target = next((n for n in walk(args[0]) if n.type in ("field_expression", "identifier")), None)
             if target is not None:
                 key = text(target).replace(" ", "")
-                buf = self.res.buffer_of(args[0]) or key
+                # A field is the buffer itself: `&s->p` allocates s->p, not the s a helper was passed.
+                buf = key if target.type == "field_expression" else self.res.buffer_of(args[0]) or key
                 self.res.allocated[key] = ALLOCATORS[name]
                 self.add("alloc", name, node, fname, {"buffer": buf, "bytes": text(args[1]) if len(args) > 1 else "?"},
                          span=(node.start_byte, node.end_byte))

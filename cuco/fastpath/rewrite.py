@@ -84,7 +84,10 @@ class _Windows:
             if name not in self.spec.buffers or not self.spec.buffers[name].symmetric:
                 self.not_symmetric.setdefault(name, f"line {op.line}: {op.name}'s {role} buffer")
             return f"{place.base}->window", place.offset
-        alloc = self.allocs[place.base]
+        alloc = self.allocs.get(place.base)
+        if alloc is None:  # traced to an allocation the analysis did not record under this name
+            raise RewriteError(f"line {op.line}: {op.name}'s {role} buffer `{expr}`: the rules cannot tie it to the "
+                               f"call that allocates {place.base}")
         if alloc.name != "cudaMalloc":
             raise RewriteError(f"line {op.line}: {op.name}'s {role} buffer `{expr}` comes from {alloc.name} (line "
                                f"{alloc.line}); the rules move only cudaMalloc buffers into windows")
@@ -260,7 +263,8 @@ def rewrite(program: Path | Analysis, spec: WorkloadSpec, overlap: dict[int, int
         out = out[:lo] + new.encode() + out[hi:]
     code = out.decode()
     if '#include "cuco.h"' not in code:
-        raise RewriteError(f"{path}: not a cuco candidate (no #include \"cuco.h\")")
+        raise RewriteError(f"{path}: not a cuco candidate (no #include \"cuco.h\"): the rules rewrite programs in "
+                           "the candidate ABI; `cuco init` makes one of a program with its own main()")
     include = INCLUDE + ("\n" + GEMM_ROWS_INCLUDE if pieces else "")
     code = code.replace('#include "cuco.h"', f'#include "cuco.h"\n{include}\n{window.declarations()}'.rstrip("\n"), 1)
     code = code.rstrip("\n") + "\n" + REQUIREMENTS

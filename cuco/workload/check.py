@@ -1,7 +1,8 @@
 """A workload checked without a GPU, before anything is built or run: one line per problem, nothing raised.
 
-Three things break an evaluation long after it started and far from their cause: a program that looks up a buffer
-or a parameter workload.toml does not declare (cuco_buffer returns NULL, cuco_param -1), a reference.py that does
+Four things break an evaluation long after it started and far from their cause: a .cu program without the entry
+points the runner calls (cuco_setup, cuco_run, cuco_teardown, with C linkage), one that looks up a buffer or a
+parameter workload.toml does not declare (cuco_buffer returns NULL, cuco_param -1), a reference.py that does
 not import, and a make_inputs or reference that fails, or returns tensors of other shapes or types than
 workload.toml declares. Each is found here on the CPU, at every small shape, calling the two functions exactly as
 the judge does (cuco/runner/judge/): make_inputs(params, world, rank, gen, device) for each rank with its own
@@ -22,6 +23,7 @@ from cuco.extras import install_hint
 from cuco.workload.reference import ReferenceMissing, load_reference
 from cuco.workload.spec import BufferSpec, Shape, WorkloadSpec, load_workload
 
+ENTRY_POINTS = ("cuco_setup", "cuco_run", "cuco_teardown")  # what the runner looks up in a .cu candidate (cuco.h)
 # `cuco_buffer(ctx, "x")`, `cuco_param(ctx, "N")`: the name is the string the program looks up.
 LOOKUP = re.compile(r'\bcuco_(buffer|param)\s*\(\s*[^,()]*(?:\([^()]*\)[^,()]*)*,\s*"((?:[^"\\\n]|\\.)*)"\s*\)')
 COMMENT_OR_STRING = re.compile(r'//[^\n]*|/\*.*?\*/|"(?:[^"\\\n]|\\.)*"|\'(?:[^\'\\\n]|\\.)*\'', re.S)
@@ -39,7 +41,7 @@ def check_workload(root: Path, candidate: Path | None = None) -> list[str]:
     except Exception as exc:  # the loader's own failure is still one line
         return [f"{root / 'workload.toml'}: cannot load: {_message(exc)}"]
     program = Path(candidate) if candidate is not None else spec.seed_path
-    problems = lookups(spec, program) if program is not None else []
+    problems = entry_points(spec, program) + lookups(spec, program) if program is not None else []
     return problems + reference_problems(spec)
 
 
@@ -80,6 +82,60 @@ def lookups(spec: WorkloadSpec, program: Path) -> list[str]:
             problems.append(f"{shown}:{line}: cuco_{kind}(ctx, {name!r}): workload.toml declares no {noun} {name!r} "
                             f"(it has: {', '.join(declared[kind]) or 'none'})")
     return problems
+
+
+def _code_only(src: str) -> str:
+    """Comments and string literals blanked (newlines kept), but the "C" of `extern "C"`: what declares code."""
+    def blank(m: re.Match) -> str:
+        return m.group(0) if m.group(0) == '"C"' else re.sub(r"[^\n]", " ", m.group(0))
+
+    return COMMENT_OR_STRING.sub(blank, src)
+
+
+def _c_linkage_blocks(code: str) -> list[tuple[int, int]]:
+    """The byte ranges of `extern "C" { ... }` blocks."""
+    spans = []
+    for m in re.finditer(r'\bextern\s+"C"\s*\{', code):
+        depth, i = 1, m.end()
+        while depth and i < len(code):
+            depth += {"{": 1, "}": -1}.get(code[i], 0)
+            i += 1
+        spans.append((m.start(), i))
+    return spans
+
+
+def entry_points(spec: WorkloadSpec, program: Path) -> list[str]:
+    """Each entry point a .cu program does not define with C linkage: the runner finds cuco_setup, cuco_run and
+    cuco_teardown by their C names, so one missing, or mangled as C++, fails only once the program is built and run
+    on GPUs."""
+    if program.suffix != ".cu":
+        return []
+    shown = _shown(program, spec.root)
+    try:
+        code = _code_only(program.read_text(encoding="utf-8", errors="replace"))
+    except OSError:  # lookups() says so, once
+        return []
+    blocks = _c_linkage_blocks(code)
+    problems = []
+    for name in ENTRY_POINTS:
+        declare = f"CUCO_EXPORT int {name}(cuco_ctx_t* ctx)"
+        found = list(re.finditer(rf"\b{name}\s*\([^(){{}};]*\)\s*([;{{])", code))  # declarations, definitions, calls
+        definition = next((m for m in found if m.group(1) == "{"), None)
+        if definition is None:
+            problems.append(f"{shown}: defines no {name}(): the runner calls cuco_setup, cuco_run and cuco_teardown "
+                            f"(cuco.h); declare it {declare}")
+        elif not any(_c_linkage(code, m.start(), blocks) for m in found):  # a C declaration carries to the definition
+            line = code.count("\n", 0, definition.start()) + 1
+            problems.append(f"{shown}:{line}: {name}() has C++ linkage, so the runner cannot find it by its name; "
+                            f"declare it {declare}")
+    return problems
+
+
+def _c_linkage(code: str, start: int, blocks: list[tuple[int, int]]) -> bool:
+    """Whether the declaration whose name starts at START has C linkage: CUCO_EXPORT or `extern "C"` among its
+    specifiers, or inside an `extern "C" { }` block."""
+    head = code[max(code.rfind(c, 0, start) for c in ";{}") + 1:start]
+    return "CUCO_EXPORT" in head or bool(re.search(r'\bextern\s+"C"', head)) or any(a < start < b for a, b in blocks)
 
 
 # ---- reference.py --------------------------------------------------------------------------------------------

@@ -15,6 +15,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
+from cuco.scaffold.standalone.blockers import Blocked, blockers
 from cuco.scaffold.standalone.calls import COMM_INIT
 from cuco.scaffold.standalone.facts import Conversion, Facts, refine
 from cuco.scaffold.standalone.nodes import callee, calls_in
@@ -28,8 +29,8 @@ __all__ = ["Conversion", "convert", "refine"]
 
 
 def convert(path: Path, raw: bytes, root) -> Conversion | None:
-    """The seed of a standalone program (raw, parsed into root), or None for a program that creates no
-    communicator (there is nothing for the runner to take over)."""
+    """The seed of a standalone program (raw, parsed into root), or None for a program without main() or with
+    cuco_run() (not standalone). A main() that creates no communicator is refused with every blocker found."""
     prog = Standalone(path, raw, root)
     if prog.main is None or "cuco_run" in prog.functions:
         return None
@@ -38,8 +39,8 @@ def convert(path: Path, raw: bytes, root) -> Conversion | None:
     if every is not None:
         raise prog.refuse(every, "one process drives several GPUs (ncclCommInitAll): cuco runs one rank per "
                                  "process, with the runner's communicator (ctx->comm)")
-    if not any(callee(c) in COMM_INIT for c in calls):
-        return None
+    if not any(callee(c) in COMM_INIT for c in calls):  # a program the conversion cannot read: never guessed at
+        raise Blocked(path, blockers(prog, raw))
     place = find_step(prog)
     locs = Locals(prog, place.outside, place.setup)
     step, kept = read_steps(prog, place)

@@ -1,0 +1,105 @@
+"""Why a standalone program that main() does not set up as the conversion reads it cannot become a seed, every
+reason in one run.
+
+The conversion takes over the communicator main() creates and the buffers main() allocates. A program that makes
+its communicator elsewhere, or hands its collectives pointers the analysis cannot follow to an allocation, would
+otherwise become a workload built from guesses (argv as a buffer, a verification flag as the output); it is refused
+instead, with each blocker on its own line (file:line, the statement, the reason), so one edit pass can fix them all.
+"""
+
+from __future__ import annotations
+
+import re
+from pathlib import Path
+
+from cuco.errors import CucoError
+from cuco.fastpath.analyze import AnalysisError, analyze
+from cuco.fastpath.places import Place, Pointers, Unplaced
+from cuco.scaffold.standalone.calls import COMM_INIT
+from cuco.scaffold.standalone.nodes import callee, calls_in
+from cuco.scaffold.standalone.program import Standalone
+
+CREATES_COMM = COMM_INIT | {"ncclCommInitAll"}
+
+
+class Blocked(CucoError):
+    """A program cuco init refuses, with every blocker found: one line each, `file:line: statement: reason`."""
+
+    def __init__(self, path: Path, blockers: list[str]) -> None:
+        self.blockers = blockers
+        super().__init__(str(path), f"cuco init cannot convert this program ({len(blockers)} blocker(s), each "
+                                    "below); nothing was written\n" + "\n".join(f"  {b}" for b in blockers))
+
+
+def _line(prog: Standalone, line: int, what: str, why: str) -> str:
+    what = " ".join(what.split())
+    return f"{prog.path}:{line}: `{what if len(what) <= 80 else what[:77] + '...'}`: {why}"
+
+
+def _statement(node):
+    """The statement a call stands in (a check macro and its `;` included), for the line shown."""
+    while node.parent is not None and not node.type.endswith(("statement", "declaration")):
+        node = node.parent
+    return node
+
+
+def _communicator(prog: Standalone) -> list[str]:
+    """Each communicator made outside main(); main() itself named when no function makes one."""
+    found = []
+    for name, fn in prog.functions.items():
+        for call in calls_in(fn):
+            if callee(call) in CREATES_COMM and name != "main":
+                st = _statement(call)
+                found.append(_line(prog, st.start_point.row + 1, st.text.decode(errors="replace"),
+                                   f"creates the communicator inside {name}(): cuco takes over the communicator "
+                                   "main() creates (it becomes ctx->comm); create it in main()"))
+    if not found and not any(callee(c) in CREATES_COMM for c in calls_in(prog.root)):
+        main = prog.main
+        found.append(_line(prog, main.start_point.row + 1, "int main(...)",
+                           f"creates no communicator ({', '.join(sorted(COMM_INIT))}): cuco takes over the one main() "
+                           "creates (it becomes ctx->comm)"))
+    return found
+
+
+def _unfollowed(expr: str, function: str, pointers: Pointers | None) -> str | None:
+    """Why `expr`, a collective's pointer in FUNCTION, is not a buffer the analysis follows to its allocation; None
+    where it is. A helper's pointer parameter is named as such before anything else: the analysis keys allocations
+    by name, so a parameter that shares a name with main()'s pointer would look allocated."""
+    root = re.match(r"[\s(]*(?:\([^()]*\)\s*)?([A-Za-z_]\w*)", expr)
+    if pointers is not None and root is not None and root.group(1) in pointers.params:
+        return (f"a parameter of {function}(): the conversion follows only buffers main() allocates and hands to "
+                "NCCL itself")
+    place = pointers.reach(expr) if pointers is not None else None
+    if isinstance(place, Place):
+        return None
+    return place.reason if isinstance(place, Unplaced) else \
+        "not a buffer the program allocates (cudaMalloc) where the analysis can follow it"
+
+
+def _buffers(prog: Standalone, raw: bytes) -> list[str]:
+    """Each collective whose send or receive pointer the analysis cannot follow to a buffer the program allocates."""
+    try:
+        analysis = analyze(prog.path, raw)
+    except AnalysisError as exc:
+        raise CucoError("", str(exc)) from None
+    found = []
+    for op in (o for o in analysis.ops if o.kind in ("collective", "p2p")):
+        pointers = analysis.pointers.get(op.function)
+        why: dict[str, list[str]] = {}  # reason -> the buffers it holds for
+        for role in ("send", "recv"):
+            expr = op.args.get(role)
+            if expr is None or (role == "recv" and expr == op.args.get("send")):
+                continue
+            reason = _unfollowed(expr, op.function, pointers)
+            if reason:
+                why.setdefault(reason, []).append(f"{'receive' if role == 'recv' else 'send'} buffer `{expr}`")
+        if why:
+            call = analysis.source[op.span[0]:op.span[1]].decode(errors="replace")
+            found.append(_line(prog, op.line, call, f"in {op.function}(), " + "; ".join(
+                f"its {' and '.join(held)}: {reason}" for reason, held in why.items())))
+    return found
+
+
+def blockers(prog: Standalone, raw: bytes) -> list[str]:
+    """Every reason found why the program's main() is not one the conversion takes apart."""
+    return _communicator(prog) + _buffers(prog, raw)
