@@ -5,6 +5,8 @@ on one GPU every point is correct."""
 
 from __future__ import annotations
 
+import functools
+import tempfile
 from pathlib import Path
 
 import pytest
@@ -92,34 +94,69 @@ def test_every_offered_point_passes_the_static_checks(name, tmp_path):
         assert report.ok, (point.label(), report.problems)
 
 
+def _way(point) -> tuple[str, str, str]:
+    return point.backend.value, point.placement.value, point.sync.value
+
+
+@functools.cache
+def _offered() -> dict[str, tuple[set[str], list[tuple[str, str, str]]]]:
+    """program -> (its collectives, the ways its points take)."""
+    out = {}
+    for name in sorted(PROGRAMS):
+        spec, knobs = _knobs(name)
+        strategies = knobs.strategies(Path(tempfile.mkdtemp()), spec).values()
+        out[name] = ({o.name for o in knobs.offers}, sorted({_way(p) for s in strategies for p in s.points()}))
+    return out
+
+
+@functools.cache
+def _build_plan() -> dict[str, list[tuple[tuple[str, str, str], str]]]:
+    """program -> the (way, issuer) it builds. The code of a way is the same for every program with the same
+    collective, the issuer a template argument of it, the CTA count and pieces numbers in it (the GPU test runs
+    every point): so every program builds once (its own code), taking a way no program has built with its
+    collective yet where it has one; a pair of collective and way still unbuilt after that pass is built by the
+    first program that offers it; the issuers are taken in turn along the builds. CI's nvcc time stays down."""
+    built: set[tuple[str, tuple[str, str, str]]] = set()
+    picks: dict[str, list[tuple[str, str, str]]] = {}
+    for phase in ("one each", "the rest"):
+        for name, (kinds, ways) in _offered().items():
+            fresh = [w for w in ways if any((k, w) not in built for k in kinds)]
+            new = (fresh or ways[-1:])[:1] if phase == "one each" else fresh
+            picks[name] = picks.get(name, []) + new
+            built |= {(k, w) for k in kinds for w in new}
+    turn = iter(range(sum(map(len, picks.values()))))
+    return {name: [(w, "cta" if w[0] == "ce" else ISSUERS[next(turn) % len(ISSUERS)]) for w in ways]
+            for name, ways in picks.items()}
+
+
+def test_the_build_sweep_builds_every_collective_s_every_way_and_every_issuer():
+    plan, offered = _build_plan(), _offered()
+    pairs = {(k, w) for kinds, ways in offered.values() for k in kinds for w in ways}
+    assert pairs == {(k, w) for name, picks in plan.items() for k in offered[name][0] for w, _ in picks}
+    assert all(plan.values())
+    assert {i for picks in plan.values() for w, i in picks if w[0] == "lsa"} == set(ISSUERS)
+    every_way = sum(len(ways) for _, ways in offered.values())
+    assert sum(map(len, plan.values())) <= len(PROGRAMS) + len(pairs) // 2 < every_way
+
+
 @pytest.mark.nvcc
 @pytest.mark.parametrize("name", sorted(PROGRAMS))
 def test_every_offered_issuer_placement_sync_and_backend_builds(name, tmp_path):
-    """Each code path once: the CTA count and the count of pieces are numbers in the same code (the GPU test runs
-    every point), the issuer is a template argument of the same code; the placement, sync and backend are other code.
-    So each program builds its LSA points at the most CTAs and two pieces, each placement with its sync once, the
-    issuers taken in turn along the corpus (every issuer is built by many programs), and the copy engine's once:
-    CI's nvcc time stays down."""
+    """The program's builds of the corpus-wide plan (_build_plan), each at the most CTAs (the copy engine's at its
+    own count) and two pieces where it cuts its consumer."""
     from concurrent.futures import ThreadPoolExecutor
 
     _, points = _points(name, tmp_path)
     most, ce = f"CUCO_COLL_CTAS {max(CTAS)}", f"CUCO_COLL_CTAS {CE_CTAS}"
-    points = [p for p in points if p[1].chunks == (2 if p[1].sync == "chunk" else 1) and
-              any(" ".join(d) == (ce if p[1].backend == "ce" else most) for d in p[0].defines)]
-    lsa = [p for p in points if p[1].backend == "lsa"]
-    ways = sorted({(p[1].placement, p[1].sync) for p in lsa})
-    turn = sorted(PROGRAMS).index(name)
-    picked = {(way, ISSUERS[(turn + i) % len(ISSUERS)]) for i, way in enumerate(ways)}
-    copy_engine = [p for p in points if p[1].backend == "ce"][:1]
-    points = [p for p in lsa if ((p[1].placement, p[1].sync), p[1].issuer) in picked] + copy_engine
-    offered = PROGRAMS[name][2]
-    placements = 1 + any(OVERLAP in o for o in offered)
-    copies = any(o.copies for o in _knobs(name)[1].offers)
-    assert len(ways) == placements + any("chunk" in o for o in offered)
-    assert len(points) == len(ways) + copies
+    chosen = []
+    for way, issuer in _build_plan()[name]:
+        chosen += [p for p in points if _way(p[1]) == way and p[1].issuer.value == issuer and
+                   p[1].chunks == (2 if way[2] == "chunk" else 1) and
+                   any(" ".join(d) == (ce if way[0] == "ce" else most) for d in p[0].defines)][:1]
+    assert len(chosen) == len(_build_plan()[name])
     with ThreadPoolExecutor(2) as pool:
-        results = list(pool.map(lambda p: build(p[2], includes=p[0].includes), points))
-    failed = [(p[0].name, p[1].label(), r.log[-600:]) for p, r in zip(points, results) if not r.ok]
+        results = list(pool.map(lambda p: build(p[2], includes=p[0].includes), chosen))
+    failed = [(p[0].name, p[1].label(), r.log[-600:]) for p, r in zip(chosen, results) if not r.ok]
     assert not failed, failed
 
 
