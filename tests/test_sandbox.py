@@ -233,18 +233,19 @@ def test_only_a_candidates_uid_is_ever_swept(monkeypatch):
 
 
 def test_a_candidates_process_whose_judge_dies_as_it_starts_ends_too():
-    """The judge killed while its host imports torch: the host's parent-death signal was armed before the imports
-    (cuco.runner.host_start), so nothing is left, running or stopped."""
+    """The judge killed as soon as it has forked its host, which then waits for a hello nobody sends: the host's
+    parent-death signal is armed first thing in the child (host_process._become_host), so nothing is left."""
     import select
     import socket
 
     ours, theirs = socket.socketpair()
-    start = ("import os, subprocess, sys; fd = sys.argv[1]; p = subprocess.Popen([sys.executable, '-m', "
-             "'cuco.runner.host_start', fd, str(os.getpid())], pass_fds=[int(fd)], stdout=subprocess.DEVNULL, "
-             "stderr=subprocess.DEVNULL); "
-             "print(p.pid, flush=True); os._exit(0)")
+    start = ("import os, sys\nfrom pathlib import Path\nfrom cuco.runner import host_process\n"
+             "judge = os.getpid()\npid = os.fork()\n"
+             "if pid == 0:\n    host_process._become_host(int(sys.argv[1]), Path('.'), judge)\n"
+             "print(pid, flush=True)\nos._exit(0)\n")
     judge = subprocess.run([sys.executable, "-c", start, str(theirs.fileno())], pass_fds=[theirs.fileno()],
                            capture_output=True, text=True, cwd=ROOT, check=True)
+    theirs.close()
     try:
         gone = os.pidfd_open(int(judge.stdout))
     except ProcessLookupError:  # ended already
@@ -254,7 +255,6 @@ def test_a_candidates_process_whose_judge_dies_as_it_starts_ends_too():
     finally:
         os.close(gone)
         ours.close()
-        theirs.close()
 
 
 @as_root

@@ -1,4 +1,4 @@
-"""The candidate's process for one rank: `python -m cuco.runner.host_start FD JUDGE_PID`, started by that rank's judge.
+"""The candidate's process for one rank: forked by its judge (host_process.py), or `python -m cuco.runner.host FD`.
 
 It confines itself (sandbox/) before the candidate is loaded, then does only what the judge asks over
 the channel: set up a shape, stage inputs, run, tear down. It holds no seed, no reference, no other
@@ -302,5 +302,5 @@ def main(argv: list[str]) -> int:
     return 0
 
 
-if __name__ == "__main__":  # started through cuco.runner.host_start, which arms the parent-death signal first
+if __name__ == "__main__":
     sys.exit(main(sys.argv[1:]))

@@ -1,24 +1,86 @@
-"""The candidate's process for one rank as its judge holds it: started by rank.py before the judge imports torch,
-so that the two start side by side."""
+"""The candidate's process for one rank as its judge holds it: forked from the judge once the judge has imported
+torch and before it holds anything secret (rank.py), so that an evaluation imports torch once per rank, not twice.
+
+The child keeps nothing of the judge but the modules it imported: it arms its parent-death signal before anything
+else, closes every descriptor but its channel and the log, leaves the judge's non-dumpable setting and folder, and
+becomes the host (cuco.runner.host), which confines it before any code of the candidate's runs."""
 
 from __future__ import annotations
 
 import os
+import select
+import signal
 import subprocess
 import sys
+import traceback
 from dataclasses import dataclass
 from pathlib import Path
+from typing import NoReturn
 
 from cuco.runner.channel import Channel
-from cuco.runner.job import JUDGE_PORT_ENV, JUDGE_TOKEN_ENV, Job
+from cuco.runner.job import JUDGE_PORT_ENV, Job
 from cuco.runner.pages import Page
+from cuco.runner.sandbox.native import prctl
+
+PR_SET_PDEATHSIG, PR_SET_DUMPABLE = 1, 4  # <linux/prctl.h>
+
+
+class Forked:
+    """A forked child as subprocess.Popen shows one (pid, poll, wait, returncode): what the judge's link uses."""
+
+    def __init__(self, pid: int) -> None:
+        self.pid, self.returncode = pid, None
+        self._exited = os.pidfd_open(pid)
+
+    def poll(self) -> int | None:
+        if self.returncode is None:
+            try:
+                pid, status = os.waitpid(self.pid, os.WNOHANG)
+            except ChildProcessError:  # reaped already, by kill_descendants after it killed it
+                pid, status = self.pid, -signal.SIGKILL
+            if pid:
+                self.returncode = status if status < 0 else os.waitstatus_to_exitcode(status)
+                os.close(self._exited)
+        return self.returncode
+
+    def wait(self, timeout: float | None = None) -> int:
+        if self.poll() is None and not select.select([self._exited], [], [], timeout)[0]:
+            raise subprocess.TimeoutExpired(f"candidate process {self.pid}", timeout)
+        while self.poll() is None:  # readable: it has exited, and is reaped now
+            pass
+        return self.returncode
+
+
+def _become_host(fd: int, scratch: Path, judge: int) -> NoReturn:
+    """The child's side of the fork: never returns into the judge's code."""
+    code = 1
+    try:
+        prctl(PR_SET_PDEATHSIG, signal.SIGKILL)
+        if os.getppid() != judge:  # the judge died before the signal was armed
+            os._exit(1)
+        prctl(PR_SET_DUMPABLE, 1)  # the judge's guard_judge setting: a process of its own uid keeps its /proc
+        os.closerange(3, fd)
+        os.closerange(fd + 1, os.sysconf("SC_OPEN_MAX"))
+        os.environ.pop(JUDGE_PORT_ENV, None)
+        os.chdir(scratch)
+        if sys.path and not sys.flags.safe_path:  # the judge's folder, where `python -m` started it: now the host's
+            sys.path[0] = str(scratch)
+        from cuco.runner.host import main
+
+        code = main([str(fd)])
+    except BaseException:
+        traceback.print_exc()
+    finally:
+        sys.stdout.flush()
+        sys.stderr.flush()
+        os._exit(code)
 
 
 @dataclass
 class HostProcess:
     """The candidate's process for this rank, as its judge holds it."""
 
-    proc: subprocess.Popen
+    proc: Forked
     chan: Channel
     scratch: Path
     gate: Page | None  # the node's start gate (GPU)
@@ -31,10 +93,14 @@ class HostProcess:
         scratch = shared_tmp / f"host{rank}"
         scratch.mkdir(parents=True, exist_ok=True)
         chan, child = Channel.pair()
-        env = {k: v for k, v in os.environ.items() if k not in (JUDGE_PORT_ENV, JUDGE_TOKEN_ENV)}  # the judges' alone
-        proc = subprocess.Popen([sys.executable, "-m", "cuco.runner.host_start", str(child.fileno()),
-                                 str(os.getpid())], pass_fds=[child.fileno()], cwd=scratch, env=env)
+        judge = os.getpid()
+        sys.stdout.flush()
+        sys.stderr.flush()
+        pid = os.fork()
+        if pid == 0:
+            _become_host(child.fileno(), scratch, judge)
         child.close()
+        proc = Forked(pid)
         gate = done = None
         page_fds: list[int] = []
         if job.device == "cuda":

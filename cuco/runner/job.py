@@ -1,17 +1,28 @@
 """The job a launcher hands to each rank's judge: plain JSON, so the judge needs no cuco config code.
 
-It holds nothing secret: the seeds are drawn by the judges themselves, after they start, and the port of the
-judges' own group and the token that authenticates its members reach them in CUCO_JUDGE_PORT and CUCO_JUDGE_TOKEN,
-which their candidates' processes do not inherit."""
+It holds nothing secret: the seeds are drawn by the judges themselves, after they start; the port of the judges'
+own group reaches them in CUCO_JUDGE_PORT, and the token that authenticates its members through a pipe whose
+descriptor CUCO_JUDGE_TOKEN_FD names, read once the candidate's process has been forked off (read_token)."""
 
 from __future__ import annotations
 
 import json
+import os
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
 JUDGE_PORT_ENV = "CUCO_JUDGE_PORT"
-JUDGE_TOKEN_ENV = "CUCO_JUDGE_TOKEN"  # per launch: the judges' group admits only a process that holds it
+JUDGE_TOKEN_FD_ENV = "CUCO_JUDGE_TOKEN_FD"  # per launch: the judges' group admits only a process that holds it
+
+
+def read_token() -> str:
+    """The judges' token, from the pipe the launcher wrote it into; the descriptor is closed and its name dropped.
+    Never in the environment: a process forked from the judge keeps its parent's environment block, token and all."""
+    fd = os.environ.pop(JUDGE_TOKEN_FD_ENV, None)
+    if fd is None:
+        return ""
+    with os.fdopen(int(fd), "rb") as pipe:
+        return pipe.read().decode()
 
 
 @dataclass

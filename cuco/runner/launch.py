@@ -27,7 +27,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from cuco.machine import SAFE_ENV
-from cuco.runner.job import JUDGE_PORT_ENV, JUDGE_TOKEN_ENV, Job
+from cuco.runner.job import JUDGE_PORT_ENV, JUDGE_TOKEN_FD_ENV, Job
 from cuco.runner.progress import Watch, last_step
 from cuco.runner.rank_report import RankReport
 from cuco.runner.sandbox import candidate_uid, claim_uid, keep_private, sweep_uid
@@ -152,7 +152,8 @@ def _lost_a_port(res: LaunchResult) -> bool:
 def _start(job: Job, job_path: Path, out: Path, visible: list[int]) -> list[subprocess.Popen]:
     env = {**os.environ, **job.env, **SAFE_ENV, "PYTHONUNBUFFERED": "1", "CUCO_WORLD_SIZE": str(job.world),
            "CUCO_LAUNCHER_PID": str(os.getpid()),
-           JUDGE_PORT_ENV: str(free_port()), JUDGE_TOKEN_ENV: secrets.token_hex(32)}
+           JUDGE_PORT_ENV: str(free_port())}
+    token = secrets.token_hex(32).encode()
     if job.device == "cuda" and visible:
         env["CUDA_VISIBLE_DEVICES"] = ",".join(str(g) for g in visible)
         job.gpus = list(range(len(visible)))
@@ -164,10 +165,17 @@ def _start(job: Job, job_path: Path, out: Path, visible: list[int]) -> list[subp
     procs = []
     for r in range(job.world):
         log = open(out / f"rank{r}.log", "wb")
-        procs.append(subprocess.Popen([sys.executable, "-m", "cuco.runner.rank", str(job_path), str(r)],
-                                      stdout=log, stderr=subprocess.STDOUT, env={**env, "RANK": str(r)},
-                                      start_new_session=True))
-        log.close()
+        read, write = os.pipe()  # the token: 64 bytes, within any pipe's buffer
+        os.write(write, token)
+        os.close(write)
+        try:
+            procs.append(subprocess.Popen([sys.executable, "-m", "cuco.runner.rank", str(job_path), str(r)],
+                                          stdout=log, stderr=subprocess.STDOUT, pass_fds=[read],
+                                          env={**env, "RANK": str(r), JUDGE_TOKEN_FD_ENV: str(read)},
+                                          start_new_session=True))
+        finally:
+            os.close(read)
+            log.close()
     return procs
 
 

@@ -1,8 +1,8 @@
 """One rank of an evaluation: `python -m cuco.runner.rank JOB.json RANK`.
 
-The process becomes that rank's judge (judge/). Before it imports torch it starts the candidate's host
-(host.py) and hands it everything it needs, so that the two start up side by side: the host's imports,
-CUDA context and communicator overlap the judge's own. Only the standard library is imported here.
+The process becomes that rank's judge (judge/). Once it has imported torch, and before it reads its token or
+draws a seed, it forks the candidate's process (host_process.py): one import of torch serves both, and the host's
+CUDA context and communicator start while the judge loads the workload.
 """
 
 from __future__ import annotations
@@ -45,14 +45,14 @@ def main(argv: list[str]) -> int:
     os.umask(0o077)  # the judge's files (progress, reports) are its own: closed to a candidate of another uid
     job, rank = Job.read(Path(argv[0])), int(argv[1])
     guard_judge()
-    _cleanup_on_term()
+    from cuco.runner.judge.run import run_judge  # torch, before the fork: the host inherits it
+
     try:
         host = HostProcess.start(job, rank) if job.mode == "evaluate" else None
     except OSError as exc:  # before any code of the candidate's: cuco's own failure, said as such
         _report_start_failure(job, rank, exc)
         return 3
-    from cuco.runner.judge.run import run_judge  # torch and the workload's reference load while the host starts
-
+    _cleanup_on_term()  # a thread of its own: started after the fork, so the host holds none of the judge's
     code = run_judge(job, rank, host)
     # The result is on disk and the candidate's processes are gone: skip the interpreter's and CUDA's teardown.
     remove_shm_files([os.getpid()])

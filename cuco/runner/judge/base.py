@@ -16,7 +16,7 @@ import torch
 
 from cuco.paths import atomic_write_json
 from cuco.runner.buffers import TORCH_DTYPES
-from cuco.runner.job import JUDGE_PORT_ENV, JUDGE_TOKEN_ENV, Job
+from cuco.runner.job import JUDGE_PORT_ENV, Job, read_token
 from cuco.runner.judge.group import JudgeGroup
 from cuco.runner.keyed import generator, new_secret
 from cuco.runner.l2 import L2Flush
@@ -52,8 +52,9 @@ class Judge:
     sandbox = ""  # how the candidate's process is confined; a judge without one has none
 
     def __init__(self, job: Job, rank: int) -> None:
-        # Out of the environment before anything runs here (the workload's reference.py is loaded below).
-        self.token = os.environ.pop(JUDGE_TOKEN_ENV, "")
+        # Read before anything runs here (the workload's reference.py is loaded below), after the candidate's
+        # process was forked off (rank.py), which so never holds it.
+        self.token = read_token()
         self.job, self.rank, self.world = job, rank, job.world
         self.t0 = time.monotonic()
         self.out = Path(job.out_dir)
