@@ -32,6 +32,7 @@ VARIABLES: tuple[Variable, ...] = (
     Variable("CUCO_LAUNCHER_PID", "the launcher's pid: a rank exits when its launcher dies", internal=True),
     Variable("CUCO_JUDGE_PORT", "the judges' process-group port; never in a candidate's environment",
              internal=True),
-    Variable("CUCO_JUDGE_TOKEN", "the secret that admits a judge to the judges' group, new for every launch; never "
-                                 "in a candidate's environment", internal=True),
+    Variable("CUCO_JUDGE_TOKEN_FD", "the pipe a judge reads the secret that admits it to the judges' group from, new "
+                                    "for every launch; read after the candidate's process is forked off",
+             internal=True),
 )

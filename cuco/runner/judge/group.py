@@ -1,7 +1,7 @@
 """The judges' own group: rank 0's judge is the hub, every other judge holds one TCP connection to it on loopback.
 
 The candidate runs on the same machine and can reach any loopback port, so nothing crosses a connection before both
-ends have proven that they hold the launch's token (CUCO_JUDGE_TOKEN, which no candidate inherits): each sends a
+ends have proven that they hold the launch's token (through CUCO_JUDGE_TOKEN_FD; no candidate holds it): each sends a
 fresh nonce and answers the other's with HMAC-SHA256(token, direction, rank, nonce), so a replayed or reflected
 answer fails. The hub drops a peer that fails; a judge whose hub fails raises, so a process that took the port first
 can neither read the judges' messages nor feed them its own. Messages are length-prefixed JSON, never pickle."""
@@ -71,7 +71,7 @@ class JudgeGroup:
         if world == 1:
             return
         if not token:
-            raise GroupError("the judges' group has no token: CUCO_JUDGE_TOKEN is not set")
+            raise GroupError("the judges' group has no token: CUCO_JUDGE_TOKEN_FD is not set")
         self.deadline = time.monotonic() + timeout
         self.peers = self._serve(token) if rank == 0 else [self._join(token)]
         for s in self.peers:
