@@ -2,8 +2,9 @@
 alone), then the candidate's judge and its host, at world 1, for this tree and (with --other) another checkout.
 
 The device's used memory is read by nvidia-smi every 50 ms while each step runs, less what it read before the step
-started; each process's own share is read beside it where the driver reports it (judge: cuco.runner.rank, host:
-cuco.runner.host). The buffers are the workload's per rank at the shape, as workload.toml declares them.
+started; each process's own share is read beside it where the driver reports it (by process name: cuco-judge,
+cuco-host; an older checkout's by command line). The buffers are the workload's per rank at the shape, as
+workload.toml declares them.
 
     python benchmarks/judge_memory.py [--other OLD_CHECKOUT] [--case moe_deepseek_v3:seed:t128 ...] [--iters 5]
 
@@ -104,10 +105,13 @@ def _role(pid: int) -> str:
     ended has no command line left to read."""
     if pid not in _ROLES:
         try:
+            name = Path(f"/proc/{pid}/comm").read_text().strip()
             cmd = Path(f"/proc/{pid}/cmdline").read_bytes().replace(b"\0", b" ").decode()
         except OSError:
             return "gone"
-        _ROLES[pid] = "judge" if "cuco.runner.rank" in cmd else "host" if "cuco.runner.host" in cmd else "driver"
+        named = {"cuco-judge": "judge", "cuco-host": "host", "cuco-zygote": "zygote"}.get(name)
+        _ROLES[pid] = named or ("judge" if "cuco.runner.rank" in cmd else "host" if "cuco.runner.host" in cmd
+                                else "driver")
     return _ROLES[pid]
 
 

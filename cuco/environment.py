@@ -29,7 +29,6 @@ VARIABLES: tuple[Variable, ...] = (
     Variable("CUCO_CUBLAS_HOME", "a cuBLAS installation (default: the nvidia-cublas wheel, then CUDA_HOME)"),
     Variable("ANTHROPIC_API_KEY", "the Anthropic key, unless [llm] api_key_env names another variable"),
     Variable("OPENAI_API_KEY", "the OpenAI key (and for novelty = openai), unless [llm] api_key_env names another"),
-    Variable("CUCO_LAUNCHER_PID", "the launcher's pid: a rank exits when its launcher dies", internal=True),
     Variable("CUCO_JUDGE_PORT", "the judges' process-group port; never in a candidate's environment",
              internal=True),
     Variable("CUCO_JUDGE_TOKEN_FD", "the pipe a judge reads the secret that admits it to the judges' group from, new "

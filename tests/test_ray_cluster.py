@@ -8,6 +8,7 @@ import json
 import sqlite3
 import subprocess
 import sys
+import tempfile
 import time
 from pathlib import Path
 
@@ -56,25 +57,34 @@ def test_a_search_runs_its_evaluations_on_every_node(cluster, tmp_path):
     assert (tmp_path / "run" / "best" / "candidate.py").is_file()
 
 
-def _evaluation_running_on_a_node() -> bool:
-    """A rank process of an evaluation that a cluster node started (its job lies in the node's own directory)."""
-    for cmdline in Path("/proc").glob("[0-9]*/cmdline"):
+def _evaluation_running_on_a_node(since: float) -> bool:
+    """A judge is running, and a cluster node started an evaluation since SINCE (its ranks' logs lie in the node's
+    own directory)."""
+    def fresh(log: Path) -> bool:
         try:
-            text = cmdline.read_bytes().replace(b"\0", b" ")
+            return log.stat().st_mtime >= since
+        except OSError:  # its node's directory went meanwhile
+            return False
+
+    if not any(fresh(log) for log in Path(tempfile.gettempdir()).glob("cuco-node-*/*/rank0.log")):
+        return False
+    for comm in Path("/proc").glob("[0-9]*/comm"):
+        try:
+            if comm.read_text().strip() == "cuco-judge":
+                return True
         except OSError:
             continue
-        if b"cuco.runner.rank" in text and b"cuco-node-" in text:
-            return True
     return False
 
 
 def test_a_node_killed_mid_evaluation_loses_nothing(cluster, tmp_path):
     victim = cluster.add_node(num_cpus=2)
     run = tmp_path / "run"
+    since = time.time() - 1  # a file's time is the file system's, coarser than the clock's
     proc = subprocess.Popen(_evolve(cluster.address, run, 2, 1), stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
                             text=True)
     deadline = time.monotonic() + DEADLINE_S
-    while not _evaluation_running_on_a_node():
+    while not _evaluation_running_on_a_node(since):
         assert proc.poll() is None and time.monotonic() < deadline, "no evaluation started on the node"
         time.sleep(0.05)
     cluster.remove_node(victim, allow_graceful=False)  # its raylet and workers are killed, the evaluation with them

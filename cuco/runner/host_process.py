@@ -1,5 +1,5 @@
-"""The candidate's process for one rank as its judge holds it: forked from the judge once the judge has imported
-torch and before it holds anything secret (rank.py), so that an evaluation imports torch once per rank, not twice.
+"""The candidate's process for one rank as its judge holds it: forked from the judge (which holds torch, imported
+once by the judges' zygote) before the judge holds anything secret (rank.py).
 
 The child keeps nothing of the judge but the modules it imported: it arms its parent-death signal before anything
 else, closes every descriptor but its channel and the log, leaves the judge's non-dumpable setting and folder, and
@@ -21,6 +21,7 @@ from cuco.runner.channel import Channel
 from cuco.runner.job import JUDGE_PORT_ENV, Job
 from cuco.runner.pages import Page
 from cuco.runner.sandbox.native import prctl
+from cuco.runner.sandbox.processes import name_process
 
 PR_SET_PDEATHSIG, PR_SET_DUMPABLE = 1, 4  # <linux/prctl.h>
 
@@ -58,6 +59,7 @@ def _become_host(fd: int, scratch: Path, judge: int) -> NoReturn:
         prctl(PR_SET_PDEATHSIG, signal.SIGKILL)
         if os.getppid() != judge:  # the judge died before the signal was armed
             os._exit(1)
+        name_process("cuco-host")
         prctl(PR_SET_DUMPABLE, 1)  # the judge's guard_judge setting: a process of its own uid keeps its /proc
         os.closerange(3, fd)
         os.closerange(fd + 1, os.sysconf("SC_OPEN_MAX"))

@@ -1,8 +1,8 @@
 """Start the judges of one evaluation locally, each in its own process group, under a watchdog.
 
-Each rank's judge starts the candidate's process for that rank (rank.py, judge/, host.py). A candidate that
-hangs (most often a device barrier nobody satisfies) or that crashes one rank leaves the other ranks
-waiting forever; the watchdog stops every judge when the time limit passes, or shortly after the first
+Each rank's judge is forked by this process's judges' zygote (zygote.py) and starts the candidate's process for that
+rank (rank.py, judge/, host.py). A candidate that hangs (most often a device barrier nobody satisfies) or that crashes
+one rank leaves the other ranks waiting forever; the watchdog stops every judge when the time limit passes, or shortly after the first
 judge reports a failure, and says where each rank was. Stopping is SIGTERM first: each judge then kills
 its candidate's whole process tree (detached processes included, see sandbox/); SIGKILL of the
 process groups follows for a judge that does not go. Where the candidate ran under a uid of its own (cuco as root),
@@ -18,8 +18,6 @@ import secrets
 import shutil
 import signal
 import socket
-import subprocess
-import sys
 import tempfile
 import time
 from collections.abc import Callable
@@ -27,10 +25,11 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from cuco.machine import SAFE_ENV
-from cuco.runner.job import JUDGE_PORT_ENV, JUDGE_TOKEN_FD_ENV, Job
+from cuco.runner.job import JUDGE_PORT_ENV, Job
 from cuco.runner.progress import Watch, last_step
 from cuco.runner.rank_report import RankReport
 from cuco.runner.sandbox import candidate_uid, claim_uid, keep_private, sweep_uid
+from cuco.runner.zygote_client import Judge, ZygoteGone, zygote
 
 CRASH_GRACE_S = 5.0  # after one rank dies, the others get this long to report their own state
 TERM_GRACE_S = 3.0  # a judge told to stop has this long to kill its candidate's processes
@@ -94,7 +93,7 @@ def describe_exit(code: int) -> str:
     return f"exit code {code}"
 
 
-def stop(procs: list[subprocess.Popen]) -> None:
+def stop(procs: list[Judge]) -> None:
     """SIGTERM every judge still running (each kills its candidate's tree), then SIGKILL what is left."""
     for p in procs:
         if p.poll() is None:
@@ -149,37 +148,38 @@ def _lost_a_port(res: LaunchResult) -> bool:
                ((o.report.error or "") + o.log_tail).lower() for o in res.ranks)
 
 
-def _start(job: Job, job_path: Path, out: Path, visible: list[int]) -> list[subprocess.Popen]:
-    env = {**os.environ, **job.env, **SAFE_ENV, "PYTHONUNBUFFERED": "1", "CUCO_WORLD_SIZE": str(job.world),
-           "CUCO_LAUNCHER_PID": str(os.getpid()),
-           JUDGE_PORT_ENV: str(free_port())}
+def _start(job: Job, job_path: Path, out: Path, visible: list[int]) -> list[Judge]:
+    env = {**os.environ, **SAFE_ENV, "PYTHONUNBUFFERED": "1"}
+    env.setdefault("OMP_NUM_THREADS", "1")
+    # The judges must import this cuco, even when it is not installed (a GPU machine's plain python3).
+    root = str(Path(__file__).resolve().parents[2])
+    env["PYTHONPATH"] = root + (os.pathsep + env["PYTHONPATH"] if env.get("PYTHONPATH") else "")
+    forker = zygote(env)
+    env = {**env, **job.env, **SAFE_ENV, "CUCO_WORLD_SIZE": str(job.world), JUDGE_PORT_ENV: str(free_port())}
     token = secrets.token_hex(32).encode()
     if job.device == "cuda" and visible:
         env["CUDA_VISIBLE_DEVICES"] = ",".join(str(g) for g in visible)
         job.gpus = list(range(len(visible)))
     job.write(job_path)
-    env.setdefault("OMP_NUM_THREADS", "1")
-    # The worker must import this cuco, even when it is not installed (a GPU machine's plain python3).
-    root = str(Path(__file__).resolve().parents[2])
-    env["PYTHONPATH"] = root + (os.pathsep + env["PYTHONPATH"] if env.get("PYTHONPATH") else "")
-    procs = []
-    for r in range(job.world):
-        log = open(out / f"rank{r}.log", "wb")
-        read, write = os.pipe()  # the token: 64 bytes, within any pipe's buffer
-        os.write(write, token)
-        os.close(write)
-        try:
-            procs.append(subprocess.Popen([sys.executable, "-m", "cuco.runner.rank", str(job_path), str(r)],
-                                          stdout=log, stderr=subprocess.STDOUT, pass_fds=[read],
-                                          env={**env, "RANK": str(r), JUDGE_TOKEN_FD_ENV: str(read)},
-                                          start_new_session=True))
-        finally:
-            os.close(read)
-            log.close()
-    return procs
+    judges = []
+    try:
+        for r in range(job.world):
+            log = os.open(out / f"rank{r}.log", os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o666)
+            read, write = os.pipe()  # the token: 64 bytes, within any pipe's buffer
+            os.write(write, token)
+            os.close(write)
+            try:
+                judges.append(forker.fork([str(job_path), str(r)], {**env, "RANK": str(r)}, os.getcwd(), log, read))
+            finally:
+                os.close(read)
+                os.close(log)
+    except ZygoteGone:
+        stop(judges)
+        raise
+    return judges
 
 
-def _watch(procs: list[subprocess.Popen], out: Path, timeout_s: float, uid: int | None = None,
+def _watch(procs: list[Judge], out: Path, timeout_s: float, uid: int | None = None,
            on_step: Callable[[str], None] | None = None) -> LaunchResult:
     """Until every rank has exited: a rank that died gives the others CRASH_GRACE_S to report, a rank that marks no
     progress within its step's limit (progress.py), or the whole of TIMEOUT_S, stops them all. ON_STEP hears rank

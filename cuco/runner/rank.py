@@ -1,8 +1,8 @@
-"""One rank of an evaluation: `python -m cuco.runner.rank JOB.json RANK`.
+"""One rank of an evaluation: main([JOB.json, RANK]) in a process the judges' zygote forked (zygote.py).
 
-The process becomes that rank's judge (judge/). Once it has imported torch, and before it reads its token or
-draws a seed, it forks the candidate's process (host_process.py): one import of torch serves both, and the host's
-CUDA context and communicator start while the judge loads the workload.
+The process becomes that rank's judge (judge/). Before it reads its token or draws a seed, it forks the candidate's
+process (host_process.py), which so inherits the zygote's import of torch too, and the host's CUDA context and
+communicator start while the judge loads the workload.
 """
 
 from __future__ import annotations
@@ -17,7 +17,7 @@ from cuco.paths import atomic_write_json
 from cuco.runner.host_process import HostProcess
 from cuco.runner.job import Job
 from cuco.runner.rank_report import RankReport
-from cuco.runner.sandbox import die_with_parent, guard_judge, kill_descendants, remove_shm_files
+from cuco.runner.sandbox import guard_judge, kill_descendants, remove_shm_files
 
 
 def _cleanup_on_term() -> None:
@@ -41,11 +41,10 @@ def _report_start_failure(job: Job, rank: int, exc: OSError) -> None:
 
 
 def main(argv: list[str]) -> int:
-    die_with_parent(int(os.environ.get("CUCO_LAUNCHER_PID", "0")))
     os.umask(0o077)  # the judge's files (progress, reports) are its own: closed to a candidate of another uid
     job, rank = Job.read(Path(argv[0])), int(argv[1])
     guard_judge()
-    from cuco.runner.judge.run import run_judge  # torch, before the fork: the host inherits it
+    from cuco.runner.judge.run import run_judge  # imported by the zygote already
 
     try:
         host = HostProcess.start(job, rank) if job.mode == "evaluate" else None
@@ -59,7 +58,3 @@ def main(argv: list[str]) -> int:
     sys.stdout.flush()
     sys.stderr.flush()
     os._exit(code)
-
-
-if __name__ == "__main__":
-    sys.exit(main(sys.argv[1:]))

@@ -94,6 +94,11 @@ def keep_private() -> None:
     prctl(PR_SET_DUMPABLE, 0)
 
 
+def name_process(name: str) -> None:
+    """What ps and top show for this process: a zygote's children share its command line, so each is named."""
+    Path("/proc/self/comm").write_text(name[:15])  # the kernel keeps 15 characters (TASK_COMM_LEN)
+
+
 def die_with_parent(parent: int) -> None:
     """The kernel kills this process when its parent dies (a no-op where prctl is missing)."""
     prctl(PR_SET_PDEATHSIG, signal.SIGKILL)
