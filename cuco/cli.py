@@ -3,6 +3,7 @@ cuco's own failure 3, a machine without the GPUs asked for 4. Every path is made
 
 from __future__ import annotations
 
+import importlib.util
 import json
 import os
 import sys
@@ -20,7 +21,7 @@ from typer.core import TyperCommand, TyperGroup
 
 from cuco.errors import MEANING, CucoError, CucoFailure, ExitCode, NeedsGPU
 from cuco.extras import require
-from cuco.machine import gpus_in_words
+from cuco.machine import gpu_count, gpus_in_words
 from cuco.paths import absolute, atomic_write_json
 
 
@@ -58,14 +59,13 @@ err_console = Console(stderr=True, width=None if sys.stderr.isatty() else 160, e
 def _device(choice: str, world: int) -> str:
     if choice not in ("auto", "cuda", "cpu"):
         raise CucoError("--device", f"expected auto, cuda or cpu, got {choice!r}")
+    if importlib.util.find_spec("torch") is None:  # every evaluation's judges need it
+        require("torch")
+    if choice == "cuda" and gpu_count() < world:
+        raise NeedsGPU("--device cuda", f"needs {world} GPUs, this machine has {gpu_count()}")
     if choice != "auto":
-        if choice == "cuda":
-            torch = require("torch")
-            if torch.cuda.device_count() < world:
-                raise NeedsGPU("--device cuda", f"needs {world} GPUs, this machine has {torch.cuda.device_count()}")
         return choice
-    torch = require("torch")
-    return "cuda" if torch.cuda.device_count() >= world else "cpu"
+    return "cuda" if gpu_count() >= world else "cpu"
 
 
 def _spec(workload: str, world: int | None):

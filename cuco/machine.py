@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import ctypes
+import importlib.metadata
 import json
 import platform
 import shutil
@@ -15,6 +17,19 @@ from cuco.paths import atomic_write_json, machine_file
 # NVLink multicast stays off in every program cuco starts: on shared hosts it can take GPUs out of service.
 # The runner sets these last, so nothing (a workload's [nccl_env] included) can change them.
 SAFE_ENV = {"NCCL_NVLS_ENABLE": "0", "TORCH_SYMM_MEM_DISABLE_MULTICAST": "1", "NVSHMEM_DISABLE_NVLS": "1"}
+
+
+def gpu_count() -> int:
+    """The CUDA devices this process may use (CUDA_VISIBLE_DEVICES honoured), asked of the driver itself: a command
+    that only needs the count (is there a GPU for this world size?) does not import torch for it, two CPU-seconds."""
+    try:
+        driver = ctypes.CDLL("libcuda.so.1")
+    except OSError:  # no NVIDIA driver on this machine
+        return 0
+    count = ctypes.c_int(0)
+    if driver.cuInit(0) != 0 or driver.cuDeviceGetCount(ctypes.byref(count)) != 0:  # CUDA_SUCCESS is 0
+        return 0
+    return count.value
 
 
 def gpus_in_words(count: int) -> str:
@@ -146,12 +161,12 @@ def fingerprint() -> dict[str, Any]:
     info: dict[str, Any] = {"host": platform.node(), "python": platform.python_version(),
                             "time": datetime.now(timezone.utc).isoformat(timespec="seconds")}
     try:
+        info["torch"] = importlib.metadata.version("torch")  # without importing it (two CPU-seconds) on the CPU
+    except importlib.metadata.PackageNotFoundError:
+        return info
+    if gpu_count():
         import torch
 
-        info["torch"] = torch.__version__
-        if torch.cuda.is_available():
-            info["gpus"] = [g["name"] for g in gpu_inventory()]
-            info["cuda"] = torch.version.cuda
-    except ImportError:
-        pass
+        info["gpus"] = [g["name"] for g in gpu_inventory()]
+        info["cuda"] = torch.version.cuda
     return info

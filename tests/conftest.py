@@ -7,6 +7,8 @@ from pathlib import Path
 
 import pytest
 
+from cuco.machine import gpu_count
+
 ROOT = Path(__file__).resolve().parents[1]
 WORKLOADS = ROOT / "cuco" / "workloads"
 GEMM_AG = WORKLOADS / "gemm_allgather"
@@ -34,14 +36,6 @@ def _cuco_home(tmp_path_factory):
         (home / "builds").symlink_to(shared, target_is_directory=True)
     os.environ["CUCO_HOME"] = str(home)
     yield
-
-
-def gpu_count() -> int:
-    try:
-        import torch
-    except ImportError:
-        return 0
-    return torch.cuda.device_count() if torch.cuda.is_available() else 0
 
 
 def pytest_collection_modifyitems(config, items):

@@ -15,11 +15,11 @@ class Slot:
 
 def make_slots(device: str, world: int, requested: int = 0) -> list[Slot]:
     if device == "cuda":
-        import torch
+        from cuco.machine import gpu_count
 
-        n = torch.cuda.device_count() // world
+        n = gpu_count() // world
         if n < 1:
-            raise ValueError(f"world size {world} needs {world} GPUs, this machine has {torch.cuda.device_count()}")
+            raise ValueError(f"world size {world} needs {world} GPUs, this machine has {gpu_count()}")
         n = min(n, requested) if requested > 0 else n
         return [Slot(i, tuple(range(i * world, (i + 1) * world))) for i in range(n)]
     n = requested if requested > 0 else max(1, (os.cpu_count() or 1) // world)
