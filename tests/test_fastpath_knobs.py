@@ -129,6 +129,16 @@ def _build_plan() -> dict[str, list[tuple[tuple[str, str, str], str]]]:
             for name, ways in picks.items()}
 
 
+def test_every_rewritten_program_builds_here():
+    """The fast path's tests build each rewritten program once, here, under a design point of its knobs: the point
+    adds its definitions, the search's markers and its needs to the rewrite's code, and changes nothing of it."""
+    from test_fastpath_corpus import REWRITTEN, _case
+    from test_fastpath_rewrite import PROGRAMS as REWRITE_PROGRAMS
+
+    here = {src for _, src, _ in PROGRAMS.values()}
+    assert {src for _, src in REWRITE_PROGRAMS.values()} | {_case(n)[1] for n in REWRITTEN} <= here
+
+
 def test_the_build_sweep_builds_every_collective_s_every_way_and_every_issuer():
     plan, offered = _build_plan(), _offered()
     pairs = {(k, w) for kinds, ways in offered.values() for k in kinds for w in ways}

@@ -8,9 +8,7 @@ from cuco.evolve.slots import make_slots
 
 
 def test_two_slots_on_a_four_gpu_box(monkeypatch):
-    import torch
-
-    monkeypatch.setattr(torch.cuda, "device_count", lambda: 4)
+    monkeypatch.setattr("cuco.machine.gpu_count", lambda: 4)
     slots = make_slots("cuda", 2)
     assert [s.gpus for s in slots] == [(0, 1), (2, 3)]
     assert [s.gpus for s in make_slots("cuda", 2, requested=1)] == [(0, 1)]
@@ -18,9 +16,7 @@ def test_two_slots_on_a_four_gpu_box(monkeypatch):
 
 
 def test_too_few_gpus(monkeypatch):
-    import torch
-
-    monkeypatch.setattr(torch.cuda, "device_count", lambda: 1)
+    monkeypatch.setattr("cuco.machine.gpu_count", lambda: 1)
     with pytest.raises(ValueError, match="needs 2 GPUs"):
         make_slots("cuda", 2)
 

@@ -55,7 +55,8 @@ def test_a_killed_launcher_leaves_no_zygote_judge_or_candidate_behind(tmp_path):
     """SIGKILL to `cuco eval` while its candidate waits in a barrier: the zygote sees its socket close and exits,
     each judge dies with the zygote, each host with its judge."""
     launcher = subprocess.Popen([sys.executable, "-m", "cuco", "eval", "cpu_allgather_matmul", str(DEADLOCK),
-                                 "--world", "2"], cwd=tmp_path, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+                                 "--world", "2", "--device", "cpu"], cwd=tmp_path, stdout=subprocess.DEVNULL,
+                                stderr=subprocess.DEVNULL)
     deadline = time.monotonic() + 120
     try:
         while sum(_comm(p) == "cuco-host" for p in descendants(launcher.pid)) < 2:

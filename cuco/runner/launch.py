@@ -2,11 +2,11 @@
 
 Each rank's judge is forked by this process's judges' zygote (zygote.py) and starts the candidate's process for that
 rank (rank.py, judge/, host.py). A candidate that hangs (most often a device barrier nobody satisfies) or that crashes
-one rank leaves the other ranks waiting forever; the watchdog stops every judge when the time limit passes, or shortly after the first
-judge reports a failure, and says where each rank was. Stopping is SIGTERM first: each judge then kills
-its candidate's whole process tree (detached processes included, see sandbox/); SIGKILL of the
-process groups follows for a judge that does not go. Where the candidate ran under a uid of its own (cuco as root),
-every process of that uid is killed once the judges are gone, before any report is read.
+one rank leaves the other ranks waiting forever; the watchdog stops every judge when the time limit passes, or shortly
+after the first judge reports a failure, and says where each rank was. Stopping is SIGTERM first: each judge then kills
+its candidate's whole process tree (detached processes included, see sandbox/); SIGKILL of the process groups follows
+for a judge that does not go. Where the candidate ran under a uid of its own (cuco as root), every process of that uid
+is killed once the judges are gone, before any report is read.
 """
 
 from __future__ import annotations
