@@ -55,6 +55,18 @@ def test_changed_source_is_rebuilt(tmp_path):
     assert first.ok and second.ok and first.library != second.library and not second.cached
 
 
+def test_a_program_built_twice_at_once_is_compiled_once(tmp_path):
+    """Two slots (or two test workers) building the same program: the second waits for the first's library."""
+    from concurrent.futures import ThreadPoolExecutor
+
+    src = tmp_path / "k.cu"
+    src.write_text('extern "C" int cuco_run(void* ctx) { return 7; }\n')
+    with ThreadPoolExecutor(2) as pool:
+        results = list(pool.map(lambda _: build(src), range(2)))
+    assert all(r.ok for r in results) and results[0].library == results[1].library
+    assert sorted(r.cached for r in results) == [False, True]
+
+
 def test_changed_library_header_changes_the_key(tmp_path, monkeypatch):
     """A cached library must not outlive an edit of a header it includes under the include folder, .cuh included:
     the key is taken over the preprocessed unit, which holds every included file's text."""

@@ -5,9 +5,6 @@ Regenerate with: python tests/test_cli_docs.py
 
 from __future__ import annotations
 
-import os
-import subprocess
-import sys
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -25,12 +22,16 @@ COMMANDS = _commands()
 
 
 def render() -> str:
-    env = {**os.environ, "COLUMNS": "100", "TERM": "dumb", "NO_COLOR": "1", "_TYPER_FORCE_DISABLE_TERMINAL": "1"}
+    """In this process, as typer's test runner invokes the app: a process per command cost seconds each."""
+    from typer.testing import CliRunner
+
+    from cuco.cli import app
+
+    env = {"COLUMNS": "100", "TERM": "dumb", "NO_COLOR": "1", "_TYPER_FORCE_DISABLE_TERMINAL": "1"}
     parts = ["# cuco command line", "",
              "Generated from `--help` by `python tests/test_cli_docs.py`; checked by the tests.", ""]
     for cmd in COMMANDS:
-        out = subprocess.run([sys.executable, "-c", "from cuco.cli import main; main()", *cmd, "--help"],
-                             capture_output=True, text=True, env=env, cwd=ROOT).stdout
+        out = CliRunner().invoke(app, [*cmd, "--help"], env=env, prog_name="cuco").output
         out = "\n".join(line.rstrip() for line in out.splitlines()).strip("\n")
         parts += [f"## cuco {' '.join(cmd)}".rstrip(), "", "```", out, "```", ""]
     from cuco.errors import MEANING
@@ -49,9 +50,10 @@ def _surface(text: str) -> set[str]:
 
 
 def test_cli_doc_is_current():
-    assert _surface(DOC.read_text()) == _surface(render()), "docs/cli.md is stale: run python tests/test_cli_docs.py"
-    codes = DOC.read_text().split("## Exit codes", 1)[-1]
-    assert codes.strip() == render().split("## Exit codes", 1)[-1].strip(), "docs/cli.md's exit codes are stale"
+    doc, now = DOC.read_text(), render()
+    assert _surface(doc) == _surface(now), "docs/cli.md is stale: run python tests/test_cli_docs.py"
+    codes = doc.split("## Exit codes", 1)[-1]
+    assert codes.strip() == now.split("## Exit codes", 1)[-1].strip(), "docs/cli.md's exit codes are stale"
 
 
 def test_help_reads_cleanly():

@@ -316,25 +316,35 @@ static __device__ __forceinline__ uint64_t globalTimerNs() {
   return t;
 }
 
-// One thread spins until the shared host counter reaches `target`. The timed region's start event is
-// recorded behind this kernel, so the host's launch overhead and the ranks' skew in reaching the
-// barrier stay out of the measurement. The timeout keeps a candidate whose cuco_run blocks the host
+// A 64-bit load with acquire semantics at system scope: what the judge wrote before it (over the bus, from the CPU)
+// is visible to the loads that follow it.
+static __device__ __forceinline__ unsigned long long loadAcquireSys(const unsigned long long* p) {
+  unsigned long long v;
+  asm volatile("ld.acquire.sys.global.u64 %0, [%1];" : "=l"(v) : "l"(p) : "memory");
+  return v;
+}
+
+// One thread spins until the shared host counter reaches `target`, then fetches this rank's key to the run's sealed
+// inputs (the judge writes the keys before it raises the counter) into device memory. The timed region's start event
+// is recorded behind this kernel, so the host's launch overhead, the ranks' skew in reaching the barrier and the
+// key's read over the bus stay out of the measurement. The timeout keeps a candidate whose cuco_run blocks the host
 // from deadlocking the gate; the runner then reports ungated timing.
-__global__ void gateKernel(const volatile unsigned long long* counter, unsigned long long target,
-                           unsigned long long timeoutNs, int* timedOut) {
+__global__ void gateKernel(const unsigned long long* counter, unsigned long long target, unsigned long long timeoutNs,
+                           int* timedOut, const unsigned long long* keySrc, unsigned long long* keyDst) {
   const uint64_t start = globalTimerNs();
-  while (*counter < target) {
+  while (loadAcquireSys(counter) < target) {
     if (globalTimerNs() - start > timeoutNs) {
       *timedOut = 1;
-      return;
+      break;
     }
   }
+  *keyDst = loadAcquireSys(keySrc);
 }
 
 CUCO_EXPORT int cuco_h_gate(void* stream, void* counterDev, unsigned long long target, unsigned long long timeoutNs,
-                            int* timedOutDev) {
-  gateKernel<<<1, 1, 0, (cudaStream_t)stream>>>((const volatile unsigned long long*)counterDev, target, timeoutNs,
-                                                timedOutDev);
+                            int* timedOutDev, const void* keySrcDev, void* keyDstDev) {
+  gateKernel<<<1, 1, 0, (cudaStream_t)stream>>>((const unsigned long long*)counterDev, target, timeoutNs, timedOutDev,
+                                                (const unsigned long long*)keySrcDev, (unsigned long long*)keyDstDev);
   HCUDA(cudaGetLastError());
   return 0;
 }
@@ -375,14 +385,11 @@ static __device__ __forceinline__ uint4 philox(uint4 c, uint2 k) {
   return c;
 }
 
-// dst[i] = src[i] ^ keystream(i): sealing and unsealing are the same operation, in place or not.
-__global__ void cryptKernel(uint4* dst, const uint4* src, size_t nVec, unsigned char* dstTail,
-                            const unsigned char* srcTail, size_t nTail, const volatile unsigned long long* keyDev,
-                            uint32_t stream) {
-  __shared__ unsigned long long key64;  // one read per CTA
-  if (threadIdx.x == 0) key64 = *keyDev;
-  __syncthreads();
-  const uint2 key = make_uint2((uint32_t)key64, (uint32_t)(key64 >> 32));
+// dst[i] = src[i] ^ keystream(i) over one buffer, this CTA's share of it: sealing and unsealing are the same
+// operation, in place or not.
+static __device__ __forceinline__ void cryptRange(uint4* dst, const uint4* src, size_t bytes, uint32_t stream,
+                                                  uint2 key) {
+  const size_t nVec = bytes / 16, nTail = bytes % 16;
   const size_t stride = (size_t)gridDim.x * blockDim.x;
   for (size_t i = (size_t)blockIdx.x * blockDim.x + threadIdx.x; i < nVec; i += stride) {
     const uint4 ks = philox(make_uint4((uint32_t)i, (uint32_t)(i >> 32), stream, 0u), key);
@@ -392,7 +399,30 @@ __global__ void cryptKernel(uint4* dst, const uint4* src, size_t nVec, unsigned 
   if (blockIdx.x == 0 && threadIdx.x < nTail) {
     const uint4 ks = philox(make_uint4((uint32_t)nVec, (uint32_t)(nVec >> 32), stream, 0u), key);
     const uint32_t word = (&ks.x)[threadIdx.x / 4];
-    dstTail[threadIdx.x] = srcTail[threadIdx.x] ^ (unsigned char)(word >> (8 * (threadIdx.x % 4)));
+    ((unsigned char*)(dst + nVec))[threadIdx.x] =
+        ((const unsigned char*)(src + nVec))[threadIdx.x] ^ (unsigned char)(word >> (8 * (threadIdx.x % 4)));
+  }
+}
+
+static __device__ __forceinline__ uint2 blockKey(const unsigned long long* keyDev) {
+  __shared__ unsigned long long key64;  // one read per CTA
+  if (threadIdx.x == 0) key64 = *keyDev;
+  __syncthreads();
+  return make_uint2((uint32_t)key64, (uint32_t)(key64 >> 32));
+}
+
+__global__ void cryptKernel(uint4* dst, const uint4* src, size_t bytes, const unsigned long long* keyDev,
+                            uint32_t stream) {
+  cryptRange(dst, src, bytes, stream, blockKey(keyDev));
+}
+
+// Every input of a run unsealed by one launch: a run's fixed cost is one kernel, whatever the number of its inputs.
+// A job is four 64-bit words: destination, source, bytes, keystream (the input's index).
+__global__ void cryptAllKernel(const unsigned long long* jobs, int nJobs, const unsigned long long* keyDev) {
+  const uint2 key = blockKey(keyDev);
+  for (int j = 0; j < nJobs; ++j) {
+    const unsigned long long* job = jobs + 4 * j;
+    cryptRange((uint4*)job[0], (const uint4*)job[1], (size_t)job[2], (uint32_t)job[3], key);
   }
 }
 
@@ -425,16 +455,23 @@ CUCO_EXPORT int cuco_h_snapshot(void* stream, void* dst, const void* src, size_t
   return 0;
 }
 
-// The key is read from device memory when the kernel runs: for the candidate's process, a word the runner's
-// stream fetched from the host's page after the gate (one read over the bus, where a read per CTA would cost a
+// The key is read from device memory when the kernel runs: for the candidate's process, the word its gate fetched
+// from the host's page (one read over the bus, before the clock starts, where a read per CTA would cost a
 // microsecond each, one after another); for the judge, which seals in place, a word it wrote itself.
 CUCO_EXPORT int cuco_h_crypt(void* stream, void* dst, const void* src, size_t bytes, const void* keyDev,
                              unsigned streamId) {
   if ((uintptr_t)dst % 16 || (uintptr_t)src % 16) return fail("sealed buffers must be 16-byte aligned");
-  const size_t nVec = bytes / 16, nTail = bytes % 16;
-  cryptKernel<<<copyCtas(nVec), SNAPSHOT_THREADS, 0, (cudaStream_t)stream>>>(
-      (uint4*)dst, (const uint4*)src, nVec, (unsigned char*)dst + nVec * 16, (const unsigned char*)src + nVec * 16,
-      nTail, (const volatile unsigned long long*)keyDev, streamId);
+  cryptKernel<<<copyCtas(bytes / 16), SNAPSHOT_THREADS, 0, (cudaStream_t)stream>>>(
+      (uint4*)dst, (const uint4*)src, bytes, (const unsigned long long*)keyDev, streamId);
+  HCUDA(cudaGetLastError());
+  return 0;
+}
+
+// jobsDev: nJobs jobs of four 64-bit words in device memory (cryptAllKernel), written once per shape; maxBytes: the
+// largest job's bytes, which sizes the grid.
+CUCO_EXPORT int cuco_h_crypt_all(void* stream, const void* jobsDev, int nJobs, size_t maxBytes, const void* keyDev) {
+  cryptAllKernel<<<copyCtas(maxBytes / 16), SNAPSHOT_THREADS, 0, (cudaStream_t)stream>>>(
+      (const unsigned long long*)jobsDev, nJobs, (const unsigned long long*)keyDev);
   HCUDA(cudaGetLastError());
   return 0;
 }

@@ -16,6 +16,7 @@ rpath to the toolkit's library folder, or is the one the process already loaded 
 
 from __future__ import annotations
 
+import fcntl
 import hashlib
 import json
 import os
@@ -245,28 +246,28 @@ def build(src: Path, arch: str | None = None, toolchain: Toolchain | None = None
     template = nvcc_command(Path("SRC.cu"), Path("OUT.so"), tc, arch, includes)
     key = build_key(pre.text, template, tc)
     d = build_cache_dir() / key
-    lib, status = d / "candidate.so", d / "status.json"
-    if status.is_file():
-        st = json.loads(status.read_text())
-        return BuildResult(st["ok"], lib if st["ok"] else None, (d / "build.log").read_text(), True, 0.0, st["command"])
-
     d.parent.mkdir(parents=True, exist_ok=True)
-    tmp = Path(tempfile.mkdtemp(prefix=f".{key}-", dir=d.parent))
-    (tmp / STAGED_NAME).write_bytes(data)
-    cmd = nvcc_command(tmp / STAGED_NAME, tmp / "candidate.so", tc, arch, includes)
-    t0 = time.perf_counter()
-    proc = subprocess.run(cmd, capture_output=True, text=True, cwd=tmp, stdin=subprocess.DEVNULL)
-    secs = time.perf_counter() - t0
-    ok = proc.returncode == 0 and (tmp / "candidate.so").is_file()
-    log = (proc.stdout + proc.stderr).replace(str(tmp / STAGED_NAME), Path(src).name)
-    (tmp / "build.log").write_text(log)
-    (tmp / "status.json").write_text(json.dumps({"ok": ok, "command": cmd, "seconds": secs, "source": str(src)}))
-    try:
-        tmp.rename(d)  # atomic: a concurrent build of the same key keeps the first
-    except OSError:
-        pass
-    final = d if d.is_dir() else tmp
-    return BuildResult(ok, final / "candidate.so" if ok else None, log, False, secs, cmd)
+    with open(d.parent / f".{key}.lock", "w") as lock:
+        # One compile per key: a build of the same program by another process (a search's other slot, another
+        # test) is waited for and reused, not repeated.
+        fcntl.flock(lock, fcntl.LOCK_EX)
+        if (d / "status.json").is_file():
+            st = json.loads((d / "status.json").read_text())
+            return BuildResult(st["ok"], d / "candidate.so" if st["ok"] else None, (d / "build.log").read_text(),
+                               True, 0.0, st["command"])
+        tmp = Path(tempfile.mkdtemp(prefix=f".{key}-", dir=d.parent))
+        (tmp / STAGED_NAME).write_bytes(data)
+        cmd = nvcc_command(tmp / STAGED_NAME, tmp / "candidate.so", tc, arch, includes)
+        t0 = time.perf_counter()
+        proc = subprocess.run(cmd, capture_output=True, text=True, cwd=tmp, stdin=subprocess.DEVNULL)
+        secs = time.perf_counter() - t0
+        ok = proc.returncode == 0 and (tmp / "candidate.so").is_file()
+        log = (proc.stdout + proc.stderr).replace(str(tmp / STAGED_NAME), Path(src).name)
+        (tmp / "build.log").write_text(log)
+        (tmp / "status.json").write_text(json.dumps({"ok": ok, "command": cmd, "seconds": secs, "source": str(src)}))
+        shutil.rmtree(d, ignore_errors=True)  # a folder without its status is no build (a copy cut short)
+        tmp.rename(d)  # atomic: a reader sees the whole folder or none of it
+    return BuildResult(ok, d / "candidate.so" if ok else None, log, False, secs, cmd)
 
 
 def build_harness(arch: str | None = None) -> BuildResult:

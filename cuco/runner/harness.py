@@ -35,10 +35,11 @@ class Harness:
         L.cuco_h_sym_free.argtypes = [vp, vp, vp]
         L.cuco_h_host_register.argtypes = [vp, sz, ctypes.POINTER(vp)]
         L.cuco_h_host_unregister.argtypes = [vp]
-        L.cuco_h_gate.argtypes = [vp, vp, u64, u64, vp]
+        L.cuco_h_gate.argtypes = [vp, vp, u64, u64, vp, vp, vp]
         L.cuco_h_signal.argtypes = [vp, vp, u64]
         L.cuco_h_snapshot.argtypes = [vp, vp, vp, sz]
         L.cuco_h_crypt.argtypes = [vp, vp, vp, sz, vp, ctypes.c_uint]
+        L.cuco_h_crypt_all.argtypes = [vp, vp, i, sz, vp]
         L.cuco_h_nccl_version.argtypes = [ctypes.POINTER(i)]
         L.cuco_h_devcomm_create.argtypes = [vp, vp]
         L.cuco_h_devcomm_destroy.argtypes = [vp]
@@ -100,8 +101,11 @@ class Harness:
     def share_free(self, ptr: int, nbytes: int) -> None:
         self._check(self.lib.cuco_h_share_free(ptr, nbytes), "cuMemUnmap/cuMemAddressFree")
 
-    def gate(self, stream: int, counter_dev: int, target: int, timeout_ns: int, timed_out_dev: int) -> None:
-        self._check(self.lib.cuco_h_gate(stream, counter_dev, target, timeout_ns, timed_out_dev), "gate launch")
+    def gate(self, stream: int, counter_dev: int, target: int, timeout_ns: int, timed_out_dev: int, key_src: int,
+             key_dst: int) -> None:
+        """Wait for the counter to reach target, then copy the 64-bit key at key_src (the host's page) to key_dst."""
+        self._check(self.lib.cuco_h_gate(stream, counter_dev, target, timeout_ns, timed_out_dev, key_src, key_dst),
+                    "gate launch")
 
     def signal(self, stream: int, flag_dev: int, value: int) -> None:
         self._check(self.lib.cuco_h_signal(stream, flag_dev, value), "done-flag launch")
@@ -112,6 +116,10 @@ class Harness:
     def crypt(self, stream: int, dst: int, src: int, nbytes: int, key_dev: int, stream_id: int) -> None:
         """dst = src XOR the keystream of the 64-bit key at key_dev (read when the kernel runs) and stream_id."""
         self._check(self.lib.cuco_h_crypt(stream, dst, src, nbytes, key_dev, stream_id), "crypt launch")
+
+    def crypt_all(self, stream: int, jobs_dev: int, n_jobs: int, max_bytes: int, key_dev: int) -> None:
+        """crypt() of every job (destination, source, bytes, stream id: four 64-bit words each) in one launch."""
+        self._check(self.lib.cuco_h_crypt_all(stream, jobs_dev, n_jobs, max_bytes, key_dev), "crypt launch")
 
     # --- the cuco_ctx_t handed to CUDA candidates ---
     def ctx_new(self, rank: int, world: int, device: int, comm: int, stream: int) -> int:

@@ -76,9 +76,10 @@ class Host:
         launch and waits for the whole device to do so: in a run, that wait would let work on a stream the runner
         does not know finish before the snapshot."""
         s, scratch = self.stream.cuda_stream, torch.empty(16, dtype=torch.uint8, device=self.device)
-        self.harness.gate(s, self.gate.dev_ptr, 0, GATE_TIMEOUT_NS, self.timed_out.data_ptr())
+        self.harness.gate(s, self.gate.dev_ptr, 0, GATE_TIMEOUT_NS, self.timed_out.data_ptr(),
+                          self.gate.dev_ptr + key_offset(self.rank), self.key.data_ptr())
         self.harness.snapshot(s, scratch.data_ptr(), scratch.data_ptr(), 0)
-        self.harness.crypt(s, scratch.data_ptr(), scratch.data_ptr(), 16, self.key.data_ptr(), 0)
+        self.harness.crypt_all(s, scratch.data_ptr(), 0, 0, self.key.data_ptr())
         self.harness.signal(s, self.done.dev_ptr, 0)
         self.sync()
 
@@ -107,10 +108,23 @@ class Host:
         # The framework's own references: what the candidate does to ctx cannot redirect staging or snapshots.
         self.shape = {"layouts": layouts, "bufs": dict(bufs), "sym": sym, "cand": cand, "ctx": ctx,
                       "exchange": exchange, "regions": regions}
+        if self.cuda:
+            self.shape["unseal"] = self.unseal_jobs(layouts, bufs, exchange)
         self.sync()
         self.barrier()
         cand.setup()
         self.sync()
+
+    def unseal_jobs(self, layouts: list[Layout], bufs: dict[str, torch.Tensor],
+                    exchange: Exchange) -> tuple[torch.Tensor, int, int]:
+        """Each input's unsealing (its buffer, its staged copy, its bytes, its index as the keystream's), in device
+        memory for the one kernel that unseals them all in a run; their count; the largest input's bytes."""
+        jobs = [(bufs[lay.name].data_ptr(), exchange[f"stage:{lay.name}"].data_ptr(), lay.nbytes, n)
+                for n, lay in enumerate(layouts) if lay.role == "input"]
+        if any(dst % 16 or src % 16 for dst, src, _, _ in jobs):
+            raise RuntimeError("an input or its staging area is not 16-byte aligned")
+        table = torch.tensor(jobs or [(0, 0, 0, 0)], dtype=torch.int64, device=self.device)
+        return table, len(jobs), max((nbytes for _, _, nbytes, _ in jobs), default=0)
 
     def allocate(self, layouts: list[Layout],
                  shared: dict[str, SharedRegion]) -> tuple[dict[str, torch.Tensor], list[tuple[int, int]]]:
@@ -180,21 +194,21 @@ class Host:
             self.shape["cand"].run()
 
     def run_gpu(self, msg: Reply) -> None:
-        """Gate, start event, the run's inputs unsealed, the candidate's run, every stream joined, snapshot, done
-        flag: all in stream order. The key to the inputs is read from the gate page when the unsealing runs."""
+        """Gate (which fetches the run's key), start event, the run's inputs unsealed by one kernel, the candidate's
+        run, every stream joined, snapshot, done flag: all in stream order."""
         sh, s = self.shape, self.stream
         target = msg.data.get("gate")
-        if target is not None:
+        key = self.gate.dev_ptr + key_offset(self.rank)
+        if target is not None:  # the gate fetches the key (the judge writes it before it opens the gate)
             timeout = PROBE_TIMEOUT_NS if msg.data.get("probe") else GATE_TIMEOUT_NS
-            self.harness.gate(s.cuda_stream, self.gate.dev_ptr, int(target), timeout, self.timed_out.data_ptr())
+            self.harness.gate(s.cuda_stream, self.gate.dev_ptr, int(target), timeout, self.timed_out.data_ptr(), key,
+                              self.key.data_ptr())
+        else:  # an ungated run's key is written before the run is asked for
+            self.harness.snapshot(s.cuda_stream, self.key.data_ptr(), key, 8)
         start = torch.cuda.Event(enable_timing=True)
         start.record(s)
-        # The key, fetched from the host's page once (a read over the bus) into device memory for every CTA.
-        self.harness.snapshot(s.cuda_stream, self.key.data_ptr(), self.gate.dev_ptr + key_offset(self.rank), 8)
-        for n, lay in enumerate(sh["layouts"]):
-            if lay.role == "input":
-                self.harness.crypt(s.cuda_stream, sh["bufs"][lay.name].data_ptr(),
-                                   sh["exchange"][f"stage:{lay.name}"].data_ptr(), lay.nbytes, self.key.data_ptr(), n)
+        jobs, count, largest = sh["unseal"]
+        self.harness.crypt_all(s.cuda_stream, jobs.data_ptr(), count, largest, self.key.data_ptr())
         delivered = torch.cuda.Event()
         delivered.record(s)
         for side in self.side_streams:

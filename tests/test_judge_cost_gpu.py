@@ -1,0 +1,41 @@
+"""What the judge costs a GPU run: a run that does nothing (the null runs every timed evaluation interleaves: start
+event, every input unsealed by one kernel, end events) costs at most 2 us more than an empty kernel between two
+events, when its inputs are few bytes (the decode shape m1: one row)."""
+
+from __future__ import annotations
+
+import statistics
+
+import pytest
+from conftest import WORKLOADS
+
+from cuco.runner.cascade import EvalOptions, evaluate
+from cuco.workload import load_workload
+
+pytestmark = [pytest.mark.gpu(1), pytest.mark.nvcc]
+FIXED_COST_MS = 0.002
+
+
+def empty_kernel_ms(iters: int = 200) -> float:
+    """The median time CUDA events read around one empty kernel on a stream of its own."""
+    import torch
+
+    stream, pairs = torch.cuda.Stream(0), []
+    with torch.cuda.stream(stream):
+        for _ in range(iters):
+            start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+            start.record(stream)
+            torch.cuda._sleep(0)
+            end.record(stream)
+            pairs.append((start, end))
+    torch.cuda.synchronize()
+    return statistics.median(a.elapsed_time(b) for a, b in pairs)
+
+
+def test_a_null_run_costs_at_most_2_us_more_than_an_empty_kernel(tmp_path):
+    spec = load_workload(WORKLOADS / "gemm_allreduce", 1)
+    rec = evaluate(spec, spec.candidates["seed"], EvalOptions(device="cuda", shapes=["m1"], gpus=[0],
+                                                               work_dir=tmp_path / "w"))
+    assert rec.ok, rec.error
+    null, empty = rec.shapes["m1"].timing.null_median_ms, empty_kernel_ms()
+    assert null is not None and null <= empty + FIXED_COST_MS, f"null run {null} ms, empty kernel {empty} ms"
