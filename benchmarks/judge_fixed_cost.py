@@ -1,6 +1,7 @@
 """The judge's fixed cost per GPU run, at the decode shapes where it weighs most: what a run that does nothing costs
 (the null runs each timed evaluation interleaves: start event, the inputs' unsealing, end events) against an empty
-kernel between two CUDA events, and the inputs' delivery as the record shows it (`inputs ms`), for this tree and
+kernel between two CUDA events (queued behind a kernel that holds the stream, as the gate holds a run, so that the
+host's launches stay out of both), and the inputs' delivery as the record shows it (`inputs ms`), for this tree and
 (with --other) another checkout, one after the other on the same GPUs.
 
     python benchmarks/judge_fixed_cost.py [--other OLD_CHECKOUT] [--workload gemm_allreduce] [--world 2]
@@ -24,13 +25,14 @@ ROOT = record.ROOT
 SNIPPET = r"""
 import json, statistics, sys, torch
 from cuco.runner.cascade import EvalOptions, evaluate
-from cuco.workload import load_workload
+from cuco.workload import load_workload, resolve_workload
 workload, world, name, shapes = sys.argv[1], int(sys.argv[2]), sys.argv[3], sys.argv[4].split(",")
-spec = load_workload(workload, world)
+spec = load_workload(resolve_workload(workload), world)
 rec = evaluate(spec, spec.candidates[name], EvalOptions(device="cuda", shapes=shapes, gpus=list(range(world))))
 rec = rec.to_dict() if hasattr(rec, "to_dict") else rec
 stream, pairs = torch.cuda.Stream(0), []
 with torch.cuda.stream(stream):
+    torch.cuda._sleep(100_000_000)  # holds the stream while the pairs are queued, as the gate holds a run
     for _ in range(500):
         a, b = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
         a.record(stream); torch.cuda._sleep(0); b.record(stream); pairs.append((a, b))
@@ -64,11 +66,11 @@ def main() -> None:
     ap.add_argument("--candidate", default="seed")
     ap.add_argument("--out", type=Path, default=ROOT / "benchmarks" / "results")
     args = ap.parse_args()
-    from cuco.machine import ensure_bound_facts
+    from cuco.machine import gpu_inventory
 
     trees = {"this tree": ROOT, **({"other": args.other.resolve()} if args.other else {})}
     runs = {label: measure(tree, args) for label, tree in trees.items()}
-    info = record.meta(ensure_bound_facts(), args.world, other=str(args.other) if args.other else None)
+    info = record.meta({"gpus": gpu_inventory()}, args.world, other=str(args.other) if args.other else None)
     lines = [f"# The judge's fixed cost per GPU run ({info['date'][:10]}, {info['device']}, commit {info['commit']})",
              "", f"`{info['command']}`", "",
              f"{args.workload} / {args.candidate}: the null run (start event, the inputs' unsealing, end events) "

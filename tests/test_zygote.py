@@ -56,7 +56,7 @@ def test_a_killed_launcher_leaves_no_zygote_judge_or_candidate_behind(tmp_path):
     each judge dies with the zygote, each host with its judge."""
     launcher = subprocess.Popen([sys.executable, "-m", "cuco", "eval", "cpu_allgather_matmul", str(DEADLOCK),
                                  "--world", "2", "--device", "cpu"], cwd=tmp_path, stdout=subprocess.DEVNULL,
-                                stderr=subprocess.DEVNULL)
+                                stderr=subprocess.DEVNULL, env={**os.environ, "PYTHONPATH": str(ROOT)})
     deadline = time.monotonic() + 120
     try:
         while sum(_comm(p) == "cuco-host" for p in descendants(launcher.pid)) < 2:
