@@ -45,6 +45,11 @@ def _become_judge(request: dict, log_fd: int, token_fd: int, zygote_pid: int, ke
         os.environ.clear()
         os.environ.update(request["env"], **{JUDGE_TOKEN_FD_ENV: str(token_fd)})
         os.chdir(request["cwd"])
+        import torch
+
+        # Each judge draws its own generator state, not the zygote's shared by all (nothing secret is drawn from it:
+        # inputs and keys come from generators seeded by the judges' secret).
+        torch.seed()
         code = main(request["args"])
     except BaseException:
         traceback.print_exc()
