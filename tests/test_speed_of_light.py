@@ -92,6 +92,36 @@ def test_the_record_carries_both_bounds_on_gpus_only():
     assert "speed_of_light_ms" not in cpu and cpu["hbm_bytes"] == hbm
 
 
+def test_a_library_bound_under_the_speed_of_light_is_refused_with_the_term_it_misses():
+    """A library cannot beat the machine: a compute alone that leaves out the GEMM its flops count (a workload whose
+    reference times only the elementwise kernels) is refused, and the record says which term and by how much."""
+    spec = load_workload(WORKLOADS / "gemm_allgather")
+    shape, machine = spec.shape("8k"), {**CEILINGS, "peer_bw_gbps": 368.0}
+    light = compute_bound(spec, shape, 2, "cuda", 0.68, None, machine)["speed_of_light_ms"]
+    fine = compute_bound(spec, shape, 2, "cuda", light * 0.97, None, machine)  # within the ceilings' slack
+    assert fine["bound_ms"] is not None and "library_refused" not in fine
+    short = compute_bound(spec, shape, 2, "cuda", 0.01, None, machine)
+    assert short["bound_ms"] is None and short["speed_of_light_ms"] == pytest.approx(light)
+    assert short["library_refused"].startswith(f"the library bound {short['comm_ms']:.4f} ms is under the speed of "
+                                               f"light {light:.4f} ms: compute alone (0.0100 ms: reference.py's")
+    assert "communication alone" not in short["library_refused"]
+    assert "library_refused" not in compute_bound(spec, shape, 2, "cpu", 0.01, 0.3, machine)
+
+
+def test_a_refused_library_bound_fails_the_evaluation_as_the_workloads_fault():
+    from cuco.runner.cascade import EvalOptions, _l4_problems
+    from cuco.runner.record import Bound, EvalRecord, ShapeResult, Timing
+
+    spec = load_workload(WORKLOADS / "gemm_allgather")
+    shape = ShapeResult(timing=Timing(median_ms=1.0), bound=Bound(
+        speed_of_light_ms=0.9, library_refused="the library bound 0.1000 ms is under the speed of light 0.9000 ms"))
+    record = EvalRecord(workload=spec.name, candidate="c.cu", shapes={"8k": shape})
+    problems, fault = _l4_problems(spec, record, EvalOptions(device="cuda"))
+    assert fault == "workload"
+    assert problems == ["shape 8k: no physical bound (the library bound 0.1000 ms is under the speed of light "
+                        "0.9000 ms); a time without its bound is not reported"]
+
+
 def _judged(device: str, median: float, library: float, light: float | None):
     """The L4 verdict on one shape timed at `median`, with a library bound and (on GPUs) a speed of light."""
     from cuco.runner.cascade import EvalOptions, _l4_problems

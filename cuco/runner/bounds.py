@@ -13,6 +13,7 @@ import hashlib
 import json
 import shutil
 import tempfile
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -23,6 +24,10 @@ from cuco.runner.rank_report import BoundsStage
 from cuco.runner.timing import REFERENCE_TIMING
 from cuco.workload.expr import eval_expr
 from cuco.workload.spec import Shape, WorkloadSpec
+
+# How far the library bound may sit under the speed of light before it is taken for one that leaves work out: the
+# ceilings are measured rates, a few percent under what the fastest library reaches on a good day.
+LIGHT_SLACK = 0.05
 
 
 def compute_bound(spec: WorkloadSpec, shape: Shape, world: int, device: str, compute_ms: float | None,
@@ -45,7 +50,7 @@ def compute_bound(spec: WorkloadSpec, shape: Shape, world: int, device: str, com
     # Every timed run starts by writing its fresh inputs into the candidate's buffers (read once, written once):
     # traffic inside the time that the workload's own hbm_bytes does not count.
     inputs_bytes = sum(b.nbytes(env) for b in spec.buffers.values() if b.role == "input")
-    return {
+    out = {
         "compute_ms": compute_ms,
         "compute_floor_ms": flops / (tflops * 1e12) * 1e3 if tflops and flops else None,
         "comm_ms": comm_ms,
@@ -56,27 +61,70 @@ def compute_bound(spec: WorkloadSpec, shape: Shape, world: int, device: str, com
         "bound_ms": max(parts) + (serial_ms or 0.0) if parts else None,
         "hbm_bytes": hbm_bytes,
         "inputs_bytes": inputs_bytes,
-        **(speed_of_light(flops, hbm_bytes + 2 * inputs_bytes, comm_bytes, serial_bytes, machine)
-           if device == "cuda" else {}),
     }
+    if device == "cuda":
+        out.update(speed_of_light(flops, hbm_bytes + 2 * inputs_bytes, comm_bytes, serial_bytes, machine))
+        terms = light_terms(flops, hbm_bytes + 2 * inputs_bytes, comm_bytes, serial_bytes, machine)
+        if terms and (why := library_misses(out, terms)):
+            out.update(bound_ms=None, library_refused=why)
+    return out
 
 
-def speed_of_light(flops: float, hbm_bytes: float, comm_bytes: float, serial_bytes: float,
-                   machine: dict[str, Any]) -> dict[str, float]:
-    """The least time the machine's ceilings allow (`cuco doctor`): the largest of the flops at the tensor rate, the
-    HBM bytes at the fastest HBM rate measured, and the bytes received at the link's rate with both directions
-    busy; communication that can only follow the compute adds to the compute's terms, never to the link's (it
-    is part of comm_bytes), so nothing is counted twice. Empty where the ceilings were not measured."""
+def library_misses(bound: dict[str, Any], terms: LightTerms) -> str | None:
+    """Why a library bound under the speed of light cannot be one (the library cannot beat the machine): the term it
+    leaves out, by more than LIGHT_SLACK. None where it is no lower."""
+    library, light = bound["bound_ms"], bound.get("speed_of_light_ms")
+    if library is None or not light or library >= light * (1 - LIGHT_SLACK):
+        return None
+    compute, comm, serial = terms.compute_ms, terms.comm_ms, terms.serial_ms
+    missing = []
+    if (bound["compute_ms"] or 0.0) < compute * (1 - LIGHT_SLACK):
+        measured = "not measured" if bound["compute_ms"] is None else f"{bound['compute_ms']:.4f} ms"
+        missing.append(f"compute alone ({measured}: reference.py's compute_alone) is under the {compute:.4f} ms that "
+                       "[bounds] flops and hbm_bytes take at the machine's ceilings: it leaves out work they count")
+    if (bound["comm_ms"] or 0.0) < comm * (1 - LIGHT_SLACK):
+        missing.append(f"communication alone ({bound['comm_ms'] or 0.0:.4f} ms, {bound['comm_source']}) is under the "
+                       f"{comm:.4f} ms that [bounds] comm_bytes take at the link's rate")
+    if not missing:
+        missing.append(f"the communication that only follows the compute ({serial:.4f} ms at the link's rate, "
+                       "[bounds] serial_comm_bytes) is left out of it")
+    return f"the library bound {library:.4f} ms is under the speed of light {light:.4f} ms: " + "; ".join(missing)
+
+
+@dataclass(frozen=True)
+class LightTerms:
+    """The speed of light's terms in ms, from the machine's ceilings (`cuco doctor`)."""
+
+    compute_ms: float  # the flops at the tensor rate or the HBM bytes at the fastest HBM rate, the longer
+    comm_ms: float  # the bytes received at the link's rate with both directions busy
+    serial_ms: float  # the communication that only follows the compute, at the link's rate
+    hbm_ms: float
+
+
+def light_terms(flops: float, hbm_bytes: float, comm_bytes: float, serial_bytes: float,
+                machine: dict[str, Any]) -> LightTerms | None:
+    """None where the ceilings were not measured."""
     c = machine.get("ceilings") or {}
     tensor = (c.get("tensor_bf16_tflops") or {}).get("value")
     hbm = max([(c.get(k) or {}).get("value") or 0.0 for k in ("hbm_read_gbps", "hbm_write_gbps", "hbm_copy_gbps")])
     link = (c.get("link_both_ways_gbps") or {}).get("value") or machine.get("peer_bw_gbps")
     if not tensor or not hbm or (comm_bytes and not link):
-        return {}
-    compute = max(flops / (tensor * 1e12), hbm_bytes / (hbm * 1e9)) * 1e3
-    comm = comm_bytes / (link * 1e9) * 1e3 if comm_bytes else 0.0
-    serial = serial_bytes / (link * 1e9) * 1e3 if serial_bytes else 0.0
-    return {"hbm_ms": hbm_bytes / (hbm * 1e9) * 1e3, "speed_of_light_ms": max(compute + serial, comm)}
+        return None
+    hbm_ms = hbm_bytes / (hbm * 1e9) * 1e3
+
+    def at_link(nbytes: float) -> float:
+        return nbytes / (link * 1e9) * 1e3 if nbytes else 0.0
+
+    return LightTerms(max(flops / (tensor * 1e12) * 1e3, hbm_ms), at_link(comm_bytes), at_link(serial_bytes), hbm_ms)
+
+
+def speed_of_light(flops: float, hbm_bytes: float, comm_bytes: float, serial_bytes: float,
+                   machine: dict[str, Any]) -> dict[str, float]:
+    """The least time the machine's ceilings allow: the largest of its terms (light_terms); communication that can
+    only follow the compute adds to the compute's term, never to the link's (it is part of comm_bytes), so nothing
+    is counted twice. Empty where the ceilings were not measured."""
+    t = light_terms(flops, hbm_bytes, comm_bytes, serial_bytes, machine)
+    return {} if t is None else {"hbm_ms": t.hbm_ms, "speed_of_light_ms": max(t.compute_ms + t.serial_ms, t.comm_ms)}
 
 
 # ---- the references' timings: measured in a clean process, once per machine, workload and shape ----------

@@ -263,7 +263,8 @@ def _l4_problems(spec, record: EvalRecord, opts) -> tuple[list[str], str]:
         bound = record.bound_ms(name)
         limit, what = physical_limit(shape_rec, bound)
         if not bound:
-            why = record.bounds_error or "the workload's reference defines neither compute_alone nor comm_alone"
+            why = (shape_rec.bound and shape_rec.bound.library_refused) or record.bounds_error or \
+                "the workload's reference defines neither compute_alone nor comm_alone"
             problems.append(f"shape {name}: no physical bound ({why}); a time without its bound is not reported")
             fault = "workload"
         elif limit and t.median_ms is not None and t.median_ms < limit * (1 - slack):

@@ -99,7 +99,7 @@ class Bound:
     # serial_comm_ms: only workloads with such communication; hbm_ms and speed_of_light_ms: only on GPUs whose
     # ceilings `cuco doctor` measured
     _OMIT: ClassVar[frozenset[str]] = frozenset({"serial_comm_ms", "hbm_bytes", "inputs_bytes", "hbm_ms",
-                                                 "speed_of_light_ms"})
+                                                 "speed_of_light_ms", "library_refused"})
     compute_ms: float | None = None
     compute_floor_ms: float | None = None
     comm_ms: float | None = None
@@ -112,6 +112,7 @@ class Bound:
     inputs_bytes: float | None = None  # a run's fresh inputs, written inside its time: 2x this in hbm_ms
     hbm_ms: float | None = None
     speed_of_light_ms: float | None = None  # from the machine's ceilings alone (cuco.runner.bounds.speed_of_light)
+    library_refused: str | None = None  # why the library bound was dropped: it came out under the speed of light
 
     def to_dict(self) -> dict[str, Any]:
         return _plain(self, self._OMIT)
