@@ -170,6 +170,15 @@ def test_every_offered_issuer_placement_sync_and_backend_builds(name, tmp_path):
     assert not failed, failed
 
 
+def test_a_point_asks_for_a_side_stream_only_where_it_issues_a_collective_beside_the_compute(tmp_path):
+    """Every run gates and joins each side stream a program is given (about 3 us apiece): a deferred point asks for
+    none, a stream_overlap point for the one its collective runs on."""
+    _, points = _points("overlap_beside", tmp_path)
+    asked = {p.placement.value: "needs->sideStreams = 1;" in path.read_text() for _, p, path in points}
+    assert asked == {"deferred": False, OVERLAP: True}
+    assert all("needs->sideStreams = 0;" in path.read_text() for _, p, path in points if p.placement.value != OVERLAP)
+
+
 def test_an_overlapped_collective_joins_before_the_kernel_that_uses_its_output():
     _, knobs = _knobs("overlap_beside")
     assert knobs.offers[0].beside == ["zero (line 35)"]

@@ -1,9 +1,7 @@
 """What the judge costs a GPU run, at the decode shape m1 (one row: its inputs are a few kilobytes). A run that does
-nothing (the null runs every timed evaluation interleaves: start event, every input unsealed by one kernel, the two
-side streams joined, end events) costs at most 10 us more than an empty kernel between two events. Measured on
-2x H200 (benchmarks/results/judge_fixed_cost-w2.md): 8 us, down from 13-14 us while the key was read over the bus
-and each input had a kernel of its own inside the timed region; 6.7 us of the 8 are the side streams' joins
-(benchmarks/results/stream_joins.md)."""
+nothing (the null runs every timed evaluation interleaves: start event, every input unsealed by one kernel, end
+events; the seed declares no side stream, so none is joined) costs at most 2 us more than an empty kernel between
+two events (benchmarks/results/judge_fixed_cost-w2.md)."""
 
 from __future__ import annotations
 
@@ -16,7 +14,7 @@ from cuco.runner.cascade import EvalOptions, evaluate
 from cuco.workload import load_workload
 
 pytestmark = [pytest.mark.gpu(1), pytest.mark.nvcc]
-FIXED_COST_MS = 0.010
+FIXED_COST_MS = 0.002
 
 
 def empty_kernel_ms(iters: int = 200) -> float:
@@ -38,7 +36,7 @@ def empty_kernel_ms(iters: int = 200) -> float:
     return statistics.median(a.elapsed_time(b) for a, b in pairs)
 
 
-def test_a_null_run_costs_at_most_10_us_more_than_an_empty_kernel(tmp_path):
+def test_a_null_run_costs_at_most_2_us_more_than_an_empty_kernel(tmp_path):
     spec = load_workload(WORKLOADS / "gemm_allreduce", 1)
     rec = evaluate(spec, spec.candidates["seed"], EvalOptions(device="cuda", shapes=["m1"], gpus=[0],
                                                                work_dir=tmp_path / "w"))

@@ -492,3 +492,26 @@ def test_a_strategys_requirements_are_checked_against_its_workload(tmp_path, new
     toml.write_text(toml.read_text().replace(old, f"requires = {{ lsa_team = true, {new} }}"))
     msg = load_error(root)
     assert "strategies.rs_gemm." in msg and all(part in msg for part in expected), msg
+
+
+def test_a_candidate_is_given_the_side_streams_it_declares_and_the_main_stream_in_the_other_slots(tmp_path):
+    """The runner gates and joins only the side streams a candidate declares (cuco_needs' sideStreams, a Python
+    module's SIDE_STREAMS): work put in another slot lands on the main stream, timed all the same."""
+    from types import SimpleNamespace
+
+    from cuco.runner.candidate import CandidateError, PyContext, PythonCandidate
+    from cuco.runner.host import Host
+
+    host = SimpleNamespace(side_streams=["side0", "side1"], stream="main")
+    both = ["side0", "side1"]
+    for declared, slots, gated in ((0, ["main", "main"], []), (1, ["side0", "main"], ["side0"]), (2, both, both),
+                                   (3, both, both)):
+        got = Host.side_streams_for(host, SimpleNamespace(declared_side_streams=declared))
+        assert got == (slots, gated), declared
+    ctx = PyContext(0, 1, None, None, None, [], {}, {})
+    for text, want in (("def run(ctx): pass\n", 0), ("SIDE_STREAMS = 1\ndef run(ctx): pass\n", 1)):
+        (tmp_path / "c.py").write_text(text)
+        assert PythonCandidate(tmp_path / "c.py", ctx).declared_side_streams == want
+    (tmp_path / "c.py").write_text("SIDE_STREAMS = 'two'\ndef run(ctx): pass\n")
+    with pytest.raises(CandidateError, match="SIDE_STREAMS must be a count of side streams, got 'two'"):
+        _ = PythonCandidate(tmp_path / "c.py", ctx).declared_side_streams

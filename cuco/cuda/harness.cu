@@ -143,6 +143,15 @@ CUCO_EXPORT int cuco_h_devcomm_create(cuco_ctx_t* ctx, void* requirementsFn) {
 
 typedef void (*cuco_needs_fn)(cuco_needs_t*);
 
+// The side streams a candidate says it enqueues on (cuco_needs), asked before its context is filled: the runner
+// gates and joins only those, and the context's other side-stream slots are the main stream itself.
+CUCO_EXPORT int cuco_h_declared_side_streams(void* needsFn) {
+  cuco_needs_t needs;
+  memset(&needs, 0, sizeof(needs));
+  ((cuco_needs_fn)needsFn)(&needs);
+  return needs.sideStreams > 0 ? needs.sideStreams : 0;
+}
+
 // What the candidate said it needs (cuco_needs), against this run: before cuco_setup, after the device communicator.
 CUCO_EXPORT int cuco_h_check_needs(cuco_ctx_t* ctx, void* needsFn) {
   cuco_needs_t needs;

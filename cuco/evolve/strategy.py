@@ -28,17 +28,19 @@ def materialize(strategy: StrategySpec, point: DesignPoint) -> str:
         head.append(f"#define CUCO_CHUNKS {point.chunks}")
         head += [f"#define {name} {value}" for name, value in strategy.defines]
         head += [f"#define {macro} 1" for dim, value, macro in strategy.point_defines if getattr(point, dim) == value]
-        return "\n".join(head) + "\n" + body + needs_export(strategy)
+        return "\n".join(head) + "\n" + body + needs_export(strategy, point)
     head = f"# cuco directive: strategy {strategy.name}, design point {point.label()}\n"
     return head + f"DESIGN = {json.dumps(asdict(point), sort_keys=True)}\n" + body
 
 
-def needs_export(strategy: StrategySpec) -> str:
-    """cuco_needs (cuco.h) from the strategy's `requires`: the runner checks it before cuco_setup."""
+def needs_export(strategy: StrategySpec, point: DesignPoint) -> str:
+    """cuco_needs (cuco.h) from the strategy's `requires` at the point: the runner checks it before cuco_setup, and
+    gives the program the side streams it says (the point's placement may need none)."""
     req = strategy.requires
     if req == Requirements():
         return ""
-    lines = [f"  needs->lsaTeam = {int(req.lsa_team)};", f"  needs->sideStreams = {req.side_streams};"]
+    sides = req.side_streams_for(point.placement.value)
+    lines = [f"  needs->lsaTeam = {int(req.lsa_team)};", f"  needs->sideStreams = {sides};"]
     lines += [f'  cuco_need_symmetric(needs, "{name}");' for name in req.symmetric]
     return (f"\n// What the strategy needs of the run ([strategies.{strategy.name}] requires in workload.toml).\n"
             "CUCO_EXPORT void cuco_needs(cuco_needs_t* needs) {\n" + "\n".join(lines) + "\n}\n")

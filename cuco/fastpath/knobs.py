@@ -113,7 +113,7 @@ class Knobs:
     def strategies(self, directory: Path, spec: WorkloadSpec) -> dict[str, StrategySpec]:
         """The derived program written into DIRECTORY, and one strategy per CTA count over it. Each needs every rank
         in one LSA team (its collectives store into the peers' windows): the runner says so before setup where
-        a run's ranks are not."""
+        a run's ranks are not; and a side stream at the points that issue a collective beside the compute."""
         directory.mkdir(parents=True, exist_ok=True)
         path = directory / "rewrite.cu"
         path.write_text(PREAMBLE.format(source=Path(self.source).name) + self.code)
@@ -122,7 +122,8 @@ class Knobs:
     def _strategies(self, path: Path, includes: tuple[Path, ...] = ()) -> dict[str, StrategySpec]:
         return {f"rewrite_ctas{n}": StrategySpec(f"rewrite_ctas{n}", path, self.accepts, includes,
                                                  (("CUCO_COLL_CTAS", str(n)),), POINT_DEFINES,
-                                                 Requirements(lsa_team=True),
+                                                 Requirements(lsa_team=True, side_streams=1,
+                                                              side_streams_at=("stream_overlap",)),
                                                  EXCLUDES + (() if n == CE_CTAS else ({"backend": ("ce",)},)))
                 for n in CTAS}
 

@@ -26,6 +26,8 @@ class PyContext:
     device: Any  # torch.device
     group: Any  # torch.distributed group for the candidate's own communication (nccl on GPUs, gloo on CPU)
     stream: Any  # torch.cuda.Stream, or None on the CPU
+    # gated and timed like the main stream: as many as the module's SIDE_STREAMS declares, the rest of the list the
+    # main stream itself (empty on the CPU)
     side_streams: list[Any]
     buffers: dict[str, Any]  # name -> torch.Tensor
     params: dict[str, int]
@@ -45,6 +47,14 @@ class PythonCandidate:
         self.module = importlib.util.module_from_spec(spec)
         exec(compile(text, str(path), "exec", dont_inherit=True), self.module.__dict__)
         self.ctx = ctx
+
+    @property
+    def declared_side_streams(self) -> int:
+        """The side streams the module says it enqueues on (SIDE_STREAMS = n; none where it says nothing)."""
+        n = getattr(self.module, "SIDE_STREAMS", 0)
+        if not isinstance(n, int) or isinstance(n, bool) or n < 0:
+            raise CandidateError(f"SIDE_STREAMS must be a count of side streams, got {n!r}")
+        return n
 
     def _stream(self):
         if self.ctx.stream is None:
@@ -86,6 +96,12 @@ class CudaCandidate:
             if fn is None:
                 raise CandidateError(f"library exports no {name} (declare it CUCO_EXPORT int {name}(cuco_ctx_t*))")
             fn.argtypes, fn.restype = [ctypes.c_void_p], ctypes.c_int
+
+    @property
+    def declared_side_streams(self) -> int:
+        """The side streams its cuco_needs says it enqueues on (none without cuco_needs)."""
+        needs = getattr(self.lib, "cuco_needs", None)
+        return 0 if needs is None else self.harness.declared_side_streams(ctypes.cast(needs, ctypes.c_void_p).value)
 
     def _call(self, name: str) -> None:
         rc = getattr(self.lib, name)(self.ctx)

@@ -44,6 +44,7 @@ class Harness:
         L.cuco_h_devcomm_create.argtypes = [vp, vp]
         L.cuco_h_devcomm_destroy.argtypes = [vp]
         L.cuco_h_check_needs.argtypes = [vp, vp]
+        L.cuco_h_declared_side_streams.argtypes = [vp]
         L.cuco_h_share_alloc.argtypes = [i, sz, ctypes.POINTER(vp), ctypes.POINTER(i), ctypes.POINTER(sz)]
         L.cuco_h_share_import.argtypes = [i, i, sz, ctypes.POINTER(vp)]
         L.cuco_h_share_free.argtypes = [vp, sz]
@@ -149,6 +150,10 @@ class Harness:
         if self.lib.cuco_h_check_needs(ctx, needs_fn) != 0:
             return self.lib.cuco_h_last_error().decode()
         return None
+
+    def declared_side_streams(self, needs_fn: int) -> int:
+        """How many side streams the candidate's cuco_needs says it enqueues on."""
+        return int(self.lib.cuco_h_declared_side_streams(needs_fn))
 
     def devcomm_destroy(self, ctx: int) -> None:
         self._check(self.lib.cuco_h_devcomm_destroy(ctx), "ncclDevCommDestroy")

@@ -104,10 +104,10 @@ class Host:
             exchange = Exchange(regions[0], layouts)
         else:
             bufs, exchange = attach_memfd_buffers(layouts, msg.fds), None
-        cand, ctx = self.make_candidate(layouts, bufs, sym, params)
+        cand, ctx, sides = self.make_candidate(layouts, bufs, sym, params)
         # The framework's own references: what the candidate does to ctx cannot redirect staging or snapshots.
         self.shape = {"layouts": layouts, "bufs": dict(bufs), "sym": sym, "cand": cand, "ctx": ctx,
-                      "exchange": exchange, "regions": regions}
+                      "exchange": exchange, "regions": regions, "sides": sides}
         if self.cuda:
             self.shape["unseal"] = self.unseal_jobs(layouts, bufs, exchange)
         self.sync()
@@ -142,10 +142,15 @@ class Host:
         return bufs, sym
 
     def make_candidate(self, layouts, bufs, sym, params):
+        """The candidate and its context. Of the side streams, it is given those it declares (cuco_needs, or
+        SIDE_STREAMS in Python), which every run gates and joins (about 3 us each); its other side-stream slots are the
+        main stream itself, so that work put there without a word is timed all the same."""
         if self.kind == "cuda":
             h = self.harness
             ctx = h.ctx_new(self.rank, self.world, self.device.index, self.comm, self.stream.cuda_stream)
-            for s in self.side_streams:
+            cand = CudaCandidate(Path(self.library), h, ctx)
+            slots, gated = self.side_streams_for(cand)
+            for s in slots:
                 h.ctx_add_stream(ctx, s.cuda_stream)
             windows = dict(sym)
             for lay in layouts:
@@ -154,10 +159,18 @@ class Host:
                                  windows.get(t.data_ptr()))
             for k, v in params.items():
                 h.ctx_add_param(ctx, k, v)
-            return CudaCandidate(Path(self.library), h, ctx), ctx
+            return cand, ctx, gated
         group = self.torch_nccl_group() if self.cuda else dist.group.WORLD
-        ctx = PyContext(self.rank, self.world, self.device, group, self.stream, self.side_streams, dict(bufs), params)
-        return PythonCandidate(self.candidate, ctx), None
+        ctx = PyContext(self.rank, self.world, self.device, group, self.stream, [], dict(bufs), params)
+        cand = PythonCandidate(self.candidate, ctx)
+        ctx.side_streams, gated = self.side_streams_for(cand)
+        return cand, None, gated
+
+    def side_streams_for(self, cand) -> tuple[list, list]:
+        """(Every side-stream slot, the side streams a run gates and joins): the streams the candidate declares
+        (more than there are: cuco_needs then fails, saying so), then the main stream in the other slots."""
+        gated = self.side_streams[:min(cand.declared_side_streams, len(self.side_streams))]
+        return gated + [self.stream] * (len(self.side_streams) - len(gated)), gated
 
     def torch_nccl_group(self):
         if self.nccl_group is None:
@@ -211,12 +224,12 @@ class Host:
         self.harness.crypt_all(s.cuda_stream, jobs.data_ptr(), count, largest, self.key.data_ptr())
         delivered = torch.cuda.Event()
         delivered.record(s)
-        for side in self.side_streams:
+        for side in sh["sides"]:
             side.wait_event(delivered)
         if not msg.data.get("null"):
             sh["cand"].run()
         ends = []
-        for st in (s, *self.side_streams):
+        for st in (s, *sh["sides"]):
             e = torch.cuda.Event(enable_timing=True)
             e.record(st)
             ends.append(e)

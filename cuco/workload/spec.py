@@ -125,6 +125,12 @@ class Requirements:
     lsa_team: bool = False  # every rank in one LSA team (one NVLink domain)
     side_streams: int = 0
     symmetric: tuple[str, ...] = ()  # buffers it reaches through their windows
+    # The placements whose points use the side streams (every point where empty): a point at another placement
+    # asks for none, so its runs do not pay for joining them.
+    side_streams_at: tuple[str, ...] = ()
+
+    def side_streams_for(self, placement: str) -> int:
+        return self.side_streams if not self.side_streams_at or placement in self.side_streams_at else 0
 
 
 @dataclass(frozen=True)

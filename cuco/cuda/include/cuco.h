@@ -60,7 +60,8 @@ typedef struct {
   ncclDevComm devComm;
   cudaStream_t stream;                               // main stream
   int nSideStreams;
-  cudaStream_t sideStreams[CUCO_MAX_SIDE_STREAMS];   // extra streams, gated and timed like the main one;
+  cudaStream_t sideStreams[CUCO_MAX_SIDE_STREAMS];   // extra streams, gated and timed like the main one, as many
+                                                     // as cuco_needs declares (the other slots: the main stream);
                                                      // [0] has the device's highest priority (communication)
   int nBuffers;
   cuco_buffer_t buffers[CUCO_MAX_BUFFERS];

@@ -27,6 +27,8 @@ import torch.distributed as dist
 
 from cuco.kernels.attention import block_attention, merge_lse_
 
+# The side stream the ring on the copy engine pushes on: asked for there alone (every run joins each one it gives).
+SIDE_STREAMS = 1 if DESIGN["placement"] != "deferred" and DESIGN["backend"] == "ce" else 0  # noqa: F821
 ARRIVED = 0  # signal channels: ARRIVED + piece for a piece in a slot; FREE once a slot may be written again
 
 
