@@ -52,3 +52,13 @@ def test_communication_that_follows_the_compute_adds_to_the_bound():
     assert b["comm_bytes"] == 32 * layer
     assert b["serial_comm_ms"] == pytest.approx(layer / 400e9 * 1e3)
     assert b["bound_ms"] == pytest.approx(5.0 + layer / 400e9 * 1e3)
+
+
+def test_communication_that_follows_the_compute_is_not_counted_twice_where_communication_dominates():
+    """The part that follows the compute is part of the communication's own time: where the communication alone is
+    the longer (here measured, the link's rate unknown), it is the bound, not itself plus that part again."""
+    spec = load_workload(WORKLOADS / "kv_transfer")
+    b = compute_bound(spec, spec.shape("8k"), 2, "cuda", 0.010, 0.020, {})
+    assert b["serial_comm_ms"] == pytest.approx(0.020 / 32) and b["bound_ms"] == pytest.approx(0.020)
+    b = compute_bound(spec, spec.shape("8k"), 2, "cuda", 0.030, 0.020, {})
+    assert b["bound_ms"] == pytest.approx(0.030 + 0.020 / 32)

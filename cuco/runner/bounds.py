@@ -58,7 +58,9 @@ def compute_bound(spec: WorkloadSpec, shape: Shape, world: int, device: str, com
         "comm_bytes": comm_bytes,
         "flops": flops,
         "serial_comm_ms": serial_ms,
-        "bound_ms": max(parts) + (serial_ms or 0.0) if parts else None,
+        # The serial part follows the compute, and is part of the communication's own time: counted on the
+        # compute's side only, as in the speed of light (where communication dominates, it is not counted twice).
+        "bound_ms": max((compute_ms or 0.0) + (serial_ms or 0.0), comm_ms or 0.0) if parts else None,
         "hbm_bytes": hbm_bytes,
         "inputs_bytes": inputs_bytes,
     }
