@@ -23,7 +23,7 @@ import sys
 import traceback
 from typing import NoReturn
 
-MAX_MESSAGE = 1 << 20  # a request carries an environment: tens of kilobytes at most
+from cuco.runner.zygote_client import MAX_MESSAGE
 
 
 def _become_judge(request: dict, log_fd: int, token_fd: int, zygote_pid: int, keep: set[int]) -> NoReturn:

@@ -114,10 +114,6 @@ class Zygote:
     def exited(self) -> bool:
         return self._proc.poll() is not None
 
-    def close(self) -> None:
-        self._sock.close()
-        self._proc.wait()
-
 
 _zygote: Zygote | None = None
 _zygote_lock = threading.Lock()
