@@ -62,3 +62,25 @@ def test_communication_that_follows_the_compute_is_not_counted_twice_where_commu
     assert b["serial_comm_ms"] == pytest.approx(0.020 / 32) and b["bound_ms"] == pytest.approx(0.020)
     b = compute_bound(spec, spec.shape("8k"), 2, "cuda", 0.030, 0.020, {})
     assert b["bound_ms"] == pytest.approx(0.030 + 0.020 / 32)
+
+
+def test_a_cpu_bound_cached_from_a_busy_moment_is_measured_again_before_a_time_is_called_impossible(tmp_path):
+    """The CPU's only limit is the library bound, cached once measured: one taken while the machine was busy (here
+    planted: every cached time a hundred times over) is measured again, and an honest program passes."""
+    import json
+
+    from cuco.runner.bounds import _cache_path, _workload_key
+    from cuco.runner.cascade import EvalOptions, evaluate
+
+    spec = load_workload(WORKLOADS / "cpu_allgather_matmul")
+    opts = EvalOptions(device="cpu", shapes=["tiny"], small_shapes=["odd"], warmup=1, iters=5, work_dir=tmp_path / "w")
+    assert evaluate(spec, spec.candidates["seed"], opts).ok
+    cache = _cache_path(spec, _workload_key(spec, "cpu"), spec.shape("tiny"), "cpu")
+    honest = json.loads(cache.read_text())
+    slow = {k: [[t * 100 for t in rank] for rank in v] if k.endswith("per_rank_ms") and v else v
+            for k, v in honest.items()}
+    cache.write_text(json.dumps(slow))
+    rec = evaluate(spec, spec.candidates["seed"], opts)
+    assert rec.ok, rec.error
+    again = json.loads(cache.read_text())["compute_alone_per_rank_ms"]
+    assert min(map(min, again)) < min(map(min, slow["compute_alone_per_rank_ms"])) / 10

@@ -155,12 +155,13 @@ def _cache_path(spec: WorkloadSpec, workload_key: str, shape: Shape, device: str
 
 
 def reference_timings(spec: WorkloadSpec, shapes: list[str], device: str, gpus: list[int],
-                      timeout_s: float) -> tuple[dict[str, dict[str, Any]], str]:
+                      timeout_s: float, fresh: bool = False) -> tuple[dict[str, dict[str, Any]], str]:
     """Per shape, every rank's times of the workload's compute alone and collective alone, from the cache or
-    measured now by judges with no candidate; and an error message ("" when all were measured)."""
+    measured now by judges with no candidate (fresh: measured now, the cache replaced); and an error message (""
+    when all were measured)."""
     workload_key = _workload_key(spec, device)  # the machine's fingerprint and the reference file, read once
     paths = {s: _cache_path(spec, workload_key, spec.shape(s), device) for s in shapes}
-    missing = [s for s, p in paths.items() if not p.is_file()]
+    missing = [s for s, p in paths.items() if fresh or not p.is_file()]
     error = _measure(spec, missing, device, gpus, timeout_s, paths) if missing else ""
     return {s: json.loads(p.read_text()) for s, p in paths.items() if p.is_file()}, error
 

@@ -221,6 +221,15 @@ def _interpret(spec, record: EvalRecord, res, stages, opts, baselines, reference
                      _logs(res))
     record.level_reached = stages[-1].level if stages else record.level_reached
     problems, fault = _l4_problems(spec, record, opts)
+    timed = sorted({st.shape for st in done_stages if isinstance(st, TimingStage)})
+    if opts.device == "cpu" and timed and any("below the library bound" in p for p in problems):
+        # The CPU has no ceilings: its limit is the library bound, measured once and cached, which a busy moment can
+        # have made slow for good. Measured again, once, before a time is called impossible.
+        references, error = reference_timings(spec, timed, opts.device, list(opts.gpus),
+                                              opts.timeout_s or spec.timing.timeout_s, fresh=True)
+        record.bounds_error = error or record.bounds_error
+        _collect(spec, record, done_stages, opts, baselines, references)
+        problems, fault = _l4_problems(spec, record, opts)
     if problems:
         return _fail(record, "L4", "; ".join(problems), fault=fault)
     return _done(record)
