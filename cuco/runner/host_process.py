@@ -12,7 +12,6 @@ import select
 import signal
 import subprocess
 import sys
-import traceback
 from dataclasses import dataclass
 from pathlib import Path
 from typing import NoReturn
@@ -21,7 +20,7 @@ from cuco.runner.channel import Channel
 from cuco.runner.job import JUDGE_PORT_ENV, Job
 from cuco.runner.pages import Page
 from cuco.runner.sandbox.native import prctl
-from cuco.runner.sandbox.processes import name_process
+from cuco.runner.sandbox.processes import end_as_child, name_process
 
 PR_SET_PDEATHSIG, PR_SET_DUMPABLE = 1, 4  # <linux/prctl.h>
 
@@ -54,8 +53,8 @@ class Forked:
 
 def _become_host(fd: int, scratch: Path, judge: int) -> NoReturn:
     """The child's side of the fork: never returns into the judge's code."""
-    code = 1
-    try:
+
+    def host() -> int:
         prctl(PR_SET_PDEATHSIG, signal.SIGKILL)
         if os.getppid() != judge:  # the judge died before the signal was armed
             os._exit(1)
@@ -65,17 +64,13 @@ def _become_host(fd: int, scratch: Path, judge: int) -> NoReturn:
         os.closerange(fd + 1, os.sysconf("SC_OPEN_MAX"))
         os.environ.pop(JUDGE_PORT_ENV, None)
         os.chdir(scratch)
-        if sys.path and not sys.flags.safe_path:  # the judge's folder, where `python -m` started it: now the host's
+        if sys.path and not sys.flags.safe_path:  # the folder the zygote started in: now the host's
             sys.path[0] = str(scratch)
         from cuco.runner.host import main
 
-        code = main([str(fd)])
-    except BaseException:
-        traceback.print_exc()
-    finally:
-        sys.stdout.flush()
-        sys.stderr.flush()
-        os._exit(code)
+        return main([str(fd)])
+
+    end_as_child(host)
 
 
 @dataclass

@@ -20,7 +20,6 @@ import os
 import select
 import socket
 import sys
-import traceback
 from typing import NoReturn
 
 from cuco.runner.zygote_client import MAX_MESSAGE
@@ -28,8 +27,9 @@ from cuco.runner.zygote_client import MAX_MESSAGE
 
 def _become_judge(request: dict, log_fd: int, token_fd: int, zygote_pid: int, keep: set[int]) -> NoReturn:
     """The child's side of the fork: never returns into the zygote's loop."""
-    code = 1
-    try:
+    from cuco.runner.sandbox import end_as_child
+
+    def judge() -> int:
         from cuco.runner.job import JUDGE_TOKEN_FD_ENV
         from cuco.runner.rank import main
         from cuco.runner.sandbox import die_with_parent, name_process
@@ -50,13 +50,9 @@ def _become_judge(request: dict, log_fd: int, token_fd: int, zygote_pid: int, ke
         # Each judge draws its own generator state, not the zygote's shared by all (nothing secret is drawn from it:
         # inputs and keys come from generators seeded by the judges' secret).
         torch.seed()
-        code = main(request["args"])
-    except BaseException:
-        traceback.print_exc()
-    finally:
-        sys.stdout.flush()
-        sys.stderr.flush()
-        os._exit(code)
+        return main(request["args"])
+
+    end_as_child(judge)
 
 
 def serve(sock: socket.socket) -> None:

@@ -26,6 +26,7 @@ from cuco.runner.sandbox.processes import (
     JudgeState,
     claim_uid,
     die_with_parent,
+    end_as_child,
     guard_judge,
     judge_state,
     keep_private,
@@ -39,9 +40,9 @@ from cuco.runner.sandbox.processes import (
 from cuco.runner.sandbox.seccomp import ARCHES, seccomp_available
 
 __all__ = ["ARCHES", "Confinement", "JudgeState", "SandboxError", "candidate_runs_as", "candidate_uid", "claim_uid",
-           "confine", "die_with_parent", "guard_judge", "judge_state", "keep_private", "kill_descendants",
-           "landlock_abi", "name_process", "processes_of", "remove_shm_files", "seccomp_available", "state_changes",
-           "sweep_uid"]
+           "confine", "die_with_parent", "end_as_child", "guard_judge", "judge_state", "keep_private",
+           "kill_descendants", "landlock_abi", "name_process", "processes_of", "remove_shm_files", "seccomp_available",
+           "state_changes", "sweep_uid"]
 
 PR_CAPBSET_DROP, PR_SET_NO_NEW_PRIVS, PR_CAP_AMBIENT, PR_CAP_AMBIENT_CLEAR_ALL = 24, 38, 47, 4  # <linux/prctl.h>
 LINUX_CAPABILITY_VERSION_3 = 0x20080522  # <linux/capability.h>: version 3 of the capset header, two words per set

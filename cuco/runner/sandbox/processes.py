@@ -14,9 +14,13 @@ import resource
 import signal
 import stat
 import subprocess
+import sys
 import tempfile
+import traceback
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
+from typing import NoReturn
 
 from cuco.runner.sandbox.identity import UID_BASE
 from cuco.runner.sandbox.native import SandboxError, prctl
@@ -92,6 +96,20 @@ def keep_private() -> None:
     """This process's memory closed to processes of its own uid (the launcher holds the judges' token; without Yama,
     a process of the same uid could read it through /proc/<pid>/mem)."""
     prctl(PR_SET_DUMPABLE, 0)
+
+
+def end_as_child(body: Callable[[], int]) -> NoReturn:
+    """A forked child's whole life: BODY's exit code, or 1 with its traceback printed. It never returns into the
+    parent's code, and skips the interpreter's teardown (the parent's exit handlers and objects are not its own)."""
+    code = 1
+    try:
+        code = body()
+    except BaseException:
+        traceback.print_exc()
+    finally:
+        sys.stdout.flush()
+        sys.stderr.flush()
+        os._exit(code)
 
 
 def name_process(name: str) -> None:
