@@ -39,7 +39,7 @@ def needs_export(strategy: StrategySpec, point: DesignPoint) -> str:
     req = strategy.requires
     if req == Requirements():
         return ""
-    sides = req.side_streams_for(point.placement.value)
+    sides = req.sides_at_placement(point.placement.value)
     lines = [f"  needs->lsaTeam = {int(req.lsa_team)};", f"  needs->sideStreams = {sides};"]
     lines += [f'  cuco_need_symmetric(needs, "{name}");' for name in req.symmetric]
     return (f"\n// What the strategy needs of the run ([strategies.{strategy.name}] requires in workload.toml).\n"

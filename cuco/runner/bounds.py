@@ -64,10 +64,10 @@ def compute_bound(spec: WorkloadSpec, shape: Shape, world: int, device: str, com
         "hbm_bytes": hbm_bytes,
         "inputs_bytes": inputs_bytes,
     }
-    if device == "cuda":
-        out.update(speed_of_light(flops, hbm_bytes + 2 * inputs_bytes, comm_bytes, serial_bytes, machine))
-        terms = light_terms(flops, hbm_bytes + 2 * inputs_bytes, comm_bytes, serial_bytes, machine)
-        if terms and (why := library_misses(out, terms)):
+    terms = light_terms(flops, hbm_bytes + 2 * inputs_bytes, comm_bytes, serial_bytes, machine)
+    if device == "cuda" and terms:
+        out.update(_light(terms))
+        if why := library_misses(out, terms):
             out.update(bound_ms=None, library_refused=why)
     return out
 
@@ -126,7 +126,11 @@ def speed_of_light(flops: float, hbm_bytes: float, comm_bytes: float, serial_byt
     only follow the compute adds to the compute's term, never to the link's (it is part of comm_bytes), so nothing
     is counted twice. Empty where the ceilings were not measured."""
     t = light_terms(flops, hbm_bytes, comm_bytes, serial_bytes, machine)
-    return {} if t is None else {"hbm_ms": t.hbm_ms, "speed_of_light_ms": max(t.compute_ms + t.serial_ms, t.comm_ms)}
+    return {} if t is None else _light(t)
+
+
+def _light(t: LightTerms) -> dict[str, float]:
+    return {"hbm_ms": t.hbm_ms, "speed_of_light_ms": max(t.compute_ms + t.serial_ms, t.comm_ms)}
 
 
 # ---- the references' timings: measured in a clean process, once per machine, workload and shape ----------

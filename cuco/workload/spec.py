@@ -129,7 +129,7 @@ class Requirements:
     # asks for none, so its runs do not pay for joining them.
     side_streams_at: tuple[str, ...] = ()
 
-    def side_streams_for(self, placement: str) -> int:
+    def sides_at_placement(self, placement: str) -> int:
         return self.side_streams if not self.side_streams_at or placement in self.side_streams_at else 0
 
 
