@@ -1,4 +1,4 @@
-"""The CPU example at world sizes 2, 4 and 8 (gloo ranks on this machine's cores): `cuco evolve` end to end.
+"""The CPU example at world sizes 2, 4 and 8 (gloo ranks on this machine's cores): a search end to end.
 
 Shows that the runner and the search work beyond two ranks where no 4- or 8-GPU box is at hand. Times are CPU
 times on an oversubscribed machine (8 ranks on 2 cores are noisy); what matters is that every evaluation is
@@ -17,7 +17,6 @@ import tempfile
 from pathlib import Path
 
 import record
-from evolve_workload import summarize
 
 ROOT = record.ROOT
 
@@ -32,9 +31,8 @@ def main() -> int:
     results = {}
     for w in args.worlds:
         run_dir = runs / f"w{w}"
-        record.cuco("evolve", "cpu_allgather_matmul", "--world", str(w), "--generations", str(args.generations),
-                    "--run-dir", str(run_dir), "--seed", "0", tail=1500)
-        results[w] = summarize(run_dir / "cuco.db")
+        record.search("cpu_allgather_matmul", run_dir, w, {"search.generations": args.generations, "search.seed": 0})
+        results[w] = record.summarize(run_dir)
     info = record.meta(None, host=f"{platform.processor() or platform.machine()}, {os.cpu_count()} cores")
     lines = [f"# cuco evolve cpu_allgather_matmul at world sizes {', '.join(map(str, args.worlds))} (gloo, CPU)", "",
              f"Date {info['date']}, commit {info['commit']}, {info['host']}. Shape 'tiny' (64,48,40), checked at 'odd' "

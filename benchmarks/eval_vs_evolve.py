@@ -39,6 +39,8 @@ def main() -> int:
     args = ap.parse_args()
     world = ["--world", str(args.world)] if args.world else []
     work = Path(tempfile.mkdtemp(prefix="cuco-eval-vs-evolve-"))
+    from cuco.evolve.rundir import RunDir
+
     runs: dict[str, list[dict]] = {"eval": [], "evolve": []}
     for r in range(args.rounds):
         out = work / f"eval-{r}.json"
@@ -47,7 +49,7 @@ def main() -> int:
         run_dir = work / f"evolve-{r}"
         record.cuco("evolve", args.workload, "--shape", args.shape, *world, "--generations", "1",
                     "--run-dir", str(run_dir), tail=600)
-        runs["evolve"].append(timing_of(run_dir / "best" / "record.json", args.shape))
+        runs["evolve"].append(timing_of(RunDir(run_dir).best_record, args.shape))
     from cuco.machine import load_machine
 
     info = record.meta(load_machine(), world=args.world, workload=args.workload, shape=args.shape)

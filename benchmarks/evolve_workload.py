@@ -12,42 +12,12 @@ evaluations at the workload's first shape and 12 at each other one.
 from __future__ import annotations
 
 import argparse
-import json
-import sqlite3
 import sys
 from pathlib import Path
 
 import record
 
 ROOT = record.ROOT
-
-
-def summarize(db_path: Path) -> dict:
-    """A finished (or cut-off) run from its store. With no correct candidate, best is a row saying so (NaN times),
-    so that the tables are still written."""
-    nan = float("nan")
-    if not db_path.is_file():
-        return {"evaluations": 0, "failed": 0, "seed_ms": nan, "best": {"label": "no run", "median_ms": nan,
-                "bound_ms": nan}, "best_found_at": None, "speedup_over_seed": nan, "best_over_bound": nan,
-                "eval_seconds_mean": nan, "candidates": []}
-    con = sqlite3.connect(db_path)
-    con.row_factory = sqlite3.Row
-    rows = [dict(r) for r in con.execute("SELECT id, label, proposer, ok, failed_level, score, median_ms, bound_ms, "
-                                         "finished_at, eval_seconds FROM candidates WHERE status = 'done' "
-                                         "ORDER BY finished_at, id")]
-    seed_ms = next((r["median_ms"] for r in rows if r["proposer"] == "seed" and r["median_ms"]), nan)
-    ok = [r for r in rows if r["ok"] and r["score"] is not None]
-    best = max(ok, key=lambda r: r["score"]) if ok else {"label": "none correct", "median_ms": nan, "bound_ms": nan}
-    best["speed_of_light_ms"] = nan
-    if ok:  # the speed of light, from the best's own record (one shape: the search's)
-        rec = json.loads(con.execute("SELECT record FROM candidates WHERE id = ?", (best["id"],)).fetchone()[0] or "{}")
-        lights = [(s.get("bound") or {}).get("speed_of_light_ms") for s in (rec.get("shapes") or {}).values()]
-        best["speed_of_light_ms"] = next((x for x in lights if x), nan)
-    return {"evaluations": len(rows), "failed": len(rows) - len(ok), "seed_ms": seed_ms,
-            "best": best, "best_found_at": rows.index(best) + 1 if ok else None,
-            "speedup_over_seed": seed_ms / best["median_ms"] if ok else nan,
-            "best_over_bound": best["median_ms"] / best["bound_ms"] if ok and best["bound_ms"] else nan,
-            "eval_seconds_mean": sum(r["eval_seconds"] or 0 for r in rows) / max(1, len(rows)), "candidates": rows}
 
 
 def prebuild(spec) -> None:
@@ -107,15 +77,11 @@ def main() -> int:
     for item in args.plan:
         shape, n = item.split(":")
         run_dir = args.runs / f"{args.workload}-w{world}" / shape  # a search resumes only its own
-        proc = record.cuco("evolve", args.workload, "--shape", shape, "--generations", n, "--run-dir",
-                           str(run_dir), "--seed", "0", "--world", str(world))
-        stamp = record.stamp(f"evolve_{args.workload}-w{world}", info, with_time=True)
-        log = args.out / "archive" / f"{stamp}-{shape}.log"
-        log.parent.mkdir(parents=True, exist_ok=True)
-        log.write_text(proc.stdout + proc.stderr)
-        results[shape] = summarize(run_dir / "cuco.db")
-        if (run_dir / "summary.json").is_file():  # the run's own summary, as `cuco evolve` wrote it
-            results[shape]["run_summary"] = json.loads((run_dir / "summary.json").read_text())
+        found = record.search(args.workload, run_dir, world, {"search.shape": shape, "search.generations": n,
+                                                               "search.seed": 0})
+        results[shape] = record.summarize(run_dir)
+        if found is not None:  # what the search ended with, as summary.json says it
+            results[shape]["run_summary"] = found.summary()
         write(args, info, results)  # after every shape: a cut-off benchmark keeps what it finished
     return 0
 

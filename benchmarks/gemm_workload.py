@@ -31,7 +31,7 @@ def main() -> int:
 
     sys.path.insert(0, str(ROOT))
     from cuco.machine import load_machine
-    from cuco.paths import cuco_home
+    from cuco.paths import baselines_file, cuco_home
     from cuco.workload import load_workload, resolve_workload
 
     spec = load_workload(resolve_workload(args.workload), args.world)
@@ -41,7 +41,7 @@ def main() -> int:
     record.cuco("doctor")
     machine = load_machine()
     record.cuco("baseline", spec.name, *common)
-    records = json.loads((cuco_home() / "baselines" / f"{spec.name}-w{args.world}-cuda.json").read_text())
+    records = json.loads(baselines_file(spec.name, args.world, "cuda").read_text())
     tmp = cuco_home() / "bench"
     tmp.mkdir(exist_ok=True)
     for name in spec.candidates:

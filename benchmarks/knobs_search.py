@@ -54,17 +54,16 @@ def timed(rec: dict, shape: str) -> dict:
 
 def search(name: str, args, shape: str) -> dict:
     """One program: its search (resumed if cut), its rules' rewrite, and the three timed in alternating rounds."""
-    from evolve_workload import summarize
-
     workload, program = PROGRAMS[name]
     runs = args.runs / f"w{args.world}" / name  # a world's searches resume only their own
     runs.mkdir(parents=True, exist_ok=True)
     world = ["--world", str(args.world)]
-    record.cuco("evolve", workload, "--shape", shape, "--generations", str(args.evals), "--seed", "0", "--run-dir",
-                str(runs / "search"), "--set", f"search.start={program}", "--set", "search.space=knobs", *world)
+    found = record.search(workload, runs / "search", args.world, {
+        "search.shape": shape, "search.generations": args.evals, "search.seed": 0, "search.start": program,
+        "search.space": "knobs"})
     rewrite = runs / "rewrite.cu"
     record.cuco("transform", workload, "--source", str(program), "--out", str(rewrite), *world)
-    best = next((runs / "search" / "best").glob("candidate.*"), None)
+    best = next(found.run_dir.best.glob("candidate.*"), None) if found and found.best else None
     files = {"program": program, "rewrite": rewrite if rewrite.is_file() else None, "best": best}
     rounds: dict[str, list[dict]] = {k: [] for k in TIMED}
     for r in range(args.rounds):
@@ -76,7 +75,7 @@ def search(name: str, args, shape: str) -> dict:
             record.cuco("eval", workload, str(files[what]), "--shape", shape, "--out", str(out), *world, tail=600)
             rounds[what].append(timed(json.loads(out.read_text()), shape) if out.is_file() else
                                 {"ok": False, "error": "cuco eval wrote no record"})
-    found = summarize(runs / "search" / "cuco.db")
+    found = record.summarize(runs / "search")
     result = {"workload": workload, "program": str(program.relative_to(ROOT)), "shape": shape,
               "evaluations": found["evaluations"], "failed": found["failed"], "best_label": found["best"]["label"],
               "best_found_at": found["best_found_at"]}

@@ -3,8 +3,9 @@
 1. `python benchmarks/gemm_workload.py --world W` for each W of 4 and 8 the machine holds: `cuco doctor`, the
    baselines and every shipped candidate at every shape (that script records its own table).
 2. `pytest -m gpu tests/test_world_sizes.py`: every shipped candidate verified at world 4 and 8.
-3. With 4 GPUs or more: `cuco evolve gemm_allgather` at world 2 with one evaluation slot and then with two (two
-   disjoint GPU pairs), the same number of evaluations each: wall time and evaluations per minute.
+3. With 4 GPUs or more: a search of gemm_allgather (cuco.search, as `cuco evolve` runs it) at world 2 with one
+   evaluation slot and then with two (two disjoint GPU pairs), the same number of evaluations each: wall time and
+   evaluations per minute.
 
 Writes benchmarks/results/multi_gpu.json and .md.
 
@@ -22,7 +23,6 @@ import time
 from pathlib import Path
 
 import record
-from evolve_workload import summarize
 
 ROOT = record.ROOT
 STEPS = ("tables", "tests", "slots")
@@ -59,11 +59,13 @@ def main() -> int:
         runs = Path(tempfile.mkdtemp())
         for n in (1, 2):
             run_dir = runs / f"slots{n}"
-            rc, _, secs = run(sys.executable, "-m", "cuco", "evolve", "gemm_allgather", "--world", "2", "--shape",
-                              args.shape, "--generations", str(args.evals), "--run-dir", str(run_dir), "--seed", "0",
-                              "--set", f"search.slots={n}")
-            s = summarize(run_dir / "cuco.db")
-            slots[n] = {"ok": rc == 0, "seconds": round(secs, 1), "evaluations": s["evaluations"],
+            t0 = time.monotonic()
+            found = record.search("gemm_allgather", run_dir, 2, {"search.shape": args.shape, "search.seed": 0,
+                                                                  "search.generations": args.evals, "search.slots": n})
+            secs = time.monotonic() - t0
+            s = record.summarize(run_dir)
+            slots[n] = {"ok": found is not None and found.exit_code == 0, "seconds": round(secs, 1),
+                        "evaluations": s["evaluations"],
                         "failed": s["failed"], "per_minute": round(60 * s["evaluations"] / secs, 1),
                         "best": s["best"]["label"], "best_ms": s["best"]["median_ms"]}
     from cuco.machine import load_machine

@@ -23,6 +23,8 @@ from pathlib import Path
 from typing import Any
 
 ROOT = Path(__file__).resolve().parents[1]
+if str(ROOT) not in sys.path:  # this checkout's cuco, for every benchmark that imports it
+    sys.path.insert(0, str(ROOT))
 
 
 def run(*cmd: str, tail: int = 3000, env: dict[str, str] | None = None) -> subprocess.CompletedProcess:
@@ -36,6 +38,73 @@ def run(*cmd: str, tail: int = 3000, env: dict[str, str] | None = None) -> subpr
 
 def cuco(*args: str, tail: int = 3000, env: dict[str, str] | None = None) -> subprocess.CompletedProcess:
     return run(sys.executable, "-m", "cuco", *args, tail=tail, env=env)
+
+
+def search(workload: str, run_dir: Path, world: int | None = None, settings: dict[str, Any] | None = None):
+    """`cuco evolve WORKLOAD --run-dir RUN_DIR` through the library's front door (cuco.search), this checkout's cuco:
+    `settings` are run.toml keys ({"search.shape": "8k", "search.generations": 40}). Each finished evaluation is
+    printed; a search cuco refuses is printed and returns None (its run directory may hold nothing)."""
+    from cuco.errors import CucoError
+    from cuco.evolve.config import apply_overrides, load_config
+    from cuco.search import prepare_search, run_search
+    from cuco.workload import load_workload, resolve_workload
+
+    def progress(event, evolution) -> None:
+        c = event.candidate
+        if event.kind == "done" and c is not None:
+            what = f"{c.median_ms:.4f} ms" if c.ok and c.median_ms else f"failed at {c.failed_level}"
+            print(f"  #{c.id} {c.label or '-'}: {what}", flush=True)
+        elif event.kind in ("baseline", "round", "stopped"):
+            print(f"  {event.kind}: {event.text}", flush=True)
+
+    try:
+        cfg = apply_overrides(load_config(None), [f"{k}={v}" for k, v in (settings or {}).items()])
+        prepared = prepare_search(load_workload(resolve_workload(workload), world), cfg, run_dir, note=print)
+        print(prepared.headline(), flush=True)
+        try:
+            return run_search(prepared, on_event=progress)
+        finally:
+            prepared.close()
+    except CucoError as exc:
+        print(f"error: {exc}", flush=True)
+        return None
+
+
+def summarize(run_dir: Path) -> dict[str, Any]:
+    """A finished (or cut-off) search read through its store: evaluations, failures, the seed's time, the best with
+    its bound and speed of light, where it was found. With no correct candidate, best is a row saying so (NaN times),
+    so that the tables are still written."""
+    from cuco.errors import CucoError
+    from cuco.evolve.rundir import RunDir
+
+    nan = float("nan")
+    empty = {"evaluations": 0, "failed": 0, "seed_ms": nan, "best": {"label": "no run", "median_ms": nan,
+             "bound_ms": nan, "speed_of_light_ms": nan}, "best_found_at": None, "speedup_over_seed": nan,
+             "best_over_bound": nan, "eval_seconds_mean": nan, "candidates": []}
+    try:
+        db = RunDir(run_dir).readable().open(readonly=True)
+    except CucoError:
+        return empty
+    try:
+        done = list(db.iter_done())
+    finally:
+        db.close()
+    rows = [{"id": c.id, "label": c.label, "proposer": c.proposer, "ok": c.ok, "failed_level": c.failed_level,
+             "score": c.score, "median_ms": c.median_ms, "bound_ms": c.bound_ms, "finished_at": c.finished_at,
+             "eval_seconds": c.eval_seconds} for c in done]
+    seed_ms = next((r["median_ms"] for r in rows if r["proposer"] == "seed" and r["median_ms"]), nan)
+    ok = [r for r in rows if r["ok"] and r["score"] is not None]
+    if not ok:
+        return {**empty, "evaluations": len(rows), "failed": len(rows), "seed_ms": seed_ms,
+                "best": {**empty["best"], "label": "none correct"}, "candidates": rows}
+    best = max(ok, key=lambda r: r["score"])
+    record = json.loads(next(c.record for c in done if c.id == best["id"]) or "{}")
+    lights = [(s.get("bound") or {}).get("speed_of_light_ms") for s in (record.get("shapes") or {}).values()]
+    best["speed_of_light_ms"] = next((x for x in lights if x), nan)  # one shape: the search's
+    return {"evaluations": len(rows), "failed": len(rows) - len(ok), "seed_ms": seed_ms, "best": best,
+            "best_found_at": rows.index(best) + 1, "speedup_over_seed": seed_ms / best["median_ms"],
+            "best_over_bound": best["median_ms"] / best["bound_ms"] if best["bound_ms"] else nan,
+            "eval_seconds_mean": sum(r["eval_seconds"] or 0 for r in rows) / len(rows), "candidates": rows}
 
 
 def commit() -> str:

@@ -3,11 +3,9 @@ cuco's own failure 3, a machine without the GPUs asked for 4. Every path is made
 
 from __future__ import annotations
 
-import importlib.util
 import json
 import os
 import sys
-from dataclasses import replace
 from datetime import datetime, timezone
 from pathlib import Path
 from typing import Any
@@ -20,9 +18,9 @@ from rich.text import Text
 from typer.core import TyperCommand, TyperGroup
 
 from cuco.errors import MEANING, CucoError, CucoFailure, ExitCode, NeedsGPU
-from cuco.extras import require
-from cuco.machine import gpu_count, gpus_in_words
-from cuco.paths import absolute, atomic_write_json
+from cuco.language import is_cuda, language_of
+from cuco.machine import gpus_in_words, resolve_device
+from cuco.paths import absolute, atomic_write_json, baselines_file
 
 
 class _FlagsWithoutType:
@@ -56,18 +54,6 @@ console = Console(width=None if sys.stdout.isatty() else 160, emoji=False)
 err_console = Console(stderr=True, width=None if sys.stderr.isatty() else 160, emoji=False)
 
 
-def _device(choice: str, world: int) -> str:
-    if choice not in ("auto", "cuda", "cpu"):
-        raise CucoError("--device", f"expected auto, cuda or cpu, got {choice!r}")
-    if importlib.util.find_spec("torch") is None:  # every evaluation's judges need it
-        require("torch")
-    if choice == "cuda" and gpu_count() < world:
-        raise NeedsGPU("--device cuda", f"needs {world} GPUs, this machine has {gpu_count()}")
-    if choice != "auto":
-        return choice
-    return "cuda" if gpu_count() >= world else "cpu"
-
-
 def _spec(workload: str, world: int | None):
     """The workload, at --world's size where given (checked here: a bad flag is not the workload's fault)."""
     from cuco.workload import load_workload, resolve_workload
@@ -84,8 +70,7 @@ def _candidate(spec, candidate: str) -> Path:
     if not p.is_file():
         known = ", ".join(spec.candidates)
         raise CucoError(candidate, f"no such candidate file, nor a candidate of {spec.name} (known: {known})")
-    if p.suffix not in (".cu", ".py"):
-        raise CucoError(candidate, "a candidate must be a .cu or .py file")
+    language_of(p, candidate)
     return p
 
 
@@ -128,16 +113,11 @@ def _options(spec, device: str, shapes: list[str], small: list[str], level: str,
     elif device == "cuda":
         gpu_list = list(range(spec.world_size))
     if device == "cuda":
-        _ensure_machine_facts()
+        from cuco.machine import ensure_bound_facts
+
+        ensure_bound_facts(lambda line: console.print(f"[dim]{escape(line)}[/]"))
     return EvalOptions(device=device, shapes=shapes or None, small_shapes=small or None, max_level=level,
                        gpus=gpu_list, timeout_s=ecfg.timeout_s, warmup=ecfg.warmup, iters=ecfg.iters)
-
-
-def _ensure_machine_facts() -> None:
-    """The bound needs the peer-link bandwidth: measure it once if `cuco doctor` has not."""
-    from cuco.machine import ensure_bound_facts
-
-    ensure_bound_facts(lambda line: console.print(f"[dim]{escape(line)}[/]"))
 
 
 def _exit_code(record) -> ExitCode:
@@ -147,17 +127,11 @@ def _exit_code(record) -> ExitCode:
     return {"runner": ExitCode.CUCO, "workload": ExitCode.BAD_INPUT}.get(record.fault or "", ExitCode.FAILED)
 
 
-def _baselines_path(spec, device: str) -> Path:
-    from cuco.paths import cuco_home
-
-    return cuco_home() / "baselines" / f"{spec.name}-w{spec.world_size}-{device}.json"
-
-
 def _load_baselines(spec, device: str) -> dict:
     """The baselines file of `cuco baseline` (name -> record JSON), as records: the speedups read their times."""
     from cuco.runner.record import EvalRecord
 
-    p = _baselines_path(spec, device)
+    p = baselines_file(spec.name, spec.world_size, device)
     if not p.is_file():
         return {}
     try:
@@ -241,7 +215,7 @@ def eval_cmd(workload: str = typer.Argument(..., help="Built-in workload name or
     ecfg = _eval_config(config, device, timeout, warmup, iters)
     spec = _spec(workload, world)
     path = _candidate(spec, candidate)
-    dev = _device(ecfg.device, spec.world_size)
+    dev = resolve_device(ecfg.device, spec.world_size)
     opts = _options(spec, dev, shape, small_shape, level, gpus, ecfg)
     opts.name = candidate if candidate in spec.candidates else None
     baselines = _load_baselines(spec, dev)
@@ -281,8 +255,8 @@ def compare_cmd(workload: str = typer.Argument(..., help="Built-in workload name
     ecfg = _eval_config(config, device, timeout, warmup, iters)
     spec = _spec(workload, world)
     paths = [_candidate(spec, first), _candidate(spec, second)]
-    dev = _device(ecfg.device, spec.world_size)
-    if dev == "cpu" and any(p.suffix == ".cu" for p in paths):
+    dev = resolve_device(ecfg.device, spec.world_size)
+    if dev == "cpu" and any(is_cuda(p) for p in paths):
         raise NeedsGPU(spec.name, f"a CUDA program is timed on {gpus_in_words(spec.world_size)}; this machine has "
                                   "none")
     target = shape or spec.shapes[0].name
@@ -347,12 +321,12 @@ def baseline(workload: str = typer.Argument(..., help="Built-in workload name or
     spec = _spec(workload, world)
     if not spec.baselines:
         raise CucoError(str(spec.source), "baselines: the workload lists no baseline candidates")
-    dev = _device(ecfg.device, spec.world_size)
+    dev = resolve_device(ecfg.device, spec.world_size)
     opts = _options(spec, dev, shape, [], "L4", gpus, ecfg)
     records = {}
     for name in spec.baselines:
         path = spec.candidates[name]
-        if dev == "cpu" and path.suffix == ".cu":
+        if dev == "cpu" and is_cuda(path):
             console.print(f"{name}: CUDA candidate, skipped on the CPU", style="dim", markup=False, highlight=False)
             continue
         opts.name = name
@@ -364,7 +338,8 @@ def baseline(workload: str = typer.Argument(..., help="Built-in workload name or
     if not records:
         raise NeedsGPU(spec.name, "every baseline is a CUDA program: timing them needs "
                                   f"{gpus_in_words(spec.world_size)}")
-    out = atomic_write_json(_baselines_path(spec, dev), {n: r.to_dict() for n, r in records.items()}, indent=1)
+    out = atomic_write_json(baselines_file(spec.name, spec.world_size, dev),
+                            {n: r.to_dict() for n, r in records.items()}, indent=1)
     console.print(baseline_table(spec.name, records))
     console.print(f"saved to {out}", style="dim", markup=False, highlight=False)
     raise typer.Exit(max(_exit_code(r) for r in records.values()))
@@ -388,12 +363,10 @@ def evolve(workload: str = typer.Argument(..., help="Built-in workload name or a
                                                help="Print the first prompt of each kind an LLM run would send; "
                                                     "no search, no LLM call.")) -> None:
     """Evolutionary search from the workload's seed; resumable; the best program lands in the run directory."""
-    import asyncio
-
     from cuco.evolve.config import apply_overrides, load_config
-    from cuco.evolve.run import Evolution
     from cuco.machine import load_machine
     from cuco.report.live import EvolveDisplay, summary_table
+    from cuco.search import prepare_search, run_search
 
     cfg = apply_overrides(load_config(absolute(config) if config else None), list(overrides))
     for flag, section, key, value in (("--generations", cfg.search, "generations", generations),
@@ -403,129 +376,53 @@ def evolve(workload: str = typer.Argument(..., help="Built-in workload name or a
             setattr(section, key, value)
             cfg.check(flag)
     spec = _spec(workload, world)
-    target_shape = cfg.search.shape or spec.shapes[0].name
-    spec.check_bounds(spec.shape(target_shape))
     if dry_run_prompt:
         from cuco.evolve.prompting import example_prompts
 
+        target_shape = cfg.search.shape or spec.shapes[0].name
+        spec.check_bounds(spec.shape(target_shape))
         for kind, text in example_prompts(spec, target_shape, load_machine()).items():
             print(f"==================== {kind} ====================\n{text}\n")
         return
-    start = _start_program(cfg, spec)
-    knobs = _derived_knobs(spec, cfg, start)
-    dev, slots, evaluator, where = _slots(cfg, spec, target_shape)
-    if dev == "cpu" and start is not None and start.suffix == ".cu":
-        raise NeedsGPU(spec.name, f"its programs are CUDA and this machine has no {gpus_in_words(spec.world_size)} "
-                                  "to run them: a search here could only build them (cuco eval does that)")
-    rd = _writable_dir(absolute(run_dir) if run_dir else absolute(Path("cuco-runs") / f"{spec.name}-{target_shape}"))
-    spec, starts = _with_knobs(spec, knobs, cfg, rd / "derived")
-    evo = Evolution(spec, cfg, rd, slots, evaluator, dev, machine=load_machine(), starts=starts)
-    console.print(f"{spec.name}, shape {target_shape}, {cfg.search.generations} evaluations, {len(slots)} slot(s) "
-                  f"{where}, proposer {cfg.search.proposer}; run directory {rd}", style="dim", markup=False,
-                  highlight=False)
+    search = prepare_search(spec, cfg, run_dir, note=_note)
+    console.print(search.headline(), style="dim", markup=False, highlight=False)
     try:
         with EvolveDisplay(console, cfg.search.generations) as display:
-            evo.on_event = display
-            asyncio.run(evo.run())
+            result = run_search(search, on_event=display)
     except KeyboardInterrupt:
         console.print(f"[yellow]interrupted:[/] finished evaluations are kept; the same command resumes "
-                      f"({escape(str(rd))})")
+                      f"({escape(str(search.run_dir))})")
         raise typer.Exit(130) from None
-    console.print(summary_table(evo))
-    code = _summarize_search(evo, rd)
-    evo.db.close()
-    raise typer.Exit(code)
+    console.print(summary_table(search.evolution))
+    search.close()
+    _print_result(result)
+    raise typer.Exit(int(result.exit_code))
 
 
-def _start_program(cfg, spec) -> Path | None:
-    """The program the search starts from: search.start, checked before anything is written into the run
-    directory, else the workload's seed."""
-    if not cfg.search.start:
-        return spec.seed_path
-    start = Path(cfg.search.start)
-    if not start.is_file():
-        raise CucoError("search.start", f"{start} does not exist")
-    if start.suffix not in (".cu", ".py"):
-        raise CucoError("search.start", f"{start}: a start program must be a .cu or .py file")
-    return start
+def _note(line: str) -> None:
+    console.print(line, highlight=False, markup=False)
 
 
-def _summarize_search(evo, rd: Path) -> ExitCode:
-    """What the search ended with, after its table: on the console and in summary.json; the command's exit code."""
-    from cuco.evolve.run import comparisons
-
-    if evo.stop_reason and not evo.stop_fault:
-        console.print(f"stopped early: {evo.stop_reason}", highlight=False, markup=False)
-    llm = evo.db.llm_totals()
+def _print_result(result) -> None:
+    """What the search ended with, after its table (summary.json says the same)."""
+    if result.stop_reason and not result.stop_fault:
+        _note(f"stopped early: {result.stop_reason}")
+    llm = result.llm
     if llm["calls"]:
-        console.print(f"LLM: {llm['calls']} calls (ok {llm.get('ok', 0)}, rejected {llm.get('rejected', 0)}, errors "
-                      f"{llm.get('error', 0)}), {llm['input_tokens']} input and {llm['output_tokens']} output tokens, "
-                      f"${llm['cost_usd']:.2f}", highlight=False, markup=False)
-    best = evo.db.best()
+        _note(f"LLM: {llm['calls']} calls (ok {llm.get('ok', 0)}, rejected {llm.get('rejected', 0)}, errors "
+              f"{llm.get('error', 0)}), {llm['input_tokens']} input and {llm['output_tokens']} output tokens, "
+              f"${llm['cost_usd']:.2f}")
+    best = result.best
     if best:
-        console.print(f"best: #{best.id} {best.label or '-'}, {best.median_ms:.4f} ms, efficiency {best.score:.2f}; "
-                      f"written to {rd / 'best'}", highlight=False, markup=False)
-    measured, rounds_error = comparisons(evo.db)  # under the table, in its caption
-    if rounds_error:
+        _note(f"best: #{best.id} {best.label or '-'}, {best.median_ms:.4f} ms, efficiency {best.score:.2f}; written to "
+              f"{result.run_dir.best}")
+    if result.rounds_error:
         console.print(f"[yellow]warning:[/] the rounds that time the best against its rivals stopped: "
-                      f"{escape(rounds_error)}", highlight=False)
-    first = evo.db.seed()
-    start_failed = _start_failure(first)
-    if start_failed:
-        console.print(f"[yellow]warning:[/] {escape(start_failed)}", highlight=False)
-    code = _search_exit_code(evo, best)
-    atomic_write_json(rd / "summary.json", {
-        "evaluations": evo.db.count("done"), "failures_by_level": evo.db.failures_by_level(), "llm": llm,
-        "stop_reason": evo.stop_reason, "exit_code": int(code),
-        "start": {"id": first.id, "label": first.label, "ok": first.ok, "failed_level": first.failed_level,
-                  "failure": start_failed} if first else None,
-        "best": {"id": best.id, "label": best.label, "median_ms": best.median_ms, "bound_ms": best.bound_ms,
-                 "efficiency": best.score} if best else None,
-        "comparisons": [c.to_dict() for c in measured], "rounds_error": rounds_error,
-    }, indent=1)
-    return code
-
-
-def _writable_dir(path: Path) -> Path:
-    """A folder cuco must write (a run directory), created; cuco's own failure, named, when it cannot be."""
-    try:
-        path.mkdir(parents=True, exist_ok=True)
-        probe = path / f".cuco-write-test-{os.getpid()}"
-        probe.write_text("")
-        probe.unlink()
-    except OSError as exc:
-        raise CucoFailure(str(path), f"cannot write the run directory: {exc.strerror or exc}") from None
-    return path
-
-
-def _start_failure(seed) -> str | None:
-    """One line saying that the program the search started from (the seed, or search.start) failed, and why; None
-    where it passed or was not evaluated. A search that found passing programs all the same still exits 0."""
-    if seed is None or seed.status != "done" or seed.ok:
-        return None
-    lines = (seed.error or "").strip().splitlines()
-    why = lines[0] if lines else "no error recorded"
-    return f"the start program #{seed.id} ({seed.label or '-'}) failed at {seed.failed_level or '?'}: {why}"
-
-
-def _search_exit_code(evo, best) -> ExitCode:
-    """0 only for a search that ended with a passing program and was not stopped by a failure; each other
-    ending says why in one line, on stderr."""
-    fault = evo.stop_fault
-    if fault in ("runner", "workload"):
-        who = "cuco" if fault == "runner" else "the workload"
-        err_console.print(f"[red]error:[/] the search stopped: {who} failed, not the candidates: "
-                          f"{escape(evo.stop_reason)}", highlight=False)
-        return ExitCode.CUCO if fault == "runner" else ExitCode.BAD_INPUT
-    if fault == "proposer":
-        err_console.print(f"[red]error:[/] the search stopped: its proposer failed: {escape(evo.stop_reason)}",
-                          highlight=False)
-        return ExitCode.FAILED
-    if best is None:
-        err_console.print(f"[red]error:[/] no candidate passed ({evo.db.count('done')} evaluated; each one's error "
-                          "is in the table above and in cuco report)", highlight=False)
-        return ExitCode.FAILED
-    return ExitCode.OK
+                      f"{escape(result.rounds_error)}", highlight=False)
+    if result.start_failure:
+        console.print(f"[yellow]warning:[/] {escape(result.start_failure)}", highlight=False)
+    if result.error:
+        err_console.print(f"[red]error:[/] {escape(result.error)}", highlight=False)
 
 
 @app.command()
@@ -550,13 +447,14 @@ def transform(workload: str = typer.Argument(..., help="Built-in workload name o
     from cuco.fastpath.pipeline import transform as run_transform
     from cuco.report.console import analysis_table, print_record
     from cuco.runner.cascade import evaluate
+    from cuco.search import knobs_of
 
     ecfg = _eval_config(config, device)
     spec = _spec(workload, world)
     path = absolute(source) if source else Path(spec.seed_path or spec.source)
     if not path.is_file():
         raise CucoError(str(path), "no such source file (give --source, or a seed in [candidates])")
-    if path.suffix != ".cu":
+    if not is_cuda(path):
         raise CucoError(str(path), "the fast path analyses CUDA C++ (.cu) programs")
     try:
         analysis = analyze(path)
@@ -569,11 +467,11 @@ def transform(workload: str = typer.Argument(..., help="Built-in workload name o
         for w in analysis.warnings:
             console.print(f"[yellow]warning:[/] {escape(w)}")
     if explain:
-        for line in _knobs(spec, analysis).explain():
+        for line in knobs_of(spec, analysis).explain():
             console.print(line, highlight=False, markup=False)
     if analyze_only or explain:
         return
-    dev = _device(ecfg.device, spec.world_size)
+    dev = resolve_device(ecfg.device, spec.world_size)
     opts = _options(spec, dev, [], [], "L3", None, ecfg)
     check = lambda p: evaluate(spec, p, opts)  # noqa: E731
     target = absolute(out or Path("cuco-runs") / f"{spec.name}-transform" / "transformed.cu")
@@ -606,65 +504,6 @@ def transform(workload: str = typer.Argument(..., help="Built-in workload name o
                       highlight=False, markup=False)
     raise typer.Exit(_exit_code(result.record))
 
-
-def _knobs(spec, analysis):
-    """The knobs the rules' rewrite of the analysed program offers a search (cuco/fastpath/knobs.py)."""
-    from cuco.fastpath.knobs import derive
-    from cuco.fastpath.rewrite import RewriteError
-
-    try:
-        return derive(analysis, spec)
-    except RewriteError as exc:
-        raise CucoError(analysis.path, f"the rules cannot rewrite it, so it has no knobs: {exc}") from None
-
-
-def _derived_knobs(spec, cfg, start: Path | None):
-    """The knobs of the rules' rewrite that the directive proposer searches and an LLM starts from: on a workload
-    without [strategies], of its seed; with search.space = knobs, of the start program, whatever the workload ships.
-    None where the workload's strategies are searched (or, for an LLM, where the rules cannot rewrite the seed: it
-    then starts from the seed alone)."""
-    asked = cfg.search.space == "knobs"
-    if spec.strategies and not asked:
-        return None
-    from cuco.fastpath.analyze import AnalysisError, analyze
-
-    directive = cfg.search.proposer == "directive"
-    program = start if asked else spec.seed_path
-    if asked and program is not None and not program.is_file():
-        raise CucoError("search.start", f"{program} does not exist")
-    try:
-        if program is None or program.suffix != ".cu":
-            raise CucoError(str(program or spec.source), "is not a CUDA program to derive knobs from")
-        knobs = _knobs(spec, analyze(program))
-    except (AnalysisError, CucoError) as exc:
-        if asked:
-            raise CucoError("search.space", f"knobs: the rules' rewrite of the start program gives none: {exc}") \
-                from None
-        if directive:
-            raise CucoError(str(spec.source), f"ships no strategy kernels ([strategies] in workload.toml), and its "
-                                              f"seed gives the directive proposer nothing to search: {exc}") from None
-        console.print(f"no [strategies] in {spec.source.name} and no knobs from its seed ({exc}): the LLM starts "
-                      "from the seed alone", highlight=False, markup=False)
-        return None
-    how = (f"the directive proposer searches the {knobs.points()} design points" if directive else
-           "the LLM starts from the seed and from every issuer and placement of the design points")
-    why = "search.space = knobs" if asked else f"no [strategies] in {spec.source.name}"
-    console.print(f"{why}: {how} derived from the rules' rewrite of {program.name} "
-                  f"(cuco transform {spec.root} --source {program} --explain lists them)", highlight=False,
-                  markup=False)
-    return knobs
-
-
-def _with_knobs(spec, knobs, cfg, directory: Path):
-    """The workload with the derived knobs as its strategies (written into DIRECTORY), and the design points an LLM
-    search starts from beside the seed (none for the directive proposer, which searches them all)."""
-    if knobs is None:
-        return spec, []
-    spec = replace(spec, strategies=knobs.strategies(directory, spec))
-    if cfg.search.proposer == "directive":
-        return spec, []
-    first = knobs.start_strategy(spec.strategies)
-    return spec, [(first, p) for p in first.points()]
 
 
 def _llm_fallback(config: Path | None, tries: int, check):
@@ -711,11 +550,12 @@ def report(run_dir: Path = typer.Argument(..., help="A run directory of cuco evo
            ) -> None:
     """One HTML page for a search: summary, time per evaluation against the bound, lineage, every candidate, best
     code."""
+    from cuco.evolve.rundir import RunDir
     from cuco.report.html import render_report
 
-    run_dir = _run_store(absolute(run_dir))
-    target = absolute(out) if out else run_dir / "report.html"
-    page = render_report(run_dir)
+    rd = RunDir(absolute(run_dir)).readable()
+    target = absolute(out) if out else rd.report
+    page = render_report(rd)
     try:
         target.write_text(page)
     except OSError as exc:
@@ -730,68 +570,22 @@ def ui(run_dir: Path = typer.Argument(..., help="A run directory of cuco evolve 
                                 "0.0.0.0 shows the page to the network, with no authentication)."),
        port: int = typer.Option(8765, "--port", help="Port to listen on.")) -> None:
     """The report as a live web page: rebuilt from the store on each request, candidates one click away."""
+    from cuco.evolve.rundir import RunDir
     from cuco.report.ui import make_server
 
-    run_dir = _run_store(absolute(run_dir))
+    rd = RunDir(absolute(run_dir)).readable()
     try:
-        server = make_server(run_dir, host=host, port=port)
+        server = make_server(rd, host=host, port=port)
     except (OSError, OverflowError) as exc:
         why = exc.strerror if isinstance(exc, OSError) and exc.strerror else str(exc)
         raise CucoError("--host/--port", f"cannot listen on {host}:{port}: {why}") from None
-    console.print(f"serving {run_dir} on http://{host}:{server.server_address[1]}/ (Ctrl-C stops)", markup=False)
+    console.print(f"serving {rd} on http://{host}:{server.server_address[1]}/ (Ctrl-C stops)", markup=False)
     try:
         server.serve_forever()
     except KeyboardInterrupt:
         pass
     finally:
         server.server_close()
-
-
-def _run_store(run_dir: Path) -> Path:
-    """RUN_DIR, once its store opens read-only as one of cuco evolve's: report and ui only read a run, which may be
-    a copy or on a mount they cannot write."""
-    import sqlite3
-
-    from cuco.evolve.database import MIGRATIONS, Database
-
-    path = run_dir / "cuco.db"
-    if not path.is_file():
-        raise CucoError(str(run_dir), "not a run directory of cuco evolve (no cuco.db)")
-    try:
-        db = Database(path, readonly=True)
-        try:
-            missing = db.missing_migrations()
-        finally:
-            db.close()
-    except sqlite3.DatabaseError as exc:
-        raise CucoError(str(path), f"cannot be read as a store of cuco evolve ({exc})") from None
-    if missing == [name for name, _ in MIGRATIONS]:
-        raise CucoError(str(path), "not a store of cuco evolve (it has none of its tables)")
-    if missing:
-        raise CucoError(str(path), f"written by an older cuco (its schema lacks {missing[0]}): the same cuco evolve "
-                                   "command brings it up to date")
-    return run_dir
-
-
-def _slots(cfg, spec, shape: str):
-    """Where the search's evaluations run: (device, slots, evaluator, how to say it). Local: this machine's
-    disjoint GPU groups or CPU process groups; ray: tasks on the cluster (cuco/cluster)."""
-    if cfg.search.backend == "ray":
-        from cuco.cluster.ray_slots import RayBackend
-
-        cluster = RayBackend.connect(cfg.ray.address, cfg.eval.device, spec.world_size, cfg.ray.retries)
-        return cluster.device, cluster.slots(cfg.search.slots), cluster.evaluator(cfg, shape), \
-            f"on a Ray cluster ({cluster.device})"
-    from cuco.evolve.slots import local_evaluator, make_slots
-
-    dev = _device(cfg.eval.device, spec.world_size)
-    if dev == "cuda":
-        _ensure_machine_facts()
-    try:
-        slots = make_slots(dev, spec.world_size, cfg.search.slots)
-    except ValueError as exc:
-        raise CucoError("search.slots", str(exc)) from None
-    return dev, slots, local_evaluator(dev, cfg.eval, shape), f"on {dev}"
 
 
 def _one_line_summaries() -> None:

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import ctypes
 import importlib.metadata
+import importlib.util
 import json
 import platform
 import shutil
@@ -12,6 +13,8 @@ from collections.abc import Callable
 from datetime import datetime, timezone
 from typing import Any
 
+from cuco.errors import CucoError, NeedsGPU
+from cuco.extras import require
 from cuco.paths import atomic_write_json, machine_file
 
 # NVLink multicast stays off in every program cuco starts: on shared hosts it can take GPUs out of service.
@@ -35,6 +38,20 @@ def gpu_count() -> int:
 def gpus_in_words(count: int) -> str:
     """'1 GPU', '2 GPUs': the count of GPUs a message names."""
     return f"{count} GPU" + ("" if count == 1 else "s")
+
+
+def resolve_device(choice: str, world: int, where: str = "--device") -> str:
+    """auto, cuda or cpu, as the device evaluations run on: auto is cuda where this machine has a GPU per rank.
+    Every evaluation's judges import torch, so its absence is said here, before anything runs."""
+    if choice not in ("auto", "cuda", "cpu"):
+        raise CucoError(where, f"expected auto, cuda or cpu, got {choice!r}")
+    if importlib.util.find_spec("torch") is None:
+        require("torch")
+    if choice == "cuda" and gpu_count() < world:
+        raise NeedsGPU(f"{where} cuda", f"needs {world} GPUs, this machine has {gpu_count()}")
+    if choice != "auto":
+        return choice
+    return "cuda" if gpu_count() >= world else "cpu"
 
 
 def load_machine() -> dict[str, Any]:
@@ -61,8 +78,9 @@ def ensure_bound_facts(say: Callable[[str], None] = lambda line: None) -> dict[s
 
 def measure_rates(facts: dict[str, Any]) -> None:
     """The ceilings into `facts` (cuco.ceilings), or the reason they were refused (a busy GPU); and from them the
-    two rates the library bound uses: the GEMM rate of its compute floor and the peer link's, each measured on
-    its own only where the ceilings lack it."""
+    two rates the library bound uses: the GEMM rate of its compute floor and the peer link's. A refusal stays a
+    refusal: no rate is taken on the busy GPU the ceilings would not measure (the bounds then go without it, and
+    `cuco doctor` measures again)."""
     from cuco.ceilings import Busy, measure, to_facts
 
     gpus = facts.get("gpus") or gpu_inventory()
@@ -75,8 +93,8 @@ def measure_rates(facts: dict[str, Any]) -> None:
         facts["ceilings_refused"] = str(exc)
     ceilings = facts.get("ceilings") or {}
     tensor, link = ceilings.get("tensor_bf16_tflops"), ceilings.get("link_both_ways_gbps")
-    facts["gemm_bf16_tflops"] = tensor["value"] if tensor else measure_gemm_tflops()
-    facts["peer_bw_gbps"] = link["value"] if link else measure_peer_bandwidth()
+    facts["gemm_bf16_tflops"] = tensor["value"] if tensor else None
+    facts["peer_bw_gbps"] = link["value"] if link else None  # one GPU has no peer link
 
 
 def gpu_inventory() -> list[dict[str, Any]]:
@@ -101,59 +119,6 @@ def nvlink_topology() -> str | None:
         return None
     proc = subprocess.run(["nvidia-smi", "topo", "-m"], capture_output=True, text=True)
     return proc.stdout.strip() if proc.returncode == 0 else None
-
-
-def measure_peer_bandwidth(size_mb: int = 256, iters: int = 10) -> float | None:
-    """GB/s per direction between GPU 0 and 1 with both sending at once (copy engine, cudaMemcpyPeer)."""
-    import torch
-
-    if torch.cuda.device_count() < 2:
-        return None
-    n = size_mb * 2**20
-    a0, b0 = torch.empty(n, dtype=torch.uint8, device="cuda:0"), torch.empty(n, dtype=torch.uint8, device="cuda:0")
-    a1, b1 = torch.empty(n, dtype=torch.uint8, device="cuda:1"), torch.empty(n, dtype=torch.uint8, device="cuda:1")
-    a0.random_(0, 255)
-    a1.random_(0, 255)
-    s0, s1 = torch.cuda.Stream("cuda:0"), torch.cuda.Stream("cuda:1")
-    best = 0.0
-    for _ in range(iters):
-        torch.cuda.synchronize("cuda:0")
-        torch.cuda.synchronize("cuda:1")
-        e0 = torch.cuda.Event(enable_timing=True)
-        e1 = torch.cuda.Event(enable_timing=True)
-        with torch.cuda.stream(s0):
-            e0.record(s0)
-            b1.copy_(a0, non_blocking=True)  # 0 -> 1
-        with torch.cuda.stream(s1):
-            s1.wait_event(e0)
-            b0.copy_(a1, non_blocking=True)  # 1 -> 0, at the same time
-        with torch.cuda.stream(s0):
-            s0.wait_stream(s1)
-            e1.record(s0)
-        torch.cuda.synchronize("cuda:0")
-        torch.cuda.synchronize("cuda:1")
-        ms = e0.elapsed_time(e1)
-        best = max(best, n / (ms * 1e-3) / 1e9)
-    return best
-
-
-def measure_gemm_tflops(n: int = 8192, iters: int = 10) -> float | None:
-    """bf16 GEMM rate on random data through torch (cuBLAS)."""
-    import torch
-
-    if not torch.cuda.is_available():
-        return None
-    a = torch.randn(n, n, device="cuda", dtype=torch.bfloat16)
-    b = torch.randn(n, n, device="cuda", dtype=torch.bfloat16)
-    for _ in range(3):
-        a @ b
-    start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
-    start.record()
-    for _ in range(iters):
-        a @ b
-    end.record()
-    torch.cuda.synchronize()
-    return 2 * n**3 * iters / (start.elapsed_time(end) * 1e-3) / 1e12
 
 
 def fingerprint() -> dict[str, Any]:

@@ -38,6 +38,11 @@ def records_dir() -> Path:
     return d
 
 
+def baselines_file(workload: str, world: int, device: str) -> Path:
+    """`cuco baseline`'s records of a workload's baselines at a world size on a device (name -> record)."""
+    return cuco_home() / "baselines" / f"{workload}-w{world}-{device}.json"
+
+
 def atomic_write_text(path: Path, text: str) -> Path:
     """Write so that a reader (or a kill at any moment) sees the old file or the new one, never half."""
     path.parent.mkdir(parents=True, exist_ok=True)

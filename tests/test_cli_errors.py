@@ -207,8 +207,9 @@ def test_version_and_short_help():
 def test_the_command_line_imports_torch_only_where_it_computes():
     """Choosing the device and fingerprinting a record ask the driver and the package metadata: the judges, forked
     from a zygote that imported torch once, are where it runs (two CPU-seconds saved per command)."""
-    probe = ("import sys\nfrom cuco.cli import _device\nfrom cuco.machine import fingerprint\n"
-             "print(_device('auto', 1), _device('cpu', 2), 'torch' in fingerprint(), 'torch' in sys.modules)")
+    probe = ("import sys\nimport cuco.cli, cuco.search\nfrom cuco.machine import fingerprint, resolve_device\n"
+             "print(resolve_device('auto', 1), resolve_device('cpu', 2), 'torch' in fingerprint(), "
+             "'torch' in sys.modules)")
     proc = subprocess.run([sys.executable, "-c", probe], capture_output=True, text=True, cwd=REPO,
                           env={**os.environ, "CUDA_VISIBLE_DEVICES": ""})
     assert proc.stdout.split() == ["cpu", "cpu", "True", "False"], proc.stdout + proc.stderr

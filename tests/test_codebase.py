@@ -146,10 +146,54 @@ def test_no_import_cycle_between_modules_or_packages():
     assert _cycles({"a": {"b"}, "b": {"c"}, "c": {"a"}, "d": {"a"}}) == [["a", "b", "c"]]
 
 
+BENCHMARKS = {f"benchmarks.{p.stem}": ast.parse(p.read_text(), str(p))
+              for p in sorted((ROOT / "benchmarks").glob("*.py"))}
+EVERYTHING = {**MODULES, **BENCHMARKS}
+
+
+def _imported(tree: ast.Module) -> set[str]:
+    """Every module name an import statement of TREE names, whatever the package."""
+    return {a.name for n in ast.walk(tree) if isinstance(n, ast.Import) for a in n.names} | \
+        {n.module for n in ast.walk(tree) if isinstance(n, ast.ImportFrom) and n.module}
+
+
 def test_only_the_store_speaks_sql():
-    speakers = sorted({mod for mod, tree in MODULES.items() for node in ast.walk(tree)
+    assert len(BENCHMARKS) > 10
+    speakers = sorted({mod for mod, tree in EVERYTHING.items() for node in ast.walk(tree)
                        if isinstance(node, ast.Attribute) and node.attr in ("execute", "executemany", "executescript")})
     assert speakers == ["cuco.evolve.database"], speakers
+    # a benchmark reads a run through the store's API: it does not open the database itself
+    assert [b for b, tree in BENCHMARKS.items() if "sqlite3" in _imported(tree)] == []
+
+
+def test_only_the_command_line_imports_typer():
+    assert sorted(m for m, tree in EVERYTHING.items() if any(i.split(".")[0] == "typer" for i in _imported(tree))) \
+        == ["cuco.cli"]
+
+
+def test_a_search_enters_through_one_front_door():
+    """cuco.search builds the Evolution; the command line and the benchmarks call it (one benchmark runs the
+    commands themselves, to compare `cuco eval` with `cuco evolve`)."""
+    builders = sorted(m for m, tree in EVERYTHING.items() for n in ast.walk(tree) if isinstance(n, ast.Call)
+                      and getattr(n.func, "id", getattr(n.func, "attr", None)) == "Evolution")
+    assert builders == ["cuco.search"], builders
+    assert "cuco.search" in _imports(MODULES["cuco.cli"])
+    commands = sorted(b for b, tree in BENCHMARKS.items() for n in ast.walk(tree) if isinstance(n, ast.Call)
+                      and any(isinstance(a, ast.Constant) and a.value == "evolve" for a in n.args))
+    assert commands == ["benchmarks.eval_vs_evolve"], commands
+
+
+# The names of a run directory's files and folders: cuco.evolve.rundir.RunDir names each one, nothing else joins them.
+RUN_DIR_NAMES = {"cuco.db", "config.json", "summary.json", "report.html", "best", "derived", "evals", "baselines",
+                 "rounds"}
+
+
+def test_every_run_directory_path_comes_from_run_dir():
+    joined = sorted({m for m, tree in EVERYTHING.items() if m != "cuco.evolve.rundir"
+                    for n in ast.walk(tree) if isinstance(n, ast.BinOp) and isinstance(n.op, ast.Div)
+                     and isinstance(n.right, ast.Constant) and n.right.value in RUN_DIR_NAMES})
+    # what cuco_home() holds is not a run directory: `cuco baseline`'s records, named by cuco.paths
+    assert joined == ["cuco.paths"], joined
 
 
 def test_the_dtype_table_matches_the_c_abi():
@@ -163,3 +207,15 @@ def test_the_dtype_table_matches_the_c_abi():
     assert names == [d.c_enum for d in DTYPES.values()]
     assert "= 0" in enum.split(",")[0] and all("=" not in part for part in enum.split(",")[1:])
     assert [c_code(n) for n in DTYPES] == list(range(len(DTYPES)))
+
+
+def test_results_hold_one_current_result_per_benchmark_at_their_top():
+    """benchmarks/results/: each current result as <name>.json with its <name>.md; logs in logs/, replaced results in
+    archive/; the notes and the index are Markdown alone."""
+    top = ROOT / "benchmarks" / "results"
+    files = {p.name for p in top.iterdir() if p.is_file()}
+    assert {p.name for p in top.iterdir() if p.is_dir()} == {"archive", "logs"}
+    assert not [f for f in files if not f.endswith((".json", ".md"))]
+    unpaired = sorted(f for f in files if f.endswith(".md") and f.removesuffix(".md") + ".json" not in files)
+    assert unpaired == ["README.md", "diagnose_ag_overlap.md", "notes-collectives.md"]
+    assert all(f.removesuffix(".json") + ".md" in files for f in files if f.endswith(".json"))

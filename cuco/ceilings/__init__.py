@@ -79,7 +79,7 @@ def _timed(fn: Callable[[], Any], iters: int) -> float:
 def tensor_rate(iters: int = 10) -> tuple[float, str]:
     """Dense bf16 TFLOP/s through cuBLAS: the best of several large shapes on random data, and the fastest of them
     again on zeros. The rate moves with the data (the tensor cores draw less power on zeros, so the clocks stay
-    higher: benchmarks/results/tensor_rate_by_data-w1.log), and a workload's own data may run faster than random
+    higher: benchmarks/results/logs/tensor_rate_by_data-w1.log), and a workload's own data may run faster than random
     data does: the ceiling is the best the chip reaches on any data, or an honest candidate could beat it."""
     import torch
 

@@ -8,6 +8,7 @@ from __future__ import annotations
 from typing import Any
 
 from cuco.evolve.database import Candidate
+from cuco.language import language_of
 from cuco.program.prompts import render, system_prompt
 from cuco.workload.spec import WorkloadSpec
 
@@ -67,10 +68,10 @@ def example_prompts(spec: WorkloadSpec, shape: str, machine: dict[str, Any]) -> 
     seed_path = spec.seed_path
     if seed_path is None:
         raise ValueError(f"{spec.name} has no seed candidate")
-    lang = "cuda" if seed_path.suffix == ".cu" else "python"
+    lang = language_of(seed_path)
     parent = _unevaluated(1, seed_path.read_text(), lang, "nccl_host/deferred/global/cta/1")
     others = [_unevaluated(i + 2, p.read_text(), lang, None)
               for i, (name, p) in enumerate(sorted(spec.candidates.items()))
-              if p != seed_path and p.suffix == seed_path.suffix]
+              if p != seed_path and language_of(p) == lang]
     system = system_prompt(spec, shape, None, None, machine, "", lang)
     return {kind: f"# System\n\n{system}\n\n# User\n\n{user_prompt(kind, parent, others[:2])}" for kind in KINDS}

@@ -22,9 +22,11 @@ from cuco.evolve.novelty import code_hash
 from cuco.evolve.proposers import PROPOSERS, Proposal, ProposalContext, ProposalFailed, SearchStopped, point_key
 from cuco.evolve.proposers import directive as _directive  # noqa: F401  (registers the proposer)
 from cuco.evolve.proposers import llm as _llm  # noqa: F401  (registers the proposer)
+from cuco.evolve.rundir import RunDir
 from cuco.evolve.selection import hill_climbing, power_law, weighted
 from cuco.evolve.slots import Slot
 from cuco.evolve.strategy import directive_for, materialize
+from cuco.language import file_name, is_cuda, language_of
 from cuco.paths import atomic_write_text
 from cuco.runner.comparison import Comparison, compare, pending
 from cuco.runner.record import EvalRecord
@@ -94,7 +96,7 @@ def _label(d: Directive) -> str | None:
 class Evolution:
     spec: WorkloadSpec
     cfg: RunConfig
-    run_dir: Path
+    run_dir: RunDir | Path  # a Path is taken as RunDir(path)
     slots: list[Slot]
     evaluator: Evaluator
     device: str
@@ -104,8 +106,9 @@ class Evolution:
     starts: list[tuple[StrategySpec, DesignPoint]] = field(default_factory=list)
 
     def __post_init__(self) -> None:
-        self.run_dir.mkdir(parents=True, exist_ok=True)
-        self.db = Database(self.run_dir / "cuco.db")
+        self.run_dir = RunDir.of(self.run_dir)
+        self.run_dir.root.mkdir(parents=True, exist_ok=True)
+        self.db = self.run_dir.open()
         self.shape = self.cfg.search.shape or self.spec.shapes[0].name
         self.spec.shape(self.shape)
         try:
@@ -115,7 +118,7 @@ class Evolution:
                                                f"(known: {', '.join(PROPOSERS)})") from None
         try:
             self.proposer = factory(self.spec, self.machine, cfg=self.cfg, db=self.db, shape=self.shape,
-                                    run_dir=self.run_dir)
+                                    run_dir=self.run_dir.root)
         except ValueError as exc:
             raise CucoError(f"search.proposer {self.cfg.search.proposer}", str(exc)) from None
         self.exhausted = False
@@ -141,7 +144,7 @@ class Evolution:
             raise CucoError(str(self.run_dir), f"belongs to another run ({known}); this one is {here}")
         self.db.set_meta("run", here)
         self.db.set_meta("config", json.loads(self.cfg.to_json()))
-        (self.run_dir / "config.json").write_text(self.cfg.to_json())
+        self.run_dir.config.write_text(self.cfg.to_json())
         return self.db.requeue_unfinished()
 
     def seed(self) -> None:
@@ -154,7 +157,7 @@ class Evolution:
         if not path.is_file():
             raise CucoError("search.start", f"{path} does not exist")
         code = path.read_text()
-        lang = "cuda" if path.suffix == ".cu" else "python"
+        lang = language_of(path, "search.start" if start else str(self.spec.source))
         # The seed is host-driven; another starting program states no design point of its own, and is labelled
         # by its name (the summary and the report name the best by its label).
         d = Directive(None, f"started from {path}") if start else Directive(SEED_POINT, "the host-driven seed")
@@ -162,7 +165,7 @@ class Evolution:
                     generation=0, proposer="seed", phase="seed", directive=d.to_json(),
                     label=f"{START_LABEL}{path.name}" if start else SEED_POINT.label())
         for strategy, point in self.starts:
-            code, lang = materialize(strategy, point), "cuda" if strategy.path.suffix == ".cu" else "python"
+            code, lang = materialize(strategy, point), language_of(strategy.path)
             d = directive_for(strategy, point, "a starting point: a design point of the rules' rewrite")
             self.db.add(code=code, code_hash=code_hash(code, lang), language=lang, parent_id=None, island=0,
                         generation=0, proposer="knobs", phase="seed", directive=d.to_json(), label=_label(d))
@@ -239,7 +242,7 @@ class Evolution:
         return await self.propose()
 
     def evaluate(self, cand: Candidate, slot: Slot) -> EvalRecord:
-        return self.evaluate_program(cand.code, cand.language, slot, self.run_dir / "evals" / f"{cand.id:05d}", None)
+        return self.evaluate_program(cand.code, cand.language, slot, self.run_dir.evaluation(cand.id), None)
 
     async def measure_baselines(self, slot: Slot) -> None:
         """The workload's baselines at the search's shape, each once per run (kept in the store, so a resumed run
@@ -250,9 +253,9 @@ class Evolution:
             path = self.spec.candidates.get(name)
             if name in known or path is None or (path == self.spec.seed_path and not self.cfg.search.start):
                 continue
-            if self.device == "cpu" and path.suffix == ".cu":
+            if self.device == "cpu" and is_cuda(path):
                 continue
-            work = self.run_dir / "baselines" / name / f"attempt-{time.time_ns()}"
+            work = self.run_dir.baseline(name) / f"attempt-{time.time_ns()}"
             record = await asyncio.to_thread(self.evaluator, self.spec, path, slot, work, name)
             median = record.median_ms(self.shape) if record.ok else None
             known[name] = {"median_ms": median, "error": None if median else record.error}
@@ -292,7 +295,7 @@ class Evolution:
         for i, key in pending(list(names), rounds, state["ms"]):
             program, language, workload_name = programs[key]
             record = await asyncio.to_thread(self.evaluate_program, program, language, slot,
-                                             self.run_dir / "rounds" / key.replace(":", "-"), workload_name)
+                                             self.run_dir.rounds(key), workload_name)
             median = record.median_ms(self.shape) if record.ok else None
             if median is None:
                 state["error"] = f"round {i + 1}: {names[key]} failed: {record.error}"
@@ -308,7 +311,7 @@ class Evolution:
                          workload_name: str | None) -> EvalRecord:
         """One evaluation of a file, or of code written into FOLDER first; its attempts go in FOLDER."""
         if isinstance(program, str):
-            path = folder / f"candidate{'.cu' if language == 'cuda' else '.py'}"
+            path = folder / file_name("candidate", language)
             try:
                 folder.mkdir(parents=True, exist_ok=True)
                 path.write_text(program)
@@ -349,13 +352,13 @@ class Evolution:
             self.stop_reason = f"evaluation #{cand.id}: {record.error}"
 
     def write_best(self, best: Candidate, record: EvalRecord) -> None:
-        d = self.run_dir / "best"
+        d = self.run_dir.best
         d.mkdir(exist_ok=True)
-        ext = ".cu" if best.language == "cuda" else ".py"
+        program = file_name("candidate", best.language)
         for old in d.glob("candidate.*"):
-            if old.suffix != ext:
+            if old.name != program:
                 old.unlink()
-        for name, text in ((f"candidate{ext}", best.code), ("record.json", json.dumps(record.to_dict(), indent=1)),
+        for name, text in ((program, best.code), ("record.json", json.dumps(record.to_dict(), indent=1)),
                            ("candidate.json", json.dumps({"id": best.id, "label": best.label, "score": best.score,
                                                           "median_ms": best.median_ms, "bound_ms": best.bound_ms,
                                                           "directive": json.loads(best.directive or "null")}))):

@@ -9,6 +9,7 @@ from typing import Any
 
 from cuco.designspace import DesignPoint, Directive
 from cuco.designspace.dimensions import DIMENSIONS, ENUMS
+from cuco.language import is_cuda
 from cuco.workload.spec import Requirements, StrategySpec
 
 
@@ -21,7 +22,7 @@ def materialize(strategy: StrategySpec, point: DesignPoint) -> str:
     if excluded := strategy.excluded(point):
         raise ValueError(f"strategy {strategy.name} does not take {excluded} together")
     body = strategy.path.read_text()
-    if strategy.path.suffix == ".cu":
+    if is_cuda(strategy.path):
         # Each dimension names its enumerator; cuco_design_point.cuh turns them into typed constants (cuco::kBackend).
         head = [f"// cuco directive: strategy {strategy.name}, design point {point.label()}"]
         head += [f"#define CUCO_{dim.upper()} {getattr(point, dim).cxx}" for dim in ENUMS]
@@ -55,7 +56,7 @@ def prebuild(strategy: StrategySpec, directory: Path, machine: dict[str, Any] | 
     """Compile every accepted point of a CUDA strategy (or those of `points`) at once (nvcc in parallel), filling
     the build cache so that a search or a sweep pays no compile per candidate. Returns (built, total): (0, 0) for
     a Python strategy."""
-    if strategy.path.suffix != ".cu":
+    if not is_cuda(strategy.path):
         return 0, 0
     import os
     from concurrent.futures import ThreadPoolExecutor

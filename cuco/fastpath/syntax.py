@@ -30,6 +30,20 @@ def walk(node):
         yield from walk(c)
 
 
+def callee(node) -> str:
+    """The function a call expression names, without template arguments (`f<T>(x)` -> f); "" for any other node."""
+    fn = node.child_by_field_name("function") if node is not None and node.type == "call_expression" else None
+    if fn is not None and fn.type == "template_function":
+        fn = fn.child_by_field_name("name")
+    return text(fn) if fn is not None else ""
+
+
+def call_args(call) -> list:
+    """A call's arguments, comments left out."""
+    lst = call.child_by_field_name("arguments")
+    return [a for a in lst.named_children if a.type != "comment"] if lst is not None else []
+
+
 def function_name(fn) -> str:
     decl = fn.child_by_field_name("declarator")
     while decl is not None and decl.type != "function_declarator":

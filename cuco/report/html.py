@@ -11,8 +11,9 @@ from html import escape
 from pathlib import Path
 from typing import Any
 
-from cuco.evolve.database import Candidate, Database
+from cuco.evolve.database import Candidate
 from cuco.evolve.run import comparisons, strongest_baseline
+from cuco.evolve.rundir import RunDir
 from cuco.report.console import fmt_ms
 
 PLOT_W, PLOT_H, PAD = 720, 260, 40
@@ -84,8 +85,8 @@ def _lineage(cands: list[Candidate]) -> str:
     return "<ul class='lineage'>" + "".join(node(c) for c in children.get(None, [])) + "</ul>"
 
 
-def render_report(run_dir: Path) -> str:
-    db = Database(Path(run_dir) / "cuco.db", readonly=True)  # it only reads: a run it may not write opens too
+def render_report(run_dir: RunDir | Path) -> str:
+    db = RunDir.of(run_dir).open(readonly=True)  # it only reads: a run it may not write opens too
     try:
         meta: dict[str, Any] = db.get_meta("run") or {}
         cands = db.all()

@@ -8,14 +8,14 @@ from html import escape
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 
-from cuco.evolve.database import Database
+from cuco.evolve.rundir import RunDir
 from cuco.report.html import render_report
 
 REFRESH_S = 10
 
 
-def _candidate_page(run_dir: Path, cid: int) -> str | None:
-    db = Database(run_dir / "cuco.db", readonly=True)
+def _candidate_page(run_dir: RunDir, cid: int) -> str | None:
+    db = run_dir.open(readonly=True)
     try:
         rows = [c for c in db.all() if c.id == cid]
     finally:
@@ -31,7 +31,8 @@ def _candidate_page(run_dir: Path, cid: int) -> str | None:
             f"<pre>{escape(record)}</pre></body></html>")
 
 
-def make_server(run_dir: Path, host: str = "127.0.0.1", port: int = 8765) -> ThreadingHTTPServer:
+def make_server(run_dir: RunDir | Path, host: str = "127.0.0.1", port: int = 8765) -> ThreadingHTTPServer:
+    run_dir = RunDir.of(run_dir)
     class Handler(BaseHTTPRequestHandler):
         def log_message(self, *args):
             pass

@@ -19,6 +19,7 @@ from pathlib import Path
 from typing import Any
 
 from cuco.errors import CucoError
+from cuco.language import language_of
 from cuco.machine import fingerprint, gpus_in_words, load_machine
 from cuco.paths import atomic_write_json
 from cuco.runner.bounds import compute_bound, reference_timings
@@ -87,7 +88,7 @@ def evaluate(spec: WorkloadSpec, candidate: Path, opts: EvalOptions,
     """The cascade on one candidate; `baselines` (name -> record) give the speedups."""
     candidate = Path(candidate)
     text = candidate.read_text(errors="replace")
-    kind = "cuda" if candidate.suffix == ".cu" else "python"
+    kind = language_of(candidate)
     record = EvalRecord(
         workload=spec.name, candidate=str(candidate), candidate_name=opts.name or candidate.stem, kind=kind,
         sha256=hashlib.sha256(text.encode()).hexdigest(), world=spec.world_size, device=opts.device,

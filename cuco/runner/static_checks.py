@@ -15,6 +15,7 @@ import re
 from dataclasses import dataclass
 from pathlib import Path
 
+from cuco.language import is_cuda
 from cuco.program.blocks import marker_problems
 
 # (pattern, why) -- matched on source with comments and string literals removed.
@@ -272,7 +273,7 @@ def _check_cuda(path: Path, text: str) -> list[str]:
 
 
 def check_source(path: Path) -> StaticReport:
-    if path.suffix == ".cu":
+    if is_cuda(path):
         text = path.read_text(errors="replace")
         return _report(marker_problems(text) + _check_cuda(path, text))
     try:

@@ -11,8 +11,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from cuco.fastpath.syntax import function_name, text, walk
-from cuco.scaffold.c_expr import callee, cast_call, literal_arg, strip
+from cuco.fastpath.syntax import callee, function_name, text, walk
+from cuco.scaffold.c_expr import cast_call, literal_arg, strip
 from cuco.scaffold.declarations import cast_type, declared_name, element_type
 from cuco.scaffold.size_expr import int_literal
 

@@ -19,11 +19,6 @@ def literal_arg(call_node) -> str | None:
     return text(lit) if lit is not None else None
 
 
-def callee(node) -> str:
-    fn = node.child_by_field_name("function") if node.type == "call_expression" else None
-    return text(fn) if fn is not None else ""
-
-
 def cast_call(node) -> bool:
     """`static_cast<T>(x)` and its kin."""
     fn = node.child_by_field_name("function") if node is not None and node.type == "call_expression" else None

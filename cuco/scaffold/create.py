@@ -15,6 +15,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from cuco.errors import CucoError, CucoFailure
+from cuco.language import is_cuda
 from cuco.scaffold.infer import Scaffold, infer
 from cuco.scaffold.program import Program
 from cuco.scaffold.reference_file import reference_py
@@ -36,7 +37,7 @@ def read_program(program: Path) -> tuple[Program, bytes]:
     """The program parsed, or one line naming the file and the line the grammar stops at."""
     if not program.is_file():
         raise CucoError(str(program), "no such file")
-    if program.suffix != ".cu":
+    if not is_cuda(program):
         raise CucoError(str(program), "cuco init wraps a CUDA C++ (.cu) program")
     raw = program.read_bytes()
     if b"\0" in raw:

@@ -10,8 +10,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from cuco.fastpath.syntax import text, walk
-from cuco.scaffold.c_expr import callee, cast_call, strip
+from cuco.fastpath.syntax import callee, text, walk
+from cuco.scaffold.c_expr import cast_call, strip
 from cuco.scaffold.declarations import KernelParam, declared_name
 
 READ_INTRINSICS = ("__ldg", "__ldca", "__ldcg", "__ldcs", "__ldlu", "__ldcv")

@@ -14,9 +14,9 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from cuco.fastpath.analyze import ALLOCATORS
-from cuco.fastpath.syntax import blank_macros, function_name, parser, text, walk
+from cuco.fastpath.syntax import blank_macros, callee, function_name, parser, text, walk
 from cuco.scaffold.buffer_refs import BufferRefs, Ref
-from cuco.scaffold.c_expr import callee, cast_call, in_loop, literal_arg, peel
+from cuco.scaffold.c_expr import cast_call, in_loop, literal_arg, peel
 from cuco.scaffold.declarations import (
     BYTE_VIEWS,
     C_TYPES,

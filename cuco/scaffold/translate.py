@@ -10,8 +10,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
-from cuco.fastpath.syntax import text
-from cuco.scaffold.c_expr import callee, cast_call, literal_arg, only_arg, strip
+from cuco.fastpath.syntax import callee, text
+from cuco.scaffold.c_expr import cast_call, literal_arg, only_arg, strip
 from cuco.scaffold.declarations import INTEGER_TYPES
 from cuco.scaffold.definitions import UNSURE, Definitions
 from cuco.scaffold.size_expr import SizeWriter, constant, param_name, tidy

@@ -20,6 +20,7 @@ from typing import Any
 from cuco.dtypes import torch_dtype
 from cuco.errors import CucoError
 from cuco.extras import install_hint
+from cuco.language import is_cuda
 from cuco.workload.reference import ReferenceMissing, load_reference
 from cuco.workload.spec import BufferSpec, Shape, WorkloadSpec, load_workload
 
@@ -65,7 +66,7 @@ def _shown(path: Path, root: Path) -> str:
 def lookups(spec: WorkloadSpec, program: Path) -> list[str]:
     """Every cuco_buffer / cuco_param name a .cu program looks up that workload.toml does not declare, with the
     file and line of the use."""
-    if program.suffix != ".cu":
+    if not is_cuda(program):
         return []
     shown = _shown(program, spec.root)
     try:
@@ -108,7 +109,7 @@ def entry_points(spec: WorkloadSpec, program: Path) -> list[str]:
     """Each entry point a .cu program does not define with C linkage: the runner finds cuco_setup, cuco_run and
     cuco_teardown by their C names, so one missing, or mangled as C++, fails only once the program is built and run
     on GPUs."""
-    if program.suffix != ".cu":
+    if not is_cuda(program):
         return []
     shown = _shown(program, spec.root)
     try:

@@ -13,6 +13,7 @@ from typing import TYPE_CHECKING
 
 from cuco.dtypes import DTYPES
 from cuco.errors import CucoError
+from cuco.language import SUFFIX
 from cuco.machine import SAFE_ENV
 from cuco.tomlconfig import Section as _Section
 from cuco.tomlconfig import load_dataclass as _load_dataclass
@@ -413,7 +414,7 @@ def _load_candidates(top: _Section, root: Path) -> tuple[dict[str, Path], list[s
         cpath = root / rel
         if not cpath.is_file():
             raise csec.fail(cname, f"candidate file {rel!r} does not exist")
-        if cpath.suffix not in (".cu", ".py"):
+        if cpath.suffix not in SUFFIX.values():
             raise csec.fail(cname, f"candidate must be a .cu or .py file, got {rel!r}")
         candidates[cname] = cpath
     baselines = top.get("baselines", list, [])

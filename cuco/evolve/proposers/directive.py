@@ -14,6 +14,7 @@ from cuco.designspace import DesignPoint, Directive
 from cuco.designspace.dimensions import DIMENSIONS
 from cuco.evolve.proposers import Proposal, ProposalContext, SearchStopped, point_key, register
 from cuco.evolve.strategy import directive_for, materialize
+from cuco.language import language_of
 from cuco.workload.spec import StrategySpec, WorkloadSpec
 
 TRIES = 64
@@ -29,7 +30,7 @@ class DirectiveProposer:
                              "the directive proposer has nothing to search")
         self.spec = spec
         self.points: dict[str, list[DesignPoint]] = {n: s.points(machine) for n, s in spec.strategies.items()}
-        self.language = {n: "cuda" if s.path.suffix == ".cu" else "python" for n, s in spec.strategies.items()}
+        self.language = {n: language_of(s.path) for n, s in spec.strategies.items()}
 
     def _strategy_of(self, ctx: ProposalContext) -> StrategySpec:
         d = Directive.from_json(ctx.parent.directive) if ctx.parent.directive else None

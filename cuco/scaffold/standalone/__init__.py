@@ -15,10 +15,11 @@ from __future__ import annotations
 
 from pathlib import Path
 
+from cuco.fastpath.syntax import callee
 from cuco.scaffold.standalone.blockers import Blocked, blockers
 from cuco.scaffold.standalone.calls import COMM_INIT
 from cuco.scaffold.standalone.facts import Conversion, Facts, refine
-from cuco.scaffold.standalone.nodes import callee, calls_in
+from cuco.scaffold.standalone.nodes import calls_in
 from cuco.scaffold.standalone.place import find_step
 from cuco.scaffold.standalone.program import Standalone
 from cuco.scaffold.standalone.seed import Seed

@@ -15,8 +15,9 @@ from pathlib import Path
 from cuco.errors import CucoError
 from cuco.fastpath.analyze import AnalysisError, analyze
 from cuco.fastpath.places import Place, Pointers, Unplaced
+from cuco.fastpath.syntax import callee
 from cuco.scaffold.standalone.calls import COMM_INIT
-from cuco.scaffold.standalone.nodes import callee, calls_in
+from cuco.scaffold.standalone.nodes import calls_in
 from cuco.scaffold.standalone.program import Standalone
 
 CREATES_COMM = COMM_INIT | {"ncclCommInitAll"}

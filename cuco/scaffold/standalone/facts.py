@@ -7,12 +7,12 @@ import re
 from dataclasses import dataclass, field
 
 from cuco.fastpath.analyze import BLAS, COPIES, NCCL_SIGNATURES
-from cuco.fastpath.syntax import text
+from cuco.fastpath.syntax import call_args, callee, text
 from cuco.scaffold.infer import Param, Scaffold, settle
 from cuco.scaffold.program import C_TYPES, dims, param_name, tidy
 from cuco.scaffold.size_expr import MAX_DEPTH
 from cuco.scaffold.standalone.calls import GEMM_SIZES
-from cuco.scaffold.standalone.nodes import call_args, callee, calls_in, idents, line_of
+from cuco.scaffold.standalone.nodes import calls_in, idents, line_of
 from cuco.scaffold.standalone.seed import Seed
 from cuco.scaffold.standalone.sizes import Sizes
 from cuco.scaffold.standalone.step import Event

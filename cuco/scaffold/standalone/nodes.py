@@ -1,5 +1,5 @@
-"""The syntax-tree helpers that the conversion's modules share: what a call is called and given, where a node
-stands, which names and strings it holds."""
+"""The syntax-tree helpers that the conversion's modules share beyond cuco.fastpath.syntax's: where a node stands,
+which names and strings it holds, whether a call launches a kernel."""
 
 from __future__ import annotations
 
@@ -8,18 +8,6 @@ from cuco.fastpath.syntax import text, walk
 
 def line_of(node) -> int:
     return node.start_point.row + 1
-
-
-def callee(call) -> str:
-    fn = call.child_by_field_name("function")
-    if fn is not None and fn.type == "template_function":
-        fn = fn.child_by_field_name("name")
-    return text(fn) if fn is not None else ""
-
-
-def call_args(call) -> list:
-    lst = call.child_by_field_name("arguments")
-    return [a for a in lst.named_children if a.type != "comment"] if lst is not None else []
 
 
 def is_launch(call) -> bool:

@@ -5,10 +5,10 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from cuco.fastpath.syntax import text, walk
+from cuco.fastpath.syntax import callee, text, walk
 from cuco.scaffold.c_expr import LOOPS
 from cuco.scaffold.standalone.calls import WORK
-from cuco.scaffold.standalone.nodes import callee, calls_in, line_of
+from cuco.scaffold.standalone.nodes import calls_in, line_of
 from cuco.scaffold.standalone.program import Standalone
 
 

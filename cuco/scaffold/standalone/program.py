@@ -9,10 +9,10 @@ from pathlib import Path
 
 from cuco.errors import CucoError
 from cuco.fastpath.analyze import ALLOCATORS, COPIES, FREES, NCCL_SIGNATURES, const_params
-from cuco.fastpath.syntax import blank_macros, function_name, text, walk
+from cuco.fastpath.syntax import blank_macros, call_args, callee, function_name, text, walk
 from cuco.scaffold.size_expr import constant, int_literal
 from cuco.scaffold.standalone.calls import CHECKS, WORK
-from cuco.scaffold.standalone.nodes import call_args, callee, calls_in, idents, is_launch, line_of
+from cuco.scaffold.standalone.nodes import calls_in, idents, is_launch, line_of
 
 SYNCS = frozenset({"cudaStreamSynchronize", "cudaDeviceSynchronize", "cudaEventSynchronize", "cudaEventRecord",
                    "cudaEventRecordWithFlags", "cudaEventElapsedTime", "cudaEventQuery", "cudaStreamQuery",

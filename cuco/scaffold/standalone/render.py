@@ -6,9 +6,9 @@ from __future__ import annotations
 from typing import TYPE_CHECKING
 
 from cuco.fastpath.analyze import COPIES, NCCL_SIGNATURES
-from cuco.fastpath.syntax import text
+from cuco.fastpath.syntax import call_args, callee, text
 from cuco.scaffold.standalone.calls import CHECKS, DEFAULT_STREAMS
-from cuco.scaffold.standalone.nodes import call_args, callee, calls_in, is_launch
+from cuco.scaffold.standalone.nodes import calls_in, is_launch
 from cuco.scaffold.standalone.program import Standalone
 
 if TYPE_CHECKING:

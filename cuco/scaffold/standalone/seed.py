@@ -7,10 +7,10 @@ import re
 import textwrap
 
 from cuco.fastpath.analyze import ALLOCATORS
-from cuco.fastpath.syntax import text
+from cuco.fastpath.syntax import call_args, callee, text
 from cuco.scaffold.program import param_name
 from cuco.scaffold.standalone.calls import GEMM_SIZES, HANDLE_CREATE
-from cuco.scaffold.standalone.nodes import address_of, call_args, callee, calls_in, idents, line_of, root_name
+from cuco.scaffold.standalone.nodes import address_of, calls_in, idents, line_of, root_name
 from cuco.scaffold.standalone.place import Place
 from cuco.scaffold.standalone.program import Local, Standalone
 from cuco.scaffold.standalone.render import Render, step_lines

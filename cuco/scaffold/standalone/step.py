@@ -6,18 +6,11 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from cuco.fastpath.analyze import BLAS, COPIES, NCCL_SIGNATURES
-from cuco.fastpath.syntax import walk
+from cuco.fastpath.syntax import call_args, callee, walk
 from cuco.scaffold.c_expr import LOOPS
 from cuco.scaffold.size_expr import MAX_DEPTH
 from cuco.scaffold.standalone.calls import GEMM_SIZES, WORK
-from cuco.scaffold.standalone.nodes import (
-    address_of,
-    call_args,
-    callee,
-    idents,
-    line_of,
-    root_name,
-)
+from cuco.scaffold.standalone.nodes import address_of, idents, line_of, root_name
 from cuco.scaffold.standalone.place import Place, loop_counters
 from cuco.scaffold.standalone.program import Standalone, declarators
 from cuco.scaffold.standalone.render import step_lines

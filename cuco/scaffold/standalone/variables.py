@@ -4,9 +4,9 @@ owns, a size that becomes a parameter, a scalar, a device buffer, a handle, or s
 from __future__ import annotations
 
 from cuco.fastpath.analyze import ALLOCATORS
-from cuco.fastpath.syntax import text, walk
+from cuco.fastpath.syntax import call_args, callee, text, walk
 from cuco.scaffold.standalone.calls import COMM_INIT, DEFAULT_STREAMS, HANDLE_CREATE
-from cuco.scaffold.standalone.nodes import address_of, call_args, callee, calls_in, idents, line_of, strings_in
+from cuco.scaffold.standalone.nodes import address_of, calls_in, idents, line_of, strings_in
 from cuco.scaffold.standalone.program import Local, Standalone, declarators
 from cuco.scaffold.standalone.sizes import Sizes
 
