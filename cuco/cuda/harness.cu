@@ -17,6 +17,8 @@
  *************************************************************************/
 #include "cuco.h"
 
+#include <nccl_device.h>
+
 #include <cudaTypedefs.h>
 #include <stdarg.h>
 #include <stdlib.h>
@@ -82,9 +84,18 @@ CUCO_EXPORT int cuco_h_sym_free(void* comm, void* ptr, void* window) {
   return 0;
 }
 
+// A candidate's context and the device communicator it points to, in one allocation: ctx first, so the context's
+// address is the allocation's.
+struct HarnessCtx {
+  cuco_ctx_t ctx;
+  ncclDevComm devComm;
+};
+
 CUCO_EXPORT cuco_ctx_t* cuco_h_ctx_new(int rank, int nRanks, int device, void* comm, void* stream) {
-  cuco_ctx_t* ctx = (cuco_ctx_t*)calloc(1, sizeof(cuco_ctx_t));
-  if (!ctx) return NULL;
+  HarnessCtx* h = (HarnessCtx*)calloc(1, sizeof(HarnessCtx));
+  if (!h) return NULL;
+  cuco_ctx_t* ctx = &h->ctx;
+  ctx->devComm = &h->devComm;  // zeroed until cuco_h_devcomm_create fills it
   ctx->abiVersion = CUCO_ABI_VERSION;
   ctx->rank = rank;
   ctx->nRanks = nRanks;
@@ -94,7 +105,7 @@ CUCO_EXPORT cuco_ctx_t* cuco_h_ctx_new(int rank, int nRanks, int device, void* c
   return ctx;
 }
 
-CUCO_EXPORT void cuco_h_ctx_free(cuco_ctx_t* ctx) { free(ctx); }
+CUCO_EXPORT void cuco_h_ctx_free(cuco_ctx_t* ctx) { free((HarnessCtx*)ctx); }
 
 CUCO_EXPORT const char* cuco_h_ctx_error(cuco_ctx_t* ctx) { return ctx->error; }
 
@@ -136,7 +147,7 @@ CUCO_EXPORT int cuco_h_devcomm_create(cuco_ctx_t* ctx, void* requirementsFn) {
   ncclDevCommRequirements reqs;
   memset(&reqs, 0, sizeof(reqs));  // NCCL 2.28.9 has no NCCL_DEV_COMM_REQUIREMENTS_INITIALIZER
   ((cuco_requirements_fn)requirementsFn)(ctx, &reqs);
-  HNCCL(ncclDevCommCreate(ctx->comm, &reqs, &ctx->devComm));
+  HNCCL(ncclDevCommCreate(ctx->comm, &reqs, ctx->devComm));
   ctx->hasDevComm = 1;
   return 0;
 }
@@ -161,9 +172,9 @@ CUCO_EXPORT int cuco_h_check_needs(cuco_ctx_t* ctx, void* needsFn) {
     return fail("needs %d side streams; the runner gives %d", needs.sideStreams, ctx->nSideStreams);
   if (needs.lsaTeam && !ctx->hasDevComm)
     return fail("needs an LSA team but exports no cuco_dev_requirements (no device communicator)");
-  if (needs.lsaTeam && ctx->devComm.lsaSize != ctx->nRanks)
+  if (needs.lsaTeam && ctx->devComm->lsaSize != ctx->nRanks)
     return fail("needs all %d ranks in one LSA team (one NVLink domain); this run's team has %d", ctx->nRanks,
-                ctx->devComm.lsaSize);
+                ctx->devComm->lsaSize);
   for (int i = 0; i < needs.nSymmetric && i < CUCO_MAX_BUFFERS; i++) {
     const cuco_buffer_t* b = cuco_buffer(ctx, needs.symmetric[i]);
     if (!b) return fail("needs buffer %s, which the workload does not have", needs.symmetric[i]);
@@ -174,7 +185,7 @@ CUCO_EXPORT int cuco_h_check_needs(cuco_ctx_t* ctx, void* needsFn) {
 
 CUCO_EXPORT int cuco_h_devcomm_destroy(cuco_ctx_t* ctx) {
   if (!ctx->hasDevComm) return 0;
-  HNCCL(ncclDevCommDestroy(ctx->comm, &ctx->devComm));
+  HNCCL(ncclDevCommDestroy(ctx->comm, ctx->devComm));
   ctx->hasDevComm = 0;
   return 0;
 }

@@ -10,7 +10,8 @@
  * Optionally, a candidate states what its kernels need from the NCCL device API:
  *   void cuco_dev_requirements(const cuco_ctx_t* ctx, ncclDevCommRequirements* reqs);
  * reqs arrives zeroed (NCCL 2.28.9 has no NCCL_DEV_COMM_REQUIREMENTS_INITIALIZER); the runner then
- * creates ctx->devComm with them before cuco_setup and destroys it after cuco_teardown.
+ * creates *ctx->devComm with them before cuco_setup and destroys it after cuco_teardown. Such a candidate includes
+ * <nccl_device.h> (cuco_collectives.cuh does).
  *
  * Optionally, it states what it needs of the run (cuco_needs_t, below):
  *   void cuco_needs(cuco_needs_t* needs);
@@ -27,12 +28,15 @@
 
 #include <cuda_runtime.h>
 #include <nccl.h>
-#include <nccl_device.h>
 #include <stdint.h>
 #include <stdio.h>
 #include <string.h>
 
-#define CUCO_ABI_VERSION 1
+#define CUCO_ABI_VERSION 2
+
+// NCCL's device API (<nccl_device.h>) is what a program's kernels reach peers with. Only a program that uses it
+// includes it (cuco_collectives.cuh does): its libcu++ atomics are half of a small program's compile time.
+struct ncclDevComm;
 #define CUCO_MAX_BUFFERS 16
 #define CUCO_MAX_SIDE_STREAMS 4
 #define CUCO_MAX_PARAMS 16
@@ -57,7 +61,8 @@ typedef struct {
   int rank, nRanks, cudaDevice;
   ncclComm_t comm;
   int hasDevComm;                                    // set when the candidate exports cuco_dev_requirements
-  ncclDevComm devComm;
+  ncclDevComm* devComm;                              // the device communicator (zeroed without hasDevComm):
+                                                     // kernels take it by value, *ctx->devComm
   cudaStream_t stream;                               // main stream
   int nSideStreams;
   cudaStream_t sideStreams[CUCO_MAX_SIDE_STREAMS];   // extra streams, gated and timed like the main one, as many

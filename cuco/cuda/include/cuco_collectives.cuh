@@ -29,6 +29,7 @@
 
 #include <cuda_bf16.h>
 #include <cuda_fp16.h>
+#include <nccl_device.h>
 #include <stdio.h>
 #include <string.h>
 
@@ -677,13 +678,13 @@ inline cudaError_t copyEngineTo(const cuco_ctx_t* ctx, ncclWindow_t win, int pee
 
 inline cudaError_t copyEngineScatter(const cuco_ctx_t* ctx, ncclWindow_t recvWin, size_t recvOffset, const char* send,
                                      size_t blockBytes, size_t srcStride, cudaStream_t st) {
-  cudaError_t err = barrier(ctx->devComm, st);
+  cudaError_t err = barrier(*ctx->devComm, st);
   for (int i = 1; i <= ctx->nRanks && err == cudaSuccess; i++) {  // peers first, this rank's own block last
     const int p = (ctx->rank + i) % ctx->nRanks;
     err = copyEngineTo(ctx, recvWin, p, recvOffset + (size_t)ctx->rank * blockBytes, send + (size_t)p * srcStride,
                        blockBytes, st);
   }
-  return err == cudaSuccess ? barrier(ctx->devComm, st) : err;
+  return err == cudaSuccess ? barrier(*ctx->devComm, st) : err;
 }
 
 inline cudaError_t scatterBlocks(const cuco_ctx_t* ctx, ncclWindow_t recvWin, size_t recvOffset, const void* send,
@@ -692,7 +693,7 @@ inline cudaError_t scatterBlocks(const cuco_ctx_t* ctx, ncclWindow_t recvWin, si
 #if defined(CUCO_COLL_CE)
   return copyEngineScatter(ctx, recvWin, recvOffset, (const char*)send, blockBytes, srcStride, stream);
 #else
-  scatterBlocksKernel<<<CUCO_COLL_CTAS, CUCO_COLL_THREADS, 0, stream>>>(ctx->devComm, recvWin, recvOffset,
+  scatterBlocksKernel<<<CUCO_COLL_CTAS, CUCO_COLL_THREADS, 0, stream>>>(*ctx->devComm, recvWin, recvOffset,
                                                                        (const char*)send, blockBytes, srcStride);
   return cudaGetLastError();
 #endif
@@ -714,7 +715,7 @@ template <typename T>
 inline cudaError_t reduceScatter(const cuco_ctx_t* ctx, ncclWindow_t sendWin, size_t sendOffset, void* recv,
                                  size_t count, cudaStream_t stream) {
   if (ctx->nRanks > CUCO_COLL_MAX_RANKS) return cudaErrorInvalidValue;  // in[] / out[] hold one pointer per rank
-  reduceScatterKernel<T><<<CUCO_COLL_CTAS, CUCO_COLL_THREADS, 0, stream>>>(ctx->devComm, sendWin, sendOffset,
+  reduceScatterKernel<T><<<CUCO_COLL_CTAS, CUCO_COLL_THREADS, 0, stream>>>(*ctx->devComm, sendWin, sendOffset,
                                                                           (T*)recv, count, 0, count, 1, 1);
   return cudaGetLastError();
 }
@@ -755,7 +756,7 @@ inline cudaError_t reduceScatterPush(const cuco_ctx_t* ctx, const void* send, Re
   const size_t rangeBytes = stage->count * sizeof(T) / CUCO_COLL_CTAS;
   if (nChunks == 0) nChunks = (int)std::clamp<size_t>(rangeBytes / kMinChunkBytes, 1, kMaxChunks);
   if (nChunks < 1) return cudaErrorInvalidValue;  // the stage's allocation checked nRanks
-  reduceScatterPushKernel<T><<<2 * CUCO_COLL_CTAS, CUCO_COLL_THREADS, 0, stream>>>(ctx->devComm, (const T*)send,
+  reduceScatterPushKernel<T><<<2 * CUCO_COLL_CTAS, CUCO_COLL_THREADS, 0, stream>>>(*ctx->devComm, (const T*)send,
                                                                                   *stage, (T*)recv, nChunks);
   const cudaError_t err = cudaGetLastError();
   if (err == cudaSuccess) stage->calls++;  // the flags this launch raises
@@ -766,7 +767,7 @@ template <typename T>
 inline cudaError_t allReduce(const cuco_ctx_t* ctx, ncclWindow_t sendWin, size_t sendOffset, ncclWindow_t recvWin,
                              size_t recvOffset, size_t count, cudaStream_t stream) {
   if (ctx->nRanks > CUCO_COLL_MAX_RANKS) return cudaErrorInvalidValue;  // in[] / out[] hold one pointer per rank
-  allReduceKernel<T><<<CUCO_COLL_CTAS, CUCO_COLL_THREADS, 0, stream>>>(ctx->devComm, sendWin, sendOffset, recvWin,
+  allReduceKernel<T><<<CUCO_COLL_CTAS, CUCO_COLL_THREADS, 0, stream>>>(*ctx->devComm, sendWin, sendOffset, recvWin,
                                                                       recvOffset, count);
   return cudaGetLastError();
 }
@@ -775,13 +776,13 @@ inline cudaError_t sendBatch(const cuco_ctx_t* ctx, const SendBatch& batch, cuda
   for (int i = 0; i < batch.n; i++)
     if (batch.peer[i] < 0 || batch.peer[i] >= ctx->nRanks) return cudaErrorInvalidValue;
 #if defined(CUCO_COLL_CE)
-  cudaError_t err = barrier(ctx->devComm, stream);
+  cudaError_t err = barrier(*ctx->devComm, stream);
   for (int i = 0; i < batch.n && err == cudaSuccess; i++)
     err = copyEngineTo(ctx, batch.recvWin[i], batch.peer[i], batch.recvOffset[i], batch.send[i], batch.bytes[i],
                        stream);
-  return err == cudaSuccess ? barrier(ctx->devComm, stream) : err;
+  return err == cudaSuccess ? barrier(*ctx->devComm, stream) : err;
 #else
-  sendKernel<<<CUCO_COLL_CTAS, CUCO_COLL_THREADS, 0, stream>>>(ctx->devComm, batch);
+  sendKernel<<<CUCO_COLL_CTAS, CUCO_COLL_THREADS, 0, stream>>>(*ctx->devComm, batch);
   return cudaGetLastError();
 #endif
 }
@@ -790,7 +791,7 @@ inline cudaError_t allToAllv(const cuco_ctx_t* ctx, ncclWindow_t countsWin, size
                              ncclWindow_t recvWin, size_t recvOffset, size_t elemBytes, size_t recvCapacity,
                              bool zeroTail, cudaStream_t stream) {
   if (ctx->nRanks > CUCO_COLL_MAX_RANKS) return cudaErrorInvalidValue;  // per-rank offsets in shared memory
-  allToAllvKernel<<<CUCO_COLL_CTAS, CUCO_COLL_THREADS, 0, stream>>>(ctx->devComm, countsWin, countsOffset,
+  allToAllvKernel<<<CUCO_COLL_CTAS, CUCO_COLL_THREADS, 0, stream>>>(*ctx->devComm, countsWin, countsOffset,
                                                                    (const char*)send, recvWin, recvOffset, elemBytes,
                                                                    recvCapacity, zeroTail);
   return cudaGetLastError();
@@ -908,7 +909,7 @@ inline cudaError_t chunkFlagsZeroed(const cuco_ctx_t* ctx, cudaStream_t st) {
   HostState& s = hostState();
   if (s.flagsZeroed) return cudaSuccess;
   const Counters& flags = chunkFlags();
-  zeroCountersKernel<<<1, kSmallKernelThreads, 0, st>>>(ctx->devComm, flags.handle, flags.n);
+  zeroCountersKernel<<<1, kSmallKernelThreads, 0, st>>>(*ctx->devComm, flags.handle, flags.n);
   cudaError_t err = cudaGetLastError();
   if (err == cudaSuccess) err = cudaStreamSynchronize(st);
   s.flagsZeroed = err == cudaSuccess;
@@ -927,7 +928,7 @@ inline cudaError_t allGatherChunks(const cuco_ctx_t* ctx, ncclWindow_t recvWin, 
   PieceSite& site = pieceSite<Site>();
   site.buffer = recv, site.bytes = bytes, site.calls++;
   return onSideStream<Site>(ctx, stream, [&](cudaStream_t side) {
-    gatherPiecesKernel<<<CUCO_COLL_CTAS, CUCO_COLL_THREADS, 0, side>>>(ctx->devComm, recvWin, recvOffset,
+    gatherPiecesKernel<<<CUCO_COLL_CTAS, CUCO_COLL_THREADS, 0, side>>>(*ctx->devComm, recvWin, recvOffset,
                                                                       (const char*)send, bytes, chunkFlags().handle,
                                                                       Site, CUCO_CHUNKS);
     return cudaGetLastError();
@@ -953,7 +954,7 @@ __global__ void signalPieceKernel(ncclDevComm dc, ncclDevResourceHandle_t flags,
 // After piece j of block q of a GEMM that feeds a reduce-scatter of site Site: rank q may sum it.
 template <int Site>
 inline cudaError_t signalPiece(const cuco_ctx_t* ctx, cudaStream_t st, int q, int j) {
-  signalPieceKernel<<<1, kSmallKernelThreads, 0, st>>>(ctx->devComm, chunkFlags().handle, q,
+  signalPieceKernel<<<1, kSmallKernelThreads, 0, st>>>(*ctx->devComm, chunkFlags().handle, q,
                                                         chunkFlag(Site, ctx->rank, j));
   return cudaGetLastError();
 }
@@ -991,9 +992,9 @@ inline cudaError_t reduceScatterChunks(const cuco_ctx_t* ctx, ncclWindow_t sendW
     if (err == cudaSuccess) err = cudaStreamWaitEvent(side, fork, 0);
     const size_t rowElems = site.rowBytes / sizeof(T), rows = count / rowElems;
     for (int j = 0; j < CUCO_CHUNKS && err == cudaSuccess; j++) {  // piece j: rows [rows j / n, rows (j + 1) / n)
-      awaitPieceKernel<<<1, kSmallKernelThreads, 0, side>>>(ctx->devComm, chunkFlags().handle, Site, j, site.calls);
+      awaitPieceKernel<<<1, kSmallKernelThreads, 0, side>>>(*ctx->devComm, chunkFlags().handle, Site, j, site.calls);
       reduceScatterKernel<T><<<CUCO_COLL_CTAS, CUCO_COLL_THREADS, 0, side>>>(
-          ctx->devComm, sendWin, sendOffset, recv, count, rows * j / CUCO_CHUNKS * rowElems,
+          *ctx->devComm, sendWin, sendOffset, recv, count, rows * j / CUCO_CHUNKS * rowElems,
           rows * (j + 1) / CUCO_CHUNKS * rowElems, j == 0, j == CUCO_CHUNKS - 1);
       err = cudaGetLastError();
     }

@@ -79,7 +79,7 @@ inline cublasStatus_t gemmByGatheredRows(const cuco_ctx_t* ctx, cudaStream_t str
         if (r0 == r1) continue;
         int j0, j1;
         piecesTouched(site.bytes, CUCO_CHUNKS, r0 * rowBytes, r1 * rowBytes, &j0, &j1);
-        const cudaError_t err = chunkFlags().await(ctx->devComm, stream, chunkFlag(Site, p, j0),
+        const cudaError_t err = chunkFlags().await(*ctx->devComm, stream, chunkFlag(Site, p, j0),
                                                    chunkFlag(Site, p, j1), complete);
         if (err != cudaSuccess) return piecesFailed("cuco::gemmByGatheredRows", err);
         const cublasStatus_t st = gemm(p * perBlock + r0, r1 - r0);

@@ -152,7 +152,7 @@ struct Transport<Backend::Lsa, I, S> {
     const Shape sh = shapeOf(ctx);
     cuco_buffer_t *a = cuco_buffer(ctx, "a"), *aFull = cuco_buffer(ctx, "a_gathered");
     const int endBarrier = S == Sync::Global;
-    putKernel<I, S><<<kPutCtas, kPutThreads, 0, st>>>(ctx->devComm, counters.handle, aFull->window, (const char*)a->ptr,
+    putKernel<I, S><<<kPutCtas, kPutThreads, 0, st>>>(*ctx->devComm, counters.handle, aFull->window, (const char*)a->ptr,
                                                       sh.mLocal, sh.rowBytes, (size_t)ctx->rank * a->bytes, c0, c1,
                                                       first, endBarrier, skipSelf);
     CUCO_CUDA(ctx, cudaGetLastError());
@@ -164,7 +164,7 @@ struct Transport<Backend::Lsa, I, S> {
     if constexpr (kCounters) {
       // Every peer has signalled chunks [c0, c1) of this run: kUnitsPerPut signals each.
       const unsigned long long target = s->epoch * (unsigned long long)kUnitsPerPut * (ctx->nRanks - 1);
-      CUCO_CUDA(ctx, counters.await(ctx->devComm, st, c0, c1, target));
+      CUCO_CUDA(ctx, counters.await(*ctx->devComm, st, c0, c1, target));
     } else {
       CUCO_CUDA(ctx, cudaStreamWaitEvent(st, ev, 0));
     }
@@ -208,7 +208,7 @@ struct Transport<Backend::Ce, I, S> {
  private:
   // On the main stream, outside the fork: a GEMM on a side stream would hold it back (header).
   static int barrier(cuco_ctx_t* ctx) {
-    CUCO_CUDA(ctx, cuco::barrier(ctx->devComm, ctx->stream));
+    CUCO_CUDA(ctx, cuco::barrier(*ctx->devComm, ctx->stream));
     return 0;
   }
 };
@@ -341,7 +341,7 @@ CUCO_EXPORT int cuco_setup(cuco_ctx_t* ctx) {
   State* s;
   CUCO_TRY(cuco::newState(ctx, &s, 0));
   CUCO_CUDA(ctx, cuco::windowPointers(cuco_buffer(ctx, "a")->window, ctx->nRanks, s->peerA, ctx->stream));
-  CUCO_CUDA(ctx, counters.reset(ctx->devComm, ctx->stream));
+  CUCO_CUDA(ctx, counters.reset(*ctx->devComm, ctx->stream));
   return 0;
 }
 

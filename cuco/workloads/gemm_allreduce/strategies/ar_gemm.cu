@@ -68,7 +68,7 @@ static int addChunk(cuco_ctx_t* ctx, State* s, size_t slotOffset, size_t count, 
     CUCO_CUDA(ctx, cudaMemcpyAsync(staging + p * count + lo, slot + lo, (hi - lo) * sizeof(Elem),
                                    cudaMemcpyDeviceToDevice, ctx->stream));
   }
-  addKernel<kIssuer><<<kCtas, kThreads, 0, ctx->stream>>>(ctx->devComm, in, (Elem*)cuco_buffer(ctx, "c")->ptr, lo,
+  addKernel<kIssuer><<<kCtas, kThreads, 0, ctx->stream>>>(*ctx->devComm, in, (Elem*)cuco_buffer(ctx, "c")->ptr, lo,
                                                           hi, kLsa && first);
   CUCO_CUDA(ctx, cudaGetLastError());
   return 0;
@@ -93,7 +93,7 @@ CUCO_EXPORT int cuco_run(cuco_ctx_t* ctx) {
   char* partial = (char*)cuco_buffer(ctx, "partial")->ptr;
   CUCO_CUBLAS(ctx, cuco_gemm_bf16(s->blas, cuco_buffer(ctx, "a")->ptr, cuco_buffer(ctx, "b")->ptr,
                                   partial + slotOffset, M, K / ctx->nRanks, N));
-  if (!kLsa) CUCO_CUDA(ctx, cuco::barrier(ctx->devComm, ctx->stream));
+  if (!kLsa) CUCO_CUDA(ctx, cuco::barrier(*ctx->devComm, ctx->stream));
   for (int j = 0, done = 0; j < kChunks; j++) {
     size_t lo, hi;
     cuco::packSlice(count, kPackElems, j, kChunks, &lo, &hi);

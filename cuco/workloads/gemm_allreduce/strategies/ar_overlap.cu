@@ -80,7 +80,7 @@ CUCO_EXPORT int cuco_setup(cuco_ctx_t* ctx) {
   State* s;
   CUCO_TRY(cuco::newState(ctx, &s, cuco::kBesideReservedSms));
   CUCO_CUDA(ctx, cuco::windowPointers(cuco_buffer(ctx, "partial")->window, ctx->nRanks, s->peerPartial, ctx->stream));
-  CUCO_CUDA(ctx, counters.reset(ctx->devComm, ctx->stream));
+  CUCO_CUDA(ctx, counters.reset(*ctx->devComm, ctx->stream));
   return 0;
 }
 
@@ -103,9 +103,9 @@ CUCO_EXPORT int cuco_run(cuco_ctx_t* ctx) {
     cuco::packSlice((size_t)N, kPackElems, j, kChunks, &c0, &c1);
     if (c1 == c0) continue;
     CUCO_CUBLAS(ctx, cuco_gemm_bf16_ld(s->blas, a, b + c0, mine + c0, M, K / ctx->nRanks, (int64_t)(c1 - c0), N, 0.0f));
-    signalChunk<<<1, cuco::kSmallKernelThreads, 0, ctx->stream>>>(ctx->devComm, counters.handle, j);
+    signalChunk<<<1, cuco::kSmallKernelThreads, 0, ctx->stream>>>(*ctx->devComm, counters.handle, j);
     CUCO_CUDA(ctx, cudaGetLastError());
-    CUCO_CUDA(ctx, counters.await(ctx->devComm, side, j, j + 1, target));
+    CUCO_CUDA(ctx, counters.await(*ctx->devComm, side, j, j + 1, target));
     addColumns<kIssuer><<<kAddCtas, kAddThreads, 0, side>>>(in, c, M, N, (int64_t)c0, (int64_t)c1);
     CUCO_CUDA(ctx, cudaGetLastError());
   }

@@ -94,7 +94,7 @@ struct Transport<Backend::Lsa> {
     in.n = ctx->nRanks;
     for (int p = 0; p < ctx->nRanks; p++) in.at[p] = (const Elem*)s->peerPartial[p] + (ctx->rank * sh.mLocal + r0) * sh.N;
     Elem* out = (Elem*)cuco_buffer(ctx, "c")->ptr + r0 * sh.N;
-    reduceKernel<kIssuer><<<kReduceCtas, kThreads, 0, st>>>(ctx->devComm, counters.handle, in, out,
+    reduceKernel<kIssuer><<<kReduceCtas, kThreads, 0, st>>>(*ctx->devComm, counters.handle, in, out,
                                                             (size_t)(r1 - r0) * sh.N, waitChunk, target);
     CUCO_CUDA(ctx, cudaGetLastError());
     return 0;
@@ -108,7 +108,7 @@ struct Transport<Backend::Ce> {
   static int reduce(cuco_ctx_t* ctx, State* s, cudaStream_t st, int64_t r0, int64_t r1, int waitChunk,
                     unsigned long long target) {
     const Shape sh = shapeOf(ctx);
-    if (waitChunk >= 0) CUCO_CUDA(ctx, counters.await(ctx->devComm, st, waitChunk, waitChunk + 1, target));
+    if (waitChunk >= 0) CUCO_CUDA(ctx, counters.await(*ctx->devComm, st, waitChunk, waitChunk + 1, target));
     Elem* staging = (Elem*)cuco_buffer(ctx, "staging")->ptr;
     const Elem* partial = (const Elem*)cuco_buffer(ctx, "partial")->ptr;
     const size_t rowsOffset = (ctx->rank * sh.mLocal + r0) * sh.N;  // this rank's chunk rows in a partial
@@ -126,7 +126,7 @@ struct Transport<Backend::Ce> {
       in.at[p] = slot;
     }
     Elem* out = (Elem*)cuco_buffer(ctx, "c")->ptr + r0 * sh.N;
-    reduceKernel<kIssuer><<<kReduceCtas, kThreads, 0, st>>>(ctx->devComm, counters.handle, in, out,
+    reduceKernel<kIssuer><<<kReduceCtas, kThreads, 0, st>>>(*ctx->devComm, counters.handle, in, out,
                                                             (size_t)(r1 - r0) * sh.N, -1, 0);
     CUCO_CUDA(ctx, cudaGetLastError());
     return 0;
@@ -147,7 +147,7 @@ struct Schedule<Placement::Deferred> {
     const Shape sh = shapeOf(ctx);
     CUCO_CUBLAS(ctx, cuco_gemm_bf16(s->blas, cuco_buffer(ctx, "a")->ptr, cuco_buffer(ctx, "b")->ptr,
                                     cuco_buffer(ctx, "partial")->ptr, sh.M, sh.kLocal, sh.N));
-    CUCO_CUDA(ctx, cuco::barrier(ctx->devComm, ctx->stream));
+    CUCO_CUDA(ctx, cuco::barrier(*ctx->devComm, ctx->stream));
     for (int j = 0; j < kChunks; j++) {
       int64_t r0, r1;
       chunkRows(sh.mLocal, j, &r0, &r1);
@@ -177,12 +177,12 @@ struct Schedule<Placement::StreamOverlap> {
                                               cuco_buffer(ctx, "b")->ptr, partial + r0 * sh.N, sh.mLocal * sh.N,
                                               r1 - r0, sh.kLocal, sh.N, ctx->nRanks));
       if constexpr (kSync == Sync::Chunk) {
-        signalKernel<<<1, cuco::kSmallKernelThreads, 0, ctx->stream>>>(ctx->devComm, counters.handle, j);
+        signalKernel<<<1, cuco::kSmallKernelThreads, 0, ctx->stream>>>(*ctx->devComm, counters.handle, j);
         CUCO_CUDA(ctx, cudaGetLastError());
       }
       CUCO_CUDA(ctx, cuco::streamAfter(side, ctx->stream, s->chunkReady[j]));
       if constexpr (kSync == Sync::Global) {
-        CUCO_CUDA(ctx, cuco::barrier(ctx->devComm, side));
+        CUCO_CUDA(ctx, cuco::barrier(*ctx->devComm, side));
         CUCO_TRY(Transfers::reduce(ctx, s, side, r0, r1, -1, 0));
       } else {
         CUCO_TRY(Transfers::reduce(ctx, s, side, r0, r1, j, target));
@@ -204,7 +204,7 @@ CUCO_EXPORT int cuco_setup(cuco_ctx_t* ctx) {
   State* s;
   CUCO_TRY(cuco::newState(ctx, &s, kPlacement == Placement::StreamOverlap ? cuco::kBesideReservedSms : 0));
   CUCO_CUDA(ctx, cuco::windowPointers(cuco_buffer(ctx, "partial")->window, ctx->nRanks, s->peerPartial, ctx->stream));
-  CUCO_CUDA(ctx, counters.reset(ctx->devComm, ctx->stream));
+  CUCO_CUDA(ctx, counters.reset(*ctx->devComm, ctx->stream));
   return 0;
 }
 
@@ -213,7 +213,7 @@ CUCO_EXPORT int cuco_run(cuco_ctx_t* ctx) {
   s->epoch++;
   CUCO_TRY(Schedule<kPlacement>::run(ctx, s));
   // No peer reads this rank's partial once every rank is past this barrier: the next run may overwrite it.
-  CUCO_CUDA(ctx, cuco::barrier(ctx->devComm, ctx->stream));
+  CUCO_CUDA(ctx, cuco::barrier(*ctx->devComm, ctx->stream));
   return 0;
 }
 

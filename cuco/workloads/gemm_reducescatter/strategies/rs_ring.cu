@@ -86,7 +86,7 @@ static int step(cuco_ctx_t* ctx, State* s, int st, int j) {
     CUCO_CUBLAS(ctx, cuco_gemm_bf16(s->blas, a, b, x, r1 - r0, sh.kLocal, sh.N));
   } else {
     const unsigned long long target = ((s->epoch - 1) * (n - 1) + st) * (unsigned long long)kUnitsPerPut;
-    CUCO_CUDA(ctx, counters.await(ctx->devComm, ctx->stream, j, j + 1, target));
+    CUCO_CUDA(ctx, counters.await(*ctx->devComm, ctx->stream, j, j + 1, target));
     CUCO_CUBLAS(ctx, cuco_gemm_bf16_accumulate(s->blas, a, b, x, r1 - r0, sh.kLocal, sh.N));
   }
   if (last) return 0;
@@ -95,7 +95,7 @@ static int step(cuco_ctx_t* ctx, State* s, int st, int j) {
   const size_t dstOffset = toC ? r0 * sh.N * sizeof(Elem) : xOffset;
   cudaStream_t side = ctx->sideStreams[0];
   CUCO_CUDA(ctx, cuco::streamAfter(side, ctx->stream, s->chunkReady[j]));
-  putKernel<kIssuer><<<kPutCtas, kPutThreads, 0, side>>>(ctx->devComm, counters.handle, (toC ? c : staging)->window,
+  putKernel<kIssuer><<<kPutCtas, kPutThreads, 0, side>>>(*ctx->devComm, counters.handle, (toC ? c : staging)->window,
                                                          dstOffset, (rank + 1) % n, (const char*)x,
                                                          (size_t)(r1 - r0) * sh.N * sizeof(Elem), j, s->firstPut);
   CUCO_CUDA(ctx, cudaGetLastError());
@@ -113,7 +113,7 @@ CUCO_EXPORT void cuco_dev_requirements(const cuco_ctx_t* ctx, ncclDevCommRequire
 CUCO_EXPORT int cuco_setup(cuco_ctx_t* ctx) {
   State* s;
   CUCO_TRY(cuco::newState(ctx, &s, cuco::kBesideReservedSms));
-  CUCO_CUDA(ctx, counters.reset(ctx->devComm, ctx->stream));
+  CUCO_CUDA(ctx, counters.reset(*ctx->devComm, ctx->stream));
   return 0;
 }
 

@@ -117,7 +117,7 @@ static int gemms(cuco_ctx_t* ctx, State* s, const Shape& sh, int l0, int l1) {
 static int put(cuco_ctx_t* ctx, const Shape& sh, cudaStream_t st, int g) {
   const int l0 = g * kLayersPerPut, l1 = (int)(l0 + kLayersPerPut < sh.L ? l0 + kLayersPerPut : sh.L);
   putKernel<kIssuer><<<kPutCtas, kPutThreads, 0, st>>>(
-      ctx->devComm, counters.handle, cuco_buffer(ctx, "pool")->window, cuco_buffer(ctx, "block_table")->window,
+      *ctx->devComm, counters.handle, cuco_buffer(ctx, "pool")->window, cuco_buffer(ctx, "block_table")->window,
       ctx->nRanks - 1, (const uint4*)cuco_buffer(ctx, "kv_stage")->ptr, l0, l1, sh.S, sh.page, sh.pool,
       (int)(sh.cols / kVec));
   CUCO_CUDA(ctx, cudaGetLastError());
@@ -153,7 +153,7 @@ CUCO_EXPORT int cuco_setup(cuco_ctx_t* ctx) {
   if (sh.cols % kVec) CUCO_FAIL(ctx, "KV*D must be a multiple of %d", kVec);
   State* s;
   CUCO_TRY(cuco::newState(ctx, &s, kOverlap ? cuco::kBulkPutSms : 0));
-  CUCO_CUDA(ctx, counters.reset(ctx->devComm, ctx->stream));
+  CUCO_CUDA(ctx, counters.reset(*ctx->devComm, ctx->stream));
   return 0;
 }
 
@@ -163,11 +163,11 @@ CUCO_EXPORT int cuco_run(cuco_ctx_t* ctx) {
   s->epoch++;
   if (kOverlap) CUCO_CUDA(ctx, cuco::streamAfter(ctx->sideStreams[0], ctx->stream, s->fork));
   // Every rank meets at the run's barrier; the prefill rank's on its put stream, ahead of the first put.
-  CUCO_CUDA(ctx, cuco::barrier(ctx->devComm, kOverlap && ctx->rank == 0 ? ctx->sideStreams[0] : ctx->stream));
+  CUCO_CUDA(ctx, cuco::barrier(*ctx->devComm, kOverlap && ctx->rank == 0 ? ctx->sideStreams[0] : ctx->stream));
   if (ctx->rank == 0) CUCO_TRY(prefill(ctx, s, sh));
   if (ctx->rank == ctx->nRanks - 1) {
     const unsigned long long target = s->epoch * sh.groups * (unsigned long long)kUnitsPerPut;
-    CUCO_CUDA(ctx, counters.await(ctx->devComm, ctx->stream, 0, 1, target));
+    CUCO_CUDA(ctx, counters.await(*ctx->devComm, ctx->stream, 0, 1, target));
   }
   if (kOverlap) CUCO_CUDA(ctx, cuco::streamAfter(ctx->stream, ctx->sideStreams[0], s->join));
   return 0;

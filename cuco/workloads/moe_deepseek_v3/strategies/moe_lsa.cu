@@ -157,14 +157,14 @@ static int experts(cuco_ctx_t* ctx, State* s, const Shape& sh, const Layout& L, 
 static int put(cuco_ctx_t* ctx, State* s, const Shape& sh, cudaStream_t st, const char* win, const Elem* src, int r0,
                int r1) {
   if (r1 <= r0) return 0;
-  putRunsKernel<kIssuer><<<kPutCtas, kPutThreads, 0, st>>>(ctx->devComm, counters.handle, cuco_buffer(ctx, win)->window,
+  putRunsKernel<kIssuer><<<kPutCtas, kPutThreads, 0, st>>>(*ctx->devComm, counters.handle, cuco_buffer(ctx, win)->window,
                                                           (const uint4*)src, s->runs, r0, r1, (int)(sh.HID / kVec));
   CUCO_CUDA(ctx, cudaGetLastError());
   return 0;
 }
 
 static int await(cuco_ctx_t* ctx, int counter, unsigned long long target) {
-  CUCO_CUDA(ctx, counters.await(ctx->devComm, ctx->stream, counter, counter + 1, target));
+  CUCO_CUDA(ctx, counters.await(*ctx->devComm, ctx->stream, counter, counter + 1, target));
   return 0;
 }
 
@@ -193,7 +193,7 @@ CUCO_EXPORT int cuco_setup(cuco_ctx_t* ctx) {
   CUCO_CUDA(ctx, cudaMallocHost(&s->hostCounts, world * sh.split.E * sizeof(int32_t)));
   CUCO_CUDA(ctx, cudaMallocHost(&s->hostRuns, maxRuns * sizeof(Run)));
   CUCO_CUDA(ctx, cudaMalloc(&s->runs, maxRuns * sizeof(Run)));
-  CUCO_CUDA(ctx, counters.reset(ctx->devComm, ctx->stream));
+  CUCO_CUDA(ctx, counters.reset(*ctx->devComm, ctx->stream));
   return 0;
 }
 
@@ -208,7 +208,7 @@ CUCO_EXPORT int cuco_run(cuco_ctx_t* ctx) {
   CUCO_CUDA(ctx, cuco::moe::route(s->routing, (const float*)cuco_buffer(ctx, "logits")->ptr,
                                   (const Elem*)cuco_buffer(ctx, "x")->ptr, s->sendRows, counts + (int64_t)me * sh.split.E,
                                   sh.T, sh.split.E, sh.K, sh.HID, st));
-  shareCountsKernel<<<1, cuco::kSmallKernelThreads, 0, st>>>(ctx->devComm, cuco_buffer(ctx, "counts")->window,
+  shareCountsKernel<<<1, cuco::kSmallKernelThreads, 0, st>>>(*ctx->devComm, cuco_buffer(ctx, "counts")->window,
                                                              (int)sh.split.E);
   CUCO_CUDA(ctx, cudaGetLastError());
   CUCO_CUDA(ctx, cudaMemcpyAsync(s->hostCounts, counts, world * sh.split.E * sizeof(int32_t), cudaMemcpyDeviceToHost, st));
