@@ -118,3 +118,29 @@ def test_cascade_builds_cuda_candidate_on_cpu_and_says_so():
     assert rec.ok and rec.level_reached == "L1" and rec.fault is None
     assert rec.incomplete == "reached L1 (built); L2-L4 need 2 GPUs"
     assert rec.to_dict()["incomplete"] == rec.incomplete
+
+
+def _exports(library) -> set[str]:
+    import subprocess
+
+    out = subprocess.run(["nm", "-D", "--defined-only", str(library)], capture_output=True, text=True).stdout
+    return {line.split()[-1] for line in out.splitlines() if line.strip()}
+
+
+def test_a_build_compiles_the_units_it_preprocessed(tmp_path, monkeypatch):
+    """nvcc's own preprocessing is skipped: the units the build key is made of are what nvcc's later steps compile
+    (here a unit of another program is handed in, and its export is what comes out). Where nvcc's dry run does not
+    show its two preprocessing runs, nvcc compiles the source itself."""
+    import cuco.runner.build as b
+
+    entry = '#include "cuco.h"\nCUCO_EXPORT int cuco_run(cuco_ctx_t* ctx) { return 0; }\n'
+    plain, marked = tmp_path / "plain.cu", tmp_path / "marked.cu"
+    plain.write_text(entry)
+    marked.write_text(entry + "CUCO_EXPORT int cuco_marker(void) { return 7; }\n")
+    built = build(plain, pre=b.preprocess(marked))
+    assert built.ok and built.log == "" and "cuco_marker" in _exports(built.library), built.log
+    assert not list(built.library.parent.glob("nvcc-*"))  # nvcc's intermediates go with the build
+    monkeypatch.setattr(b, "_dryrun_lines", lambda cmd: ())
+    (tmp_path / "again.cu").write_text(entry + "// another key\n")
+    alone = build(tmp_path / "again.cu")
+    assert alone.ok and "cuco_run" in _exports(alone.library) and "cuco_marker" not in _exports(alone.library)

@@ -2,7 +2,8 @@
 
 The key covers what the compiler sees: the preprocessed translation unit of both of nvcc's passes (host and device),
 which holds the text of every file the candidate includes, plus the command template and the toolchain's versions.
-So an edited header, wherever it lies, or a changed toolchain never reuses a stale library. A failed build is cached
+So an edited header, wherever it lies, or a changed toolchain never reuses a stale library. Those units are
+also what gets compiled: the rest of nvcc's plan (its --dryrun) runs on them, so a build preprocesses once. A failed build is cached
 too, with the compiler's output, so the proposer sees the same diagnostics without paying for the compile again.
 
 The source is preprocessed and compiled as `candidate.cu` in a fresh folder of the build cache, alone: a file beside
@@ -79,19 +80,26 @@ def _lib_file(d: Path | None, prefix: str) -> Path | None:
 
 
 @lru_cache(maxsize=16)
-def _dryrun(cmd: tuple[str, ...]) -> tuple[dict[str, str], tuple[tuple[str, ...], ...]]:
-    """nvcc's own plan for `cmd` (--dryrun): its variables (TOP, INCLUDES, LIBRARIES...) and the commands it runs."""
+def _dryrun_lines(cmd: tuple[str, ...]) -> tuple[str, ...]:
+    """nvcc's own plan for `cmd` (--dryrun), run in the temporary folder: its lines, without their '#$ '."""
     proc = subprocess.run([*cmd, "--dryrun"], capture_output=True, text=True, cwd=tempfile.gettempdir())
+    return tuple(line[3:] for line in (proc.stdout + proc.stderr).splitlines() if line.startswith("#$ "))
+
+
+def _variable(line: str) -> tuple[str, str] | None:
+    m = re.match(r"([A-Za-z_]\w*)=(.*)$", line)
+    return (m.group(1), m.group(2).strip()) if m else None
+
+
+def _dryrun(cmd: tuple[str, ...]) -> tuple[dict[str, str], tuple[tuple[str, ...], ...]]:
+    """nvcc's plan for `cmd`: its variables (TOP, INCLUDES, LIBRARIES...) and the commands it runs."""
     variables, commands = {}, []
-    for line in (proc.stdout + proc.stderr).splitlines():
-        if not line.startswith("#$ "):
-            continue
-        m = re.match(r"([A-Za-z_]\w*)=(.*)$", line[3:])
-        if m:
-            variables[m.group(1)] = m.group(2).strip()
+    for line in _dryrun_lines(cmd):
+        if var := _variable(line):
+            variables[var[0]] = var[1]
             continue
         try:
-            commands.append(tuple(shlex.split(line[3:])))
+            commands.append(tuple(shlex.split(line)))
         except ValueError:
             continue
     return variables, tuple(commands)
@@ -222,6 +230,57 @@ def preprocess(src: Path, toolchain: Toolchain | None = None, arch: str | None =
                         .replace(STAGED_NAME, Path(src).name))
 
 
+def _nvcc_env(lines: tuple[str, ...]) -> dict[str, str]:
+    """The environment nvcc gives its tools: its one-word variables (CICC_PATH, PATH, LD_LIBRARY_PATH...), on top of
+    ours. The lists (INCLUDES, LIBRARIES) are spelled out in the commands already."""
+    env = dict(os.environ)
+    for line in lines:
+        var = _variable(line)
+        if var and len(words := shlex.split(var[1] or "''")) <= 1:
+            env[var[0]] = words[0] if words else ""
+    return env
+
+
+def _compile_after_preprocessing(template: tuple[str, ...], pre: Preprocessed,
+                                 stage: Path) -> tuple[int | None, str]:
+    """nvcc's steps for `template` (which compiles STAGED_NAME, in STAGE) after its two preprocessing runs, whose
+    units `pre` holds already (the build key is made of them): each is written where nvcc's own run would have
+    written it, and the rest of nvcc's --dryrun runs as nvcc would run it, in its temporary files under STAGE. A
+    compile of a second or more less per build. (returncode, output); returncode None where the dry run does not
+    show the two preprocessing runs (the caller then runs nvcc itself)."""
+    lines = _dryrun_lines(template)
+    # nvcc's temporary files, in its temporary folder or named relative to it (the host stub's #include)
+    temps = re.compile(f"({re.escape(os.environ.get('TMPDIR') or '/tmp')}/+)?" + r"tmpxft_[0-9a-f]+_[0-9a-f]+-")
+    staged_at = re.escape(os.path.join(tempfile.gettempdir(), STAGED_NAME))
+    steps, written = [], set()
+    for line in lines:
+        if _variable(line):
+            continue
+        line = temps.sub(lambda m: f"{stage}/nvcc-" if m.group(1) else "nvcc-", line)
+        line = re.sub(staged_at, str(stage / STAGED_NAME), line)
+        argv = shlex.split(line)
+        if argv[:1] == ["rm"]:
+            continue  # nvcc's removal of intermediates, some never written: they go with STAGE's nvcc-* files
+        if "-E" in argv and STAGED_NAME in argv and "-o" in argv:
+            kind = "device" if any(a.startswith("-D__CUDA_ARCH__=") for a in argv) else "host"
+            if kind in written or kind not in pre.units:
+                return None, ""
+            Path(argv[argv.index("-o") + 1]).write_bytes(pre.units[kind].encode("utf-8", errors="surrogateescape"))
+            written.add(kind)
+        else:
+            steps.append(line)
+    if written != {"host", "device"}:
+        return None, ""
+    env, out = _nvcc_env(lines), []
+    for line in steps:
+        proc = subprocess.run(["sh", "-c", line], cwd=stage, env=env, capture_output=True, text=True,
+                              stdin=subprocess.DEVNULL)
+        out.append(proc.stdout + proc.stderr)
+        if proc.returncode != 0:
+            return proc.returncode, "".join(out)
+    return 0, "".join(out)
+
+
 def build_key(unit_text: str, cmd_template: list[str], tc: Toolchain) -> str:
     """Over the preprocessed units (every included file's text is in them), the command and the versions."""
     h = hashlib.sha256()
@@ -259,10 +318,16 @@ def build(src: Path, arch: str | None = None, toolchain: Toolchain | None = None
         (tmp / STAGED_NAME).write_bytes(data)
         cmd = nvcc_command(tmp / STAGED_NAME, tmp / "candidate.so", tc, arch, includes)
         t0 = time.perf_counter()
-        proc = subprocess.run(cmd, capture_output=True, text=True, cwd=tmp, stdin=subprocess.DEVNULL)
+        rc, out = _compile_after_preprocessing(
+            tuple(nvcc_command(Path(STAGED_NAME), Path("candidate.so"), tc, arch, includes)), pre, tmp)
+        if rc is None:  # nvcc's plan is not the one read: nvcc itself, preprocessing again
+            proc = subprocess.run(cmd, capture_output=True, text=True, cwd=tmp, stdin=subprocess.DEVNULL)
+            rc, out = proc.returncode, proc.stdout + proc.stderr
+        for f in tmp.glob("nvcc-*"):
+            f.unlink()
         secs = time.perf_counter() - t0
-        ok = proc.returncode == 0 and (tmp / "candidate.so").is_file()
-        log = (proc.stdout + proc.stderr).replace(str(tmp / STAGED_NAME), Path(src).name)
+        ok = rc == 0 and (tmp / "candidate.so").is_file()
+        log = out.replace(str(tmp / STAGED_NAME), Path(src).name).replace(STAGED_NAME, Path(src).name)
         (tmp / "build.log").write_text(log)
         (tmp / "status.json").write_text(json.dumps({"ok": ok, "command": cmd, "seconds": secs, "source": str(src)}))
         shutil.rmtree(d, ignore_errors=True)  # a folder without its status is no build (a copy cut short)
