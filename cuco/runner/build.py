@@ -3,8 +3,9 @@
 The key covers what the compiler sees: the preprocessed translation unit of both of nvcc's passes (host and device),
 which holds the text of every file the candidate includes, plus the command template and the toolchain's versions.
 So an edited header, wherever it lies, or a changed toolchain never reuses a stale library. Those units are
-also what gets compiled: the rest of nvcc's plan (its --dryrun) runs on them, so a build preprocesses once. A failed build is cached
-too, with the compiler's output, so the proposer sees the same diagnostics without paying for the compile again.
+also what gets compiled: the rest of nvcc's plan (its --dryrun) runs on them, so a build preprocesses once. A
+failed build is cached too, with the compiler's output, so the proposer sees the same diagnostics without paying
+for the compile again.
 
 The source is preprocessed and compiled as `candidate.cu` in a fresh folder of the build cache, alone: a file beside
 the original candidate is not there, and a relative `#include` resolves the same for the preprocessor and the
