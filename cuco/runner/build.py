@@ -250,8 +250,9 @@ def _compile_after_preprocessing(template: tuple[str, ...], pre: Preprocessed,
     compile of a second or more less per build. (returncode, output); returncode None where the dry run does not
     show the two preprocessing runs (the caller then runs nvcc itself)."""
     lines = _dryrun_lines(template)
-    # nvcc's temporary files, in its temporary folder or named relative to it (the host stub's #include)
-    temps = re.compile(f"({re.escape(os.environ.get('TMPDIR') or '/tmp')}/+)?" + r"tmpxft_[0-9a-f]+_[0-9a-f]+-")
+    # nvcc's temporary files, in its temporary folder (whichever: TMPDIR's) or named relative to it (the host
+    # stub's #include)
+    temps = re.compile(r"((?:/[^/\s\"'=,]+)*/+)?tmpxft_[0-9a-f]+_[0-9a-f]+-")
     staged_at = re.escape(os.path.join(tempfile.gettempdir(), STAGED_NAME))
     steps, written = [], set()
     for line in lines:
