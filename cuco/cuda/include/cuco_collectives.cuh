@@ -54,6 +54,9 @@
 
 namespace cuco {
 
+// Every kernel, and every host function that launches one, is a template (of an unused `int = 0`): a program
+// compiles the kernels it launches, not all of them (unused, they were a third of a small program's build).
+
 // A line said once a process at a call site (`said`: that site's own flag): a fallback that changes no result, so
 // that a test can tell a program that ran as designed from one that fell back.
 inline void sayOnce(bool* said, const char* line) {
@@ -172,10 +175,12 @@ constexpr int kSmallKernelThreads = kWarpSize;
 // as many barriers as the kernel has CTAs). acq_rel: what each rank did before is visible to every rank after.
 __device__ inline void lsaBarrier(const ncclDevComm& devComm) { Barrier(devComm).sync(); }
 
+template <int = 0>
 __global__ void barrierKernel(ncclDevComm devComm) { lsaBarrier(devComm); }
 
 // Every rank meets on `st` (one CTA: LSA barrier 0). A kernel that must run while a GEMM holds the SMs goes on a
 // stream the GEMM is not on, or on SMs kept from it.
+template <int = 0>
 inline cudaError_t barrier(const ncclDevComm& devComm, cudaStream_t st) {
   barrierKernel<<<1, kSmallKernelThreads, 0, st>>>(devComm);
   return cudaGetLastError();
@@ -185,12 +190,14 @@ using ChunkCounter = unsigned long long;
 // A counter array starts on its own 128-byte cache line, apart from the barriers' state.
 constexpr size_t kCounterAlign = 128;
 
+template <int = 0>
 __global__ void zeroCountersKernel(ncclDevComm devComm, ncclDevResourceHandle_t handle, int n) {
   ChunkCounter* c = (ChunkCounter*)ncclGetResourceBufferLocalPointer(devComm, handle);
   for (int i = threadIdx.x; i < n; i += blockDim.x) c[i] = 0;
   __threadfence_system();
 }
 
+template <int = 0>
 __global__ void windowPointersKernel(ncclWindow_t win, char** out, int n) {
   for (int p = threadIdx.x; p < n; p += blockDim.x) out[p] = (char*)ncclGetLsaPointer(win, 0, p);
 }
@@ -225,6 +232,7 @@ __device__ inline void awaitCounter(const ncclDevComm& devComm, ncclDevResourceH
 
 // A stream that must not go on before counters [i0, i1) reach `target` (a copy engine, a cuBLAS call) waits
 // behind it.
+template <int = 0>
 __global__ void awaitCountersKernel(ncclDevComm devComm, ncclDevResourceHandle_t handle, int i0, int i1,
                                     unsigned long long target) {
   awaitCounters(devComm, handle, i0, i1, target);
@@ -232,6 +240,7 @@ __global__ void awaitCountersKernel(ncclDevComm devComm, ncclDevResourceHandle_t
 
 // Zero this rank's first `n` counters, then meet every rank (so no rank bumps a counter a peer has yet to zero),
 // and wait for both: a strategy's setup, once.
+template <int = 0>
 inline cudaError_t resetCounters(const ncclDevComm& devComm, ncclDevResourceHandle_t handle, int n, cudaStream_t st) {
   zeroCountersKernel<<<1, kSmallKernelThreads, 0, st>>>(devComm, handle, n);
   cudaError_t err = cudaGetLastError();
@@ -258,9 +267,11 @@ struct Counters {
   }
 
   // In cuco_setup: zeroed on every rank before any rank goes on.
+  template <int = 0>
   cudaError_t reset(const ncclDevComm& devComm, cudaStream_t st) const { return resetCounters(devComm, handle, n, st); }
 
   // Make `st` wait until counters [i0, i1) reach `target`.
+  template <int = 0>
   cudaError_t await(const ncclDevComm& devComm, cudaStream_t st, int i0, int i1, unsigned long long target) const {
     awaitCountersKernel<<<1, kSmallKernelThreads, 0, st>>>(devComm, handle, i0, i1, target);
     return cudaGetLastError();
@@ -269,6 +280,7 @@ struct Counters {
 
 
 // Every rank's LSA pointer of `win` (offset 0), copied to the host: collective-free, but it synchronizes `st`.
+template <int = 0>
 inline cudaError_t windowPointers(ncclWindow_t win, int nRanks, char** host, cudaStream_t st) {
   char** dev = NULL;
   cudaError_t err = cudaMalloc(&dev, nRanks * sizeof(char*));
@@ -289,6 +301,7 @@ inline cudaError_t windowPointers(ncclWindow_t win, int nRanks, char** host, cud
 // recvOffset + rank * blockBytes of p's recv window. srcStride 0: an all-gather (one source, loaded once per
 // step and stored to every slot); srcStride blockBytes: an all-to-all (block p to rank p). Every block moves in
 // the same pass, this rank's own too.
+template <int = 0>
 __global__ void __launch_bounds__(CUCO_COLL_THREADS)
     scatterBlocksKernel(ncclDevComm dc, ncclWindow_t recvWin, size_t recvOffset, const char* send, size_t blockBytes,
                         size_t srcStride) {
@@ -310,6 +323,7 @@ __global__ void __launch_bounds__(CUCO_COLL_THREADS)
 // in rank order at recvOffset of its recv window; with zeroTail, the rest of recv up to recvCapacity
 // elements is zeroed. Block offsets are prefix sums of counts read from every rank's window. Every rank's recv
 // must hold recvCapacity elements.
+template <int = 0>
 __global__ void __launch_bounds__(CUCO_COLL_THREADS)
     allToAllvKernel(ncclDevComm dc, ncclWindow_t countsWin, size_t countsOffset, const char* send,
                     ncclWindow_t recvWin, size_t recvOffset, size_t elemBytes, size_t recvCapacity, int zeroTail) {
@@ -366,6 +380,7 @@ struct SendBatch {
   }
 };
 
+template <int = 0>
 __global__ void __launch_bounds__(CUCO_COLL_THREADS) sendKernel(ncclDevComm dc, SendBatch batch) {
   Barrier bar(dc);
   bar.sync();  // every receiver is done with its receive buffers
@@ -602,6 +617,7 @@ __global__ void __launch_bounds__(CUCO_COLL_THREADS)
 // cudaMalloc's replacement for a buffer of the program's own that peers must reach: NCCL's allocator and a
 // symmetric window over it (collective: every rank allocates the same size at the same point, as in
 // cuco_setup). NCCL's error is printed; the caller's CUDA check sees a CUDA error code.
+template <int = 0>
 inline cudaError_t symmetricAlloc(const cuco_ctx_t* ctx, void** ptr, size_t bytes, ncclWindow_t* win) {
   ncclResult_t r = ncclMemAlloc(ptr, bytes);
   if (r == ncclSuccess) r = ncclCommWindowRegister(ctx->comm, *ptr, bytes, win, NCCL_WIN_COLL_SYMMETRIC);
@@ -610,6 +626,7 @@ inline cudaError_t symmetricAlloc(const cuco_ctx_t* ctx, void** ptr, size_t byte
   return cudaErrorMemoryAllocation;
 }
 
+template <int = 0>
 inline cudaError_t symmetricFree(const cuco_ctx_t* ctx, void* ptr, ncclWindow_t win) {
   ncclResult_t r = ncclCommWindowDeregister(ctx->comm, win);
   if (r == ncclSuccess) r = ncclMemFree(ptr);
@@ -655,6 +672,7 @@ inline HostState& hostState() {
   return state;
 }
 
+template <int = 0>
 inline cudaError_t windowOnHost(const cuco_ctx_t* ctx, ncclWindow_t win, cudaStream_t st, char* const** at) {
   HostState& s = hostState();
   for (int i = 0; i < s.nKnown; i++)
@@ -669,6 +687,7 @@ inline cudaError_t windowOnHost(const cuco_ctx_t* ctx, ncclWindow_t win, cudaStr
 }
 
 // `bytes` from src to `offset` of rank `peer`'s part of `win`, by the copy engine on `st`.
+template <int = 0>
 inline cudaError_t copyEngineTo(const cuco_ctx_t* ctx, ncclWindow_t win, int peer, size_t offset, const void* src,
                                 size_t bytes, cudaStream_t st) {
   char* const* at = nullptr;
@@ -676,6 +695,7 @@ inline cudaError_t copyEngineTo(const cuco_ctx_t* ctx, ncclWindow_t win, int pee
   return err != cudaSuccess ? err : cudaMemcpyAsync(at[peer] + offset, src, bytes, cudaMemcpyDeviceToDevice, st);
 }
 
+template <int = 0>
 inline cudaError_t copyEngineScatter(const cuco_ctx_t* ctx, ncclWindow_t recvWin, size_t recvOffset, const char* send,
                                      size_t blockBytes, size_t srcStride, cudaStream_t st) {
   cudaError_t err = barrier(*ctx->devComm, st);
@@ -687,6 +707,7 @@ inline cudaError_t copyEngineScatter(const cuco_ctx_t* ctx, ncclWindow_t recvWin
   return err == cudaSuccess ? barrier(*ctx->devComm, st) : err;
 }
 
+template <int = 0>
 inline cudaError_t scatterBlocks(const cuco_ctx_t* ctx, ncclWindow_t recvWin, size_t recvOffset, const void* send,
                                  size_t blockBytes, size_t srcStride, cudaStream_t stream) {
   if (ctx->nRanks > CUCO_COLL_MAX_RANKS) return cudaErrorInvalidValue;  // dst[] / src[] hold one pointer per rank
@@ -700,12 +721,14 @@ inline cudaError_t scatterBlocks(const cuco_ctx_t* ctx, ncclWindow_t recvWin, si
 }
 
 // All-gather: this rank's `bytes` of send land at recvOffset + rank * bytes of every rank's recv window.
+template <int = 0>
 inline cudaError_t allGather(const cuco_ctx_t* ctx, ncclWindow_t recvWin, size_t recvOffset, const void* send,
                              size_t bytes, cudaStream_t stream) {
   return scatterBlocks(ctx, recvWin, recvOffset, send, bytes, 0, stream);
 }
 
 // All-to-all: block p (`blockBytes`) of this rank's send lands in block `rank` of rank p's recv window.
+template <int = 0>
 inline cudaError_t allToAll(const cuco_ctx_t* ctx, ncclWindow_t recvWin, size_t recvOffset, const void* send,
                             size_t blockBytes, cudaStream_t stream) {
   return scatterBlocks(ctx, recvWin, recvOffset, send, blockBytes, blockBytes, stream);
@@ -736,6 +759,7 @@ inline cudaError_t reduceScatterStageAlloc(const cuco_ctx_t* ctx, size_t count, 
   return err;
 }
 
+template <int = 0>
 inline cudaError_t reduceScatterStageFree(const cuco_ctx_t* ctx, ReduceScatterStage* stage) {
   return symmetricFree(ctx, stage->buf, stage->win);
 }
@@ -772,6 +796,7 @@ inline cudaError_t allReduce(const cuco_ctx_t* ctx, ncclWindow_t sendWin, size_t
   return cudaGetLastError();
 }
 
+template <int = 0>
 inline cudaError_t sendBatch(const cuco_ctx_t* ctx, const SendBatch& batch, cudaStream_t stream) {
   for (int i = 0; i < batch.n; i++)
     if (batch.peer[i] < 0 || batch.peer[i] >= ctx->nRanks) return cudaErrorInvalidValue;
@@ -787,6 +812,7 @@ inline cudaError_t sendBatch(const cuco_ctx_t* ctx, const SendBatch& batch, cuda
 #endif
 }
 
+template <int = 0>
 inline cudaError_t allToAllv(const cuco_ctx_t* ctx, ncclWindow_t countsWin, size_t countsOffset, const void* send,
                              ncclWindow_t recvWin, size_t recvOffset, size_t elemBytes, size_t recvCapacity,
                              bool zeroTail, cudaStream_t stream) {
@@ -877,6 +903,7 @@ inline void coll_requirements(ncclDevCommRequirements* reqs) {
 #endif
 }
 
+template <int = 0>
 __global__ void __launch_bounds__(CUCO_COLL_THREADS)
     gatherPiecesKernel(ncclDevComm dc, ncclWindow_t recvWin, size_t recvOffset, const char* send, size_t bytes,
                        ncclDevResourceHandle_t flags, int site, int nPieces) {
@@ -905,6 +932,7 @@ inline PieceSite& pieceSite() {
 
 // Flags are zeroed before the first call on a device communicator, and the host waits: every rank's first kernel of
 // any site passes a barrier after its zeroing, so no peer bumps a flag that is still to be zeroed.
+template <int = 0>
 inline cudaError_t chunkFlagsZeroed(const cuco_ctx_t* ctx, cudaStream_t st) {
   HostState& s = hostState();
   if (s.flagsZeroed) return cudaSuccess;
@@ -942,11 +970,13 @@ inline cudaError_t allGatherChunks(const cuco_ctx_t* ctx, ncclWindow_t recvWin, 
 
 // Piece j of every rank's GEMM of site `site` has been flagged to this rank. One thread spins, on its own small
 // kernel: a spinning reduce-scatter of CUCO_COLL_CTAS CTAs would hold SMs the GEMM it waits for may need.
+template <int = 0>
 __global__ void awaitPieceKernel(ncclDevComm dc, ncclDevResourceHandle_t flags, int site, int j,
                                  unsigned long long complete) {
   for (int p = 0; p < dc.lsaSize; p++) awaitCounter(dc, flags, chunkFlag(site, p, j), complete);
 }
 
+template <int = 0>
 __global__ void signalPieceKernel(ncclDevComm dc, ncclDevResourceHandle_t flags, int peer, int flag) {
   if (threadIdx.x == 0) bumpCounter(dc, flags, peer, flag);
 }
