@@ -85,7 +85,7 @@ class SearchResult:
         }
 
 
-def start_program(cfg: RunConfig, spec: WorkloadSpec) -> Path | None:
+def _start_program(cfg: RunConfig, spec: WorkloadSpec) -> Path | None:
     """The program the search starts from: search.start, checked before anything is written into the run
     directory, else the workload's seed."""
     if not cfg.search.start:
@@ -97,7 +97,7 @@ def start_program(cfg: RunConfig, spec: WorkloadSpec) -> Path | None:
     return start
 
 
-def derived_knobs(spec: WorkloadSpec, cfg: RunConfig, start: Path | None, note: Note):
+def _derived_knobs(spec: WorkloadSpec, cfg: RunConfig, start: Path | None, note: Note):
     """The knobs of the rules' rewrite that the directive proposer searches and an LLM starts from: on a workload
     without [strategies], of its seed; with search.space = knobs, of the start program, whatever the workload ships.
     None where the workload's strategies are searched (or, for an LLM, where the rules cannot rewrite the seed: it
@@ -144,7 +144,7 @@ def knobs_of(spec: WorkloadSpec, analysis):
         raise CucoError(analysis.path, f"the rules cannot rewrite it, so it has no knobs: {exc}") from None
 
 
-def with_knobs(spec: WorkloadSpec, knobs, cfg: RunConfig,
+def _with_knobs(spec: WorkloadSpec, knobs, cfg: RunConfig,
                directory: Path) -> tuple[WorkloadSpec, list[tuple[StrategySpec, Any]]]:
     """The workload with the derived knobs as its strategies (written into DIRECTORY), and the design points an LLM
     search starts from beside the seed (none for the directive proposer, which searches them all)."""
@@ -157,7 +157,7 @@ def with_knobs(spec: WorkloadSpec, knobs, cfg: RunConfig,
     return spec, [(first, p) for p in first.points()]
 
 
-def slots_for(cfg: RunConfig, spec: WorkloadSpec, shape: str, note: Note):
+def _slots_for(cfg: RunConfig, spec: WorkloadSpec, shape: str, note: Note):
     """Where the search's evaluations run: (device, slots, evaluator, how to say it). Local: this machine's
     disjoint GPU groups or CPU process groups; ray: tasks on the cluster (cuco/cluster)."""
     if cfg.search.backend == "ray":
@@ -179,7 +179,7 @@ def slots_for(cfg: RunConfig, spec: WorkloadSpec, shape: str, note: Note):
     return dev, slots, local_evaluator(dev, cfg.eval, shape), f"on {dev}"
 
 
-def default_run_dir(spec: WorkloadSpec, shape: str) -> Path:
+def _default_run_dir(spec: WorkloadSpec, shape: str) -> Path:
     return absolute(Path("cuco-runs") / f"{spec.name}-{shape}")
 
 
@@ -189,14 +189,14 @@ def prepare_search(spec: WorkloadSpec, cfg: RunConfig, run_dir: Path | None = No
     count or device is refused with nothing created. An existing run directory of the same search is resumed."""
     shape = cfg.search.shape or spec.shapes[0].name
     spec.check_bounds(spec.shape(shape))
-    start = start_program(cfg, spec)
-    knobs = derived_knobs(spec, cfg, start, note)
-    dev, slots, evaluator, where = slots_for(cfg, spec, shape, note)
+    start = _start_program(cfg, spec)
+    knobs = _derived_knobs(spec, cfg, start, note)
+    dev, slots, evaluator, where = _slots_for(cfg, spec, shape, note)
     if dev == "cpu" and start is not None and is_cuda(start):
         raise NeedsGPU(spec.name, f"its programs are CUDA and this machine has no {gpus_in_words(spec.world_size)} "
                                   "to run them: a search here could only build them (cuco eval does that)")
-    rd = RunDir(absolute(run_dir) if run_dir else default_run_dir(spec, shape)).create()
-    spec, starts = with_knobs(spec, knobs, cfg, rd.derived)
+    rd = RunDir(absolute(run_dir) if run_dir else _default_run_dir(spec, shape)).create()
+    spec, starts = _with_knobs(spec, knobs, cfg, rd.derived)
     evolution = Evolution(spec, cfg, rd, slots, evaluator, dev, machine=load_machine(), starts=starts)
     return Search(spec, cfg, rd, evolution, where)
 
@@ -230,10 +230,10 @@ def _result(rd: RunDir, db: Database, stop_reason: str, stop_fault: str | None) 
     measured, rounds_error = comparisons(db)
     code, error = _verdict(stop_reason, stop_fault, best, db.count("done"))
     return SearchResult(rd, db.count("done"), db.failures_by_level(), db.llm_totals(), stop_reason, stop_fault, first,
-                        start_failure(first), best, measured, rounds_error, code, error)
+                        _start_failure(first), best, measured, rounds_error, code, error)
 
 
-def start_failure(seed: Candidate | None) -> str | None:
+def _start_failure(seed: Candidate | None) -> str | None:
     """One line saying that the program the search started from (the seed, or search.start) failed, and why; None
     where it passed or was not evaluated. A search that found passing programs all the same still exits 0."""
     if seed is None or seed.status != "done" or seed.ok:
