@@ -108,9 +108,7 @@ def _derived_knobs(spec: WorkloadSpec, cfg: RunConfig, start: Path | None, note:
     from cuco.fastpath.analyze import AnalysisError, analyze
 
     directive = cfg.search.proposer == "directive"
-    program = start if asked else spec.seed_path
-    if asked and program is not None and not program.is_file():
-        raise CucoError("search.start", f"{program} does not exist")
+    program = start if asked else spec.seed_path  # a search.start was checked by _start_program
     try:
         if program is None or not is_cuda(program):
             raise CucoError(str(program or spec.source), "is not a CUDA program to derive knobs from")

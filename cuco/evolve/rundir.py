@@ -10,6 +10,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from cuco.errors import CucoError, CucoFailure
+from cuco.evolve.database import MIGRATIONS, Database
 
 
 @dataclass(frozen=True)
@@ -78,17 +79,13 @@ class RunDir:
             raise CucoFailure(str(self.root), f"cannot write the run directory: {exc.strerror or exc}") from None
         return self
 
-    def open(self, readonly: bool = False):
-        """Its store (cuco.evolve.database.Database); `readonly` for what only reads a run."""
-        from cuco.evolve.database import Database
-
+    def open(self, readonly: bool = False) -> Database:
+        """Its store; `readonly` for what only reads a run."""
         return Database(self.store, readonly=readonly)
 
     def readable(self) -> RunDir:
         """This, once its store opens read-only as one of cuco evolve's at the current schema; else the reason, as
         the user's error. Readers (report, ui, benchmarks) may be given a copy, or a mount they cannot write."""
-        from cuco.evolve.database import MIGRATIONS
-
         if not self.store.is_file():
             raise CucoError(str(self.root), "not a run directory of cuco evolve (no cuco.db)")
         try:
