@@ -28,10 +28,14 @@ def materialize(strategy: StrategySpec, point: DesignPoint) -> str:
         head += [f"#define CUCO_{dim.upper()} {getattr(point, dim).cxx}" for dim in ENUMS]
         head.append(f"#define CUCO_CHUNKS {point.chunks}")
         head += [f"#define {name} {value}" for name, value in strategy.defines]
+        head += [f"#define CUCO_OPT_{name.upper()} {int(value)}" for name, value in strategy.options]
         head += [f"#define {macro} 1" for dim, value, macro in strategy.point_defines if getattr(point, dim) == value]
         return "\n".join(head) + "\n" + body + needs_export(strategy, point)
     head = f"# cuco directive: strategy {strategy.name}, design point {point.label()}\n"
-    return head + f"DESIGN = {json.dumps(asdict(point), sort_keys=True)}\n" + body
+    design = f"DESIGN = {json.dumps(asdict(point), sort_keys=True)}\n"
+    if strategy.options:  # Python literals: JSON would spell True as true
+        design += f"DESIGN.update({dict(strategy.options)!r})\n"
+    return head + design + body
 
 
 def needs_export(strategy: StrategySpec, point: DesignPoint) -> str:

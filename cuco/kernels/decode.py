@@ -56,7 +56,7 @@ def split_k_for(tiles: int, k: int, block_k: int, sms: int) -> int:
 
 
 @triton.jit
-def _slice_product(a_desc, a_ptr, b_desc, b_ptr, col, k0, k1, M, N, K,
+def slice_product(a_desc, a_ptr, b_desc, b_ptr, col, k0, k1, M, N, K,
                    BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr, TMA: tl.constexpr):
     """The fp32 product of all rows of A (M <= BLOCK_M) and columns [col, col + BLOCK_N) of B over K in [k0, k1)."""
     acc = tl.zeros((BLOCK_M, BLOCK_N), dtype=tl.float32)
@@ -84,7 +84,7 @@ def _decode_kernel(a_desc, b_desc, a, b, c, partials, counters, M, N, K, k_per_s
     s = pid % SPLIT_K
     col = tile * BLOCK_N
     k0 = s * k_per_split
-    acc = _slice_product(a_desc, a, b_desc, b, col, k0, tl.minimum(k0 + k_per_split, K), M, N, K,
+    acc = slice_product(a_desc, a, b_desc, b, col, k0, tl.minimum(k0 + k_per_split, K), M, N, K,
                          BLOCK_M, BLOCK_N, BLOCK_K, TMA)
     rm = tl.arange(0, BLOCK_M)
     rn = col + tl.arange(0, BLOCK_N)

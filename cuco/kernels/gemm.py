@@ -157,7 +157,7 @@ def _acc(a_desc, a_ptr, a_row, b_desc, b_ptr, col, M_a, N, K,
 
 
 @triton.jit
-def _store_rows(ptr, row, col, rows, acc, N, BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr):
+def store_rows(ptr, row, col, rows, acc, N, BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr):
     """Rows [row, row + BLOCK_M) of a tile into a row-major [rows, N] matrix at ptr, those below `rows` only."""
     rc = row + tl.arange(0, BLOCK_M)
     rn = col + tl.arange(0, BLOCK_N)
@@ -172,7 +172,7 @@ def _store_out(out_desc, out, row, col, rows, acc, N, BLOCK_M: tl.constexpr, BLO
     if TMA:
         out_desc.store([row, col], acc.to(out_desc.dtype))
     else:
-        _store_rows(out, row, col, rows, acc, N, BLOCK_M, BLOCK_N)
+        store_rows(out, row, col, rows, acc, N, BLOCK_M, BLOCK_N)
 
 
 @triton.jit
@@ -270,7 +270,7 @@ def _gemm_kernel(a_own_desc, a_all_desc, b_desc, c_desc, a_own, a_all, b, c,
 
 
 @triton.jit
-def _sum_in_rank_order(own, recv, counters, rank, world, tiles, t, rows, row, col, N, target,
+def sum_in_rank_order(own, recv, counters, rank, world, tiles, t, rows, row, col, N, target,
                        BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr):
     """Tile t's sum over ranks in rank order, so the same bits whichever partial lands first: this rank's own (in
     fp32, or already rounded as the peers' were where every rank must store the same bits), and each peer's from
@@ -312,12 +312,12 @@ def _gemm_rs_kernel(a_desc, b_desc, out_desc, a, b, out, recv, counters, dest_pt
         acc = _acc(a_desc, a, shard * shard_rows + row, b_desc, b, col, M, N, K, BLOCK_M, BLOCK_N, BLOCK_K, TMA)
         if shard != rank:
             dest = tl.load(dest_ptrs + shard).to(tl.pointer_type(out.dtype.element_ty))
-            _store_rows(dest, row, col, shard_rows, acc, N, BLOCK_M, BLOCK_N)
+            store_rows(dest, row, col, shard_rows, acc, N, BLOCK_M, BLOCK_N)
             tl.debug_barrier()  # every thread's stores before the release (system scope, cumulative)
             flag = tl.load(flag_ptrs + shard).to(tl.pointer_type(tl.int32))
             tl.atomic_add(flag + rank * per_shard + t, 1, sem="release", scope="sys")
         else:
-            total = _sum_in_rank_order(acc, recv, counters, rank, world, per_shard, t, shard_rows, row, col, N,
+            total = sum_in_rank_order(acc, recv, counters, rank, world, per_shard, t, shard_rows, row, col, N,
                                        target, BLOCK_M, BLOCK_N)
             _store_out(out_desc, out, row, col, shard_rows, total, N, BLOCK_M, BLOCK_N, OUT_TMA)
 
@@ -341,12 +341,12 @@ def _gemm_ar_kernel(a_desc, b_desc, out_desc, a, b, out, recv, counters, dest_pt
         sent = _acc(a_desc, a, row, b_desc, b, col, M, N, K, BLOCK_M, BLOCK_N, BLOCK_K, TMA).to(out.dtype.element_ty)
         for i in range(1, world):
             dest = tl.load(dest_ptrs + (rank + i) % world).to(tl.pointer_type(out.dtype.element_ty))
-            _store_rows(dest, row, col, M, sent, N, BLOCK_M, BLOCK_N)
+            store_rows(dest, row, col, M, sent, N, BLOCK_M, BLOCK_N)
         tl.debug_barrier()  # every thread's stores before the releases (system scope, cumulative)
         for i in range(1, world):
             flag = tl.load(flag_ptrs + (rank + i) % world).to(tl.pointer_type(tl.int32))
             tl.atomic_add(flag + rank * tiles + t, 1, sem="release", scope="sys")
-        total = _sum_in_rank_order(sent, recv, counters, rank, world, tiles, t, M, row, col, N, target,
+        total = sum_in_rank_order(sent, recv, counters, rank, world, tiles, t, M, row, col, N, target,
                                    BLOCK_M, BLOCK_N)
         _store_out(out_desc, out, row, col, M, total, N, BLOCK_M, BLOCK_N, OUT_TMA)
 

@@ -150,6 +150,10 @@ class StrategySpec:
     # Combinations it does not take although each value is accepted: a point whose dimensions all hold one of the
     # values listed (dimension -> values) repeats another point's program (a derived strategy's).
     excludes: tuple[dict[str, tuple], ...] = ()
+    # Fixed choices of its own beyond the five dimensions ([strategies.X] options), so that one kernel file serves
+    # several strategies (ar_decode one-shot and two-shot): a Python strategy reads them from DESIGN, a CUDA one as
+    # CUCO_OPT_<NAME>.
+    options: tuple[tuple[str, bool | int], ...] = ()
 
     def excluded(self, point: DesignPoint) -> str | None:
         """Why POINT is one of the excluded combinations, or None."""
@@ -278,6 +282,18 @@ def _load_requirements(sec: _Section, buffers: dict[str, BufferSpec]) -> Require
     return req
 
 
+def _load_options(sec: _Section) -> tuple[tuple[str, bool | int], ...]:
+    from cuco.designspace.dimensions import DIMENSIONS
+
+    options = []
+    for name in sec.data:
+        if not name.isidentifier() or name in DIMENSIONS:
+            raise sec.fail(name, "an option is a name of its own (an identifier, not one of the five dimensions)")
+        options.append((name, sec.get(name, (bool, int))))
+    sec.done()
+    return tuple(options)
+
+
 def _load_strategies(ssec: _Section, root: Path, buffers: dict[str, BufferSpec]) -> dict[str, StrategySpec]:
     from cuco.designspace.dimensions import DIMENSIONS
 
@@ -296,11 +312,13 @@ def _load_strategies(ssec: _Section, root: Path, buffers: dict[str, BufferSpec])
             if not values:
                 raise sec.fail(dim, "accepts no value")
             accepts[dim] = tuple(values)
+        options = _load_options(sec.table("options"))
         requires = _load_requirements(sec.table("requires"), buffers)
         if requires != Requirements() and not rel.endswith(".cu"):
             raise sec.fail("requires", "is checked through cuco_needs (cuco.h): CUDA strategies only")
         sec.done()
-        out[sname] = StrategySpec(sname, root / rel, accepts, workload_includes(root), requires=requires)
+        out[sname] = StrategySpec(sname, root / rel, accepts, workload_includes(root), requires=requires,
+                                  options=options)
     ssec.done()
     return out
 
