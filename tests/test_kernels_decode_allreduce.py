@@ -187,3 +187,15 @@ def test_two_ranks_at_once(m, k, n, split_k, two_shot, waves):
         assert torch.equal(outs[0], outs[1]), "the ranks' all-reduced results differ"
         seen.append([o.clone() for o in outs])
     assert all(torch.equal(x, y) for x, y in zip(seen[1], seen[2])), "the same inputs gave other bits"
+
+
+@pytest.mark.parametrize("split_k,waves", [(1, 1), (2, 1), (1, 2), (1, 4)])
+def test_the_workspace_made_for_a_point_fits_it(split_k, waves):
+    """summed_decode_workspace sizes the counters for the tiles the point's own configuration cuts (waves narrow
+    them), at the shipped decode shape."""
+    from cuco.kernels.common import sm_count
+
+    m, n, k = 8, 8192, 4096
+    cfg = summed_decode_config_for(m, n, k, sm_count(DEVICE), split_k, waves)
+    ws = summed_decode_workspace(m, n, k, DEVICE, split_k, waves)
+    assert ws.fits(split_k * m * n if split_k > 1 else 0, triton.cdiv(n, cfg.block_n))

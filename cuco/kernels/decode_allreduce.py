@@ -185,10 +185,11 @@ def _decode_ar_waves_kernel(a_desc, b_desc, a, b, out, recv, counters, dest_ptrs
             store_rows(out, 0, t * BLOCK_N, M, total, N, BLOCK_M, BLOCK_N)
 
 
-def summed_decode_workspace(m: int, n: int, k: int, device: torch.device, split_k: int = 1) -> DecodeWorkspace:
+def summed_decode_workspace(m: int, n: int, k: int, device: torch.device, split_k: int = 1,
+                            waves: int = 1) -> DecodeWorkspace:
     """The split slices' fp32 partials and per-tile counters of one gemm_all_reduce_decode shape: made before the
     first run (a run allocates nothing: a cudaMalloc may wait for a kernel that spins on a peer)."""
-    cfg = summed_decode_config_for(m, n, k, sm_count(device), split_k)
+    cfg = summed_decode_config_for(m, n, k, sm_count(device), split_k, waves)
     return DecodeWorkspace.create(device, split_k * m * n if split_k > 1 else 0, triton.cdiv(n, cfg.block_n))
 
 

@@ -31,7 +31,8 @@ def setup(ctx):
     a, b, c = (ctx.buffers[k] for k in ("a", "b", "c"))
     ctx.state["exchange"] = partials_exchange(c, ctx.rank, ctx.world, ctx.group.group_name)
     if a.shape[0] <= MAX_ROWS:
-        ctx.state["workspace"] = summed_decode_workspace(a.shape[0], b.shape[1], a.shape[1], a.device)
+        ctx.state["workspace"] = summed_decode_workspace(a.shape[0], b.shape[1], a.shape[1], a.device,
+                                                           waves=WAVES)
 
 
 def run(ctx):
