@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import dataclasses
+
 import shutil
 from pathlib import Path
 
@@ -492,6 +494,36 @@ def test_a_strategys_requirements_are_checked_against_its_workload(tmp_path, new
     toml.write_text(toml.read_text().replace(old, f"requires = {{ lsa_team = true, {new} }}"))
     msg = load_error(root)
     assert "strategies.rs_gemm." in msg and all(part in msg for part in expected), msg
+
+
+def test_a_strategys_options_reach_its_program(tmp_path):
+    """[strategies.X] options: fixed choices beside the five dimensions, so one kernel file serves two strategies
+    (ar_decode one-shot and two-shot); a Python program reads them from DESIGN (as Python values), a CUDA one as
+    CUCO_OPT_<NAME>."""
+    from cuco.evolve.strategy import materialize
+
+    spec = load_workload(ROOT / "cuco" / "workloads" / "gemm_allreduce")
+    one, two = spec.strategies["ar_decode"], spec.strategies["ar_decode_two_shot"]
+    assert one.path == two.path and (one.options, two.options) == ((), (("two_shot", True),))
+    for strategy, want in ((one, None), (two, True)):
+        head = materialize(strategy, strategy.points()[0]).split('"""')[0]
+        scope: dict = {}
+        exec(head, scope)
+        assert scope["DESIGN"].get("two_shot") is want and scope["DESIGN"]["chunks"] == 1
+    cuda = dataclasses.replace(spec.strategies["ar_gemm"], options=(("ring", 3), ("fast", True)))
+    src = materialize(cuda, cuda.points()[0])
+    assert "#define CUCO_OPT_RING 3\n#define CUCO_OPT_FAST 1\n" in src
+
+
+@pytest.mark.parametrize("new,expected", [("chunks = 2", "not one of the five dimensions"),
+                                          ('two_shot = "yes"', "bool or int")])
+def test_a_strategy_option_is_a_name_of_its_own_and_a_number(tmp_path, new, expected):
+    root = tmp_path / "ar"
+    shutil.copytree(ROOT / "cuco" / "workloads" / "gemm_allreduce", root)
+    toml = root / "workload.toml"
+    toml.write_text(toml.read_text().replace("options = { two_shot = true }", f"options = {{ {new} }}"))
+    msg = load_error(root)
+    assert "strategies.ar_decode_two_shot.options." in msg and expected in msg, msg
 
 
 def test_a_candidate_is_given_the_side_streams_it_declares_and_the_main_stream_in_the_other_slots(tmp_path):
