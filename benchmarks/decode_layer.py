@@ -90,8 +90,8 @@ def markdown(info: dict, rows: list[dict], shapes: list[str]) -> list[str]:
                      f"{best['median_ms']:.4f} | {base['median_ms'] / best['median_ms']:.2f}x | "
                      f"{light:.4f} | {best['median_ms'] / light:.2f}x |" if light else
                      f"{best['median_ms']:.4f} | {base['median_ms'] / best['median_ms']:.2f}x | - | - |")
-    lines += ["", "Every program at every shape:", "", "| program | shape | ms (p10-p90) | inputs ms | library bound ms |",
-              "|---|---|---|---|---|"]
+    lines += ["", "Every program at every shape:", "",
+              "| program | shape | ms (p10-p90) | inputs ms | library bound ms |", "|---|---|---|---|---|"]
     for r in rows:
         if not r["ok"] or r["median_ms"] is None:
             lines.append(f"| {r['program']} | {r['shape']} | failed: {(r['error'] or '')[:100]} | | |")

@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import dataclasses
-
 import shutil
 from pathlib import Path
 

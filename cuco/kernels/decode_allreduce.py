@@ -22,7 +22,7 @@ import triton
 import triton.language as tl
 
 from cuco.kernels.common import descriptor, interpreted, row_major, sm_count, tma_ok
-from cuco.kernels.decode import MAX_ROWS, DecodeConfig, DecodeWorkspace, slice_product, decode_config_for
+from cuco.kernels.decode import MAX_ROWS, DecodeConfig, DecodeWorkspace, decode_config_for, slice_product
 from cuco.kernels.gemm import Partials, store_rows, sum_in_rank_order
 
 # Shared memory for a program's pipeline stages: Hopper gives a CTA at most 227 KB; the rest is Triton's scratch for
@@ -35,8 +35,8 @@ WIDEST_TILE = 256  # columns: wider tiles hold a 128-row fp32 accumulator of mor
 def summed_decode_config_for(m: int, n: int, k: int, sms: int, split_k: int = 1, waves: int = 1) -> DecodeConfig:
     """The decode GEMM's blocks by row count, with tiles of 64 columns (64 / waves where each program computes
     `waves` tiles in turn) widened until every program has an SM of its own: a tile waits for the peers' tiles, so
-    none may wait for an SM. Stages are cut to
-    what shared memory holds (and blocks of K halved where two stages would not fit), and the tall tiles get 8 warps (the summing epilogue addresses each element)."""
+    none may wait for an SM. Stages are cut to what shared memory holds (blocks of K halved where two stages would
+    not fit), and the tall tiles get 8 warps (the summing epilogue addresses each element)."""
     base = decode_config_for(m, n, k, sms)
     block_n = max(NARROWEST_TILE, 64 // waves)
     while triton.cdiv(triton.cdiv(n, block_n), waves) * split_k > sms and block_n < WIDEST_TILE:
