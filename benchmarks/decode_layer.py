@@ -1,12 +1,12 @@
-"""A tensor-parallel decode layer (GEMM + AllReduce, 1 to 128 tokens) at world 2: every baseline and every point of
-the one-kernel strategies, in one run, on this machine's GPUs.
+"""A tensor-parallel decode layer (GEMM + AllReduce, or AllGather + GEMM, 1 to 128 tokens) at world 2: every
+baseline and every point of the one-kernel strategies, in one run, on this machine's GPUs.
 
 Each program is evaluated once over all the decode shapes (the full cascade: verified at the small and the full
 shapes, timed with fresh inputs, L2 flushed, the slowest rank); the table gives, per shape, the strongest baseline,
 the best one-kernel program, the speedup of one over the other, and both against the speed of light. Writes
-benchmarks/results/decode_layer-w<world>.json and .md.
+benchmarks/results/decode_layer-<workload>-w<world>.json and .md.
 
-    python benchmarks/decode_layer.py [--shapes m1 m8 m32 m128] [--strategies ar_decode ar_decode_two_shot ...]
+    python benchmarks/decode_layer.py [--workload gemm_allreduce] [--shapes m1 m8 ...] [--strategies ar_decode ...]
 """
 
 from __future__ import annotations
@@ -25,17 +25,22 @@ from cuco.runner.cascade import EvalOptions, evaluate
 from cuco.workload import load_workload, resolve_workload
 
 ROOT = record.ROOT
-WORKLOAD = "gemm_allreduce"
+# Per workload: its decode shapes and the strategies that run a layer in one kernel.
+DECODE = {"gemm_allreduce": (["m1", "m8", "m32", "m128"], ["ar_decode", "ar_decode_two_shot", "ar_gemm_fused"]),
+          "gemm_allgather": (["decode"], ["ag_decode", "ag_gemm_fused"])}
 
 
 def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--workload", choices=sorted(DECODE), default="gemm_allreduce")
     ap.add_argument("--world", type=int, default=2)
-    ap.add_argument("--shapes", nargs="+", default=["m1", "m8", "m32", "m128"])
-    ap.add_argument("--strategies", nargs="+", default=["ar_decode", "ar_decode_two_shot", "ar_gemm_fused"])
+    ap.add_argument("--shapes", nargs="+", default=None, help="default: the workload's decode shapes")
+    ap.add_argument("--strategies", nargs="+", default=None, help="default: its one-kernel strategies")
     ap.add_argument("--out", type=Path, default=ROOT / "benchmarks" / "results")
     args = ap.parse_args()
-    spec = load_workload(resolve_workload(WORKLOAD), args.world)
+    args.shapes = args.shapes or DECODE[args.workload][0]
+    args.strategies = args.strategies or DECODE[args.workload][1]
+    spec = load_workload(resolve_workload(args.workload), args.world)
     record.cuco("doctor")  # the ceilings, for the speed of light
     work = Path(tempfile.mkdtemp())
     opts = EvalOptions(device="cuda", shapes=args.shapes, gpus=list(range(args.world)), work_dir=work / "eval")
@@ -61,9 +66,9 @@ def main() -> int:
         got = {r["shape"]: r["median_ms"] for r in rows[-len(args.shapes):]}
         print(json.dumps({"program": label, "ok": rec["ok"], "ms": got, "s": round(time.monotonic() - t0),
                           "error": (rec["error"] or "")[:200]}), flush=True)
-    info = record.meta(load_machine(), args.world, workload=WORKLOAD, shapes=args.shapes)
-    record.save(args.out, f"decode_layer-w{args.world}", info, {"rows": rows}, markdown(info, rows, args.shapes),
-                with_time=True)
+    info = record.meta(load_machine(), args.world, workload=spec.name, shapes=args.shapes)
+    record.save(args.out, f"decode_layer-{spec.name}-w{args.world}", info, {"rows": rows},
+                markdown(spec.description, info, rows, args.shapes), with_time=True)
     return 0
 
 
@@ -72,8 +77,9 @@ def _fastest(rows: list[dict], shape: str, kind: str) -> dict | None:
     return min(ok, key=lambda r: r["median_ms"]) if ok else None
 
 
-def markdown(info: dict, rows: list[dict], shapes: list[str]) -> list[str]:
-    lines = [f"# Decode GEMM + AllReduce at world {info['world']} on {info['device']} ({info['links']})", "",
+def markdown(what: str, info: dict, rows: list[dict], shapes: list[str]) -> list[str]:
+    lines = [f"# {info['workload']} at decode, world {info['world']}, on {info['device']} ({info['links']}): "
+             f"{what}", "",
              f"Date {info['date']}, commit {info['commit']}. Times in ms: the slowest rank's median (p10-p90) over "
              "the timed runs, verified, L2 flushed, fresh inputs each run (`inputs` of it is the judge delivering "
              "them). Light: the speed of light from the measured ceilings.", "", f"Command: `{info['command']}`", "",

@@ -86,6 +86,14 @@ def _decode_kernel(a_desc, b_desc, a, b, c, partials, counters, M, N, K, k_per_s
     k0 = s * k_per_split
     acc = slice_product(a_desc, a, b_desc, b, col, k0, tl.minimum(k0 + k_per_split, K), M, N, K,
                          BLOCK_M, BLOCK_N, BLOCK_K, TMA)
+    store_split(acc, c, partials, counters, tile, s, col, M, N, BLOCK_M, BLOCK_N, SPLIT_K)
+
+
+@triton.jit
+def store_split(acc, c, partials, counters, tile, s, col, M, N, BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr,
+                SPLIT_K: tl.constexpr):
+    """Slice s's fp32 product of a tile into C: straight where K is not split, else through the workspace, the
+    tile's last slice to finish summing them all in split order."""
     rm = tl.arange(0, BLOCK_M)
     rn = col + tl.arange(0, BLOCK_N)
     mask = (rm[:, None] < M) & (rn[None, :] < N)
