@@ -27,7 +27,7 @@ from cuco.workload import load_workload, resolve_workload
 ROOT = record.ROOT
 # Per workload: its decode shapes and the strategies that run a layer in one kernel.
 DECODE = {"gemm_allreduce": (["m1", "m8", "m32", "m128"], ["ar_decode", "ar_decode_two_shot", "ar_gemm_fused"]),
-          "gemm_allgather": (["decode"], ["ag_decode", "ag_gemm_fused"])}
+          "gemm_allgather": (["decode"], ["ag_decode", "ag_decode_prefetch", "ag_gemm_fused"])}
 
 
 def main() -> int:

@@ -90,11 +90,13 @@ def test_refusals():
 
 @pytest.mark.gpu(1)
 @pytest.mark.timeout(120)
-@pytest.mark.parametrize("rows,k,n,split_k", [(64, 8192, 4096, 2), (64, 8192, 4096, 1), (4, 8192, 4096, 2),
-                                              (48, 264, 200, 1)])
-def test_two_ranks_at_once(rows, k, n, split_k):
+@pytest.mark.parametrize("rows,k,n,split_k,prefetch_rows", [(64, 8192, 4096, 2, 0), (64, 8192, 4096, 2, 512),
+                                                            (64, 8192, 4096, 1, 0), (4, 8192, 4096, 2, 512),
+                                                            (48, 264, 200, 1, 512)])
+def test_two_ranks_at_once(rows, k, n, split_k, prefetch_rows):
     """Two ranks' kernels at once on one GPU (tiles as wide as it takes for both to be resident), over two gathered
-    buffers by run parity, fresh rows each run: right every run."""
+    buffers by run parity, fresh rows each run: right every run (with B's first rows prefetched too, more of them
+    than a slice of K has at the odd shape)."""
     world = 2
     m = rows * world
     half = torch.cuda.get_device_properties(DEVICE).multi_processor_count // world
@@ -112,7 +114,7 @@ def test_two_ranks_at_once(rows, k, n, split_k):
         with torch.cuda.stream(streams[r]):
             gemm_decode_gathered(A[r * rows:(r + 1) * rows], b, c, Gather(bufs[r][run % 2], r * rows, dests[r, run % 2],
                                                                           flags, arrived[r], run), ws[r],
-                                 split_k=split_k, config=cfg)
+                                 split_k=split_k, prefetch_rows=prefetch_rows, config=cfg)
 
     A, b = _rand(m, k), _rand(k, n)
     for r in range(world):  # load the kernel alone first: every count already in

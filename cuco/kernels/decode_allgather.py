@@ -48,9 +48,13 @@ class Gather:
 def _gathered_kernel(a_own, g_desc, gathered, b_desc, b, c, partials, split_counters, dest_ptrs, flag_ptrs, arrived,
                      M, N, K, k_per_split, own_rows, world, target,
                      BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr, SPLIT_K: tl.constexpr,
-                     TMA: tl.constexpr, COPY: tl.constexpr):
+                     TMA: tl.constexpr, COPY: tl.constexpr, PREFETCH_ROWS: tl.constexpr):
     pid = tl.program_id(0)
     programs = tl.num_programs(0)
+    tile = pid // SPLIT_K
+    s = pid % SPLIT_K
+    col = tile * BLOCK_N
+    k0 = s * k_per_split
     total = own_rows * K
     share = tl.cdiv(tl.cdiv(total, programs), COPY) * COPY
     end = tl.minimum(pid * share + share, total)
@@ -64,15 +68,15 @@ def _gathered_kernel(a_own, g_desc, gathered, b_desc, b, c, partials, split_coun
     for r in range(world):
         flag = tl.load(flag_ptrs + r).to(tl.pointer_type(tl.int32))
         tl.atomic_add(flag, 1, sem="release", scope="sys")
+    if PREFETCH_ROWS > 0:  # the first rows of this program's B into L2 while the rows cross the link
+        kk = tl.minimum(k0 + tl.arange(0, PREFETCH_ROWS), K - 1)
+        tl.inline_asm_elementwise("prefetch.global.L2 [$1];\n mov.u32 $0, 0;", "=r,l", [b + kk * N + col],
+                                  dtype=tl.int32, is_pure=False, pack=1)
     while tl.atomic_add(arrived, 0, sem="acquire", scope="sys") < target * world * programs:
         pass
     if TMA:  # the rows were stored through the generic proxy; TMA reads through the async one
         tl.inline_asm_elementwise("fence.proxy.async.global;\n mov.u32 $0, $1;", "=r,r", [target],
                                   dtype=tl.int32, is_pure=False, pack=1)
-    tile = pid // SPLIT_K
-    s = pid % SPLIT_K
-    col = tile * BLOCK_N
-    k0 = s * k_per_split
     acc = slice_product(g_desc, gathered, b_desc, b, col, k0, tl.minimum(k0 + k_per_split, K), M, N, K,
                         BLOCK_M, BLOCK_N, BLOCK_K, TMA)
     store_split(acc, c, partials, split_counters, tile, s, col, M, N, BLOCK_M, BLOCK_N, SPLIT_K)
@@ -86,9 +90,11 @@ def gathered_decode_workspace(m: int, n: int, k: int, device: torch.device, spli
 
 
 def gemm_decode_gathered(a_own: torch.Tensor, b: torch.Tensor, c: torch.Tensor, gather: Gather,
-                         workspace: DecodeWorkspace, *, split_k: int = 1,
+                         workspace: DecodeWorkspace, *, split_k: int = 1, prefetch_rows: int = 0,
                          config: DecodeConfig | None = None) -> torch.Tensor:
-    """c = (every rank's rows of A, gathered) @ b, the gather done by the decode GEMM's own programs first."""
+    """c = (every rank's rows of A, gathered) @ b, the gather done by the decode GEMM's own programs first. With
+    prefetch_rows (a power of two), each program asks L2 for the first rows of its slice of b (a line each: its
+    tile's columns) before it waits for the rows: the weights start streaming under the gather."""
     row_major("gemm_decode_gathered", a_own=a_own, gathered=gather.gathered, b=b, c=c)
     m, k = gather.gathered.shape
     n = b.shape[1]
@@ -114,5 +120,6 @@ def gemm_decode_gathered(a_own: torch.Tensor, b: torch.Tensor, c: torch.Tensor, 
         gather.dest_ptrs, gather.flag_ptrs, gather.arrived, m, n, k, k_per_split, a_own.shape[0],
         gather.dest_ptrs.numel(), gather.target,
         BLOCK_M=block_m, BLOCK_N=cfg.block_n, BLOCK_K=block_k, SPLIT_K=cfg.split_k, TMA=tma, COPY=COPY,
+        PREFETCH_ROWS=0 if interpreted() else prefetch_rows,  # PTX: the interpreter runs none
         num_stages=cfg.num_stages, num_warps=cfg.num_warps)
     return c

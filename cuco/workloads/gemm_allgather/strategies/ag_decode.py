@@ -7,6 +7,8 @@ DESIGN (prepended by the directive proposer) picks the point:
   sync       global: one counter per rank, bumped by every program of every rank once its share is stored
   issuer     cta: every program stores an equal share of this rank's rows
   chunks     slices of K per column tile (split-K); tiles widen where the programs would outnumber the SMs
+  prefetch_rows  (the strategy's option, workload.toml) rows of its weights each program asks L2 for before it
+             waits for the gathered rows, so that the weights stream under the gather (0: none)
 Above 128 gathered rows (a prefill step) the decode kernel does not apply: the rows are all-gathered by NCCL and
 multiplied by cuBLAS instead.
 
@@ -23,6 +25,7 @@ from cuco.kernels.decode import MAX_ROWS
 from cuco.kernels.decode_allgather import Gather, gathered_decode_workspace, gemm_decode_gathered
 
 SPLIT_K = DESIGN["chunks"]  # noqa: F821  (DESIGN is prepended)
+PREFETCH_ROWS = DESIGN.get("prefetch_rows", 0)  # noqa: F821
 
 
 def setup(ctx):
@@ -61,7 +64,7 @@ def run(ctx):
     parity = st["run"] % 2
     gather = Gather(st["gathered"][parity], ctx.rank * a.shape[0], st["dests"][parity], st["flags"], st["arrived"],
                     st["run"])
-    gemm_decode_gathered(a, b, c, gather, st["workspace"], split_k=SPLIT_K)
+    gemm_decode_gathered(a, b, c, gather, st["workspace"], split_k=SPLIT_K, prefetch_rows=PREFETCH_ROWS)
 
 
 def teardown(ctx):
