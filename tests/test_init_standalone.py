@@ -19,6 +19,7 @@ from conftest import ROOT
 from cuco.errors import CucoError
 from cuco.fastpath.syntax import blank_macros, function_name, parser, text, walk
 from cuco.scaffold import create_workload
+from cuco.scaffold.standalone.blockers import Blocked
 from cuco.workload.expr import eval_expr
 from cuco.workload.spec import load_workload
 
@@ -268,6 +269,25 @@ def test_what_cannot_be_placed_is_one_line_with_file_and_line(tmp_path, case):
     assert "\n" not in message
     assert message.startswith(f"{program}:{_line_of(source, statement)}: `{statement}`: "), message
     assert words in message
+    assert not (tmp_path / "w").exists()
+
+
+def test_every_statement_of_the_step_that_cannot_be_kept_is_named_in_one_run(tmp_path):
+    """A step with several blockers (device data deciding a branch, work in a helper, an allocation, a counter in an
+    argument) is refused with all of them, each file:line and statement with its reason, and nothing written:
+    a user mends them together instead of one per run."""
+    cases = ("branch_on_device_data", "work_in_a_helper", "allocation_in_the_step", "loop_counter")
+    step = "\n".join(REFUSED[c][0].replace(f"\n{ALLREDUCE}", "") for c in cases) + f"\n{ALLREDUCE}"
+    source = PROGRAM.replace("STEP", step)
+    program = tmp_path / "many.cu"
+    program.write_text(source)
+    with pytest.raises(Blocked) as err:
+        create_workload("w", program, tmp_path)
+    assert len(err.value.blockers) == len(cases), err.value.blockers
+    for case, line in zip(cases, err.value.blockers):
+        _, statement, words = REFUSED[case]
+        assert line.startswith(f"{program}:{_line_of(source, statement)}: `{statement}`: ") and words in line, line
+    assert f"({len(cases)} blocker(s)" in str(err.value)
     assert not (tmp_path / "w").exists()
 
 

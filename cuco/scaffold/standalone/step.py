@@ -5,10 +5,12 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+from cuco.errors import CucoError
 from cuco.fastpath.analyze import BLAS, COPIES, NCCL_SIGNATURES
 from cuco.fastpath.syntax import call_args, callee, walk
 from cuco.scaffold.c_expr import LOOPS
 from cuco.scaffold.size_expr import MAX_DEPTH
+from cuco.scaffold.standalone.blockers import Blocked
 from cuco.scaffold.standalone.calls import GEMM_SIZES, WORK
 from cuco.scaffold.standalone.nodes import address_of, idents, line_of, root_name
 from cuco.scaffold.standalone.place import Place, loop_counters
@@ -48,6 +50,7 @@ class Step:
         self.gemms: list = []  # (call, inside an inner loop)
         self.nccl = False
         self.depth = 0
+        self.refusals: list[CucoError] = []  # every statement that cannot be kept, so that one run names them all
 
     def read(self, statements: list) -> list:
         for st in statements:
@@ -57,7 +60,11 @@ class Step:
         return [st for st in statements if st.id not in self.dropped]
 
     def statement(self, st) -> bool:
-        keep = self.dispatch(st)
+        try:
+            keep = self.dispatch(st)
+        except CucoError as exc:  # a blocker: recorded, the statement left out, the reading goes on
+            self.refusals.append(exc)
+            keep = False
         if not keep:
             self.dropped.add(st.id)
         return keep
@@ -274,17 +281,21 @@ class Step:
                 self.dropped.add(st.id)
 
     def check_uses(self) -> None:
+        """The first kept use of a name from device data or of one that varies (the others derive from it)."""
         for node, refs in self.uses:
             tainted = sorted(refs & set(self.tainted))
-            if tainted:
-                raise self.prog.refuse(node, f"uses {tainted[0]}, which the host has from device data (copied to the "
-                                             f"host at line {self.tainted[tainted[0]]}): cuco_run may not wait for "
-                                             "the device; compute it on the device")
             varying = sorted((refs - self.counters) & set(self.varying))
+            if tainted:
+                self.refusals.append(self.prog.refuse(
+                    node, f"uses {tainted[0]}, which the host has from device data (copied to the host at line "
+                          f"{self.tainted[tainted[0]]}): cuco_run may not wait for the device; compute it on the "
+                          "device"))
+                return
             if varying:
-                raise self.prog.refuse(node, f"uses {varying[0]}, which changes from one iteration to the next (line "
-                                             f"{self.varying[varying[0]]}): every call of cuco_run must issue the "
-                                             "same work")
+                self.refusals.append(self.prog.refuse(
+                    node, f"uses {varying[0]}, which changes from one iteration to the next (line "
+                          f"{self.varying[varying[0]]}): every call of cuco_run must issue the same work"))
+                return
 
 
 def read_steps(prog: Standalone, place: Place) -> tuple[Step, list]:
@@ -293,6 +304,11 @@ def read_steps(prog: Standalone, place: Place) -> tuple[Step, list]:
     for body in place.bodies:
         step = Step(prog, place.varying)
         done.append((step, step.read(body)))
+    refused = list({str(exc): exc for step, _ in done for exc in step.refusals}.values())
+    if len(refused) == 1:  # one line, naming file, line and statement
+        raise refused[0]
+    if refused:  # every statement of every loop that cannot be kept, in one run
+        raise Blocked(prog.path, [str(exc) for exc in refused])
     shown = [step_lines(prog, step, kept) for step, kept in done]
     for loop, lines in zip(place.loops[1:], shown[1:]):
         if lines != shown[0]:
