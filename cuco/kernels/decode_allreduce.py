@@ -8,6 +8,9 @@ split order and rounds the tile to bf16; from there the same program all-reduces
 - two-shot: the tile's owner (rank tile % world) alone sums; the others store their tile into the owner's slot
   and wait for the owner to store the sum into theirs. The same bytes cross the links as one-shot at world 2,
   1 / world of them beyond, for one more crossing of latency.
+- waves (one-shot, K unsplit): each program computes several narrower tiles in turn, a tile's transfer draining
+  under the next one's compute (at the decode shapes of 2x H200 the narrower tiles stream B slower than this saves:
+  benchmarks/results/decode_layer-gemm_allreduce-w2.md).
 Every rank stores the same bits: each partial is rounded to bf16 as sent (this rank's own too) and summed in rank
 order. Every program is resident at once (at most one per SM), so a tile's wait never keeps its sender's
 program from running. Receive slots and counters come from cuco.kernels.symmetric.PartialsExchange.
