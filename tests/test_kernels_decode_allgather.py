@@ -7,38 +7,14 @@ product; on a GPU two emulated ranks on one GPU wait on each other for real.
 
 from __future__ import annotations
 
-import os
-
 import pytest
-from conftest import gpu_count
+from kernel_tensors import DEVICE, nan, ptrs, rand, rel_err
 
-if gpu_count() == 0:
-    os.environ["TRITON_INTERPRET"] = "1"  # read when the kernels are decorated, i.e. at the import below
 torch = pytest.importorskip("torch")
 triton = pytest.importorskip("triton")
 from cuco.kernels.decode import DecodeConfig, DecodeWorkspace  # noqa: E402
 from cuco.kernels.decode_allgather import Gather, gathered_decode_workspace, gemm_decode_gathered  # noqa: E402
 from cuco.kernels.decode_allreduce import summed_decode_config_for  # noqa: E402
-
-DEVICE = torch.device("cuda" if gpu_count() else "cpu")
-DTYPE = torch.bfloat16 if DEVICE.type == "cuda" else torch.float16
-
-
-def _rand(*shape: int) -> torch.Tensor:
-    return torch.randn(*shape, device=DEVICE).to(DTYPE)
-
-
-def _nan(*shape: int) -> torch.Tensor:
-    return torch.full(shape, float("nan"), device=DEVICE, dtype=DTYPE)
-
-
-def _rel_err(c: torch.Tensor, ref: torch.Tensor) -> float:
-    assert not torch.isnan(c).any(), "an element of the output was never written"
-    return ((c.float() - ref).norm() / ref.norm()).item()
-
-
-def _ptrs(values) -> torch.Tensor:
-    return torch.tensor(values, dtype=torch.int64, device=DEVICE)
 
 
 @pytest.mark.parametrize("split_k", [1, 3])
@@ -52,9 +28,9 @@ def test_rank_of_two(rows, k, n, rank, split_k):
     cfg = DecodeConfig(block_n=32, block_k=32, split_k=split_k, num_stages=2, num_warps=4)
     programs = triton.cdiv(n, cfg.block_n) * split_k
     m = rows * world
-    A, b = _rand(m, k), _rand(k, n)
+    A, b = rand(m, k), rand(k, n)
     own, theirs = slice(rank * rows, (rank + 1) * rows), slice(peer * rows, (peer + 1) * rows)
-    gathered, peer_gathered = _nan(m, k), _nan(m, k)
+    gathered, peer_gathered = nan(m, k), nan(m, k)
     gathered[theirs] = A[theirs]
     # The interpreter runs the programs one after another: a program's tile may read rows a later program copies,
     # which on a GPU its wait for every count prevents; so this rank's rows are in its buffer already, and their
@@ -63,12 +39,12 @@ def test_rank_of_two(rows, k, n, rank, split_k):
     arrived = torch.full((1,), target * world * programs, dtype=torch.int32, device=DEVICE)
     peer_arrived = torch.zeros(1, dtype=torch.int32, device=DEVICE)
     bufs, counters = {rank: gathered, peer: peer_gathered}, {rank: arrived, peer: peer_arrived}
-    gather = Gather(gathered, rank * rows, _ptrs([bufs[s][rank * rows].data_ptr() for s in range(world)]),
-                    _ptrs([counters[s].data_ptr() for s in range(world)]), arrived, target)
+    gather = Gather(gathered, rank * rows, ptrs([bufs[s][rank * rows].data_ptr() for s in range(world)]),
+                    ptrs([counters[s].data_ptr() for s in range(world)]), arrived, target)
     ws = DecodeWorkspace.create(DEVICE, split_k * m * n, triton.cdiv(n, cfg.block_n))
-    c = _nan(m, n)
+    c = nan(m, n)
     gemm_decode_gathered(A[own].clone(), b, c, gather, ws, split_k=split_k, config=cfg)
-    assert _rel_err(c, A.float() @ b.float()) < 1e-2
+    assert rel_err(c, A.float() @ b.float()) < 1e-2
     assert torch.equal(peer_gathered[own], A[own])
     assert torch.isnan(peer_gathered[theirs]).all(), "a program wrote outside this rank's rows"
     assert peer_arrived.item() == programs and arrived.item() == target * world * programs + programs
@@ -78,13 +54,13 @@ def test_rank_of_two(rows, k, n, rank, split_k):
 def test_refusals():
     m, k, n = 16, 64, 64
     one = torch.zeros(1, dtype=torch.int32, device=DEVICE)
-    gather = Gather(_nan(m, k), 0, _ptrs([0, 0]), _ptrs([0, 0]), one, 1)
+    gather = Gather(nan(m, k), 0, ptrs([0, 0]), ptrs([0, 0]), one, 1)
     with pytest.raises(ValueError, match="at most 128"):
-        gemm_decode_gathered(_rand(65, k), _rand(k, n), _nan(130, n), Gather(_nan(130, k), 0, _ptrs([0, 0]),
-                                                                            _ptrs([0, 0]), one, 1),
+        gemm_decode_gathered(rand(65, k), rand(k, n), nan(130, n), Gather(nan(130, k), 0, ptrs([0, 0]),
+                                                                            ptrs([0, 0]), one, 1),
                              gathered_decode_workspace(130, n, k, DEVICE))
     with pytest.raises(ValueError, match="workspace is too small"):
-        gemm_decode_gathered(_rand(8, k), _rand(k, n), _nan(m, n), gather, gathered_decode_workspace(m, n, k, DEVICE),
+        gemm_decode_gathered(rand(8, k), rand(k, n), nan(m, n), gather, gathered_decode_workspace(m, n, k, DEVICE),
                              split_k=2)
 
 
@@ -101,10 +77,10 @@ def test_two_ranks_at_once(rows, k, n, split_k, prefetch_rows):
     m = rows * world
     half = torch.cuda.get_device_properties(DEVICE).multi_processor_count // world
     cfg = summed_decode_config_for(m, n, k, half, split_k)
-    bufs = [[_nan(m, k) for _ in range(2)] for _ in range(world)]
+    bufs = [[nan(m, k) for _ in range(2)] for _ in range(world)]
     arrived = [torch.zeros(1, dtype=torch.int32, device=DEVICE) for _ in range(world)]
-    flags = _ptrs([arrived[s].data_ptr() for s in range(world)])
-    dests = {(r, par): _ptrs([bufs[s][par][r * rows].data_ptr() for s in range(world)])
+    flags = ptrs([arrived[s].data_ptr() for s in range(world)])
+    dests = {(r, par): ptrs([bufs[s][par][r * rows].data_ptr() for s in range(world)])
              for r in range(world) for par in range(2)}
     ws = [DecodeWorkspace.create(DEVICE, split_k * m * n, triton.cdiv(n, cfg.block_n)) for _ in range(world)]
     streams = [torch.cuda.Stream() for _ in range(world)]
@@ -116,20 +92,20 @@ def test_two_ranks_at_once(rows, k, n, split_k, prefetch_rows):
                                                                           flags, arrived[r], run), ws[r],
                                  split_k=split_k, prefetch_rows=prefetch_rows, config=cfg)
 
-    A, b = _rand(m, k), _rand(k, n)
+    A, b = rand(m, k), rand(k, n)
     for r in range(world):  # load the kernel alone first: every count already in
         arrived[r].fill_(world * programs)
         torch.cuda.synchronize()
-        launch(r, A, b, _nan(m, n), 1)
+        launch(r, A, b, nan(m, n), 1)
         torch.cuda.synchronize()
     for x in arrived:
         x.zero_()
     for run in range(1, 4):
-        A, bs = _rand(m, k), [_rand(k, n) for _ in range(world)]
-        cs = [_nan(m, n) for _ in range(world)]
+        A, bs = rand(m, k), [rand(k, n) for _ in range(world)]
+        cs = [nan(m, n) for _ in range(world)]
         torch.cuda.synchronize()
         for r in range(world):
             launch(r, A, bs[r], cs[r], run)
         torch.cuda.synchronize()
         for r in range(world):
-            assert _rel_err(cs[r], A.float() @ bs[r].float()) < 1e-2, f"rank {r}, run {run}"
+            assert rel_err(cs[r], A.float() @ bs[r].float()) < 1e-2, f"rank {r}, run {run}"

@@ -16,6 +16,8 @@ from conftest import gpu_count
 if gpu_count() == 0:
     os.environ["TRITON_INTERPRET"] = "1"  # read when the kernels are decorated, i.e. at the import below
 torch = pytest.importorskip("torch")
+from kernel_tensors import partials_for  # noqa: E402
+
 triton = pytest.importorskip("triton")
 from cuco.kernels.gemm import (  # noqa: E402
     Arrival,
@@ -88,14 +90,6 @@ def test_gathered_rank_of_two(rank, m, k, n, chunks):
     assert peer_flags.tolist() == expect
 
 
-def _partials_for(rank, world, recv, counters, peers_recv, peers_counters, target):
-    """Rank `rank`'s Partials: peers_recv[s] / peers_counters[s] stand for rank s's buffers."""
-    dest = [peers_recv[s][rank].data_ptr() if s != rank else 0 for s in range(world)]
-    flags = [peers_counters[s].data_ptr() if s != rank else 0 for s in range(world)]
-    return Partials(rank, world, recv, counters, torch.tensor(dest, device=DEVICE), torch.tensor(flags, device=DEVICE),
-                    target)
-
-
 SUMS = {"reduce_scatter": gemm_reduce_scatter, "all_reduce": gemm_all_reduce}
 
 
@@ -118,7 +112,7 @@ def test_summed_rank_of_two(op, rank, m, k, n):
     peer_recv = _nan(world, rows, n)
     peer_counters = torch.zeros(partials_counters(world, rows, n), dtype=torch.int32, device=DEVICE)
     out = _nan(rows, n)
-    SUMS[op](a, b, out, _partials_for(rank, world, recv, counters, {rank: recv, peer: peer_recv},
+    SUMS[op](a, b, out, partials_for(rank, world, recv, counters, {rank: recv, peer: peer_recv},
                                       {rank: counters, peer: peer_counters}, target), config=SMALL, programs=3)
     full = a.float() @ b.float()
     assert _rel_err(out, full[mine] + peer_part[mine].float()) < 1e-2
@@ -134,7 +128,7 @@ def test_too_few_counters_is_refused(op):
     """Counters sized for a smaller shape would index past their end on the peers: refused before any launch."""
     m, k, n = 64, 32, 48
     few = torch.zeros(partials_counters(2, 16, 16), dtype=torch.int32, device=DEVICE)
-    parts = _partials_for(0, 2, _nan(2, m, n), few, {1: _nan(2, m, n)}, {1: few}, 1)
+    parts = partials_for(0, 2, _nan(2, m, n), few, {1: _nan(2, m, n)}, {1: few}, 1)
     with pytest.raises(ValueError, match="partials_counters"):
         SUMS[op](_rand(m, k), _rand(k, n), _nan(m, n), parts, config=SMALL)
 
@@ -201,7 +195,7 @@ def test_two_ranks_sum_at_once(op, m, k, n):
     recv = [[_nan(world, rows, n) for _ in range(2)] for _ in range(world)]
     counters = [torch.zeros(partials_counters(world, rows, n), dtype=torch.int32, device=DEVICE)
                 for _ in range(world)]
-    parts = {(r, buf): _partials_for(r, world, recv[r][buf], counters[r], {s: recv[s][buf] for s in range(world)},
+    parts = {(r, buf): partials_for(r, world, recv[r][buf], counters[r], {s: recv[s][buf] for s in range(world)},
                                      dict(enumerate(counters)), 0) for r in range(world) for buf in range(2)}
     streams = [torch.cuda.Stream() for _ in range(world)]
     outs = [_nan(rows, n) for _ in range(world)]

@@ -1,14 +1,16 @@
 """The decode GEMM with the all-reduce in its tail: a row-parallel layer at 1 to 128 tokens in one kernel.
 
-Program (tile, s) multiplies the rows of A by columns `tile` of B over the s-th slice of K, as the decode GEMM
-(cuco.kernels.decode) does, so that every SM streams B. The last of a tile's slices to finish sums the slices in
-split order and rounds the tile to bf16; from there the same program all-reduces it, with no second launch:
+Program `tile` multiplies the rows of A by columns `tile` of B, the tiles as narrow as it takes for every SM to
+stream B (the decode GEMM's way, cuco.kernels.decode, without splitting K: a tile's sum then leaves from the program
+that made it, where split slices would add a pass through a workspace and a count, slower at every decode shape
+measured: benchmarks/results/archive/decode_layer-gemm_allreduce-w2-NVIDIA_H200-20261128-1250.md). It rounds the
+tile to bf16 and all-reduces it, with no second launch:
 - one-shot: the tile is stored into every peer's receive slot for this rank and released there (one counter per
   sender and tile); then the peers' tiles are summed with it in rank order once their counters say they landed.
 - two-shot: the tile's owner (rank tile % world) alone sums; the others store their tile into the owner's slot
   and wait for the owner to store the sum into theirs. The same bytes cross the links as one-shot at world 2,
   1 / world of them beyond, for one more crossing of latency.
-- waves (one-shot, K unsplit): each program computes several narrower tiles in turn, a tile's transfer draining
+- waves (one-shot): each program computes several narrower tiles in turn, a tile's transfer draining
   under the next one's compute (at the decode shapes of 2x H200 the narrower tiles stream B slower than this saves:
   benchmarks/results/decode_layer-gemm_allreduce-w2.md).
 Every rank stores the same bits: each partial is rounded to bf16 as sent (this rank's own too) and summed in rank
@@ -25,7 +27,7 @@ import triton
 import triton.language as tl
 
 from cuco.kernels.common import descriptor, interpreted, row_major, sm_count, tma_ok
-from cuco.kernels.decode import MAX_ROWS, DecodeConfig, DecodeWorkspace, decode_config_for, slice_product
+from cuco.kernels.decode import MAX_ROWS, DecodeConfig, decode_config_for, slice_product
 from cuco.kernels.gemm import Partials, store_rows, sum_in_rank_order
 
 # Shared memory for a program's pipeline stages: Hopper gives a CTA at most 227 KB; the rest is Triton's scratch for
@@ -119,48 +121,29 @@ def _all_reduce_tile(sent, out, recv, counters, dest_ptrs, flag_ptrs, t, tiles, 
 
 
 @triton.jit(do_not_specialize=["M", "world", "rank", "target"])
-def _decode_ar_kernel(a_desc, b_desc, a, b, out, partials, split_counters, recv, counters, dest_ptrs, flag_ptrs,
-                      M, N, K, k_per_split, world, rank, target,
-                      BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr, SPLIT_K: tl.constexpr,
-                      TMA: tl.constexpr, TWO_SHOT: tl.constexpr):
+def _decode_ar_kernel(a_desc, b_desc, a, b, out, recv, counters, dest_ptrs, flag_ptrs, M, N, K, world, rank, target,
+                      BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr, WAVES: tl.constexpr,
+                      TWO_SHOT: tl.constexpr, TMA: tl.constexpr):
+    """A tile a program, all-reduced by it; or (WAVES > 1, one-shot) WAVES tiles a program in turn (pid, pid +
+    programs, ...): a tile's stores to the peers drain over the links while the program computes its next tile,
+    and the tile is released only then, so the release's wait for them costs nothing; this rank's own copy waits
+    in its slot of recv (unused by the peers) until the sums, which follow the last tile."""
     pid = tl.program_id(0)
-    t = pid // SPLIT_K
-    s = pid % SPLIT_K
-    col = t * BLOCK_N
     tiles = tl.cdiv(N, BLOCK_N)
-    k0 = s * k_per_split
-    acc = slice_product(a_desc, a, b_desc, b, col, k0, tl.minimum(k0 + k_per_split, K), M, N, K,
-                         BLOCK_M, BLOCK_N, BLOCK_K, TMA)
-    if SPLIT_K == 1:
-        _all_reduce_tile(acc.to(out.dtype.element_ty), out, recv, counters, dest_ptrs, flag_ptrs, t, tiles, M, N,
-                         world, rank, target, BLOCK_M, BLOCK_N, TWO_SHOT)
+    dtype = out.dtype.element_ty
+    if WAVES == 1:
+        sent = slice_product(a_desc, a, b_desc, b, pid * BLOCK_N, 0, K, M, N, K, BLOCK_M, BLOCK_N, BLOCK_K, TMA)
+        _all_reduce_tile(sent.to(dtype), out, recv, counters, dest_ptrs, flag_ptrs, pid, tiles, M, N, world, rank,
+                         target, BLOCK_M, BLOCK_N, TWO_SHOT)
     else:
-        rm = tl.arange(0, BLOCK_M)
-        rn = col + tl.arange(0, BLOCK_N)
-        mask = (rm[:, None] < M) & (rn[None, :] < N)
-        offs = rm[:, None] * N + rn[None, :]
-        tl.store(partials + s * M * N + offs, acc, mask=mask)
-        tl.debug_barrier()  # every thread's partial stored before the count that publishes it
-        if tl.atomic_add(split_counters + t, 1, sem="acq_rel", scope="gpu") == SPLIT_K - 1:
-            total = tl.zeros((BLOCK_M, BLOCK_N), dtype=tl.float32)
-            for r in tl.static_range(SPLIT_K):  # split order, whoever finished last: the same bits every run
-                if r == s:
-                    total += acc
-                else:
-                    total += tl.load(partials + r * M * N + offs, mask=mask, other=0.0, cache_modifier=".cg")
-            tl.atomic_xchg(split_counters + t, 0, sem="relaxed", scope="gpu")  # ready for the next launch
-            _all_reduce_tile(total.to(out.dtype.element_ty), out, recv, counters, dest_ptrs, flag_ptrs, t, tiles,
-                             M, N, world, rank, target, BLOCK_M, BLOCK_N, TWO_SHOT)
+        _waves(a_desc, b_desc, a, b, out, recv, counters, dest_ptrs, flag_ptrs, M, N, K, world, rank, target,
+               BLOCK_M, BLOCK_N, BLOCK_K, WAVES, TMA)
 
 
-@triton.jit(do_not_specialize=["M", "world", "rank", "target"])
-def _decode_ar_waves_kernel(a_desc, b_desc, a, b, out, recv, counters, dest_ptrs, flag_ptrs, M, N, K, world, rank,
-                            target, BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr,
-                            WAVES: tl.constexpr, TMA: tl.constexpr):
-    """One-shot, each program computing WAVES tiles in turn (pid, pid + programs, ...): a tile's stores to the peers
-    drain over the links while the program computes its next tile, and the tile is released only then, so the
-    release's wait for them costs nothing; this rank's own copy waits in its slot of recv (unused by the peers)
-    until the sums, which follow the last tile."""
+@triton.jit
+def _waves(a_desc, b_desc, a, b, out, recv, counters, dest_ptrs, flag_ptrs, M, N, K, world, rank, target,
+           BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr, WAVES: tl.constexpr,
+           TMA: tl.constexpr):
     pid = tl.program_id(0)
     programs = tl.num_programs(0)
     tiles = tl.cdiv(N, BLOCK_N)
@@ -188,56 +171,37 @@ def _decode_ar_waves_kernel(a_desc, b_desc, a, b, out, recv, counters, dest_ptrs
             store_rows(out, 0, t * BLOCK_N, M, total, N, BLOCK_M, BLOCK_N)
 
 
-def summed_decode_workspace(m: int, n: int, k: int, device: torch.device, split_k: int = 1,
-                            waves: int = 1) -> DecodeWorkspace:
-    """The split slices' fp32 partials and per-tile counters of one gemm_all_reduce_decode shape: made before the
-    first run (a run allocates nothing: a cudaMalloc may wait for a kernel that spins on a peer)."""
-    cfg = summed_decode_config_for(m, n, k, sm_count(device), split_k, waves)
-    return DecodeWorkspace.create(device, split_k * m * n if split_k > 1 else 0, triton.cdiv(n, cfg.block_n))
-
-
-def gemm_all_reduce_decode(a: torch.Tensor, b: torch.Tensor, out: torch.Tensor, parts: Partials,
-                           workspace: DecodeWorkspace, *, split_k: int = 1, two_shot: bool = False,
-                           waves: int = 1, config: DecodeConfig | None = None) -> torch.Tensor:
+def gemm_all_reduce_decode(a: torch.Tensor, b: torch.Tensor, out: torch.Tensor, parts: Partials, *,
+                           two_shot: bool = False, waves: int = 1, config: DecodeConfig | None = None) -> torch.Tensor:
     """out = the sum over ranks of a @ b on every rank (a: this rank's K slice, at most MAX_ROWS rows), the
     all-reduce done by the decode GEMM's own programs (one-shot, or two-shot through each tile's owner). With
-    waves > 1 (one-shot, K unsplit) each program computes that many tiles in turn, each tile's transfer under the
-    next one's compute."""
+    waves > 1 (one-shot) each program computes that many tiles in turn, each tile's transfer under the next one's
+    compute. Nothing is allocated: a cudaMalloc may wait for a kernel that spins on a peer."""
     row_major("gemm_all_reduce_decode", a=a, b=b, out=out)
     m, k = a.shape
     n = b.shape[1]
     if m > MAX_ROWS:
         raise ValueError(f"gemm_all_reduce_decode: a has {m} rows; at most {MAX_ROWS} "
                          "(use cuco.kernels.gemm.gemm_all_reduce)")
-    if waves > 1 and (split_k > 1 or two_shot):
-        raise ValueError("gemm_all_reduce_decode: waves of tiles are one-shot with K unsplit (split_k 1)")
+    if waves > 1 and two_shot:
+        raise ValueError("gemm_all_reduce_decode: waves of tiles are one-shot")
     sms = sm_count(out.device)
-    cfg = config or summed_decode_config_for(m, n, k, sms, split_k, waves)
+    cfg = config or summed_decode_config_for(m, n, k, sms, waves=waves)
+    if cfg.split_k != 1:
+        raise ValueError("gemm_all_reduce_decode: K is not split (a tile's sum is sent from the program that made it)")
     tiles = triton.cdiv(n, cfg.block_n)
-    programs = triton.cdiv(tiles, waves) * cfg.split_k
+    programs = triton.cdiv(tiles, waves)
     if programs > sms and not interpreted():  # the interpreter runs programs one after another
-        raise ValueError(f"gemm_all_reduce_decode: {programs} programs ({tiles} tiles, {waves} a program, "
-                         f"{cfg.split_k} splits each) are more than the {sms} SMs: a waiting tile could hold the "
-                         "SM its sender needs")
+        raise ValueError(f"gemm_all_reduce_decode: {programs} programs ({tiles} tiles, {waves} a program) are more "
+                         f"than the {sms} SMs: a waiting tile could hold the SM its sender needs")
     if parts.counters.numel() < parts.world * tiles:
         raise ValueError("Partials.counters is too small for this shape: size it with partials_counters()")
-    if not workspace.fits(cfg.split_k * m * n if cfg.split_k > 1 else 0, tiles):
-        raise ValueError("gemm_all_reduce_decode: the workspace is too small: make it with summed_decode_workspace()")
     block_m = max(16, triton.next_power_of_2(m))  # tl.dot's least tile edge is 16
     block_k = min(cfg.block_k, max(16, triton.next_power_of_2(k)))
-    k_per_split = triton.cdiv(triton.cdiv(k, cfg.split_k), block_k) * block_k  # slices start on a block
     tma = tma_ok(a, b)
-    if waves > 1:
-        _decode_ar_waves_kernel[(programs,)](
-            descriptor(a, [block_m, block_k], tma), descriptor(b, [block_k, cfg.block_n], tma), a, b, out,
-            parts.recv, parts.counters, parts.dest_ptrs, parts.flag_ptrs, m, n, k, parts.world, parts.rank,
-            parts.target, BLOCK_M=block_m, BLOCK_N=cfg.block_n, BLOCK_K=block_k, WAVES=waves, TMA=tma,
-            num_stages=cfg.num_stages, num_warps=cfg.num_warps)
-        return out
     _decode_ar_kernel[(programs,)](
         descriptor(a, [block_m, block_k], tma), descriptor(b, [block_k, cfg.block_n], tma), a, b, out,
-        workspace.partials, workspace.counters, parts.recv, parts.counters, parts.dest_ptrs, parts.flag_ptrs,
-        m, n, k, k_per_split, parts.world, parts.rank, parts.target,
-        BLOCK_M=block_m, BLOCK_N=cfg.block_n, BLOCK_K=block_k, SPLIT_K=cfg.split_k, TMA=tma, TWO_SHOT=two_shot,
+        parts.recv, parts.counters, parts.dest_ptrs, parts.flag_ptrs, m, n, k, parts.world, parts.rank, parts.target,
+        BLOCK_M=block_m, BLOCK_N=cfg.block_n, BLOCK_K=block_k, WAVES=waves, TWO_SHOT=two_shot, TMA=tma,
         num_stages=cfg.num_stages, num_warps=cfg.num_warps)
     return out

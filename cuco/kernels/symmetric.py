@@ -33,16 +33,23 @@ class PartialsExchange:
                         self.run)
 
 
+def symmetric_tensor(shape, dtype: torch.dtype, device: torch.device, group_name: str, zeroed: bool = False):
+    """A tensor in torch symmetric memory and its handle, exchanged with every rank of the group (collective: every
+    rank calls it at the same point). `zeroed`: zero, and finished so, before the rendezvous, so that no peer that
+    passes it can bump a counter in it that is still to be zeroed."""
+    t = symm_mem.empty(shape, dtype=dtype, device=device)
+    if zeroed:
+        t.zero_()
+        torch.cuda.current_stream(device).synchronize()
+    return t, symm_mem.rendezvous(t, group_name)
+
+
 def partials_exchange(out: torch.Tensor, rank: int, world: int, group_name: str) -> PartialsExchange:
     """The exchange of a GEMM whose output, on every rank, is `out` (rows x n): a partial product of that shape
     passes from each rank to each other."""
     (rows, n), dtype, device = out.shape, out.dtype, out.device
-    recv = symm_mem.empty(2 * world * rows * n, dtype=dtype, device=device)
-    counters = symm_mem.empty(partials_counters(world, rows, n), dtype=torch.int32, device=device)
-    counters.zero_()
-    torch.cuda.current_stream().synchronize()  # zeroed before any peer can pass the rendezvous and push
-    hr = symm_mem.rendezvous(recv, group_name)
-    hc = symm_mem.rendezvous(counters, group_name)
+    recv, hr = symmetric_tensor(2 * world * rows * n, dtype, device, group_name)
+    counters, hc = symmetric_tensor(partials_counters(world, rows, n), torch.int32, device, group_name, zeroed=True)
     slot = rows * n * recv.element_size()
 
     def per_rank(addr) -> torch.Tensor:

@@ -19,10 +19,10 @@ Requires: all ranks on one NVLink domain (peer-mapped symmetric memory).
 
 import torch
 import torch.distributed as dist
-import torch.distributed._symmetric_memory as symm_mem
 
 from cuco.kernels.decode import MAX_ROWS
 from cuco.kernels.decode_allgather import Gather, gathered_decode_workspace, gemm_decode_gathered
+from cuco.kernels.symmetric import symmetric_tensor
 
 SPLIT_K = DESIGN["chunks"]  # noqa: F821  (DESIGN is prepended)
 PREFETCH_ROWS = DESIGN.get("prefetch_rows", 0)  # noqa: F821
@@ -34,12 +34,8 @@ def setup(ctx):
     m, world, rank = rows * ctx.world, ctx.world, ctx.rank
     if m > MAX_ROWS:
         return
-    gathered = symm_mem.empty(2 * m * k, dtype=a.dtype, device=a.device)
-    arrived = symm_mem.empty(1, dtype=torch.int32, device=a.device)
-    arrived.zero_()
-    torch.cuda.current_stream().synchronize()  # zeroed before any peer can pass the rendezvous and count
-    hg = symm_mem.rendezvous(gathered, ctx.group.group_name)
-    ha = symm_mem.rendezvous(arrived, ctx.group.group_name)
+    gathered, hg = symmetric_tensor(2 * m * k, a.dtype, a.device, ctx.group.group_name)
+    arrived, ha = symmetric_tensor(1, torch.int32, a.device, ctx.group.group_name, zeroed=True)
     row_bytes = k * a.element_size()
 
     def ptrs(values):

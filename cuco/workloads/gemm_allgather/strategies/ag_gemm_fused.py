@@ -20,9 +20,9 @@ Requires: all ranks on one NVLink domain (peer-mapped symmetric memory).
 """
 
 import torch
-import torch.distributed._symmetric_memory as symm_mem
 
 from cuco.kernels.gemm import Arrival, Push, gemm_gathered
+from cuco.kernels.symmetric import symmetric_tensor
 
 # Programs (SMs) that push: 16 x 16 KiB per step (cuco.kernels.gemm.PUSH_ROWS x PUSH_COLS) keep ~256 KiB of stores
 # in flight, about the link's rate (~350 GB/s per direction) times its latency (~1 us); the other SMs compute.
@@ -34,12 +34,8 @@ def setup(ctx):
     shard, k = a.shape
     m, world, rank = shard * ctx.world, ctx.world, ctx.rank
     chunks = DESIGN["chunks"]  # noqa: F821  (DESIGN is prepended)
-    gathered = symm_mem.empty(2 * m * k, dtype=a.dtype, device=a.device)
-    flags = symm_mem.empty(world * chunks, dtype=torch.int32, device=a.device)
-    flags.zero_()
-    torch.cuda.current_stream().synchronize()  # zeroed before any peer can pass the rendezvous and push
-    hg = symm_mem.rendezvous(gathered, ctx.group.group_name)
-    hf = symm_mem.rendezvous(flags, ctx.group.group_name)
+    gathered, hg = symmetric_tensor(2 * m * k, a.dtype, a.device, ctx.group.group_name)
+    flags, hf = symmetric_tensor(world * chunks, torch.int32, a.device, ctx.group.group_name, zeroed=True)
     peers = [(rank + i) % world for i in range(1, world)]  # ring order: every peer's chunk 0 goes first
     row_bytes = k * a.element_size()
     ctx.state.update(

@@ -14,12 +14,13 @@ Above 128 rows (a prefill step) the decode kernel does not apply: the tiled fuse
 (cuco.kernels.gemm.gemm_all_reduce) runs instead.
 
 Invariants: cuco.kernels.symmetric.PartialsExchange (two receive buffers by run parity, counters that only grow,
-zeroed before the rendezvous; this rank's own slot holds its own tiles between the waves and the sums).
+zeroed before the rendezvous; this rank's own slot holds its own tiles between the waves and the sums); a run
+allocates nothing.
 Requires: all ranks on one NVLink domain (peer-mapped symmetric memory).
 """
 
 from cuco.kernels.decode import MAX_ROWS
-from cuco.kernels.decode_allreduce import gemm_all_reduce_decode, summed_decode_workspace
+from cuco.kernels.decode_allreduce import gemm_all_reduce_decode
 from cuco.kernels.gemm import gemm_all_reduce
 from cuco.kernels.symmetric import partials_exchange
 
@@ -28,11 +29,7 @@ TWO_SHOT = DESIGN.get("two_shot", False)  # noqa: F821
 
 
 def setup(ctx):
-    a, b, c = (ctx.buffers[k] for k in ("a", "b", "c"))
-    ctx.state["exchange"] = partials_exchange(c, ctx.rank, ctx.world, ctx.group.group_name)
-    if a.shape[0] <= MAX_ROWS:
-        ctx.state["workspace"] = summed_decode_workspace(a.shape[0], b.shape[1], a.shape[1], a.device,
-                                                           waves=WAVES)
+    ctx.state["exchange"] = partials_exchange(ctx.buffers["c"], ctx.rank, ctx.world, ctx.group.group_name)
 
 
 def run(ctx):
@@ -41,7 +38,7 @@ def run(ctx):
     if a.shape[0] > MAX_ROWS:
         gemm_all_reduce(a, b, c, parts)
     else:
-        gemm_all_reduce_decode(a, b, c, parts, ctx.state["workspace"], two_shot=TWO_SHOT, waves=WAVES)
+        gemm_all_reduce_decode(a, b, c, parts, two_shot=TWO_SHOT, waves=WAVES)
 
 
 def teardown(ctx):
