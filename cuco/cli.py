@@ -524,14 +524,20 @@ def _llm_fallback(config: Path | None, tries: int, check):
 
 @app.command()
 def init(name: str = typer.Argument(..., help="The new workload's name, and its directory's."),
-         source: Path = typer.Option(..., "--from", help="Your host-driven program (.cu): kernels plus NCCL calls "
-                                     "from the CPU."),
+         sources: list[Path] = typer.Option(..., "--from", help="Your host-driven program: kernels plus NCCL calls "
+                                            "from the CPU, in one .cu file or several (--from host.cpp --from "
+                                            "kernels.cu --from kernels.cuh)."),
+         include_dirs: list[Path] = typer.Option([], "--include-dir", "-I", help="A folder of the program's own "
+                                                 "headers, for its macros (its files' folders are searched first)."),
+         defines: list[str] = typer.Option([], "--define", "-D", help="A macro the program is built with "
+                                           "(NAME or NAME=VALUE), as you pass it to nvcc."),
          parent: Path = typer.Option(Path("."), "--dir", help="Where the workload directory goes.")
          ) -> None:
     """Scaffold a workload around your own program: seed.cu, workload.toml from its analysis, reference.py to write."""
     from cuco.scaffold import create_workload
 
-    made = create_workload(name, absolute(source), absolute(parent))
+    made = create_workload(name, [absolute(s) for s in sources], absolute(parent),
+                           [absolute(d) for d in include_dirs], defines)
     for w in made.warnings:
         console.print(f"[yellow]warning:[/] {escape(w)}")
     sc = made.scaffold

@@ -198,6 +198,11 @@ __global__ void scale(float* x, float s, size_t n) { }
 static void clip_and_reduce(float* g, size_t n, ncclComm_t comm, cudaStream_t stream) {
   ncclAllReduce(g, g, n, ncclFloat, ncclSum, comm, stream);
 }
+static bool reduce_early(float* g, size_t n, ncclComm_t comm, cudaStream_t stream) {
+  if (n == 0) return true;
+  ncclAllReduce(g, g, n, ncclFloat, ncclSum, comm, stream);
+  return false;
+}
 
 int main(int argc, char* argv[]) {
   int rank, nranks;
@@ -245,8 +250,10 @@ REFUSED = {
         "scale<<<256, 256, 0, stream>>>(d_grad, 1.0f / (it + 1), count);",
         "uses it, which changes from one iteration to the next"),
     "work_in_a_helper": (
-        "    clip_and_reduce(d_grad, count, comm, stream);",
-        "clip_and_reduce(d_grad, count, comm, stream);", "calls clip_and_reduce(), a function of the program"),
+        "    reduce_early(d_grad, count, comm, stream);",
+        "reduce_early(d_grad, count, comm, stream);",
+        "calls reduce_early(), a function of the program that issues device work and that cuco cannot write out in "
+        "place: it returns before its end"),
     "allocation_in_the_step": (
         f"    float* tmp;\n    CUDACHECK(cudaMalloc(&tmp, count * sizeof(float)));\n{ALLREDUCE}",
         "CUDACHECK(cudaMalloc(&tmp, count * sizeof(float)));", "allocates or frees memory in the step"),

@@ -1,7 +1,8 @@
 """`cuco init`: a workload directory around the user's own host-driven program, in one step.
 
 A standalone program (its own main() that creates the communicator) is converted first (scaffold/standalone/):
-the seed is its step in the candidate ABI, and the program itself is kept beside it as original.cu. The directory
+the seed is its step in the candidate ABI, and the program itself is kept beside it as original.cu (its files in
+original/, where it has several: a host .cpp and its kernels' .cu, say). The directory
 is written next to its final place and moved there only once the workload loads: a failed scaffold leaves nothing
 behind, and an existing directory is never touched.
 """
@@ -20,6 +21,7 @@ from cuco.scaffold.infer import Scaffold, infer
 from cuco.scaffold.program import Program
 from cuco.scaffold.reference_file import reference_py
 from cuco.scaffold.standalone import Conversion, convert, refine
+from cuco.scaffold.standalone import read_program as read_standalone
 from cuco.scaffold.toml_file import workload_toml
 
 NAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9_.-]*")
@@ -60,14 +62,19 @@ def _analysis(program: Path, raw: bytes):
         raise CucoError("", str(exc)) from None
 
 
-def _write(sc: Scaffold, program: Path, seed: bytes | None, where: Path) -> None:
+def _write(sc: Scaffold, files: list[Path], seed: bytes | None, where: Path) -> None:
     """seed.cu is the program itself, or, for a converted one, the seed written for it beside the original."""
     where.mkdir()
     if seed is None:
-        shutil.copyfile(program, where / "seed.cu")
+        shutil.copyfile(files[0], where / "seed.cu")
     else:
         (where / "seed.cu").write_bytes(seed)
-        shutil.copyfile(program, where / "original.cu")
+        if len(files) == 1:
+            shutil.copyfile(files[0], where / "original.cu")
+        else:
+            (where / "original").mkdir()
+            for f in files:
+                shutil.copyfile(f, where / "original" / f.name)
     (where / "workload.toml").write_text(workload_toml(sc))
     (where / "reference.py").write_text(reference_py(sc))
 
@@ -82,11 +89,8 @@ def _loads(where: Path) -> str | None:
     return None
 
 
-def _scaffold(name: str, program: Path, raw: bytes, parsed: Program, conv: Conversion | None
-              ) -> tuple[Scaffold, bytes | None]:
-    """The scaffold of the program, or of the seed converted from it (and that seed)."""
-    if conv is None:
-        return infer(name, program, _analysis(program, raw), parsed), None
+def _converted(name: str, program: Path, conv: Conversion) -> tuple[Scaffold, bytes]:
+    """The scaffold of the seed converted from a standalone program, and that seed."""
     seed = conv.source.encode()
     converted = Program(program, seed)
     bad = converted.syntax_error()
@@ -97,9 +101,23 @@ def _scaffold(name: str, program: Path, raw: bytes, parsed: Program, conv: Conve
     return sc, seed
 
 
-def create_workload(name: str, program: Path, parent: Path) -> Created:
+def _standalone(files: list[Path], include_dirs: list[Path], defines: list[str]) -> tuple[Conversion | None, list]:
+    """The conversion of a standalone program (None for one with cuco_run, or without main()), and its files in
+    the order the unit joins them."""
+    unit, root = read_standalone(files, include_dirs, defines)
+    conv = convert(unit.main_file, unit.raw, root, unit)
+    if conv is None and len(files) > 1:
+        raise CucoError(str(unit.main_file), "several files are read as one standalone program (its own main(), "
+                                             "which creates the communicator); a program with cuco_run() is one .cu "
+                                             "file")
+    return conv, unit.files
+
+
+def create_workload(name: str, program: Path | list[Path], parent: Path, include_dirs: list[Path] | None = None,
+                    defines: list[str] | None = None) -> Created:
     """PARENT/NAME with seed.cu (the program, or the step of a standalone one in the candidate ABI, with the
-    program as original.cu), workload.toml (its analysis) and reference.py (stubs to write)."""
+    program as original.cu), workload.toml (its analysis) and reference.py (stubs to write). A standalone program
+    may come in several files, read with the include folders and defines given."""
     if not NAME.fullmatch(name):
         raise CucoError(name, "a workload name is letters, digits, '_', '.' and '-', starting with a letter or digit")
     target = parent / name
@@ -107,15 +125,19 @@ def create_workload(name: str, program: Path, parent: Path) -> Created:
         raise CucoError(str(target), "already exists; cuco init never overwrites (choose another NAME or --dir)")
     if not parent.is_dir():
         raise CucoError(str(parent), "no such directory (--dir)")
-    parsed, raw = read_program(program)
-    conv = convert(program, raw, parsed.root)
-    sc, seed = _scaffold(name, program, raw, parsed, conv)
+    files = [program] if isinstance(program, Path) else list(program)
+    conv, files = _standalone(files, list(include_dirs or []), list(defines or []))
+    if conv is None:  # the program is a seed already: the scaffold is its analysis
+        parsed, raw = read_program(files[0])
+        sc, seed = infer(name, files[0], _analysis(files[0], raw), parsed), None
+    else:
+        sc, seed = _converted(name, files[-1], conv)
     with tempfile.TemporaryDirectory(prefix=f".{name}-", dir=parent) as tmp:
         staged = Path(tmp) / name
-        _write(sc, program, seed, staged)
+        _write(sc, files, seed, staged)
         problem = _loads(staged)
         if problem is not None:
-            raise CucoError(program.name, f"cuco init cannot scaffold a workload that loads ({problem})")
+            raise CucoError(files[-1].name, f"cuco init cannot scaffold a workload that loads ({problem})")
         staged.rename(target)
     todos = sum("TODO" in line for line in (target / "workload.toml").read_text().splitlines())
     return Created(target, sc, todos, list(sc.warnings))

@@ -8,31 +8,58 @@ data and its checks, printing, host syncs and the loop itself. What the step nee
 ctx->stream, private scratch) moves into cuco_setup and cuco_teardown. The step becomes cuco_run with the program's own
 names bound to ctx->comm, ctx->stream, cuco_buffer(...) and cuco_param(...), so its statements are carried as written,
 their checks made cuco's. Only straight-line set-up and a step that issues the same work on every iteration are
-taken; anything else is refused in one line naming file:line and the statement.
+taken; anything else is refused, every blocker at once, each naming file:line and the statement.
+
+The program is read as people write it (read_program): its files joined, its own macros expanded by the C
+preprocessor (sources.py), main()'s calls of its helpers that issue device work written out in place (inline.py);
+every line keeps the file and line it came from, for the refusals and the workload's notes.
 """
 
 from __future__ import annotations
 
 from pathlib import Path
 
-from cuco.fastpath.syntax import callee
+from cuco.errors import CucoError
+from cuco.fastpath.syntax import blank_macros, callee, parser, text, walk
 from cuco.scaffold.standalone.blockers import Blocked, blockers
 from cuco.scaffold.standalone.calls import COMM_INIT
 from cuco.scaffold.standalone.facts import Conversion, Facts, refine
+from cuco.scaffold.standalone.inline import inline_helpers
 from cuco.scaffold.standalone.nodes import calls_in
 from cuco.scaffold.standalone.place import find_step
 from cuco.scaffold.standalone.program import Standalone
 from cuco.scaffold.standalone.seed import Seed
+from cuco.scaffold.standalone.sources import Unit, expand_macros, read_sources
 from cuco.scaffold.standalone.step import read_steps
 from cuco.scaffold.standalone.variables import Locals
 
-__all__ = ["Conversion", "convert", "refine"]
+__all__ = ["Conversion", "convert", "read_program", "refine"]
 
 
-def convert(path: Path, raw: bytes, root) -> Conversion | None:
-    """The seed of a standalone program (raw, parsed into root), or None for a program without main() or with
-    cuco_run() (not standalone). A main() that creates no communicator is refused with every blocker found."""
-    prog = Standalone(path, raw, root)
+def _parsed(unit: Unit):
+    root = parser().parse(blank_macros(unit.raw)).root_node
+    bad = next((n for n in walk(root) if n.type == "ERROR" or n.is_missing), None)
+    if bad is not None:
+        excerpt = " ".join(text(bad).split())[:40] or f"a missing {bad.type}"
+        raise CucoError(str(unit.origin(bad.start_point.row + 1)),
+                        f"cannot parse as CUDA C++ near {excerpt!r} (the analysis needs the whole program; a macro "
+                        "the grammar does not know can cause this)")
+    return root
+
+
+def read_program(files: list[Path], include_dirs: list[Path], defines: list[str]) -> tuple[Unit, object]:
+    """The program's files as one unit, its macros expanded and main()'s helpers written out, and its syntax tree;
+    a place the grammar cannot read is refused with the file and line it was written at."""
+    unit = expand_macros(read_sources(files), include_dirs, defines)
+    unit = inline_helpers(unit, _parsed(unit))
+    return unit, _parsed(unit)
+
+
+def convert(path: Path, raw: bytes, root, unit: Unit | None = None) -> Conversion | None:
+    """The seed of a standalone program (raw, parsed into root; the unit it was read as, where its lines come from
+    several files or macros), or None for a program without main() or with cuco_run() (not standalone). A main()
+    that creates no communicator is refused with every blocker found."""
+    prog = Standalone(path, raw, root, unit)
     if prog.main is None or "cuco_run" in prog.functions:
         return None
     calls = [prog.unwrap(c) for c in calls_in(prog.main)]
@@ -52,4 +79,5 @@ def convert(path: Path, raw: bytes, root) -> Conversion | None:
         raise prog.refuse(place.loops[-1], "no size of the step is a variable of main() (a size fixed at file scope "
                                            "stays fixed in the seed): a workload needs one parameter at least; "
                                            "declare the step's sizes in main() (const size_t n = ...)")
-    return Conversion(seed.source(), facts.buffers(), params, facts.flops(), seed.warnings(), dict(prog.globals))
+    return Conversion(seed.source(), facts.buffers(), params, facts.flops(), prog.unit.warnings + seed.warnings(),
+                      dict(prog.globals))

@@ -34,7 +34,7 @@ class Blocked(CucoError):
 
 def _line(prog: Standalone, line: int, what: str, why: str) -> str:
     what = " ".join(what.split())
-    return f"{prog.path}:{line}: `{what if len(what) <= 80 else what[:77] + '...'}`: {why}"
+    return f"{prog.origin(line)}: `{what if len(what) <= 80 else what[:77] + '...'}`: {why}"
 
 
 def _statement(node):
@@ -80,7 +80,7 @@ def _unfollowed(expr: str, function: str, pointers: Pointers | None) -> str | No
 def _buffers(prog: Standalone, raw: bytes) -> list[str]:
     """Each collective whose send or receive pointer the analysis cannot follow to a buffer the program allocates."""
     try:
-        analysis = analyze(prog.path, raw)
+        analysis = analyze(prog.path, raw)  # the program as read: its lines are mapped back
     except AnalysisError as exc:
         raise CucoError("", str(exc)) from None
     found = []

@@ -51,27 +51,32 @@ def _factors(node) -> list:
     return [node]
 
 
-def _role(var: str, events: list[Event], fill: tuple[str, int] | None, to_host: int | None
+def _role(var: str, events: list[Event], fill: tuple[str, int] | None, to_host: int | None, cite
           ) -> tuple[str, list[str], list[str]]:
     """input: filled before the loop, or read by the step before it writes it; output: copied to the host, or not
     read again after the step writes it; scratch: written, then read, within the step."""
     mine = [e for e in events if e.var == var]
     writes = [e for e in mine if e.mode == "w"]
     if fill is not None or (mine and mine[0].mode == "r"):
-        why = (f"filled before the loop by {fill[0]} (original.cu:{fill[1]}): make_inputs gives it" if fill is not None
-               else f"read by {mine[0].op} (original.cu:{mine[0].line}) before the step writes it")
-        todos = [f"{writes[0].op} (original.cu:{writes[0].line}) writes it too: an input is only given, so if the step "
+        why = (f"filled before the loop by {fill[0]} ({cite(fill[1])}): make_inputs gives it" if fill is not None
+               else f"read by {mine[0].op} ({cite(mine[0].line)}) before the step writes it")
+        todos = [f"{writes[0].op} ({cite(writes[0].line)}) writes it too: an input is only given, so if the step "
                  "updates it in place, make it an output and copy the input into it first"] if writes else []
+        if mine and all(e.mode == "r" and e.op.startswith("cublas") for e in mine):
+            # Read by cuBLAS alone, never communicated: the operand a layer keeps from call to call.
+            todos.append("only cuBLAS reads it, so it is taken for weights (drawn once per shape, never delivered "
+                         "again, its delivery not timed); make it an input if it changes from run to run")
+            return "parameter", [why], todos
         return "input", [why], todos
     if to_host is not None:
-        return "output", [f"copied to the host at original.cu:{to_host}: the program's result"], []
+        return "output", [f"copied to the host at {cite(to_host)}: the program's result"], []
     first = next((i for i, e in enumerate(mine) if e.mode == "w"), len(mine))
     read_after = [e for e in mine[first + 1:] if e.mode == "r"]
     if read_after:
-        return "scratch", [f"written by {writes[0].op} (original.cu:{writes[0].line}), then read by "
-                           f"{read_after[-1].op} (original.cu:{read_after[-1].line}): an intermediate of the step"], []
+        return "scratch", [f"written by {writes[0].op} ({cite(writes[0].line)}), then read by "
+                           f"{read_after[-1].op} ({cite(read_after[-1].line)}): an intermediate of the step"], []
     last = writes[-1] if writes else None
-    return "output", [f"written last by {last.op} (original.cu:{last.line})" if last else "the step does not touch it"
+    return "output", [f"written last by {last.op} ({cite(last.line)})" if last else "the step does not touch it"
                       ], []
 
 
@@ -111,7 +116,8 @@ class Facts:
         if any(p is None for p in parts):
             return None, dtype or elem, ""
         shape = dims(tidy(" * ".join(parts) or "1"))
-        return sorted(shape, key=lambda d: d != "world"), dtype or elem, f"{callee(call)} (original.cu:{line_of(call)})"
+        where = f"{callee(call)} ({self.prog.cite(line_of(call))})"
+        return sorted(shape, key=lambda d: d != "world"), dtype or elem, where
 
     def buffers(self) -> dict[str, BufferFact]:
         fills, to_host = self.fills(), self.to_host()
@@ -119,7 +125,8 @@ class Facts:
         for var in self.seed.buffers:
             name = self.seed.names[var]
             shape, dtype, alloc = self.shape(var)
-            role, notes, todos = _role(var, self.seed.step.events, fills.get(var), to_host.get(var))
+            role, notes, todos = _role(var, self.seed.step.events, fills.get(var), to_host.get(var),
+                                       self.prog.cite)
             notes.append(f"the program's {var}" + (f"; shape and type from the bytes of {alloc}" if alloc else ""))
             out[name] = BufferFact(name, var, dtype, shape, role, notes, todos)
         if out and not any(b.role == "output" for b in out.values()):

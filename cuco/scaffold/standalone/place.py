@@ -70,7 +70,7 @@ def find_step(prog: Standalone) -> Place:
     for loop in loops:
         varying.update(loop_counters(loop))
     return Place([_body(s) for s in loops], loops, top[:first], [s for s in top if s not in loops], varying,
-                 f"the loop at line {line_of(loops[-1])}")
+                 f"the loop at {prog.at(line_of(loops[-1]))}")
 
 
 def _captured(prog: Standalone, top: list, graphs: list) -> Place:
@@ -84,4 +84,4 @@ def _captured(prog: Standalone, top: list, graphs: list) -> Place:
                                      "see the step")
     b, e = top.index(begins[0]), top.index(ends[0])
     return Place([top[b + 1:e]], graphs, top[:b], top[:b + 1] + top[e:], {},
-                 f"the region captured into a CUDA graph at lines {line_of(begins[0])}-{line_of(ends[0])}")
+                 f"the region captured into a CUDA graph at {prog.at(line_of(begins[0]))}-{line_of(ends[0])}")

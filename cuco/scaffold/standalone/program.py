@@ -13,6 +13,7 @@ from cuco.fastpath.syntax import blank_macros, call_args, callee, function_name,
 from cuco.scaffold.size_expr import constant, int_literal
 from cuco.scaffold.standalone.calls import CHECKS, WORK
 from cuco.scaffold.standalone.nodes import calls_in, idents, is_launch, line_of
+from cuco.scaffold.standalone.sources import Origin, Unit
 
 SYNCS = frozenset({"cudaStreamSynchronize", "cudaDeviceSynchronize", "cudaEventSynchronize", "cudaEventRecord",
                    "cudaEventRecordWithFlags", "cudaEventElapsedTime", "cudaEventQuery", "cudaStreamQuery",
@@ -56,8 +57,10 @@ class Standalone:
     """The program's syntax tree (the one `cuco init` parsed it into), its functions, check macros and the locals
     of main()."""
 
-    def __init__(self, path: Path, raw: bytes, root) -> None:
+    def __init__(self, path: Path, raw: bytes, root, unit: Unit | None = None) -> None:
         self.path = path
+        self.unit = unit or Unit(raw.decode(errors="replace").splitlines(),
+                                 [Origin(path, i + 1) for i in range(raw.count(b"\n") + 1)], [path])
         self.src = blank_macros(raw)
         self.root = root
         defs = [n for n in walk(self.root) if n.type == "function_definition"]
@@ -75,7 +78,21 @@ class Standalone:
         self.locals: dict[str, Local] = {}
 
     def refuse(self, node, why: str) -> CucoError:
-        return CucoError(f"{self.path}:{line_of(node)}", f"`{_head(node)}`: {why}")
+        return CucoError(str(self.origin(line_of(node))), f"`{_head(node)}`: {why}")
+
+    def origin(self, line: int) -> Origin:
+        """Where line `line` of the program as read (its files joined, its macros expanded) was written."""
+        return self.unit.origin(line)
+
+    def at(self, line: int) -> str:
+        """A line in a message: `line 12` in the file with main(), `kernels.cu:12` in another."""
+        o = self.origin(line)
+        return f"line {o.line}" if o.path == self.unit.main_file else f"{o.path.name}:{o.line}"
+
+    def cite(self, line: int) -> str:
+        """A line of the program as the workload keeps it beside the seed (original.cu, or original/ by name)."""
+        o = self.origin(line)
+        return f"original.cu:{o.line}" if len(self.unit.files) == 1 else f"original/{o.path.name}:{o.line}"
 
     def unwrap(self, call):
         """The API call inside the program's check macros (`CUDACHECK(cudaMalloc(...))`)."""

@@ -89,8 +89,8 @@ class Seed:
         elif loc.kind == "local_rank":
             why = f"uses {loc.name}, the rank within the node: the runner chooses the device (ctx->cudaDevice)"
         else:
-            why = (f"uses {loc.name} (line {loc.line}), {loc.why or 'which cuco cannot follow'}: cuco cannot carry "
-                   "it into cuco_setup or cuco_run")
+            why = (f"uses {loc.name} ({self.prog.at(loc.line)}), {loc.why or 'which cuco cannot follow'}: cuco "
+                   "cannot carry it into cuco_setup or cuco_run")
         raise self.prog.refuse(node, why)
 
     def makes(self, st, name: str) -> bool:
@@ -222,9 +222,12 @@ class Seed:
 
     def source(self) -> str:
         entry = self.entry_points()
+        files = self.prog.unit.files
+        kept = "the program itself is kept beside this file as original.cu" if len(files) == 1 else \
+            f"its files ({', '.join(p.name for p in files)}) are kept beside this file in original/"
         header = textwrap.wrap(
             f"cuco_setup, cuco_run and cuco_teardown around the step of {self.prog.path.name}, written by `cuco init` "
-            "(the program itself is kept beside this file as original.cu). cuco_run is one iteration of "
+            f"({kept}). cuco_run is one iteration of "
             f"{self.place.where} of main(), issued on ctx->stream with ctx->comm and the workload's buffers: the "
             "runner owns the ranks, the communicator, the streams, the buffers, the loop, the timing and the checks.",
             112)
@@ -238,6 +241,7 @@ class Seed:
         for node in self.prog.root.children:
             path = node.child_by_field_name("path") if node.type == "preproc_include" else None
             if path is not None and path.type == "string_literal" and not re.match(r"\"(nccl|cu)", text(path)):
-                out.append(f"{self.prog.path.name}:{line_of(node)}: seed.cu keeps #include {text(path)}: a candidate "
+                o = self.prog.origin(line_of(node))
+                out.append(f"{o.path.name}:{o.line}: seed.cu keeps #include {text(path)}: a candidate "
                            "is built alone, so paste what it needs from that header into seed.cu")
         return out

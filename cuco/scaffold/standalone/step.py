@@ -130,8 +130,10 @@ class Step:
         call = self.prog.unwrap(expr)
         kind, name = self.prog.kind(call), callee(call)
         if kind == "host_fn" and self.prog.issues_work(name):
-            raise self.prog.refuse(st, f"calls {name}(), a function of the program that issues device work: cuco "
-                                       "carries main()'s statements only; write its calls into the loop")
+            why = self.prog.unit.unwritten.get(name, "is not called as a statement of main() (cuco writes out one "
+                                                     "level of the program's helpers, where main() calls them)")
+            raise self.prog.refuse(st, f"calls {name}(), a function of the program that issues device work and "
+                                       f"that cuco cannot write out in place: it {why}; write its calls into the loop")
         if call is expr and self.prog.works(expr) and kind not in WORK | {"copy"}:
             raise self.prog.refuse(st, "issues device work through a call cuco does not take apart: write the call as "
                                        "a statement of its own, or in a check macro of one argument (CHECK(call);)")
@@ -189,7 +191,7 @@ class Step:
             return False
         refs = idents(st.child_by_field_name("condition"))
         self.fixed(st, refs, "decides on the host, in the middle of the step, from device data ({name}, copied to "
-                             "the host at line {line}): cuco_run may not wait for the device; make the decision on "
+                             "the host at {line}): cuco_run may not wait for the device; make the decision on "
                              "the device, in a kernel")
         self.uses.append((st.child_by_field_name("condition"), refs))
         self.statement(st.child_by_field_name("consequence"))
@@ -207,7 +209,7 @@ class Step:
         header = [st.child_by_field_name(f) for f in ("initializer", "condition", "update", "right")]
         refs = set().union(*(idents(h) for h in header if h is not None))
         counters = set(loop_counters(st))
-        self.fixed(st, refs - counters, "runs as many times as device data says ({name}, copied to the host at line "
+        self.fixed(st, refs - counters, "runs as many times as device data says ({name}, copied to the host at "
                                         "{line}): cuco_run may not wait for the device")
         self.declared |= counters
         self.counters |= counters
@@ -220,12 +222,12 @@ class Step:
     def fixed(self, st, refs: set[str], tainted_why: str) -> None:
         tainted = sorted(refs & set(self.tainted))
         if tainted:
-            raise self.prog.refuse(st, tainted_why.format(name=tainted[0], line=self.tainted[tainted[0]]))
+            raise self.prog.refuse(st, tainted_why.format(name=tainted[0], line=self.prog.at(self.tainted[tainted[0]])))
         varying = sorted(refs & set(self.varying))
         if varying:
             raise self.prog.refuse(st, f"depends on {varying[0]}, which changes from one iteration to the next "
-                                       f"(line {self.varying[varying[0]]}): every call of cuco_run must issue the "
-                                       "same work")
+                                       f"({self.prog.at(self.varying[varying[0]])}): every call of cuco_run must "
+                                       "issue the same work")
 
     def devices_in(self, node, depth: int = 0) -> set[str]:
         """The device buffers an argument points into, through the pointers the step or the set-up derive."""
@@ -287,14 +289,15 @@ class Step:
             varying = sorted((refs - self.counters) & set(self.varying))
             if tainted:
                 self.refusals.append(self.prog.refuse(
-                    node, f"uses {tainted[0]}, which the host has from device data (copied to the host at line "
-                          f"{self.tainted[tainted[0]]}): cuco_run may not wait for the device; compute it on the "
-                          "device"))
+                    node, f"uses {tainted[0]}, which the host has from device data (copied to the host at "
+                          f"{self.prog.at(self.tainted[tainted[0]])}): cuco_run may not wait for the device; "
+                          "compute it on the device"))
                 return
             if varying:
                 self.refusals.append(self.prog.refuse(
-                    node, f"uses {varying[0]}, which changes from one iteration to the next (line "
-                          f"{self.varying[varying[0]]}): every call of cuco_run must issue the same work"))
+                    node, f"uses {varying[0]}, which changes from one iteration to the next ("
+                          f"{self.prog.at(self.varying[varying[0]])}): every call of cuco_run must issue the same "
+                          "work"))
                 return
 
 
@@ -312,8 +315,8 @@ def read_steps(prog: Standalone, place: Place) -> tuple[Step, list]:
     shown = [step_lines(prog, step, kept) for step, kept in done]
     for loop, lines in zip(place.loops[1:], shown[1:]):
         if lines != shown[0]:
-            raise prog.refuse(loop, f"issues other work than the loop at line {line_of(place.loops[0])}: cuco takes "
-                                    "one step, the same on every iteration")
+            raise prog.refuse(loop, f"issues other work than the loop at {prog.at(line_of(place.loops[0]))}: cuco "
+                                    "takes one step, the same on every iteration")
     step, kept = done[-1]
     if not step.nccl:
         raise prog.refuse(place.loops[-1], "the step issues no NCCL call: cuco co-designs a step's communication "

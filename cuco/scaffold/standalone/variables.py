@@ -126,7 +126,7 @@ class Locals:
         for arg in call_args(call):
             loc = self.prog.locals.get(address_of(arg) or "")
             if loc is not None and loc.kind in ("param", "scalar", "other") and not loc.why.startswith("set by"):
-                loc.kind, loc.why = "other", f"set by {name} (line {line_of(call)})"
+                loc.kind, loc.why = "other", f"set by {name} ({self.prog.at(line_of(call))})"
 
     def from_assignments(self, stmt) -> None:
         """A size the set-up overrides from argv or the environment stays a parameter; any other change makes
@@ -145,7 +145,7 @@ class Locals:
             elif node.type == "assignment_expression" and loc.kind == "param" and self.reads_input(value):
                 loc.reads_input = True
             else:
-                loc.kind, loc.why = "other", f"assigned again at line {line_of(node)}"
+                loc.kind, loc.why = "other", f"assigned again at {self.prog.at(line_of(node))}"
 
     def value(self, loc: Local) -> int | None:
         """A parameter's value in the program: its constant, or the default it falls back to without input."""

@@ -1,0 +1,226 @@
+"""One level of the program's own host functions written out where main() calls them.
+
+Programs put their device work in helpers: a launcher in the kernels' file (a .cpp host cannot write `<<<>>>`), a
+step function, the communicator's creation. The conversion reads main()'s statements, so a call statement of such a
+helper is replaced by the helper's body, its parameters bound to the call's arguments: a parameter the body only
+reads becomes the argument itself (in parentheses where it is an expression), one it changes is declared from it.
+The body's lines keep their origins, so a refusal inside names the helper's own file and line. Inside a block the
+body is spliced in; as a loop's or a branch's only statement it is braced. A helper's local that would clash with
+a name of main() is renamed. A helper that returns early, has a template, or is called for its value stays a call
+(the step refuses it with the reason); the helpers it calls in turn are not written out.
+"""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass
+
+from cuco.fastpath.syntax import call_args, callee, function_name, text, walk
+from cuco.scaffold.standalone.sources import Origin, Unit
+
+PRIMARY = frozenset({"identifier", "number_literal", "string_literal", "true", "false", "null", "nullptr",
+                     "field_expression", "call_expression", "subscript_expression", "parenthesized_expression",
+                     "qualified_identifier"})
+DEVICE_API = re.compile(r"^(cuda|cu[A-Z]|nccl|cublas|MPI_)")  # calls that make a helper worth writing out
+
+
+@dataclass
+class _Param:
+    name: str
+    declaration: str  # as written, without a default value
+    reference: bool
+
+
+def _params(fn) -> list[_Param] | None:
+    decl = fn.child_by_field_name("declarator")
+    while decl is not None and decl.type != "function_declarator":
+        decl = decl.child_by_field_name("declarator")
+    plist = decl.child_by_field_name("parameters") if decl is not None else None
+    if plist is None:
+        return None
+    out = []
+    for p in plist.named_children:
+        if p.type == "comment":
+            continue
+        if p.type not in ("parameter_declaration", "optional_parameter_declaration"):
+            return None  # variadic, or something this reading does not take apart
+        ident = next((n for n in walk(p.child_by_field_name("declarator") or p) if n.type == "identifier"), None)
+        if ident is None:
+            if text(p).strip() == "void":
+                continue
+            return None
+        default = p.child_by_field_name("default_value")
+        declaration = text(p)[:default.start_byte - p.start_byte].rstrip().rstrip("=").rstrip() if default else text(p)
+        out.append(_Param(text(ident), " ".join(declaration.split()),
+                          any(n.type == "reference_declarator" for n in walk(p))))
+    return out
+
+
+def _changed(body, name: str) -> bool:
+    """Whether the body assigns the parameter itself, steps it or takes its address."""
+    for n in walk(body):
+        target = n.child_by_field_name("left") if n.type == "assignment_expression" else \
+            n.child_by_field_name("argument") if n.type == "update_expression" or (
+                n.type == "pointer_expression" and text(n).startswith("&")) else None
+        if target is not None and target.type == "identifier" and text(target) == name:
+            return True
+    return False
+
+
+def _declared(node) -> set[str]:
+    """The names a body declares (its locals, at any depth)."""
+    out = set()
+    for n in walk(node):
+        if n.type in ("declaration", "for_range_loop"):
+            for d in n.children_by_field_name("declarator"):
+                ident = next((x for x in walk(d) if x.type == "identifier"), None)
+                if ident is not None:
+                    out.add(text(ident))
+    return out
+
+
+def _issues_work(fn) -> bool:
+    return any(n.type == "kernel_call_syntax" or (n.type == "call_expression" and DEVICE_API.match(callee(n)))
+               for n in walk(fn))
+
+
+class _Inliner:
+    def __init__(self, unit: Unit, root) -> None:
+        self.unit, self.src = unit, unit.raw
+        defs = [n for n in walk(root) if n.type == "function_definition"]
+        self.functions = {function_name(f): f for f in defs
+                          if f.parent is None or f.parent.type != "template_declaration"}
+        self.main = self.functions.get("main")
+        self.helpers = {name: f for name, f in self.functions.items() if name != "main" and _issues_work(f)
+                        and not any(c.type in ("__global__", "__device__") for c in f.children)}
+        self.taken = {text(n) for n in walk(self.main) if n.type == "identifier"} if self.main is not None else set()
+        self.added: dict[int, set[str]] = {}  # names spliced into each block of main()
+        self.why: dict[str, str] = {  # helpers that issue device work and stay calls: why
+            function_name(f): "is a template" for f in defs if f.parent is not None and
+            f.parent.type == "template_declaration" and _issues_work(f)}
+
+    def body(self, fname: str):
+        """The helper's body and its final return (None where it has none); (None, why) where it returns early."""
+        body = self.functions[fname].child_by_field_name("body")
+        statements = [c for c in body.named_children if c.type != "comment"]
+        last = statements[-1] if statements else None
+        early = next((n for n in walk(body) if n.type == "return_statement" and n.id != last.id), None)
+        if early is not None:
+            o = self.unit.origin(early.start_point.row + 1)
+            return None, f"returns before its end ({o.path.name}:{o.line})"
+        return body, (last if last is not None and last.type == "return_statement" else None)
+
+    def calls(self) -> list:
+        """main()'s statements that call a helper for its effects."""
+        out = []
+        for st in walk(self.main.child_by_field_name("body")):
+            expr = next((c for c in st.named_children if c.type != "comment"), None) \
+                if st.type == "expression_statement" else None
+            if expr is not None and expr.type == "call_expression" and callee(expr) in self.helpers:
+                out.append((st, expr))
+        return out
+
+    def written_out(self, st, call) -> list[tuple[str, Origin]] | None:
+        """The helper's body in place of the call statement, line by line with origins; None where it stays."""
+        name = callee(call)
+        params = _params(self.functions[name])
+        body, final = self.body(name)
+        args = call_args(call)
+        if body is None:
+            self.why[name] = final
+            return None
+        if params is None or len(args) > len(params):
+            self.why[name] = "takes its arguments in a way cuco does not bind (variadic, or more than it declares)"
+            return None
+        defaults = [p.child_by_field_name("default_value") for p in
+                    self.functions[name].child_by_field_name("declarator").child_by_field_name("parameters")
+                    .named_children if p.type in ("parameter_declaration", "optional_parameter_declaration")]
+        values = [text(a) for a in args] + [text(d) for d in defaults[len(args):] if d is not None]
+        if len(values) != len(params):
+            self.why[name] = "is called with fewer arguments than it declares"
+            return None
+        spliced = st.parent is not None and st.parent.type == "compound_statement"
+        block = self.added.setdefault(st.parent.id if spliced else st.id, set())
+        rename, preamble = self.renames(body, params, args, block), []
+        for p, value, arg in zip(params, values, args + [None] * len(params)):
+            substitute = not _changed(body, p.name) and (p.reference or arg is None or not any(
+                n.type in ("assignment_expression", "update_expression", "call_expression") for n in walk(arg)))
+            if substitute:
+                rename[p.name] = (value, arg is None or arg.type in PRIMARY)
+            else:
+                local = rename.get(p.name, (p.name, True))[0]
+                preamble.append(f"{p.declaration.replace(p.name, local, 1)} = {value};")
+        return self.lines(st, body, final, rename, preamble, spliced)
+
+    def renames(self, body, params: list[_Param], args: list, block: set[str]) -> dict[str, tuple[str, bool]]:
+        """The helper's locals (and the parameters it declares) that would clash with main()'s names."""
+        used = set().union(*({text(n) for n in walk(a) if n.type == "identifier"} for a in args)) if args else set()
+        out = {}
+        for local in sorted(_declared(body) | {p.name for p in params if _changed(body, p.name)}):
+            if local in self.taken | block | used:
+                fresh, i = f"{local}_", 2
+                while fresh in self.taken | block | used:
+                    fresh, i = f"{local}_{i}", i + 1
+                out[local] = (fresh, True)
+                block.add(fresh)
+            else:
+                block.add(local)
+        return out
+
+    def lines(self, st, body, final, rename: dict[str, tuple[str, bool]], preamble: list[str], spliced: bool
+              ) -> list[tuple[str, Origin]]:
+        edits = self.substitutions(body, rename)  # (start byte, end byte, text) within the body
+        if final is not None:  # the helper's last statement: its value goes, a call in it stays
+            value = final.named_children[0] if final.named_children else None
+            keeps = value is not None and any(x.type == "call_expression" for x in walk(value))
+            edits = [e for e in edits if not final.start_byte <= e[0] < final.end_byte]
+            edits.append((final.start_byte, final.end_byte, self.edited(value, rename) + ";" if keeps else ""))
+        inner = self.edited_range(body.start_byte + 1, body.end_byte - 1, edits)
+        opened = [(("" if spliced else "{ ") + " ".join(preamble), self.unit.origin(st.start_point.row + 1))]
+        row = body.start_point.row + 1  # the line of the body's `{`, where its first piece starts
+        pieces = [(piece, self.unit.origin(row + k)) for k, piece in enumerate(inner.split("\n"))]
+        return opened + pieces + [("" if spliced else "}", self.unit.origin(st.end_point.row + 1))]
+
+    def edited(self, node, rename: dict[str, tuple[str, bool]]) -> str:
+        return self.edited_range(node.start_byte, node.end_byte, self.substitutions(node, rename))
+
+    @staticmethod
+    def substitutions(node, rename: dict[str, tuple[str, bool]]) -> list[tuple[int, int, str]]:
+        """Each use of a renamed name: an expression in parentheses, unless it is a whole argument."""
+        out = []
+        for n in walk(node):
+            if n.type == "identifier" and text(n) in rename:
+                value, primary = rename[text(n)]
+                bare = primary or (n.parent is not None and n.parent.type == "argument_list")
+                out.append((n.start_byte, n.end_byte, value if bare else f"({value})"))
+        return out
+
+    def edited_range(self, start: int, end: int, edits: list[tuple[int, int, str]]) -> str:
+        out, pos = [], start
+        for s, e, t in sorted(x for x in edits if start <= x[0] and x[1] <= end):
+            out += [self.src[pos:s].decode(errors="replace"), t]
+            pos = e
+        out.append(self.src[pos:end].decode(errors="replace"))
+        return "".join(out)
+
+
+def inline_helpers(unit: Unit, root) -> Unit:
+    """The unit with main()'s calls of the program's helpers that issue device work written out (one level)."""
+    inliner = _Inliner(unit, root)
+    if inliner.main is None:
+        return unit
+    lines = [ln.encode() for ln in unit.lines]
+    origins = list(unit.origins)
+    for st, call in sorted(inliner.calls(), key=lambda sc: sc[0].start_byte, reverse=True):
+        new = inliner.written_out(st, call)
+        if new is None:
+            continue
+        (rs, cs), (re_, ce) = st.start_point, st.end_point
+        head, tail = lines[rs][:cs], lines[re_][ce:]
+        texts = [t.encode() for t, _ in new]
+        texts[0] = head + texts[0]
+        texts[-1] = texts[-1] + tail
+        lines[rs:re_ + 1] = texts
+        origins[rs:re_ + 1] = [o for _, o in new]
+    return Unit([ln.decode(errors="replace") for ln in lines], origins, unit.files, unit.warnings,
+                {**unit.unwritten, **inliner.why})
