@@ -51,7 +51,7 @@ WANT = {
     # RANK / WORLD_SIZE / LOCAL_RANK, the id through a file; a cuBLAS bf16 GEMM then an all-gather
     "env_gemm_allgather": Want(
         {"M": 8192, "K": 4096, "N": 4096},
-        {"x": ("input", "bf16", ["M / world", "K"], False), "w": ("input", "bf16", ["K", "N"], False),
+        {"x": ("input", "bf16", ["M / world", "K"], False), "w": ("parameter", "bf16", ["K", "N"], False),
          "y_local": ("scratch", "bf16", ["M / world", "N"], True), "y": ("output", "bf16", ["M", "N"], True)},
         ["d_x", "d_w", "d_y_local", "d_y"],
         "2 * (M / world) * K * N", "(world - 1) * (M / world) * N * 2",

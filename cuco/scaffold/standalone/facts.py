@@ -62,11 +62,6 @@ def _role(var: str, events: list[Event], fill: tuple[str, int] | None, to_host: 
                else f"read by {mine[0].op} ({cite(mine[0].line)}) before the step writes it")
         todos = [f"{writes[0].op} ({cite(writes[0].line)}) writes it too: an input is only given, so if the step "
                  "updates it in place, make it an output and copy the input into it first"] if writes else []
-        if mine and all(e.mode == "r" and e.op.startswith("cublas") for e in mine):
-            # Read by cuBLAS alone, never communicated: the operand a layer keeps from call to call.
-            todos.append("only cuBLAS reads it, so it is taken for weights (drawn once per shape, never delivered "
-                         "again, its delivery not timed); make it an input if it changes from run to run")
-            return "parameter", [why], todos
         return "input", [why], todos
     if to_host is not None:
         return "output", [f"copied to the host at {cite(to_host)}: the program's result"], []
@@ -129,6 +124,7 @@ class Facts:
                                        self.prog.cite)
             notes.append(f"the program's {var}" + (f"; shape and type from the bytes of {alloc}" if alloc else ""))
             out[name] = BufferFact(name, var, dtype, shape, role, notes, todos)
+        self.weights(out)
         if out and not any(b.role == "output" for b in out.values()):
             written = [e.var for e in self.seed.step.events if e.mode == "w"]
             chosen = out[self.seed.names[written[-1]]] if written else list(out.values())[-1]
@@ -136,6 +132,25 @@ class Facts:
             chosen.todos.append("taken as the output because the step writes it last; an output is poisoned before "
                                 "each run, so a buffer updated in place needs its input copied in first")
         return out
+
+    def weights(self, facts: dict[str, BufferFact]) -> None:
+        """An input only cuBLAS reads, and not along the rows of the GEMM's output (as the activations are), is the
+        operand a layer keeps from call to call: its weights, a parameter (drawn once per shape, never timed)."""
+        events = self.seed.step.events
+        by_var = {f.var: f for f in facts.values()}
+        for fact in facts.values():
+            mine = [e for e in events if e.var == fact.var]
+            if fact.role != "input" or not mine or fact.shape is None or \
+                    not all(e.mode == "r" and e.op.startswith("cublas") for e in mine):
+                continue
+            outputs = [by_var.get(e.var) for r in mine for e in events if e.mode == "w" and (e.op, e.line) ==
+                       (r.op, r.line)]
+            if not outputs or any(o is None or not o.shape or o.shape[0] in fact.shape for o in outputs):
+                continue
+            fact.role = "parameter"
+            fact.notes.append("only cuBLAS reads it, and not along the rows of the GEMM's output: the layer's weights, "
+                              "drawn once per shape and never delivered again (make it an input if it changes from "
+                              "run to run)")
 
     def fills(self) -> dict[str, tuple[str, int]]:
         """The buffers the set-up writes before the loop, and the call that does."""

@@ -222,5 +222,5 @@ def inline_helpers(unit: Unit, root) -> Unit:
         texts[-1] = texts[-1] + tail
         lines[rs:re_ + 1] = texts
         origins[rs:re_ + 1] = [o for _, o in new]
-    return Unit([ln.decode(errors="replace") for ln in lines], origins, unit.files, unit.warnings,
-                {**unit.unwritten, **inliner.why})
+    return unit.changed(lines=[ln.decode(errors="replace") for ln in lines], origins=origins,
+                        unwritten={**unit.unwritten, **inliner.why})

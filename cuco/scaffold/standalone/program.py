@@ -78,7 +78,17 @@ class Standalone:
         self.locals: dict[str, Local] = {}
 
     def refuse(self, node, why: str) -> CucoError:
-        return CucoError(str(self.origin(line_of(node))), f"`{_head(node)}`: {why}")
+        return CucoError(str(self.origin(line_of(node))), f"`{self.head(node)}`: {why}")
+
+    def head(self, node) -> str:
+        """A statement in one short line, as the user wrote it where that is one line the reading changed (a macro
+        expanded, a helper's parameter bound)."""
+        line = line_of(node)
+        written = self.unit.as_written(line).strip()
+        if node.start_point.row == node.end_point.row and written and \
+                self.unit.lines[line - 1].strip() != written and len(written) <= 80:
+            return written
+        return _head(node)
 
     def origin(self, line: int) -> Origin:
         """Where line `line` of the program as read (its files joined, its macros expanded) was written."""

@@ -19,7 +19,7 @@ import re
 import shutil
 import subprocess
 import tempfile
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 
 from cuco.errors import CucoError
@@ -55,6 +55,7 @@ class Unit:
     files: list[Path]  # as given, the file with main() last
     warnings: list[str] = field(default_factory=list)
     unwritten: dict[str, str] = field(default_factory=dict)  # helpers main() calls that stay calls: why
+    written: dict[Path, list[str]] = field(default_factory=dict)  # each file's lines as the user wrote them
 
     @property
     def raw(self) -> bytes:
@@ -69,6 +70,16 @@ class Unit:
         if 1 <= line <= len(self.origins):
             return self.origins[line - 1]
         return Origin(self.main_file, line)
+
+    def as_written(self, line: int) -> str:
+        """Line `line` of the unit as the user wrote it (before its macros were expanded or a helper written out)."""
+        o = self.origin(line)
+        lines = self.written.get(o.path, [])
+        return lines[o.line - 1] if 1 <= o.line <= len(lines) else ""
+
+    def changed(self, **fields) -> Unit:
+        """This unit with some of its fields replaced (its lines and their origins, what it was told)."""
+        return replace(self, **fields)
 
 
 def _read(path: Path) -> list[str]:
@@ -104,7 +115,7 @@ def read_sources(paths: list[Path]) -> Unit:
     for p in ordered:
         lines += texts[p]
         origins += [Origin(p, i) for i in range(1, len(texts[p]) + 1)]
-    return Unit(lines, origins, ordered)
+    return Unit(lines, origins, ordered, written=texts)
 
 
 def _logical(lines: list[str], i: int) -> int:
@@ -258,7 +269,7 @@ def expand_macros(unit: Unit, include_dirs: list[Path], defines: list[str]) -> U
     cpp = preprocessor()
     if cpp is None:
         unit.warnings.append("no C preprocessor (cpp) on this machine: the program's macros were read as written")
-        return Unit([_dim3(ln) for ln in unit.lines], unit.origins, unit.files, unit.warnings, unit.unwritten)
+        return unit.changed(lines=[_dim3(ln) for ln in unit.lines])
     for d in defines:
         if not re.fullmatch(r"[A-Za-z_]\w*(=.*)?", d):
             raise CucoError("--define", f"{d!r}: a define is NAME or NAME=VALUE")
@@ -289,7 +300,7 @@ def expand_macros(unit: Unit, include_dirs: list[Path], defines: list[str]) -> U
         else:
             expanded.append(original[:len(original) - len(original.lstrip())] + got.strip())
         i += 1
-    return Unit([_dim3(ln) for ln in expanded], list(unit.origins), unit.files, unit.warnings, unit.unwritten)
+    return unit.changed(lines=[_dim3(ln) for ln in expanded])
 
 
 def _dim3(line: str) -> str:

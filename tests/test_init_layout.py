@@ -1,0 +1,274 @@
+"""`cuco init` on programs as people write them: a host .cpp with its kernels in a .cu and a header between them,
+macros the grammar cannot read (a braced launch configuration, NVTX ranges without a semicolon, an `#if` that splits
+an if/else), helpers that issue the device work or create the communicator. The seed is right, every refusal names
+the file and line the user wrote, and what cannot be read is said in one line, never a traceback."""
+
+from __future__ import annotations
+
+import os
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+from conftest import ROOT
+
+from cuco.errors import CucoError
+from cuco.fastpath.syntax import blank_macros, function_name, parser, text, walk
+from cuco.scaffold import create_workload
+from cuco.scaffold.standalone import sources
+from cuco.scaffold.standalone.blockers import Blocked
+from cuco.scaffold.standalone.sources import Unit, expand_macros, read_sources
+from cuco.workload.expr import eval_expr
+from cuco.workload.spec import load_workload
+
+EXAMPLE = ROOT / "examples" / "tp_mlp"
+FILES = [EXAMPLE / "host.cpp", EXAMPLE / "kernels.cu", EXAMPLE / "kernels.cuh"]
+ENV = {**os.environ, "COLUMNS": "200", "NO_COLOR": "1",
+       "PYTHONPATH": os.pathsep.join(p for p in (str(ROOT), os.environ.get("PYTHONPATH", "")) if p)}
+needs_cpp = pytest.mark.skipif(sources.preprocessor() is None, reason="no C preprocessor (cpp) here")
+
+
+def _line(path: Path, words: str) -> int:
+    return next(i for i, ln in enumerate(path.read_text().splitlines(), 1) if words in ln)
+
+
+def _run_calls(seed: str) -> list[str]:
+    root = parser().parse(blank_macros(seed.encode())).root_node
+    assert not [n for n in walk(root) if n.type == "ERROR" or n.is_missing], "the seed does not parse"
+    run = next(n for n in walk(root) if n.type == "function_definition" and function_name(n) == "cuco_run")
+    names = [text(n.child_by_field_name("function")) for n in walk(run) if n.type == "call_expression"]
+    return [c for c in names if c not in ("cuco_param", "cuco_buffer") and not c.startswith("CUCO_")]
+
+
+@pytest.fixture(scope="module")
+def mlp(tmp_path_factory) -> Path:
+    return create_workload("tp_mlp", FILES, tmp_path_factory.mktemp("layout")).root
+
+
+# ---- the common layout: host.cpp + kernels.cu + kernels.cuh --------------------------------------------------
+
+@needs_cpp
+def test_three_files_become_one_seed_with_the_originals_kept(mlp):
+    assert sorted(p.name for p in (mlp / "original").iterdir()) == ["host.cpp", "kernels.cu", "kernels.cuh"]
+    assert not (mlp / "original.cu").exists()
+    seed = (mlp / "seed.cu").read_text()
+    # the step as host.cpp's loop issues it, the helpers written out: two GEMMs, the launches of the kernels that
+    # bias_gelu() and bias_residual() wrap, the all-reduce; the NVTX ranges (nothing without USE_NVTX) gone
+    assert _run_calls(seed) == ["cublasGemmEx", "bias_gelu_kernel", "cudaGetLastError", "cublasGemmEx",
+                                "ncclAllReduce", "bias_residual_kernel", "cudaGetLastError"]
+    for gone in ("MPI_", "init_comm", "ncclCommInitRank", "RANGE_PUSH", "nvtx", "WARMUP; ++i", "<<<BLOCKS_FOR"):
+        assert gone not in seed, gone
+    assert "dim3{THREADS, 1, 1}" in seed  # the braced launch configuration, THREADS kept as the program's constant
+    assert "#define THREADS 256" in seed and "#include <cuda_bf16.h>" in seed
+    assert seed.index("typedef __nv_bfloat16 bf16;") < seed.index("__global__ void bias_gelu_kernel")
+    assert "cublasCreate(&s->blas)" in seed  # the handle is cuco_setup's
+
+
+@needs_cpp
+def test_the_workload_is_what_the_three_files_say(mlp):
+    spec = load_workload(mlp)
+    assert list(spec.params) == ["tokens", "hidden", "ffn"]
+    assert spec.shapes[0].params == {"tokens": 2048, "hidden": 4096, "ffn": 16384}
+    roles = {n: b.role for n, b in spec.buffers.items()}
+    assert roles == {"x": "input", "w1": "parameter", "b1": "input", "h": "scratch", "w2": "parameter",
+                     "y": "scratch", "b2": "input", "out": "output"}
+    assert [b.dtype for b in spec.buffers.values()] == ["bf16"] * 8
+    env = {"tokens": 24, "hidden": 40, "ffn": 96, "world": 2}
+    assert eval_expr(spec.bounds.flops, env) == 2 * 2 * 24 * 40 * 48
+    toml = (mlp / "workload.toml").read_text()
+    # notes cite the file and line each fact comes from, in the copies kept beside the seed
+    assert f"cudaMalloc (original/host.cpp:{_line(FILES[0], 'cudaMalloc(&d_w1')})" in toml
+    assert f"bias_residual_kernel (original/kernels.cu:{_line(FILES[1], 'bias_residual_kernel<<<')})" in toml
+
+
+@needs_cpp
+def test_a_define_given_keeps_what_it_guards(tmp_path):
+    seed = (create_workload("nvtx", FILES, tmp_path, defines=["USE_NVTX"]).root / "seed.cu").read_text()
+    assert "#include <nvtx3/nvToolsExt.h>" in seed
+    assert "nvtxRangePushA" not in seed  # host work: not the step's
+    with pytest.raises(CucoError, match=r"--define: '1X': a define is NAME or NAME=VALUE"):
+        create_workload("bad", FILES, tmp_path, defines=["1X"])
+
+
+@needs_cpp
+def test_cli_reads_the_files_and_defines(tmp_path):
+    proc = subprocess.run([sys.executable, "-m", "cuco", "init", "mlp", *[a for f in FILES for a in ("--from", str(f))],
+                           "-D", "USE_NVTX", "--dir", str(tmp_path)], capture_output=True, text=True, env=ENV,
+                          timeout=120, check=False)
+    assert proc.returncode == 0, proc.stderr
+    assert (tmp_path / "mlp" / "original" / "kernels.cu").is_file()
+
+
+@pytest.mark.nvcc
+@needs_cpp
+def test_the_seed_builds_through_the_checks(mlp):
+    from cuco.runner.cuda_checks import check_and_build
+
+    built, problems = check_and_build(mlp / "seed.cu")
+    assert problems == [] and built.ok, built.log[-3000:]
+
+
+def test_the_settled_example_checks_on_the_cpu(tmp_path):
+    """The example's settled workload.toml and reference.py (the tutorial's part 2) pass `cuco check` beside the
+    seed init writes."""
+    if sources.preprocessor() is None:
+        pytest.skip("no C preprocessor (cpp) here")
+    root = create_workload("tp_mlp", FILES, tmp_path).root
+    for name in ("workload.toml", "reference.py"):
+        shutil.copyfile(EXAMPLE / name, root / name)
+    proc = subprocess.run([sys.executable, "-m", "cuco", "check", str(root)], capture_output=True, text=True,
+                          env=ENV, timeout=300, check=False)
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+
+
+# ---- refusals name the file and line the user wrote -----------------------------------------------------------
+
+def _layout(tmp_path: Path, launcher_body: str, step: str | None = None) -> list[Path]:
+    """The example's three files, with bias_gelu()'s body and the timed loop's body replaced."""
+    out = []
+    for f in FILES:
+        src = f.read_text()
+        if f.name == "kernels.cu":
+            start = src.index("{\n", src.index("void bias_gelu(bf16* h")) + 2
+            end = src.index("}\n", start)
+            src = src[:start] + launcher_body + src[end:]
+        if f.name == "host.cpp" and step is not None:
+            start = src.index('    RANGE_PUSH("mlp")')
+            end = src.index("    RANGE_POP()")
+            src = src[:start] + step + src[end:]
+        (tmp_path / f.name).write_text(src)
+        out.append(tmp_path / f.name)
+    return out
+
+
+@needs_cpp
+def test_a_blocker_inside_a_helper_names_the_helpers_file_and_line(tmp_path):
+    files = _layout(tmp_path, "  bf16* tmp;\n  cudaMalloc(&tmp, rows * sizeof(bf16));\n"
+                              "  bias_gelu_kernel<<<rows, cols, 0, stream>>>(h, bias, rows, cols);\n")
+    with pytest.raises(CucoError) as err:
+        create_workload("w", files, tmp_path)
+    where = f"{files[1]}:{_line(files[1], 'cudaMalloc(&tmp')}"
+    assert str(err.value).startswith(f"{where}: `cudaMalloc(&tmp, rows * sizeof(bf16));`: allocates or frees memory"), \
+        str(err.value)
+    assert not (tmp_path / "w").exists()
+
+
+@needs_cpp
+def test_every_blocker_of_the_step_in_one_run_across_the_files(tmp_path):
+    """A helper that returns early (host.cpp) and one that allocates in the step (kernels.cu): both named at once."""
+    step = ("    if (tokens > 0) { gemm_bf16(blas, d_x, d_w1, d_h, tokens, shard, hidden); }\n"
+            "    bias_gelu(d_h, d_b1, tokens, shard, stream);\n"
+            "    NCCL_CHECK(ncclAllReduce(d_y, d_y, (size_t)tokens * hidden, ncclBfloat16, ncclSum, comm, stream));\n"
+            "    skip_if_empty(d_h, tokens, stream);\n")
+    files = _layout(tmp_path, "  bf16* tmp;\n  cudaMalloc(&tmp, rows * sizeof(bf16));\n", step)
+    host = files[0]
+    host.write_text(host.read_text().replace(
+        "int main(int argc", "static void skip_if_empty(bf16* h, int rows, cudaStream_t stream) {\n"
+        "  if (rows == 0) return;\n  cudaMemsetAsync(h, 0, rows, stream);\n}\n\nint main(int argc"))
+    with pytest.raises(Blocked) as err:
+        create_workload("w", files, tmp_path)
+    lines = err.value.blockers
+    assert len(lines) == 2, lines
+    assert lines[0].startswith(f"{files[1]}:{_line(files[1], 'cudaMalloc(&tmp')}: ")
+    assert lines[1].startswith(f"{host}:{_line(host, 'skip_if_empty(d_h')}: `skip_if_empty(d_h, tokens, stream);`: ")
+    assert f"it returns before its end (host.cpp:{_line(host, 'if (rows == 0) return;')})" in lines[1]
+
+
+def test_files_that_cannot_be_one_program_are_refused(tmp_path):
+    (tmp_path / "a").mkdir()
+    (tmp_path / "b").mkdir()
+    for d in ("a", "b"):
+        (tmp_path / d / "k.cu").write_text("__global__ void k() {}\n")
+    with pytest.raises(CucoError, match=r"two files named k\.cu"):
+        create_workload("w", [tmp_path / "a" / "k.cu", tmp_path / "b" / "k.cu"], tmp_path)
+    (tmp_path / "notes.txt").write_text("x")
+    with pytest.raises(CucoError, match=r"notes\.txt: cuco init reads CUDA C\+\+ sources"):
+        create_workload("w", [tmp_path / "notes.txt"], tmp_path)
+    seed = ROOT / "cuco" / "workloads" / "allreduce_sum" / "seed.cu"
+    with pytest.raises(CucoError, match=r"several files are read as one standalone program"):
+        create_workload("w", [seed, tmp_path / "a" / "k.cu"], tmp_path)
+
+
+# ---- the preprocessor's part ---------------------------------------------------------------------------------
+
+@needs_cpp
+def test_macros_expand_with_lines_mapped_back(tmp_path):
+    """An `#if` that splits an if/else, a launch configuration behind a macro, a header of the program's that was
+    not given (its macros used, its include kept) and a check macro and a constant kept as written; every line's
+    origin is the user's."""
+    (tmp_path / "inc").mkdir()
+    (tmp_path / "inc" / "config.h").write_text("#define LAUNCH(n) ((n) + 127) / 128, 128\n")
+    host = tmp_path / "main.cu"
+    host.write_text(
+        '#include <cstdio>\n#include "config.h"\n#define CHECK(x) do { if ((x) != 0) exit(1); } while (0)\n'
+        "#define N (1 << 20)\n"
+        "int main() {\n"
+        "  for (int i = 0; i < 10; ++i) {\n"
+        "#ifdef FAST\n"
+        "    if (fast) {\n"
+        "#else\n"
+        "    if (i >= 0) {\n"
+        "#endif\n"
+        "      k<<<LAUNCH(N), 0, s>>>(x);\n"
+        "      CHECK(cudaGetLastError());\n"
+        "    }\n"
+        "  }\n"
+        "}\n")
+    unit = expand_macros(read_sources([host]), [tmp_path / "inc"], [])
+    lines = dict(zip([o.line for o in unit.origins], unit.lines))
+    assert lines[2] == '#include "config.h"' and lines[4] == "#define N (1 << 20)"
+    assert lines[3].startswith("#define CHECK(x)") and lines[13] == "      CHECK(cudaGetLastError());"
+    assert lines[8] == "" and lines[10] == "    if (i >= 0) {"
+    assert lines[12] == "      k<<<((N) + 127) / 128, 128, 0, s>>>(x);"
+    assert all(o.path == host for o in unit.origins)
+    fast = expand_macros(read_sources([host]), [tmp_path / "inc"], ["FAST"])
+    assert fast.lines[7] == "    if (fast) {" and fast.lines[9] == ""
+
+
+@needs_cpp
+def test_a_preprocessor_error_names_the_users_line(tmp_path):
+    host = tmp_path / "main.cu"
+    host.write_text("int x;\n#ifndef HAVE_MPI\n#error build with -DHAVE_MPI\n#endif\nint main() { return 0; }\n")
+    with pytest.raises(CucoError, match=rf"^{host}:3: the C preprocessor stops here: #error build with -DHAVE_MPI"):
+        expand_macros(read_sources([host]), [], [])
+
+
+def test_without_a_preprocessor_the_macros_stay_and_the_user_is_told(tmp_path, monkeypatch):
+    monkeypatch.setattr(sources, "preprocessor", lambda: None)
+    host = tmp_path / "main.cu"
+    host.write_text("#define N 4\nvoid f() { k<<<N, {32, 1, 1}>>>(); }\n")
+    unit = expand_macros(read_sources([host]), [], [])
+    assert unit.lines == ["#define N 4", "void f() { k<<<N, dim3{32, 1, 1}>>>(); }"]
+    assert any("no C preprocessor" in w for w in unit.warnings)
+
+
+# ---- helpers written out -------------------------------------------------------------------------------------
+
+def test_a_helpers_names_are_kept_apart_from_mains(tmp_path):
+    """A helper's local that main() also names is renamed; a parameter the helper changes is declared from the
+    argument; one it only reads is the argument itself (in parentheses where it is an expression)."""
+    from cuco.scaffold.standalone import read_program
+
+    host = tmp_path / "main.cu"
+    host.write_text(
+        "__global__ void k(float* x, int n) {}\n"
+        "static void launch(float* x, int n, int blocks, cudaStream_t s) {\n"
+        "  int threads = 256;\n"
+        "  while (blocks * threads < n) blocks *= 2;\n"
+        "  k<<<blocks, threads, 0, s>>>(x, n * 2);\n"
+        "}\n"
+        "int main() {\n"
+        "  int threads = 128, n = 1024;\n"
+        "  float* d;\n"
+        "  cudaStream_t st;\n"
+        "  for (int i = 0; i < 3; ++i) launch(d, n + 1, 4, st);\n"
+        "}\n")
+    unit, _ = read_program([host], [], [])
+    body = "\n".join(unit.lines)
+    assert "int threads_ = 256;" in body and "int blocks = 4;" in body
+    assert "k<<<blocks, threads_, 0, st>>>(d, (n + 1) * 2);" in body
+    written = [o.line for o, ln in zip(unit.origins, unit.lines) if "st>>>" in ln]
+    assert written == [5]
+    assert Unit(unit.lines, unit.origins, unit.files).origin(len(unit.lines) + 5).path == host
