@@ -12,6 +12,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 import pytest
+import torch
 from conftest import WORKLOADS
 
 from cuco.errors import CucoError
@@ -120,9 +121,14 @@ def test_reference_stubs_say_what_to_write_and_raise_until_written(tmp_path):
     made = create_workload("ag", WORKLOADS / "gemm_allgather" / "seed.cu", tmp_path)
     ref = _reference(made.root)
     for fn, args in (("make_inputs", ({}, 2, 0, None, "cpu")), ("reference", ({}, 2, 0, [])),
-                     ("compute_alone", (RankView({}, 2, 0, []),)), ("comm_alone", (RankView({}, 2, 0, []),))):
+                     ("comm_alone", (RankView({}, 2, 0, []),))):
         with pytest.raises(NotImplementedError, match=fn):
             getattr(ref, fn)(*args)
+    # the bound's compute half is the program's GEMM, written from its call: c = a_gathered @ b
+    p = {"M": 4, "K": 6, "N": 10}
+    bufs = {"a_gathered": torch.randn(4, 6), "b": torch.randn(6, 5), "c": torch.zeros(4, 5)}
+    ref.compute_alone(RankView(p, 2, 0, [], bufs))()
+    assert torch.allclose(bufs["c"], bufs["a_gathered"] @ bufs["b"])
     assert '"a": shape (p["M"] // world, p["K"]), torch.bfloat16' in ref.make_inputs.__doc__
     assert ('"c": shape (p["M"], p["N"] // world), torch.float64 or torch.float32 (the program writes '
             'torch.bfloat16)') in ref.reference.__doc__

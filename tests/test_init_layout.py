@@ -272,3 +272,27 @@ def test_a_helpers_names_are_kept_apart_from_mains(tmp_path):
     written = [o.line for o, ln in zip(unit.origins, unit.lines) if "st>>>" in ln]
     assert written == [5]
     assert Unit(unit.lines, unit.origins, unit.files).origin(len(unit.lines) + 5).path == host
+
+
+@needs_cpp
+def test_the_bound_times_the_programs_own_gemms(mlp):
+    """reference.py's compute_alone is written from the GEMM calls: torch.matmul on the workload's buffers, each
+    product the one cuBLAS computes (column-major calls read row-major), the elementwise kernels named as left out."""
+    import importlib.util
+
+    import torch
+
+    from cuco.workload.contract import RankView
+
+    spec_ = importlib.util.spec_from_file_location("scaffolded", mlp / "reference.py")
+    scaffolded = importlib.util.module_from_spec(spec_)
+    spec_.loader.exec_module(scaffolded)
+    source = (mlp / "reference.py").read_text()
+    assert "kernels (bias_gelu_kernel, bias_residual_kernel) are left out" in source
+    p, world = {"tokens": 6, "hidden": 10, "ffn": 12}, 2
+    gen = torch.Generator().manual_seed(0)
+    shapes = {"x": (6, 10), "w1": (10, 6), "h": (6, 6), "w2": (6, 10), "y": (6, 10)}
+    bufs = {n: torch.randn(s, generator=gen).flatten() for n, s in shapes.items()}
+    scaffolded.compute_alone(RankView(p, world, 0, [], bufs))()
+    x, w1, w2 = (bufs[n].view(shapes[n]) for n in ("x", "w1", "w2"))
+    assert torch.allclose(bufs["h"].view(6, 6), x @ w1) and torch.allclose(bufs["y"].view(6, 10), (x @ w1) @ w2)

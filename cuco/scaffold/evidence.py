@@ -255,6 +255,26 @@ def steps(analysis: Analysis, program: Program) -> Steps:
 
 # ---- shapes, types and costs -----------------------------------------------------------------------------------
 
+@dataclass(frozen=True)
+class Factor:
+    """One side of a GEMM as row-major torch sees it: the buffer, its stored [rows, cols], and whether the product
+    reads it transposed."""
+
+    buffer: str
+    rows: str
+    cols: str
+    transposed: bool
+
+
+@dataclass(frozen=True)
+class Product:
+    """A GEMM of the run as torch writes it: out [rows, cols] = left @ right, every operand a whole buffer."""
+
+    out: Factor
+    left: Factor
+    right: Factor
+
+
 @dataclass
 class Evidence:
     """Shapes and dtypes per buffer (the program's names), the named dimensions met, and a run's least cost."""
@@ -265,6 +285,7 @@ class Evidence:
     values: dict[str, int | None] = field(default_factory=dict)  # named dimensions, the program's value if any
     received: list[str] = field(default_factory=list)  # bytes each rank receives, per NCCL call of the run
     flops: list[str] = field(default_factory=list)  # per rank, per GEMM of the run
+    products: list[Product] = field(default_factory=list)  # the run's GEMMs that torch.matmul can time as they are
     uncounted: list[str] = field(default_factory=list)  # calls of the run whose cost the rules cannot count
     literals: int = 0
 
@@ -372,6 +393,28 @@ class Evidence:
                                    (f" * ({batch.expr})" if g.batch is not None else "")))
         if not g.arrays:
             self.operand_shapes(g, call, (m, n, k, batch), where)
+        if timed and g.batch is None and not g.arrays:
+            self.product(g, call, m, n, k)
+
+    def product(self, g: Gemm, call: Call, m: Dim, n: Dim, k: Dim) -> None:
+        """The GEMM as torch.matmul on whole buffers, where each operand is one (its rows packed). cuBLAS is
+        column-major: its C = op(A) op(B) is, row-major, C^T = op(B)^T op(A)^T."""
+        layouts = self._layouts(g, call, m, n, k)
+        refs = [self.program.arg_ref(call, pos) for pos in g.operands]
+        if layouts is None or any(r is None or not r.whole for r in refs):
+            return
+        for i, ld in enumerate(g.lds):
+            got = self._dim(call, ld)
+            if ld is not None and (got is None or not same(got.expr, layouts[i][1].expr)):
+                return
+        (a_rows, a_cols), (b_rows, b_cols), (c_rows, c_cols) = ((r.expr, c.expr) for r, c in layouts)
+        a, b, c = (r.buffer for r in refs)
+        out = Factor(c, c_rows, c_cols, False)
+        if g.row_major:
+            self.products.append(Product(out, Factor(a, a_rows, a_cols, False), Factor(b, b_rows, b_cols, False)))
+            return
+        ta, tb = (TRANSPOSED[text(call.args[p])] for p in (1, 2))
+        self.products.append(Product(out, Factor(b, b_rows, b_cols, tb), Factor(a, a_rows, a_cols, ta)))
 
     def _layouts(self, g: Gemm, call: Call, m: Dim, n: Dim, k: Dim) -> list[tuple[Dim, Dim]] | None:
         """Each operand's row-major [rows, cols], or None where a transposition is not a literal CUBLAS_OP_*."""

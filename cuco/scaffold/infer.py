@@ -15,7 +15,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from cuco.fastpath.analyze import Analysis, Op
-from cuco.scaffold.evidence import Evidence, Steps, gather, same, steps
+from cuco.scaffold.evidence import Evidence, Product, Steps, gather, same, steps
 from cuco.scaffold.kernel_access import uses_atomics
 from cuco.scaffold.program import Program
 from cuco.scaffold.size_expr import param_name, tidy
@@ -77,6 +77,7 @@ class Scaffold:
     bound_todos: dict[str, list[str]] = field(default_factory=dict)  # flops / comm_bytes -> what is missing
     read: list[str] = field(default_factory=list)  # the parameters the program reads (cuco_param)
     determinism_todos: list[str] = field(default_factory=list)  # why two runs may not agree bit for bit
+    products: list[Product] = field(default_factory=list)  # the run's GEMMs as torch.matmul on whole buffers
 
     def has_compute(self) -> bool:
         return any(computes(o) for o in self.steps)
@@ -278,7 +279,7 @@ def infer(name: str, path: Path, analysis: Analysis, program: Program) -> Scaffo
                if b not in chosen and (b in program.allocated or analysis.buffers.get(b) != "workload")]
     sc = Scaffold(name, path, abi, [], buffers, comm, flops, scope, private, warnings + analysis.warnings,
                   _bound_todos(ev, scope), [p for p in program.read_params if p.isidentifier()],
-                  _atomics(program, scope))
+                  _atomics(program, scope), ev.products)
     settle(sc, ev.values)
     return sc
 

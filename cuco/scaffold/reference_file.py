@@ -11,6 +11,7 @@ import re
 
 from cuco.dtypes import DTYPES
 from cuco.fastpath.analyze import Op
+from cuco.scaffold.evidence import Factor
 from cuco.scaffold.infer import Buffer, Scaffold, computes
 
 REDUCE_OPS = {"ncclSum": "SUM", "ncclProd": "PRODUCT", "ncclMax": "MAX", "ncclMin": "MIN", "ncclAvg": "AVG"}
@@ -144,7 +145,45 @@ def _reference(sc: Scaffold) -> list[str]:
             '    raise NotImplementedError("reference.py: write reference (its docstring lists the outputs)")']
 
 
+def _py(expr: str) -> str:
+    """A workload expression as Python over p (the shape's params) and world."""
+    return re.sub(r"(?<!/)/(?!/)", "//", re.sub(r"\b(?!world\b)([A-Za-z_][A-Za-z0-9_]*)\b", r'p["\1"]', expr))
+
+
+def _factor(f: Factor, names: dict[str, str]) -> str:
+    viewed = f'b["{names[f.buffer]}"].view({_py(f.rows)}, {_py(f.cols)})'
+    return viewed + (".t()" if f.transposed else "")
+
+
+def _gemms_alone(sc: Scaffold) -> list[str] | None:
+    """compute_alone as the program's GEMMs through torch.matmul (cuBLAS) on the workload's buffers, where every GEMM
+    of the run is one whole-buffer product and the program computes nothing else the bound could count; else None."""
+    names = {b.source: b.name for b in sc.buffers}
+    gemms = [o for o in sc.steps if o.kind == "blas"]
+    if not sc.products or len(sc.products) != len(gemms) or any(
+            f.buffer not in names for g in sc.products for f in (g.out, g.left, g.right)):
+        return None
+    others = sorted({o.name for o in sc.steps if computes(o) and o.kind != "blas"})
+    left_out = [f"    The program's own kernels ({', '.join(others)}) are left out:",
+                "    add them, and the bound holds them too."] if others else []
+    return ["def compute_alone(view: RankView):",
+            '    """The program\'s GEMMs alone, each through cuBLAS (torch.matmul) on this rank\'s buffers as',
+            "    the program calls it: the compute half of the physical bound. Written by `cuco init` from the",
+            "    GEMM calls.",
+            *left_out,
+            '    """',
+            "    p, world, b = view.params, view.world, view.bufs",
+            "",
+            "    def run():",
+            *[f"        torch.matmul({_factor(g.left, names)}, {_factor(g.right, names)}, "
+              f"out={_factor(g.out, names)})" for g in sc.products],
+            "    return run"]
+
+
 def _compute_alone(sc: Scaffold) -> list[str]:
+    gemms = _gemms_alone(sc)
+    if gemms is not None:
+        return gemms
     names = sorted({o.name for o in sc.steps if computes(o)})
     return ["def compute_alone(view: RankView):",
             '    """The program\'s computation alone, with the best library version of it (torch.matmul for a',
