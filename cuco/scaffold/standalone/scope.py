@@ -61,9 +61,17 @@ def _attached(comment, kept: set[int]) -> bool:
 
 
 def _defined(node) -> set[str]:
+    if _prototype(node):
+        return {function_name(node)}
     fn = node if node.type == "function_definition" else next(
         (n for n in walk(node) if n.type == "function_definition"), None)
     return {function_name(fn)} if fn is not None else set()
+
+
+def _prototype(node) -> bool:
+    """A function's declaration without its body (a header's `void launch(float* x, int n);`)."""
+    decl = node.child_by_field_name("declarator") if node.type == "declaration" else None
+    return decl is not None and decl.type == "function_declarator"
 
 
 def _scope_kind(prog: Standalone, node) -> str:
@@ -74,6 +82,8 @@ def _scope_kind(prog: Standalone, node) -> str:
     if node.type == "preproc_function_def":
         name = node.child_by_field_name("name")
         return "drop" if name is not None and text(name) in prog.wrappers else "keep"
+    if _prototype(node):
+        return "keep" if _defined(node) & prog.device else "maybe"
     if node.type in ("function_definition", "template_declaration"):
         names = _defined(node)
         if "main" in names:
