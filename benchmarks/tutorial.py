@@ -1,11 +1,12 @@
 """Run docs/tutorial.md's commands from its text, in order, as a reader would, and check each one's exit code.
 
     python benchmarks/tutorial.py               # the CPU steps (plain `bash` blocks); the tests run this
-    python benchmarks/tutorial.py --gpu         # and the `bash gpu` blocks, then record their output
+    python benchmarks/tutorial.py --gpu         # and the `bash gpu` blocks (`bash gpu x2` too, on two GPUs), then
+                                                # record their output (tutorial-w1, or tutorial-w2 on two GPUs)
 
 A line's `# exit N` is the exit code it must end with (0 where none is written). The commands run in a new folder
-that holds a copy of examples/tutorial/ (the tutorial's paths are relative to it), with a CUCO_HOME of its own.
-Blocks marked `bash gpu llm` need an LLM account and are never run here.
+that holds a copy of examples/tutorial/ and examples/tp_mlp/ (the tutorial's paths are relative to it), with a
+CUCO_HOME of its own. Blocks marked `bash gpu llm` need an LLM account and are never run here.
 """
 
 from __future__ import annotations
@@ -25,11 +26,12 @@ ROOT = Path(__file__).resolve().parents[1]
 TUTORIAL = ROOT / "docs" / "tutorial.md"
 BLOCK = re.compile(r"^```bash([^\n]*)\n(.*?)^```", re.M | re.S)
 EXPECTED = re.compile(r"\s+#\s*exit\s+(\d+)\s*$")
+EXAMPLES = ("tutorial", "tp_mlp")  # the folders of examples/ the tutorial's commands name
 
 
 @dataclass
 class Step:
-    kind: str  # "cpu" | "gpu" | "gpu llm"
+    kind: str  # "cpu" | "gpu" | "gpu x2" (two GPUs) | "gpu llm"
     command: str
     expected: int
 
@@ -48,7 +50,8 @@ def steps(text: str) -> list[Step]:
 
 def run_steps(chosen: list[Step], work: Path) -> list[dict]:
     """Each step in `work`; stops at the first whose exit code is not the one the tutorial states."""
-    shutil.copytree(ROOT / "examples" / "tutorial", work / "examples" / "tutorial")
+    for example in EXAMPLES:
+        shutil.copytree(ROOT / "examples" / example, work / "examples" / example)
     # `cuco` is this checkout's, whether or not one is installed: the shim runs it with this interpreter.
     shim = work / "bin" / "cuco"
     shim.parent.mkdir(parents=True, exist_ok=True)
@@ -78,6 +81,11 @@ def main() -> int:
     ap.add_argument("--out", type=Path, default=ROOT / "benchmarks" / "results")
     args = ap.parse_args()
     kinds = {"cpu", "gpu"} if args.gpu else {"cpu"}
+    if args.gpu:
+        import torch
+
+        if torch.cuda.device_count() >= 2:
+            kinds.add("gpu x2")
     chosen = [s for s in steps(TUTORIAL.read_text()) if s.kind in kinds]
     with tempfile.TemporaryDirectory(prefix="cuco-tutorial-") as tmp:
         done = run_steps(chosen, Path(tmp))
@@ -94,12 +102,13 @@ def main() -> int:
         sys.path.insert(0, str(ROOT / "benchmarks"))
         import record  # noqa: E402  (benchmarks/record.py, beside this script)
 
-        info = record.meta(machine, world=1)
+        world = 2 if "gpu x2" in kinds else 1
+        info = record.meta(machine, world=world)
         lines = [f"# docs/tutorial.md, every step on {info['device']}", "",
                  f"{info['date']}, commit {info['commit']}, `{info['command']}`; each step's full output is in "
                  "the JSON.", "", "| step | kind | exit (expected) | seconds |", "|---|---|---|---|"]
         lines += [f"| `{d['command']}` | {d['kind']} | {d['exit']} ({d['expected']}) | {d['seconds']} |" for d in done]
-        record.save(args.out, "tutorial-w1", info, {"ok": ok, "steps": done}, lines)
+        record.save(args.out, f"tutorial-w{world}", info, {"ok": ok, "steps": done}, lines)
     print("tutorial: every step ended as the text says" if ok else "tutorial: a step did not end as the text says")
     return 0 if ok else 1
 

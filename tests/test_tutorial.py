@@ -21,6 +21,9 @@ def test_tutorial_states_its_steps():
     kinds = {s.kind for s in found}
     assert {"cpu", "gpu"} <= kinds, kinds
     cpu = [s.command.split()[:2] for s in found if s.kind == "cpu"]
+    # the second example: a host file, its kernels and a header, read as one program
+    assert any(s.command.startswith("cuco init") and s.command.count("--from") == 3 for s in found if s.kind == "cpu")
+    assert "gpu x2" in kinds
     for command in (["cuco", "init"], ["cuco", "check"], ["cuco", "eval"], ["cuco", "transform"], ["cuco", "evolve"]):
         assert command in cpu, f"the tutorial's CPU steps lack {' '.join(command)}"
 
