@@ -296,3 +296,46 @@ def test_the_bound_times_the_programs_own_gemms(mlp):
     scaffolded.compute_alone(RankView(p, world, 0, [], bufs))()
     x, w1, w2 = (bufs[n].view(shapes[n]) for n in ("x", "w1", "w2"))
     assert torch.allclose(bufs["h"].view(6, 6), x @ w1) and torch.allclose(bufs["y"].view(6, 10), (x @ w1) @ w2)
+
+
+# ---- sizes held in a struct ----------------------------------------------------------------------------------
+
+STRUCT = ROOT / "tests" / "init_programs" / "struct_sizes.cu"
+
+
+def test_sizes_held_in_a_struct_are_parameters(tmp_path):
+    """`Config cfg;` with `int count = 1 << 20;` (argv may override it): cfg.count is the parameter `count`, with
+    the program's default; the seed declares the struct and sets the field from cuco_param; a field that is not a
+    size keeps its default."""
+    root = create_workload("w", STRUCT, tmp_path).root
+    spec = load_workload(root)
+    assert list(spec.params) == ["count"] and spec.shapes[0].params == {"count": 1 << 20}
+    assert [list(b.shape) for b in spec.buffers.values()] == [["count"], ["count"]]
+    seed = (root / "seed.cu").read_text()
+    assert "  Config cfg;\n  cfg.count = (int)cuco_param(ctx, \"count\");\n" in seed
+    assert "cfg.iters" not in seed and "struct Config {" in seed and "};\n" in seed
+    assert _run_calls(seed) == ["scale", "cudaGetLastError", "ncclAllReduce"]
+
+
+def test_a_field_that_clashes_with_a_local_is_named_by_its_struct(tmp_path):
+    src = STRUCT.read_text().replace("  Config cfg;\n", "  Config cfg;\n  const int count = 7;\n")
+    (tmp_path / "p.cu").write_text(src)
+    spec = load_workload(create_workload("w", tmp_path / "p.cu", tmp_path).root)
+    assert list(spec.params) == ["cfg_count"]
+
+
+def test_a_struct_written_where_cuco_cannot_see_is_refused(tmp_path):
+    src = STRUCT.read_text().replace("  if (argc > 1) cfg.count = atoi(argv[1]);\n",
+                                     "  parse_args(argc, argv, &cfg);\n")
+    (tmp_path / "p.cu").write_text(src)
+    with pytest.raises(CucoError, match=r"p\.cu:\d+: `[^`]*cfg\.count[^`]*`: uses cfg\.count, set by parse_args \(line "
+                                        r"\d+\): cuco cannot carry it"):
+        create_workload("w", tmp_path / "p.cu", tmp_path)
+
+
+@pytest.mark.nvcc
+def test_the_struct_seed_builds(tmp_path):
+    from cuco.runner.cuda_checks import check_and_build
+
+    built, problems = check_and_build(create_workload("w", STRUCT, tmp_path).root / "seed.cu")
+    assert problems == [] and built.ok, built.log[-3000:]

@@ -9,7 +9,7 @@ from dataclasses import dataclass, field
 from cuco.fastpath.analyze import BLAS, COPIES, NCCL_SIGNATURES
 from cuco.fastpath.syntax import call_args, callee, text
 from cuco.scaffold.infer import Param, Scaffold, settle
-from cuco.scaffold.program import C_TYPES, dims, param_name, tidy
+from cuco.scaffold.program import C_TYPES, dims, tidy
 from cuco.scaffold.size_expr import MAX_DEPTH
 from cuco.scaffold.standalone.calls import GEMM_SIZES
 from cuco.scaffold.standalone.nodes import calls_in, idents, line_of
@@ -185,8 +185,10 @@ class Facts:
         return out
 
     def params(self) -> dict[str, int | None]:
-        locs = {loc.name: loc for loc in self.seed.run_locals + self.seed.setup_locals if loc.kind == "param"}
-        return {param_name(n): loc.value for n, loc in sorted(locs.items(), key=lambda kv: kv[1].order)}
+        held = self.seed.run_locals + self.seed.setup_locals
+        locs = {loc.name: loc for loc in held + [f for loc in held for f in self.seed.fields(loc)]
+                if loc.kind == "param"}
+        return {self.prog.param_label(n): loc.value for n, loc in sorted(locs.items(), key=lambda kv: kv[1].order)}
 
     def flops(self) -> str | None:
         """2 m n k per GEMM of the step, over the workload's parameters; None where a GEMM's sizes are not."""

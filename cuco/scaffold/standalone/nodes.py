@@ -22,6 +22,13 @@ def idents(node) -> set[str]:
     return {text(n) for n in walk(node) if n.type == "identifier"} if node is not None else set()
 
 
+def names_in(node) -> set[str]:
+    """The names an expression reads: its identifiers, and its fields of a struct as `cfg.tokens`."""
+    fields = {"".join(text(n).split()) for n in walk(node) if n.type == "field_expression"} if node is not None \
+        else set()
+    return idents(node) | fields
+
+
 def address_of(arg) -> str | None:
     """The variable `&x` (under casts) names, or None."""
     ptr = next((n for n in walk(arg) if n.type == "pointer_expression" and text(n).startswith("&")), None)

@@ -10,7 +10,7 @@ from pathlib import Path
 from cuco.errors import CucoError
 from cuco.fastpath.analyze import ALLOCATORS, COPIES, FREES, NCCL_SIGNATURES, const_params
 from cuco.fastpath.syntax import blank_macros, call_args, callee, function_name, text, walk
-from cuco.scaffold.size_expr import constant, int_literal
+from cuco.scaffold.size_expr import constant, int_literal, param_name
 from cuco.scaffold.standalone.calls import CHECKS, WORK
 from cuco.scaffold.standalone.nodes import calls_in, idents, is_launch, line_of
 from cuco.scaffold.standalone.sources import Origin, Unit
@@ -75,7 +75,17 @@ class Standalone:
                               if any(callee(c) in ("getenv", "secure_getenv", "std::getenv") for c in calls_in(f))}
         self.aliases = _type_aliases(self.root)
         self.globals = _global_constants(self.root)
+        self.structs = _structs(self.root)
         self.locals: dict[str, Local] = {}
+
+    def param_label(self, name: str) -> str:
+        """A parameter's name in the workload: a local's own, a struct field's (`cfg.tokens`) its field's, or
+        `cfg_tokens` where that is taken."""
+        if "." not in name:
+            return param_name(name)
+        field = name.rsplit(".", 1)[1]
+        taken = field in self.locals or sum(n.rsplit(".", 1)[-1] == field for n in self.locals if "." in n) > 1
+        return param_name(name.replace(".", "_") if taken else field)
 
     def refuse(self, node, why: str) -> CucoError:
         return CucoError(str(self.origin(line_of(node))), f"`{self.head(node)}`: {why}")
@@ -177,6 +187,30 @@ def _type_aliases(root) -> dict[str, str]:
             continue
         if name is not None and value is not None:
             out[text(name)] = " ".join(text(value).split())
+    return out
+
+
+def _structs(root) -> dict[str, list[tuple[str, str, object]]]:
+    """The program's structs with scalar fields (`struct Config { int tokens = 2048; ... };`, a typedef'd one too):
+    name -> each scalar field's (name, type, default member initializer or None)."""
+    out: dict[str, list[tuple[str, str, object]]] = {}
+    for node in root.children:
+        spec = node if node.type == "struct_specifier" else node.child_by_field_name("type") \
+            if node.type in ("type_definition", "declaration") else None
+        body = spec.child_by_field_name("body") if spec is not None and spec.type == "struct_specifier" else None
+        if body is None:
+            continue
+        names = [text(spec.child_by_field_name("name"))] if spec.child_by_field_name("name") is not None else []
+        if node.type == "type_definition":
+            names += [text(d) for d in node.children_by_field_name("declarator") if d.type == "type_identifier"]
+        fields = []
+        for f in body.named_children:
+            typ = f.child_by_field_name("type") if f.type == "field_declaration" else None
+            for d in f.children_by_field_name("declarator") if typ is not None else []:
+                if d.type == "field_identifier":
+                    fields.append((text(d), " ".join(text(typ).split()), f.child_by_field_name("default_value")))
+        for name in names:
+            out[name] = fields
     return out
 
 

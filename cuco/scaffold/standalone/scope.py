@@ -31,6 +31,9 @@ def file_scope(prog: Standalone, used: set[str]) -> list[str]:
     lines: list[str] = ["#include \"cuco.h\""] if last_include < 0 else []
     for i, node in enumerate(chosen):
         body = prog.src[node.start_byte:node.end_byte].decode(errors="replace").rstrip()
+        if node.type == ";" and lines:  # the end of a struct's definition, on the line of its `}`
+            lines[-1] += body
+            continue
         if i and _blank_between(prog.src, chosen[i - 1], node):
             lines.append("")
         lines += body.split("\n")

@@ -10,7 +10,7 @@ from cuco.fastpath.analyze import ALLOCATORS
 from cuco.fastpath.syntax import call_args, callee, text
 from cuco.scaffold.program import param_name
 from cuco.scaffold.standalone.calls import GEMM_SIZES, HANDLE_CREATE
-from cuco.scaffold.standalone.nodes import address_of, calls_in, idents, line_of, root_name
+from cuco.scaffold.standalone.nodes import address_of, calls_in, idents, line_of, names_in, root_name
 from cuco.scaffold.standalone.place import Place
 from cuco.scaffold.standalone.program import Local, Standalone
 from cuco.scaffold.standalone.render import Render, step_lines
@@ -36,7 +36,7 @@ def _is_creation(prog: Standalone, st, name: str) -> bool:
                for c in map(prog.unwrap, calls_in(st)))
 
 
-CARRIED = frozenset({"comm", "stream", "world", "rank", "param", "scalar", "device", "handle"})
+CARRIED = frozenset({"comm", "stream", "world", "rank", "param", "scalar", "device", "handle", "struct"})
 
 
 class Seed:
@@ -81,7 +81,15 @@ class Seed:
                 todo += [(r, loc.declarator.parent) for r in sorted(idents(loc.init))]
         return sorted(seen.values(), key=lambda loc: loc.order)
 
+    def fields(self, loc: Local) -> list[Local]:
+        """A struct's scalar fields, as the locals `cfg.tokens` (none for any other local)."""
+        return [f for n, f in self.prog.locals.items() if n.startswith(f"{loc.name}.")] if loc.kind == "struct" else []
+
     def carryable(self, loc: Local, node) -> None:
+        used = [f for f in self.fields(loc) if f.kind == "other" and f.name in names_in(node)]
+        if used:
+            raise self.prog.refuse(node, f"uses {used[0].name}, {used[0].why or 'which cuco cannot follow'}: cuco "
+                                         "cannot carry it into cuco_setup or cuco_run")
         if loc.kind in CARRIED:
             return
         if loc.kind == "argv":
@@ -146,7 +154,7 @@ class Seed:
                  if v in self.locs.allocs and len(call_args(self.locs.allocs[v])) > 1]
         roots += self.step.counts + [call_args(c)[i] for c, _ in self.step.gemms for i in GEMM_SIZES[callee(c)]
                                      if i < len(call_args(c))]
-        sized, todo, seen = set(), [n for r in roots for n in idents(r)], set()
+        sized, todo, seen = set(), [n for r in roots for n in names_in(r)], set()
         while todo:
             loc = self.prog.locals.get(todo.pop())
             if loc is None or loc.name in seen:
@@ -155,10 +163,11 @@ class Seed:
             if loc.kind == "param":
                 sized.add(loc.name)
             elif loc.kind == "scalar" and loc.init is not None:
-                todo += list(idents(loc.init))
+                todo += list(names_in(loc.init))
         for loc in self.run_locals + self.setup_locals:
-            if loc.kind == "param" and not loc.reads_input and loc.name not in sized:
-                loc.kind = "scalar"
+            for each in [loc, *self.fields(loc)]:
+                if each.kind == "param" and not each.reads_input and each.name not in sized:
+                    each.kind = "scalar"
 
     def declare(self, loc: Local, render: Render) -> str:
         """A local of main() bound to what the runner gives for it."""
@@ -169,9 +178,12 @@ class Seed:
             return f"{elem}* {n} = {cast}cuco_buffer(ctx, \"{self.names[n]}\")->ptr;"
         bound = {"comm": f"ncclComm_t {n} = ctx->comm;", "stream": f"cudaStream_t {n} = ctx->stream;",
                  "world": f"const {base} {n} = ctx->nRanks;", "rank": f"const {base} {n} = ctx->rank;",
-                 "param": f"const {base} {n} = ({base})cuco_param(ctx, \"{param_name(n)}\");",
+                 "param": f"const {base} {n} = ({base})cuco_param(ctx, \"{self.prog.param_label(n)}\");",
                  "device": f"{loc.ctype} {n} = s->{n};", "handle": f"{loc.ctype} {n} = s->{n};"}
-        return bound.get(loc.kind) or f"{loc.prefix}{render(loc.declarator)};"
+        declared = bound.get(loc.kind) or f"{loc.prefix}{render(loc.declarator)};"
+        # a struct's fields that are the workload's parameters: its other fields keep their default values
+        return "\n  ".join([declared] + [f"{f.name} = ({f.base})cuco_param(ctx, \"{self.prog.param_label(f.name)}\");"
+                                        for f in self.fields(loc) if f.kind == "param"])
 
     def run_lines(self) -> list[str]:
         render = Render(self.prog)

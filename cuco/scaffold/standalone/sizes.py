@@ -2,8 +2,9 @@
 
 from __future__ import annotations
 
+from cuco.fastpath.syntax import text
 from cuco.scaffold.c_expr import cast_call, strip
-from cuco.scaffold.size_expr import SizeWriter, constant, param_name
+from cuco.scaffold.size_expr import SizeWriter, constant
 from cuco.scaffold.standalone.program import Standalone
 
 
@@ -25,7 +26,7 @@ class Sizes(SizeWriter):
         if loc.kind == "world":
             return "world"
         if loc.kind == "param":
-            return param_name(name)
+            return self.prog.param_label(name)
         if loc.kind == "scalar" and loc.init is not None and not loc.pointers:
             inner = self.expr(loc.init, scope, depth + 1)
             return f"({inner})" if inner is not None else None
@@ -34,4 +35,7 @@ class Sizes(SizeWriter):
     def other(self, node, scope, depth: int) -> str | None:
         if node.type in ("parenthesized_expression", "cast_expression") or cast_call(node):
             return self.expr(strip(node), scope, depth)
+        if node.type == "field_expression":  # a struct's field main() holds (`cfg.tokens`)
+            name = "".join(text(node).split())
+            return self.identifier(name, scope, depth) if name in self.prog.locals else None
         return None

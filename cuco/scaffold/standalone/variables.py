@@ -41,6 +41,8 @@ class Locals:
             if stmt.type == "declaration":
                 for loc in declarators(stmt, prog.src):
                     prog.locals.setdefault(loc.name, loc)
+        for loc in list(prog.locals.values()):
+            self.fields_of(loc)
         for loc in prog.locals.values():
             self.first_kind(loc)
         for name in self.argv:
@@ -53,6 +55,17 @@ class Locals:
         for loc in prog.locals.values():
             if loc.kind == "param":
                 loc.value = self.value(loc)
+
+    def fields_of(self, loc: Local) -> None:
+        """A struct of the program's, declared in main() without a value (`Config cfg;`): its scalar fields become
+        locals of their own (`cfg.tokens`, from their default member initializers), read and set like any size."""
+        fields = self.prog.structs.get(loc.base.removeprefix("struct ").strip())
+        if fields is None or loc.pointers or loc.why or (loc.init is not None and text(loc.init) != "{}"):
+            return
+        loc.kind = "struct"
+        for i, (name, base, default) in enumerate(fields):
+            self.prog.locals[f"{loc.name}.{name}"] = Local(f"{loc.name}.{name}", loc.line, loc.order + i, base, 0, "",
+                                                           None, default)
 
     def reads_input(self, node) -> bool:
         """Whether an expression reads argv or the environment, itself or through a variable that holds the text
@@ -68,6 +81,8 @@ class Locals:
 
     def first_kind(self, loc: Local) -> None:
         """What a declaration alone says: the launcher's rank variables, a size, a scalar, or runner-owned."""
+        if loc.kind == "struct":
+            return
         envs = strings_in(loc.init) if loc.init is not None else set()
         owned = next((why for t, why in RUNTIME_TYPES.items() if loc.base.endswith(t)), None)
         if envs & RANK_ENV or envs & WORLD_ENV or envs & LOCAL_ENV:
@@ -125,6 +140,10 @@ class Locals:
     def written_by(self, call, name: str) -> None:
         for arg in call_args(call):
             loc = self.prog.locals.get(address_of(arg) or "")
+            if loc is not None and loc.kind == "struct":  # the whole struct, written where cuco cannot see
+                for field in (f for n, f in self.prog.locals.items() if n.startswith(f"{loc.name}.")):
+                    field.kind, field.why = "other", f"set by {name} ({self.prog.at(line_of(call))})"
+                continue
             if loc is not None and loc.kind in ("param", "scalar", "other") and not loc.why.startswith("set by"):
                 loc.kind, loc.why = "other", f"set by {name} ({self.prog.at(line_of(call))})"
 
@@ -135,7 +154,7 @@ class Locals:
             if node.type not in ("assignment_expression", "update_expression"):
                 continue
             target = node.child_by_field_name("left") or node.child_by_field_name("argument")
-            loc = self.prog.locals.get(text(target) if target is not None else "")
+            loc = self.prog.locals.get("".join(text(target).split()) if target is not None else "")
             if loc is None or loc.kind not in ("param", "scalar", "other"):
                 continue
             value = node.child_by_field_name("right")
