@@ -12,7 +12,8 @@ taken; anything else is refused, every blocker at once, each naming file:line an
 
 The program is read as people write it (read_program): its files joined, its own macros expanded by the C
 preprocessor (sources.py), main()'s calls of its helpers that issue device work written out in place (inline.py);
-every line keeps the file and line it came from, for the refusals and the workload's notes.
+every line keeps the file and line it came from, for the refusals and the workload's notes. Sizes may be locals of
+main() or the scalar fields of a struct it declares (`cfg.tokens`).
 """
 
 from __future__ import annotations
