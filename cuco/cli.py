@@ -524,13 +524,16 @@ def _llm_fallback(config: Path | None, tries: int, check):
 
 @app.command()
 def init(name: str = typer.Argument(..., help="The new workload's name, and its directory's."),
-         sources: list[Path] = typer.Option(..., "--from", metavar="<file>", help="Your host-driven program: kernels plus NCCL calls "
-                                            "from the CPU, in one .cu file or several (--from host.cpp --from "
-                                            "kernels.cu --from kernels.cuh)."),
-         include_dirs: list[Path] = typer.Option([], "--include-dir", "-I", metavar="<dir>", help="A folder of the program's own "
-                                                 "headers, for its macros (its files' folders are searched first)."),
-         defines: list[str] = typer.Option([], "--define", "-D", metavar="<NAME[=VALUE]>", help="A macro the program is built with "
-                                           "(NAME or NAME=VALUE), as you pass it to nvcc."),
+         sources: list[Path] = typer.Option(..., "--from", metavar="<file>",
+                                            help="Your host-driven program: kernels plus NCCL calls from the CPU, in "
+                                            "one .cu file or several (--from host.cpp --from kernels.cu --from "
+                                            "kernels.cuh)."),
+         include_dirs: list[Path] = typer.Option([], "--include-dir", "-I", metavar="<dir>",
+                                                 help="A folder of the program's own headers, for its macros (its "
+                                                 "files' folders are searched first)."),
+         defines: list[str] = typer.Option([], "--define", "-D", metavar="<NAME[=VALUE]>",
+                                           help="A macro the program is built with (NAME or NAME=VALUE), as you pass "
+                                           "it to nvcc."),
          parent: Path = typer.Option(Path("."), "--dir", help="Where the workload directory goes.")
          ) -> None:
     """Scaffold a workload around your own program: seed.cu, workload.toml from its analysis, reference.py to write."""

@@ -339,3 +339,23 @@ def test_the_struct_seed_builds(tmp_path):
 
     built, problems = check_and_build(create_workload("w", STRUCT, tmp_path).root / "seed.cu")
     assert problems == [] and built.ok, built.log[-3000:]
+
+
+def test_a_helper_inside_a_helper_stays_a_call_and_says_why(tmp_path):
+    """One level is written out: a helper that a written-out helper calls (or a template) stays a call, and the
+    refusal says which."""
+    from cuco.scaffold.standalone import read_program
+
+    host = tmp_path / "main.cu"
+    host.write_text(
+        "static void reduce(float* x, int n, ncclComm_t c, cudaStream_t s) {\n"
+        "  ncclAllReduce(x, x, n, ncclFloat, ncclSum, c, s);\n}\n"
+        "static void step(float* x, int n, ncclComm_t c, cudaStream_t s) { reduce(x, n, c, s); }\n"
+        "template <typename T> void twice(T* x, int n, ncclComm_t c, cudaStream_t s) { reduce(x, n, c, s); }\n"
+        "int main() {\n  float* d; ncclComm_t comm; cudaStream_t st;\n"
+        "  for (int i = 0; i < 3; ++i) { step(d, 8, comm, st); twice(d, 8, comm, st); }\n}\n")
+    unit, _ = read_program([host], [], [])
+    assert unit.unwritten == {"twice": "is a template", "reduce": "is called inside step(), itself written out in "
+                                                                  "place: cuco writes out one level of the program's "
+                                                                  "helpers"}
+    assert any("reduce(d, 8, comm, st);" in ln for ln in unit.lines)

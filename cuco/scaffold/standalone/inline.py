@@ -79,9 +79,15 @@ def _declared(node) -> set[str]:
     return out
 
 
-def _issues_work(fn) -> bool:
-    return any(n.type == "kernel_call_syntax" or (n.type == "call_expression" and DEVICE_API.match(callee(n)))
-               for n in walk(fn))
+def _working(functions: dict[str, object]) -> set[str]:
+    """The host functions that issue device work, themselves or through one another."""
+    calls = {name: {callee(n) for n in walk(f) if n.type == "call_expression"} for name, f in functions.items()}
+    found = {name for name, f in functions.items() if any(
+        n.type == "kernel_call_syntax" or (n.type == "call_expression" and DEVICE_API.match(callee(n)))
+        for n in walk(f))}
+    while more := {name for name, called in calls.items() if called & found} - found:
+        found |= more
+    return found
 
 
 class _Inliner:
@@ -91,13 +97,14 @@ class _Inliner:
         self.functions = {function_name(f): f for f in defs
                           if f.parent is None or f.parent.type != "template_declaration"}
         self.main = self.functions.get("main")
-        self.helpers = {name: f for name, f in self.functions.items() if name != "main" and _issues_work(f)
-                        and not any(c.type in ("__global__", "__device__") for c in f.children)}
+        host = {function_name(f): f for f in defs if function_name(f) != "main"
+                and not any(c.type in ("__global__", "__device__") for c in f.children)}
+        working = _working(host)
+        self.helpers = {name: f for name, f in host.items() if name in working and name in self.functions}
         self.taken = {text(n) for n in walk(self.main) if n.type == "identifier"} if self.main is not None else set()
         self.added: dict[int, set[str]] = {}  # names spliced into each block of main()
         self.why: dict[str, str] = {  # helpers that issue device work and stay calls: why
-            function_name(f): "is a template" for f in defs if f.parent is not None and
-            f.parent.type == "template_declaration" and _issues_work(f)}
+            name: "is a template" for name in working if name not in self.functions}
 
     def body(self, fname: str):
         """The helper's body and its final return (None where it has none); (None, why) where it returns early."""
@@ -150,6 +157,9 @@ class _Inliner:
             else:
                 local = rename.get(p.name, (p.name, True))[0]
                 preamble.append(f"{p.declaration.replace(p.name, local, 1)} = {value};")
+        for inner in {callee(c) for c in walk(body) if c.type == "call_expression"} & set(self.helpers):
+            self.why.setdefault(inner, f"is called inside {name}(), itself written out in place: cuco writes out one "
+                                       "level of the program's helpers")
         return self.lines(st, body, final, rename, preamble, spliced)
 
     def renames(self, body, params: list[_Param], args: list, block: set[str]) -> dict[str, tuple[str, bool]]:
