@@ -281,7 +281,7 @@ def main() -> int:
     import triton
 
     from cuco.kernels.attention import cudnn_fits
-    from cuco.runner.l2 import L2Flush
+    from cuco.runner.judge.l2 import L2Flush
 
     if not torch.cuda.is_available():
         sys.exit("attention: needs a CUDA GPU")

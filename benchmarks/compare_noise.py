@@ -1,9 +1,9 @@
 """Whether a side-by-side comparison ever calls a program faster than itself: a byte-identical copy of the CPU
 example's seed against the seed, `cuco compare` tried again and again on a loaded CPU.
 
-Each try is one `cuco compare` (alternating rounds, cuco.runner.comparison); beside its verdict, what one evaluation
-of each would have said (the first round's ratio, as a search's table reads), to show the noise it has to beat. The
-load: busy processes, one per core unless told, running for the whole benchmark. Writes
+Each try is one `cuco compare` (alternating rounds, cuco.runner.results.comparison); beside its verdict, what one
+evaluation of each would have said (the first round's ratio, as a search's table reads), to show the noise it has to
+beat. The load: busy processes, one per core unless told, running for the whole benchmark. Writes
 benchmarks/results/compare_noise.json and .md.
 
     python benchmarks/compare_noise.py [--tries 20] [--rounds 5] [--load 2] [--iters N]

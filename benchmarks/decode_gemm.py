@@ -49,7 +49,7 @@ def main() -> int:
     from cuco.ceilings.stream import read_all
     from cuco.kernels.decode import MAX_ROWS, DecodeConfig, decode_config_for, decode_workspace, gemm_decode
     from cuco.kernels.gemm import config_for, gemm
-    from cuco.runner.l2 import L2Flush
+    from cuco.runner.judge.l2 import L2Flush
 
     if not torch.cuda.is_available():
         sys.exit("decode_gemm: needs a CUDA GPU")

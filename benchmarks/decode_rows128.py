@@ -57,7 +57,7 @@ def warp_specialised(k: int, n: int) -> dict:
     import triton.language as tl
 
     from cuco.kernels.common import descriptor
-    from cuco.runner.l2 import L2Flush
+    from cuco.runner.judge.l2 import L2Flush
 
     @triton.jit
     def kernel(a_desc, b_desc, c, N, K, BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr):
@@ -108,7 +108,7 @@ def main() -> int:
     if not torch.cuda.is_available():
         sys.exit("decode_rows128: needs a CUDA GPU")
     from cuco.kernels.decode import decode_config_for, decode_workspace, gemm_decode
-    from cuco.runner.l2 import L2Flush
+    from cuco.runner.judge.l2 import L2Flush
 
     dev = torch.device("cuda")
     sms = torch.cuda.get_device_properties(dev).multi_processor_count

@@ -87,7 +87,7 @@ class Bench:
     def __init__(self, reps: int):
         import torch
 
-        from cuco.runner.l2 import L2Flush
+        from cuco.runner.judge.l2 import L2Flush
         from cuco.workload import load_workload
         from cuco.workload.reference import load_reference
 

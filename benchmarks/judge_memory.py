@@ -32,7 +32,7 @@ CASES = ["moe_deepseek_v3:seed:t128", "moe_deepseek_v3:seed:t4096", "gemm_allred
 GB = 1e9
 SNIPPET = r"""
 import json, sys, time
-from cuco.runner.bounds import reference_timings
+from cuco.runner.results.bounds import reference_timings
 from cuco.runner.cascade import EvalOptions, evaluate
 from cuco.workload import load_workload
 root, name, shape, step, iters = sys.argv[1], sys.argv[2], sys.argv[3], sys.argv[4], int(sys.argv[5])
@@ -110,8 +110,8 @@ def _role(pid: int) -> str:
         except OSError:
             return "gone"
         named = {"cuco-judge": "judge", "cuco-host": "host", "cuco-zygote": "zygote"}.get(name)
-        _ROLES[pid] = named or ("judge" if "cuco.runner.rank" in cmd else "host" if "cuco.runner.host" in cmd
-                                else "driver")
+        _ROLES[pid] = named or ("judge" if "cuco.runner.processes.rank" in cmd else
+                                "host" if "cuco.runner.processes.candidate_process" in cmd else "driver")
     return _ROLES[pid]
 
 

@@ -78,7 +78,7 @@ def main() -> int:
     sys.path.insert(0, str(ROOT))
     import torch
 
-    from cuco.runner.l2 import L2Flush
+    from cuco.runner.judge.l2 import L2Flush
 
     if not torch.cuda.is_available():
         sys.exit("power_cap: needs a CUDA GPU")

@@ -16,7 +16,7 @@ def median_ms(fn: Callable[[], object], flush: Callable[[], None], reps: int = 5
     and capture succeeded: the second value), else fn itself behind a spin, launches and all."""
     import torch
 
-    from cuco.runner.timing import graphed
+    from cuco.runner.judge.timing import graphed
 
     if graph:
         run, captured = graphed(fn)  # fn runs once before the capture: compiled and warm

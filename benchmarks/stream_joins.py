@@ -1,8 +1,8 @@
-"""What the stream graph of a GPU run costs by itself (cuco/runner/host.py run_gpu, without the judge): an empty
-kernel between two events, a tiny kernel (the unsealing of a few kilobytes), then that kernel with one and with two
-side streams gated behind it and joined back, their end events read as the run's. Each variant queued behind a
-kernel that holds the stream (as the gate holds a run), 60 runs at a time (fewer launches than a stream queues),
-the median, each variant measured twice in turn.
+"""What the stream graph of a GPU run costs by itself (cuco/runner/processes/candidate_process.py run_gpu, without the
+judge): an empty kernel between two events, a tiny kernel (the unsealing of a few kilobytes), then that kernel with
+one and with two side streams gated behind it and joined back, their end events read as the run's. Each variant
+queued behind a kernel that holds the stream (as the gate holds a run), 60 runs at a time (fewer launches than a
+stream queues), the median, each variant measured twice in turn.
 
     python benchmarks/stream_joins.py
 

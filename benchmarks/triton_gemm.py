@@ -56,7 +56,7 @@ def main() -> int:
     import triton
 
     from cuco.kernels.gemm import GemmConfig, Partials, config_for, gemm, gemm_all_reduce, partials_counters
-    from cuco.runner.l2 import L2Flush
+    from cuco.runner.judge.l2 import L2Flush
     from cuco.workload import load_workload
 
     if not torch.cuda.is_available():

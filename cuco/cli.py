@@ -129,7 +129,7 @@ def _exit_code(record) -> ExitCode:
 
 def _load_baselines(spec, device: str) -> dict:
     """The baselines file of `cuco baseline` (name -> record JSON), as records: the speedups read their times."""
-    from cuco.runner.record import EvalRecord
+    from cuco.runner.results.record import EvalRecord
 
     p = baselines_file(spec.name, spec.world_size, device)
     if not p.is_file():
@@ -248,7 +248,7 @@ def compare_cmd(workload: str = typer.Argument(..., help="Built-in workload name
     """Time two programs side by side, in alternating rounds: whether the first is faster than the second, slower,
     or within noise (the 99.9% interval of the ratio of their times holds 1.0)."""
     from cuco.runner.cascade import evaluate
-    from cuco.runner.comparison import MAX_ROUNDS, MIN_ROUNDS, compare, pending
+    from cuco.runner.results.comparison import MAX_ROUNDS, MIN_ROUNDS, compare, pending
 
     if not MIN_ROUNDS <= rounds <= MAX_ROUNDS:
         raise CucoError("--rounds", f"expected {MIN_ROUNDS} to {MAX_ROUNDS}, got {rounds}")

@@ -14,8 +14,8 @@ from cuco.machine import (
     nvlink_topology,
     save_machine,
 )
+from cuco.runner.build.toolchain import find_toolchain
 from cuco.runner.sandbox import candidate_runs_as, landlock_abi, seccomp_available
-from cuco.runner.toolchain import find_toolchain
 
 
 def _version(cmd: list[str]) -> str | None:

@@ -23,7 +23,7 @@ from cuco.evolve.rundir import RunDir
 from cuco.language import is_cuda, language_of
 from cuco.machine import gpus_in_words, load_machine, resolve_device
 from cuco.paths import absolute, atomic_write_json
-from cuco.runner.comparison import Comparison
+from cuco.runner.results.comparison import Comparison
 from cuco.workload.spec import StrategySpec, WorkloadSpec
 
 Note = Callable[[str], None]  # a line for the person who started the search (how its design space was derived)

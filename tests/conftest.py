@@ -39,7 +39,7 @@ def _cuco_home(tmp_path_factory):
 
 
 def pytest_collection_modifyitems(config, items):
-    from cuco.runner.toolchain import find_toolchain
+    from cuco.runner.build.toolchain import find_toolchain
 
     missing = find_toolchain().missing()
     n = gpu_count()

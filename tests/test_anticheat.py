@@ -16,9 +16,9 @@ import pytest
 from conftest import GEMM_AG, ROOT
 
 from cuco.runner import cascade
+from cuco.runner.build.static_checks import StaticReport
 from cuco.runner.cascade import EvalOptions, evaluate
 from cuco.runner.sandbox import landlock_abi
-from cuco.runner.static_checks import StaticReport
 from cuco.workload import load_workload
 
 CHEATS = ROOT / "tests" / "anticheat"

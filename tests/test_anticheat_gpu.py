@@ -10,10 +10,10 @@ from pathlib import Path
 import pytest
 from conftest import GEMM_AG, ROOT, gpu_count
 
-from cuco.runner import build as build_mod
 from cuco.runner import cascade
+from cuco.runner.build import nvcc as build_mod
+from cuco.runner.build.static_checks import StaticReport
 from cuco.runner.cascade import EvalOptions, evaluate
-from cuco.runner.static_checks import StaticReport
 from cuco.workload import load_workload
 
 CHEATS = ROOT / "tests" / "anticheat"

@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 from conftest import GEMM_AG, ROOT
 
-from cuco.runner.build import build, build_harness
+from cuco.runner.build.nvcc import build, build_harness
 from cuco.runner.cascade import EvalOptions, evaluate
 from cuco.workload import load_workload
 
@@ -70,7 +70,7 @@ def test_a_program_built_twice_at_once_is_compiled_once(tmp_path):
 def test_changed_library_header_changes_the_key(tmp_path, monkeypatch):
     """A cached library must not outlive an edit of a header it includes under the include folder, .cuh included:
     the key is taken over the preprocessed unit, which holds every included file's text."""
-    import cuco.runner.build as b
+    import cuco.runner.build.nvcc as b
 
     (tmp_path / "cuco.h").write_text("// h\n")
     lib = tmp_path / "cuco_collectives.cuh"
@@ -131,7 +131,7 @@ def test_a_build_compiles_the_units_it_preprocessed(tmp_path, monkeypatch):
     """nvcc's own preprocessing is skipped: the units the build key is made of are what nvcc's later steps compile
     (here a unit of another program is handed in, and its export is what comes out). Where nvcc's dry run does not
     show its two preprocessing runs, nvcc compiles the source itself."""
-    import cuco.runner.build as b
+    import cuco.runner.build.nvcc as b
 
     entry = '#include "cuco.h"\nCUCO_EXPORT int cuco_run(cuco_ctx_t* ctx) { return 0; }\n'
     plain, marked = tmp_path / "plain.cu", tmp_path / "marked.cu"

@@ -10,7 +10,7 @@ import pytest
 import torch
 from conftest import ROOT
 
-from cuco.runner.build import build
+from cuco.runner.build.nvcc import build
 
 pytestmark = pytest.mark.nvcc
 

@@ -1,5 +1,6 @@
-"""Side-by-side comparisons (cuco.runner.comparison): a speedup with its interval, "within noise" where the interval
-holds 1.0; the rounds' order; and `cuco compare` on the CPU example, where a copy of the seed is never faster."""
+"""Side-by-side comparisons (cuco.runner.results.comparison): a speedup with its interval, "within noise" where the
+interval holds 1.0; the rounds' order; and `cuco compare` on the CPU example, where a copy of the seed is never
+faster."""
 
 from __future__ import annotations
 
@@ -14,7 +15,7 @@ import sys
 import pytest
 from conftest import ROOT
 
-from cuco.runner.comparison import MAX_ROUNDS, T_QUANTILE, compare, order, pending
+from cuco.runner.results.comparison import MAX_ROUNDS, T_QUANTILE, compare, order, pending
 
 
 def test_the_rounds_alternate_their_order():

@@ -13,7 +13,7 @@ from typer.testing import CliRunner
 from cuco.evolve.database import Database
 from cuco.report.console import analysis_table, baseline_table, print_record
 from cuco.report.live import EvolveDisplay, summary_table
-from cuco.runner.record import EvalRecord
+from cuco.runner.results.record import EvalRecord
 
 HOSTILE = "[/bold] [red]x[/red] [/"
 

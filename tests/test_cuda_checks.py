@@ -10,9 +10,14 @@ from pathlib import Path
 import pytest
 from conftest import ROOT
 
-from cuco.runner import build as b
-from cuco.runner.cuda_checks import check_and_build, check_library_symbols, check_preprocessed, line_directive_problems
-from cuco.runner.static_checks import check_source
+from cuco.runner.build import nvcc as b
+from cuco.runner.build.cuda_checks import (
+    check_and_build,
+    check_library_symbols,
+    check_preprocessed,
+    line_directive_problems,
+)
+from cuco.runner.build.static_checks import check_source
 from cuco.workload import load_workload
 
 pytestmark = pytest.mark.nvcc
@@ -192,7 +197,7 @@ def test_every_cuda_strategy_is_checked():
 
 
 def test_library_check_says_when_it_cannot_list_symbols(tmp_path, monkeypatch):
-    import cuco.runner.cuda_checks as cc
+    import cuco.runner.build.cuda_checks as cc
 
     monkeypatch.setattr(cc.shutil, "which", lambda name: None)
     rep = check_library_symbols(tmp_path / "candidate.so")

@@ -16,7 +16,7 @@ from conftest import GEMM_AG, ROOT
 from cuco.evolve.config import RunConfig
 from cuco.evolve.run import Evolution
 from cuco.evolve.slots import Slot
-from cuco.runner.record import EvalRecord
+from cuco.runner.results.record import EvalRecord
 from cuco.workload import load_workload
 
 CPU_WL = ROOT / "cuco" / "workloads" / "cpu_allgather_matmul"

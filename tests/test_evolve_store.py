@@ -19,7 +19,7 @@ from cuco.evolve.proposers import ProposalContext, SearchStopped, point_key
 from cuco.evolve.proposers.directive import DirectiveProposer
 from cuco.evolve.selection import hill_climbing, power_law, weighted
 from cuco.evolve.strategy import directive_for, materialize
-from cuco.runner.record import EvalRecord
+from cuco.runner.results.record import EvalRecord
 from cuco.workload import load_workload
 
 CPU_WL = ROOT / "cuco" / "workloads" / "cpu_allgather_matmul"

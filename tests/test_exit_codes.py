@@ -129,14 +129,14 @@ def test_unwritable_run_directory_stops_the_search_at_once(tmp_path):
 def test_host_start_up_failure_is_the_runners(tmp_path):
     """The candidate's process reports a failure before the candidate is loaded (its confinement cannot open a
     folder) as the runner's, so the judge does not blame the candidate."""
-    from cuco.runner.channel import Channel
+    from cuco.runner.processes.channel import Channel
     from cuco.runner.sandbox import landlock_abi
 
     if not landlock_abi():
         pytest.skip("the planted failure is Landlock's: this kernel has no Landlock")
     chan, child = Channel.pair()
-    proc = subprocess.Popen([sys.executable, "-m", "cuco.runner.host", str(child.fileno())], pass_fds=[child.fileno()],
-                            cwd=tmp_path, env={**os.environ, "PYTHONPATH": str(ROOT)})
+    proc = subprocess.Popen([sys.executable, "-m", "cuco.runner.processes.candidate_process", str(child.fileno())],
+                            pass_fds=[child.fileno()], cwd=tmp_path, env={**os.environ, "PYTHONPATH": str(ROOT)})
     child.close()
     chan.send("hello", fds=[], rank=0, world=1, candidate_kind="python", device="cpu", candidate="x.py",
               library=None, harness=None, gpu=None, store_port=1, scratch=str(tmp_path / "gone"),

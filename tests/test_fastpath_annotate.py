@@ -16,7 +16,7 @@ from cuco.fastpath.annotate import annotate
 from cuco.fastpath.pipeline import TransformError, transform
 from cuco.fastpath.rewrite import rewrite
 from cuco.program.blocks import evolve_blocks, frozen_parts
-from cuco.runner.static_checks import check_source
+from cuco.runner.build.static_checks import check_source
 from cuco.workload import load_workload
 
 AR = ROOT / "cuco" / "workloads" / "allreduce_sum"

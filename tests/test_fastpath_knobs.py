@@ -15,9 +15,9 @@ from conftest import ROOT, WORKLOADS
 from cuco.evolve.strategy import materialize, prebuild
 from cuco.fastpath.analyze import analyze
 from cuco.fastpath.knobs import CE_CTAS, CTAS, ISSUERS, MAX_SITES, PIECES, derive
-from cuco.runner.build import build
+from cuco.runner.build.nvcc import build
+from cuco.runner.build.static_checks import check_source
 from cuco.runner.cascade import EvalOptions, evaluate
-from cuco.runner.static_checks import check_source
 from cuco.workload import load_workload
 
 HERE = ROOT / "tests" / "fastpath"

@@ -15,7 +15,7 @@ import pytest
 from conftest import COLLECTIVES, GEMM_AG, ROOT
 
 from cuco.fastpath.rewrite import RewriteError, no_host_collective_left, rewrite
-from cuco.runner.build import build
+from cuco.runner.build.nvcc import build
 from cuco.runner.cascade import EvalOptions, evaluate
 from cuco.workload import load_workload
 

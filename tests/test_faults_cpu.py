@@ -51,7 +51,7 @@ def run(ctx):
 
 def test_a_candidate_that_hangs_is_stopped_seconds_after_its_last_progress(tmp_path):
     """Not at the end of the evaluation's whole limit (the workload's 300 s): its run step's limit after it."""
-    from cuco.runner.progress import RUN_FLOOR_S
+    from cuco.runner.processes.progress import RUN_FLOOR_S
 
     src = tmp_path / "waits_for_a_message.py"
     src.write_text(WAITS_FOR_A_MESSAGE)

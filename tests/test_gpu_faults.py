@@ -43,7 +43,7 @@ def test_planted_cuda_fault_is_caught(name, tmp_path):
 
 def test_a_hung_candidate_is_stopped_seconds_after_its_last_progress(tmp_path):
     """The deadlock again, under the workload's own limit (300 s): its first run's step limit stops it."""
-    from cuco.runner.progress import FIRST_RUN_LIMIT_S
+    from cuco.runner.processes.progress import FIRST_RUN_LIMIT_S
 
     t0 = time.monotonic()
     rec = evaluate(load_workload(GEMM_AG), fault_source("deadlock", tmp_path), _opts(work_dir=tmp_path / "w"))

@@ -104,7 +104,7 @@ def test_cli_reads_the_files_and_defines(tmp_path):
 @pytest.mark.nvcc
 @needs_cpp
 def test_the_seed_builds_through_the_checks(mlp):
-    from cuco.runner.cuda_checks import check_and_build
+    from cuco.runner.build.cuda_checks import check_and_build
 
     built, problems = check_and_build(mlp / "seed.cu")
     assert problems == [] and built.ok, built.log[-3000:]
@@ -335,7 +335,7 @@ def test_a_struct_written_where_cuco_cannot_see_is_refused(tmp_path):
 
 @pytest.mark.nvcc
 def test_the_struct_seed_builds(tmp_path):
-    from cuco.runner.cuda_checks import check_and_build
+    from cuco.runner.build.cuda_checks import check_and_build
 
     built, problems = check_and_build(create_workload("w", STRUCT, tmp_path).root / "seed.cu")
     assert problems == [] and built.ok, built.log[-3000:]

@@ -148,7 +148,7 @@ def test_cublas_handle_and_workspace_move_into_setup_and_teardown(made):
 
 @pytest.mark.parametrize("name", sorted(WANT))
 def test_seed_passes_the_static_checks(made, name):
-    from cuco.runner.static_checks import check_source
+    from cuco.runner.build.static_checks import check_source
 
     report = check_source(made[name] / "seed.cu")
     assert report.ok, report.problems
@@ -157,7 +157,7 @@ def test_seed_passes_the_static_checks(made, name):
 @pytest.mark.nvcc
 @pytest.mark.parametrize("name", sorted(WANT))
 def test_seed_builds_through_the_checks(made, name):
-    from cuco.runner.cuda_checks import check_and_build
+    from cuco.runner.build.cuda_checks import check_and_build
 
     built, problems = check_and_build(made[name] / "seed.cu")
     assert problems == [] and built.ok, built.log[-3000:]
@@ -391,7 +391,7 @@ def _mpi_flags() -> list[str] | None:
 @pytest.mark.nvcc
 @pytest.mark.parametrize("name", sorted(WANT))
 def test_the_examples_build_as_they_are(tmp_path, name):
-    from cuco.runner.toolchain import find_toolchain
+    from cuco.runner.build.toolchain import find_toolchain
 
     tc = find_toolchain()
     extra: list[str] = []

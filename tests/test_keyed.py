@@ -6,7 +6,7 @@ from __future__ import annotations
 import pytest
 import torch
 
-from cuco.runner.keyed import DIGEST_CHUNK, _mt19937_state, derive, digest, generator, seeded
+from cuco.runner.judge.keyed import DIGEST_CHUNK, _mt19937_state, derive, digest, generator, seeded
 
 
 def test_a_digest_sees_every_word_and_depends_on_its_key():

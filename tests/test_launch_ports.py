@@ -6,8 +6,8 @@ import socket
 
 from conftest import WORKLOADS
 
-from cuco.runner import launch
 from cuco.runner.cascade import EvalOptions, evaluate
+from cuco.runner.processes import launch
 from cuco.workload import load_workload
 
 

@@ -9,8 +9,8 @@ from pathlib import Path
 from conftest import WORKLOADS
 
 from cuco.runner import cascade
+from cuco.runner.build.static_checks import StaticReport
 from cuco.runner.cascade import EvalOptions, evaluate
-from cuco.runner.static_checks import StaticReport
 from cuco.workload import load_workload
 
 BINDS = '''import os, socket

@@ -17,7 +17,7 @@ from llm_replies import FROZEN_EDIT, GOOD_DIFF, MALFORMED_DIFF, NO_DIRECTIVE, RE
 from cuco.evolve.config import RunConfig
 from cuco.evolve.run import Evolution
 from cuco.evolve.slots import Slot
-from cuco.runner.record import EvalRecord
+from cuco.runner.results.record import EvalRecord
 from cuco.workload import load_workload
 
 CPU_WL = ROOT / "cuco" / "workloads" / "cpu_allgather_matmul"

@@ -11,7 +11,7 @@ import numpy as np
 import pytest
 from conftest import ROOT
 
-from cuco.runner.build import build
+from cuco.runner.build.nvcc import build
 from cuco.workload import load_workload
 
 pytestmark = pytest.mark.nvcc

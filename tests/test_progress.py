@@ -1,12 +1,12 @@
-"""The launcher's watch on the judges' progress (cuco.runner.progress): a rank past its step's limit is hung; a
-step without a limit, or within it, is not; a rank that has marked nothing yet has the start-up's limit."""
+"""The launcher's watch on the judges' progress (cuco.runner.processes.progress): a rank past its step's limit is
+hung; a step without a limit, or within it, is not; a rank that has marked nothing yet has the start-up's limit."""
 
 from __future__ import annotations
 
 import os
 import time
 
-from cuco.runner.progress import STARTUP_LIMIT_S, Watch, last_step, line
+from cuco.runner.processes.progress import STARTUP_LIMIT_S, Watch, last_step, line
 
 
 def _mark(path, what, limit_s, age_s=0.0):

@@ -9,7 +9,7 @@ import pytest
 from conftest import ROOT
 
 from cuco.runner.cascade import EvalOptions, evaluate, save_record
-from cuco.runner.record import Bound, Correctness, EvalRecord, ShapeResult, Timing
+from cuco.runner.results.record import Bound, Correctness, EvalRecord, ShapeResult, Timing
 from cuco.workload import load_workload
 
 CPU_EXAMPLE = ROOT / "cuco" / "workloads" / "cpu_allgather_matmul"
@@ -120,7 +120,7 @@ def test_a_shape_without_baselines_has_no_speedup_key_and_an_empty_one_survives(
 def test_a_rank_report_reads_back_what_the_judge_wrote():
     """The judge's report and the launcher's reading of it are one type: every kind of stage comes back as the class
     it was written as, and a report cut short (a judge that died early) reads as fewer stages, not an error."""
-    from cuco.runner.rank_report import BoundsStage, CorrectnessStage, RankReport, TimingStage
+    from cuco.runner.results.rank_report import BoundsStage, CorrectnessStage, RankReport, TimingStage
 
     stages = [CorrectnessStage("L2", "s", 2, 1e-3),
               TimingStage("s", True, "", [1, 4], [[1.0, 1.1]], [[1.2, 1.3]], [0.01], [], [], {"ok": True}),

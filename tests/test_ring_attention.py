@@ -11,7 +11,7 @@ import torch
 from conftest import WORKLOADS, gpu_count
 
 from cuco.runner.cascade import EvalOptions, evaluate
-from cuco.runner.verify import compare
+from cuco.runner.judge.verify import compare
 from cuco.workload import load_workload
 from cuco.workload.contract import RankView
 from cuco.workload.reference import load_reference

@@ -234,14 +234,15 @@ def test_only_a_candidates_uid_is_ever_swept(monkeypatch):
 
 def test_a_candidates_process_whose_judge_dies_as_it_starts_ends_too():
     """The judge killed as soon as it has forked its host, which then waits for a hello nobody sends: the host's
-    parent-death signal is armed first thing in the child (host_process._become_host), so nothing is left."""
+    parent-death signal is armed first thing in the child (candidate_handle._become_candidate_process), so nothing
+    is left."""
     import select
     import socket
 
     ours, theirs = socket.socketpair()
-    start = ("import os, sys\nfrom pathlib import Path\nfrom cuco.runner import host_process\n"
+    start = ("import os, sys\nfrom pathlib import Path\nfrom cuco.runner.processes import candidate_handle\n"
              "judge = os.getpid()\npid = os.fork()\n"
-             "if pid == 0:\n    host_process._become_host(int(sys.argv[1]), Path('.'), judge)\n"
+             "if pid == 0:\n    candidate_handle._become_candidate_process(int(sys.argv[1]), Path('.'), judge)\n"
              "print(pid, flush=True)\nos._exit(0)\n")
     judge = subprocess.run([sys.executable, "-c", start, str(theirs.fileno())], pass_fds=[theirs.fileno()],
                            capture_output=True, text=True, cwd=ROOT, check=True)

@@ -10,7 +10,7 @@ import pytest
 from conftest import ROOT, WORKLOADS
 
 from cuco.dtypes import DTYPES
-from cuco.runner.bounds import compute_bound, speed_of_light
+from cuco.runner.results.bounds import compute_bound, speed_of_light
 from cuco.workload import load_workload
 from cuco.workload.expr import eval_expr
 from cuco.workload.registry import builtin_names
@@ -110,7 +110,7 @@ def test_a_library_bound_under_the_speed_of_light_is_refused_with_the_term_it_mi
 
 def test_a_refused_library_bound_fails_the_evaluation_as_the_workloads_fault():
     from cuco.runner.cascade import EvalOptions, _l4_problems
-    from cuco.runner.record import Bound, EvalRecord, ShapeResult, Timing
+    from cuco.runner.results.record import Bound, EvalRecord, ShapeResult, Timing
 
     spec = load_workload(WORKLOADS / "gemm_allgather")
     shape = ShapeResult(timing=Timing(median_ms=1.0), bound=Bound(
@@ -125,7 +125,7 @@ def test_a_refused_library_bound_fails_the_evaluation_as_the_workloads_fault():
 def _judged(device: str, median: float, library: float, light: float | None):
     """The L4 verdict on one shape timed at `median`, with a library bound and (on GPUs) a speed of light."""
     from cuco.runner.cascade import EvalOptions, _l4_problems
-    from cuco.runner.record import Bound, EvalRecord, ShapeResult, Timing
+    from cuco.runner.results.record import Bound, EvalRecord, ShapeResult, Timing
 
     spec = load_workload(WORKLOADS / "gemm_allgather")
     shape = ShapeResult(timing=Timing(median_ms=median), bound=Bound(bound_ms=library, speed_of_light_ms=light),
@@ -160,8 +160,8 @@ def _against_null(device: str, times: list[float], null: list[float], work: bool
     0.1 ms on the CPU, 5 us on GPUs, unless `bound` says."""
     bound = bound if bound is not None else 0.1 if device == "cpu" else 0.005
     from cuco.runner.cascade import EvalOptions, _l4_problems
-    from cuco.runner.record import Bound, EvalRecord, ShapeResult, Timing
-    from cuco.runner.stats import summarize
+    from cuco.runner.results.record import Bound, EvalRecord, ShapeResult, Timing
+    from cuco.runner.results.stats import summarize
 
     spec = load_workload(WORKLOADS / "gemm_allgather")
     per_rank = [times, [0.9 * x for x in times]]

@@ -10,8 +10,8 @@ from pathlib import Path
 import pytest
 from conftest import GEMM_AG, ROOT
 
-from cuco.runner.candidate import CandidateError, PyContext, PythonCandidate
-from cuco.runner.static_checks import check_source, python_text
+from cuco.runner.build.static_checks import check_source, python_text
+from cuco.runner.processes.loaded import CandidateError, PyContext, PythonCandidate
 
 GOOD_CU = """#include "cuco.h"
 // timing with cudaEventElapsedTime is the runner's job (a comment: not a call)

@@ -5,8 +5,8 @@ from __future__ import annotations
 import pytest
 from conftest import GEMM_AG, WORKLOADS
 
-from cuco.runner.bounds import compute_bound
-from cuco.runner.stats import slowest_rank, summarize
+from cuco.runner.results.bounds import compute_bound
+from cuco.runner.results.stats import slowest_rank, summarize
 from cuco.workload import load_workload
 
 
@@ -69,8 +69,8 @@ def test_a_cpu_bound_cached_from_a_busy_moment_is_measured_again_before_a_time_i
     planted: every cached time a hundred times over) is measured again, and an honest program passes."""
     import json
 
-    from cuco.runner.bounds import _cache_path, _workload_key
     from cuco.runner.cascade import EvalOptions, evaluate
+    from cuco.runner.results.bounds import _cache_path, _workload_key
 
     spec = load_workload(WORKLOADS / "cpu_allgather_matmul")
     opts = EvalOptions(device="cpu", shapes=["tiny"], small_shapes=["odd"], warmup=1, iters=5, work_dir=tmp_path / "w")

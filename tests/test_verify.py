@@ -6,7 +6,7 @@ from __future__ import annotations
 import pytest
 import torch
 
-from cuco.runner import verify
+from cuco.runner.judge import verify
 
 
 def _cases():

@@ -530,8 +530,8 @@ def test_a_candidate_is_given_the_side_streams_it_declares_and_the_main_stream_i
     module's SIDE_STREAMS): work put in another slot lands on the main stream, timed all the same."""
     from types import SimpleNamespace
 
-    from cuco.runner.candidate import CandidateError, PyContext, PythonCandidate
-    from cuco.runner.host import Host
+    from cuco.runner.processes.candidate_process import Host
+    from cuco.runner.processes.loaded import CandidateError, PyContext, PythonCandidate
 
     host = SimpleNamespace(side_streams=["side0", "side1"], stream="main")
     both = ["side0", "side1"]

@@ -13,8 +13,8 @@ from pathlib import Path
 
 from conftest import ROOT
 
+from cuco.runner.processes.zygote_client import Judge, Zygote, zygote
 from cuco.runner.sandbox.processes import descendants
-from cuco.runner.zygote_client import Judge, Zygote, zygote
 
 DEADLOCK = ROOT / "tests" / "faults" / "deadlock.py"
 

@@ -16,7 +16,7 @@ from cuco.errors import CucoError
 from cuco.evolve.slots import Slot
 from cuco.extras import require
 from cuco.runner.cascade import save_record
-from cuco.runner.record import EvalRecord
+from cuco.runner.results.record import EvalRecord
 from cuco.workload.spec import WorkloadSpec
 
 

@@ -10,7 +10,7 @@ from pathlib import Path
 from cuco.errors import CucoError
 from cuco.llm.config import LLMConfig
 from cuco.paths import absolute
-from cuco.runner.comparison import MAX_ROUNDS, MIN_ROUNDS
+from cuco.runner.results.comparison import MAX_ROUNDS, MIN_ROUNDS
 from cuco.tomlconfig import Section, field_types, load_dataclass, parse_text
 
 if sys.version_info >= (3, 11):
@@ -66,7 +66,7 @@ class SearchConfig:
     rounds: int = 5
     """When the search ends, the best program is timed against the start program and the strongest baseline in
     this many alternating rounds (one evaluation of each per round), which say whether it is faster or within noise
-    (cuco.runner.comparison); 0 for none, else 2 to 10."""
+    (cuco.runner.results.comparison); 0 for none, else 2 to 10."""
 
 
 @dataclass

@@ -17,7 +17,7 @@ from pathlib import Path
 from typing import Any
 from urllib.parse import quote
 
-from cuco.runner.record import EvalRecord
+from cuco.runner.results.record import EvalRecord
 
 MIGRATIONS: list[tuple[str, str]] = [
     ("001_candidates", """

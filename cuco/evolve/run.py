@@ -28,8 +28,8 @@ from cuco.evolve.slots import Slot
 from cuco.evolve.strategy import directive_for, materialize
 from cuco.language import file_name, is_cuda, language_of
 from cuco.paths import atomic_write_text
-from cuco.runner.comparison import Comparison, compare, pending
-from cuco.runner.record import EvalRecord
+from cuco.runner.results.comparison import Comparison, compare, pending
+from cuco.runner.results.record import EvalRecord
 from cuco.workload.spec import StrategySpec, WorkloadSpec
 
 # The seed is host-driven: NCCL collectives from the host, then compute.
@@ -279,7 +279,7 @@ class Evolution:
         return out
 
     async def time_rounds(self, slot: Slot) -> None:
-        """The best against its rivals in alternating rounds (cuco.runner.comparison): the search ranked every
+        """The best against its rivals in alternating rounds (cuco.runner.results.comparison): the search ranked every
         candidate by one evaluation, and the best is the fastest of many noisy draws. Each round's times are stored
         as they come, so a resumed run goes on from the last (the one that failed included); a best that changed
         starts over."""

@@ -29,7 +29,7 @@ def make_slots(device: str, world: int, requested: int = 0) -> list[Slot]:
 def local_evaluator(device: str, eval_cfg, shape: str):
     """The search's evaluator on this machine: the cascade on the slot's GPUs (or CPU processes), at `shape`."""
     from cuco.runner.cascade import EvalOptions, evaluate
-    from cuco.runner.record import EvalRecord
+    from cuco.runner.results.record import EvalRecord
 
     def run(spec, src: Path, slot: Slot, work: Path, name: str | None = None) -> EvalRecord:
         opts = EvalOptions(device=device, shapes=[shape], gpus=list(slot.gpus), timeout_s=eval_cfg.timeout_s,

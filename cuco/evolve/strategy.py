@@ -65,7 +65,7 @@ def prebuild(strategy: StrategySpec, directory: Path, machine: dict[str, Any] | 
     import os
     from concurrent.futures import ThreadPoolExecutor
 
-    from cuco.runner.build import build
+    from cuco.runner.build.nvcc import build
 
     directory.mkdir(parents=True, exist_ok=True)
     srcs = []

@@ -20,7 +20,7 @@ from cuco.llm import LLMClient, LLMError
 from cuco.program.directives import parse_directive
 from cuco.program.edits import PatchError, fenced_program
 from cuco.program.prompts import render, system_prompt
-from cuco.runner.record import EvalRecord
+from cuco.runner.results.record import EvalRecord
 from cuco.workload.spec import WorkloadSpec
 
 STAGES = {

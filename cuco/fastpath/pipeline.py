@@ -16,9 +16,9 @@ from cuco.fastpath.llm_loop import StageLog, TransformFailed, llm_transform
 from cuco.fastpath.rewrite import RewriteError, no_host_collective_left, rewrite
 from cuco.llm import LLMClient
 from cuco.program.blocks import evolve_blocks
-from cuco.runner.build import BuildResult, build, first_error
-from cuco.runner.record import EvalRecord
-from cuco.runner.toolchain import find_toolchain
+from cuco.runner.build.nvcc import BuildResult, build, first_error
+from cuco.runner.build.toolchain import find_toolchain
+from cuco.runner.results.record import EvalRecord
 from cuco.workload.spec import WorkloadSpec
 
 Evaluator = Callable[[Path], EvalRecord]  # a program file -> its evaluation record (verified at L3)

@@ -8,7 +8,7 @@ from rich.console import Console
 from rich.table import Table
 from rich.text import Text
 
-from cuco.runner.record import EvalRecord, ShapeResult
+from cuco.runner.results.record import EvalRecord, ShapeResult
 
 
 def fmt_ms(v: float | None) -> str:

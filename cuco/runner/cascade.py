@@ -1,8 +1,8 @@
 """The evaluation cascade, one candidate at a time: L0 static → L1 build → L2 small → L3 full → L4 timing.
 
 Each level's failure stops the cascade and is kept with its diagnostics in the record. The record is an
-`EvalRecord` (cuco/runner/record.py), saved as plain JSON (one per evaluation) so that the search, the report and
-a person read the same thing.
+`EvalRecord` (cuco/runner/results/record.py), saved as plain JSON (one per evaluation) so that the search, the report
+and a person read the same thing.
 """
 
 from __future__ import annotations
@@ -22,16 +22,16 @@ from cuco.errors import CucoError
 from cuco.language import language_of
 from cuco.machine import fingerprint, gpus_in_words, load_machine
 from cuco.paths import atomic_write_json
-from cuco.runner.bounds import compute_bound, reference_timings
-from cuco.runner.build import build_harness, first_error
-from cuco.runner.cuda_checks import check_and_build
-from cuco.runner.job import Job, Stage
-from cuco.runner.launch import describe_exit, free_port, launch, make_gate_file
-from cuco.runner.rank_report import CorrectnessStage, StageResult, TimingStage
-from cuco.runner.record import Bound, Correctness, EvalRecord, ShapeResult, Timing
-from cuco.runner.static_checks import check_source
-from cuco.runner.stats import slowest_rank, summarize
-from cuco.runner.toolchain import find_toolchain
+from cuco.runner.build.cuda_checks import check_and_build
+from cuco.runner.build.nvcc import build_harness, first_error
+from cuco.runner.build.static_checks import check_source
+from cuco.runner.build.toolchain import find_toolchain
+from cuco.runner.processes.job import Job, Stage
+from cuco.runner.processes.launch import describe_exit, free_port, launch, make_gate_file
+from cuco.runner.results.bounds import compute_bound, reference_timings
+from cuco.runner.results.rank_report import CorrectnessStage, StageResult, TimingStage
+from cuco.runner.results.record import Bound, Correctness, EvalRecord, ShapeResult, Timing
+from cuco.runner.results.stats import slowest_rank, summarize
 from cuco.workload.spec import WorkloadSpec
 
 LEVELS = ["L0", "L1", "L2", "L3", "L4"]

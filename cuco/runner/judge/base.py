@@ -15,12 +15,12 @@ from typing import Any
 import torch
 
 from cuco.paths import atomic_write_json
-from cuco.runner.buffers import TORCH_DTYPES
-from cuco.runner.job import JUDGE_PORT_ENV, Job, read_token
 from cuco.runner.judge.group import JudgeGroup
-from cuco.runner.keyed import generator, new_secret
-from cuco.runner.l2 import L2Flush
-from cuco.runner.progress import (
+from cuco.runner.judge.keyed import generator, new_secret
+from cuco.runner.judge.l2 import L2Flush
+from cuco.runner.processes.buffers import TORCH_DTYPES
+from cuco.runner.processes.job import JUDGE_PORT_ENV, Job, read_token
+from cuco.runner.processes.progress import (
     FIRST_RUN_LIMIT_S,
     JIT_FIRST_RUN_LIMIT_S,
     RUN_FLOOR_S,
@@ -28,7 +28,7 @@ from cuco.runner.progress import (
     STARTUP_LIMIT_S,
     line,
 )
-from cuco.runner.rank_report import RankReport, StageResult
+from cuco.runner.results.rank_report import RankReport, StageResult
 from cuco.workload.reference import ReferenceMissing, load_reference
 from cuco.workload.spec import load_workload
 

@@ -10,12 +10,12 @@ from typing import Any
 import torch
 import torch.distributed as dist
 
-from cuco.runner.buffers import TORCH_DTYPES
 from cuco.runner.judge.base import Judge
 from cuco.runner.judge.group import HOST, TIMEOUT_S
-from cuco.runner.rank_report import BoundsStage, StageResult
-from cuco.runner.timing import graphed, time_references_cpu, time_references_cuda
-from cuco.runner.verify import poison
+from cuco.runner.judge.timing import graphed, time_references_cpu, time_references_cuda
+from cuco.runner.judge.verify import poison
+from cuco.runner.processes.buffers import TORCH_DTYPES
+from cuco.runner.results.rank_report import BoundsStage, StageResult
 from cuco.workload.contract import RankView
 
 REFERENCE_ITERS = (10, 30)  # the fewest and most timed iterations of a reference, within the workload's iters

@@ -1,5 +1,5 @@
 """The judge of a candidate: it starts nothing itself (rank.py started the candidate's process beside it) and drives
-that process through the stages, over a channel (host_link.py).
+that process through the stages, over a channel (process_link.py).
 
 Every run gets fresh inputs and poisoned outputs and scratch; every timed run is snapshotted at the end of its timed
 region and verified, untimed, against the reference of its own inputs (on GPUs right after it, on the CPU after the
@@ -21,18 +21,18 @@ from typing import Any
 
 import torch
 
-from cuco.runner.buffers import Exchange, Layout, SharedRegion, exchange_bytes, memfd_buffers
-from cuco.runner.harness import Harness
-from cuco.runner.host_process import HostProcess
-from cuco.runner.job import Job
 from cuco.runner.judge.base import CandidateFailed, Judge, StageFailed
-from cuco.runner.judge.host_link import HostLink
-from cuco.runner.keyed import derive, digest
-from cuco.runner.pages import key_offset
-from cuco.runner.progress import SETUP_LIMIT_S, STARTUP_LIMIT_S
-from cuco.runner.rank_report import CorrectnessStage, StageResult, TimingStage
-from cuco.runner.timing import cross_check
-from cuco.runner.verify import Check, compare, poison, same
+from cuco.runner.judge.keyed import derive, digest
+from cuco.runner.judge.process_link import ProcessLink
+from cuco.runner.judge.timing import cross_check
+from cuco.runner.judge.verify import Check, compare, poison, same
+from cuco.runner.processes.buffers import Exchange, Layout, SharedRegion, exchange_bytes, memfd_buffers
+from cuco.runner.processes.candidate_handle import CandidateHandle
+from cuco.runner.processes.harness import Harness
+from cuco.runner.processes.job import Job
+from cuco.runner.processes.pages import key_offset
+from cuco.runner.processes.progress import SETUP_LIMIT_S, STARTUP_LIMIT_S
+from cuco.runner.results.rank_report import CorrectnessStage, StageResult, TimingStage
 
 # Runs that do nothing, timed like the candidate's (the runner's floor, for the clock cross-check and the impossible
 # rule): at least this many per shape, and one per timed run where there are more, spread between the timed runs so
@@ -41,9 +41,9 @@ NULL_RUNS = 5
 
 
 class CandidateJudge(Judge):
-    def __init__(self, job: Job, rank: int, host: HostProcess) -> None:
+    def __init__(self, job: Job, rank: int, host: CandidateHandle) -> None:
         super().__init__(job, rank)
-        self.link = HostLink(host, self.out, rank)
+        self.link = ProcessLink(host, self.out, rank)
         self.seq = 0  # runs asked of the host; the done flag carries it
         self.gate_count = 0
         self.gated = self.cuda

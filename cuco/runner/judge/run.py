@@ -7,16 +7,16 @@ import traceback
 from pathlib import Path
 
 from cuco.paths import atomic_write_json
-from cuco.runner.host_process import HostProcess
-from cuco.runner.job import Job
 from cuco.runner.judge.base import CandidateFailed, Judge, StageFailed
 from cuco.runner.judge.bounds import BoundsJudge
 from cuco.runner.judge.candidate import CandidateJudge
-from cuco.runner.rank_report import RankReport
+from cuco.runner.processes.candidate_handle import CandidateHandle
+from cuco.runner.processes.job import Job
+from cuco.runner.results.rank_report import RankReport
 from cuco.runner.sandbox import kill_descendants
 
 
-def run_judge(job: Job, rank: int, host: HostProcess | None) -> int:
+def run_judge(job: Job, rank: int, host: CandidateHandle | None) -> int:
     """The exit status of rank.py: 0 when the report holds a verdict (passed or not), 3 when the judge failed."""
     judge: Judge | None = None
     try:

@@ -26,7 +26,7 @@ from dataclasses import replace
 from functools import lru_cache
 from pathlib import Path
 
-from cuco.runner.build import (
+from cuco.runner.build.nvcc import (
     DEFAULT_ARCH,
     INCLUDE_DIR,
     MARKER,
@@ -38,8 +38,8 @@ from cuco.runner.build import (
     preprocess,
     preprocess_commands,
 )
-from cuco.runner.static_checks import StaticReport, table
-from cuco.runner.toolchain import Toolchain, find_toolchain
+from cuco.runner.build.static_checks import StaticReport, table
+from cuco.runner.build.toolchain import Toolchain, find_toolchain
 
 __all__ = ["Preprocessed", "preprocess", "check_preprocessed", "check_library_symbols", "check_and_build",
            "allowed_include_dirs"]

@@ -9,8 +9,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from cuco.runner.harness import Harness
-from cuco.runner.static_checks import SourceError, python_text
+from cuco.runner.build.static_checks import SourceError, python_text
+from cuco.runner.processes.harness import Harness
 
 
 class CandidateError(RuntimeError):

@@ -3,7 +3,8 @@ once by the judges' zygote) before the judge holds anything secret (rank.py).
 
 The child keeps nothing of the judge but the modules it imported: it arms its parent-death signal before anything
 else, closes every descriptor but its channel and the log, leaves the judge's non-dumpable setting and folder, and
-becomes the host (cuco.runner.host), which confines it before any code of the candidate's runs."""
+becomes the candidate's process (cuco.runner.processes.candidate_process), which confines itself before any code of
+the candidate's runs."""
 
 from __future__ import annotations
 
@@ -16,9 +17,9 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import NoReturn
 
-from cuco.runner.channel import Channel
-from cuco.runner.job import JUDGE_PORT_ENV, Job
-from cuco.runner.pages import Page
+from cuco.runner.processes.channel import Channel
+from cuco.runner.processes.job import JUDGE_PORT_ENV, Job
+from cuco.runner.processes.pages import Page
 from cuco.runner.sandbox.native import prctl
 from cuco.runner.sandbox.processes import end_as_child, name_process
 
@@ -51,7 +52,7 @@ class Forked:
         return self.returncode
 
 
-def _become_host(fd: int, scratch: Path, judge: int) -> NoReturn:
+def _become_candidate_process(fd: int, scratch: Path, judge: int) -> NoReturn:
     """The child's side of the fork: never returns into the judge's code."""
 
     def host() -> int:
@@ -66,7 +67,7 @@ def _become_host(fd: int, scratch: Path, judge: int) -> NoReturn:
         os.chdir(scratch)
         if sys.path and not sys.flags.safe_path:  # the folder the zygote started in: now the host's
             sys.path[0] = str(scratch)
-        from cuco.runner.host import main
+        from cuco.runner.processes.candidate_process import main
 
         return main([str(fd)])
 
@@ -74,7 +75,7 @@ def _become_host(fd: int, scratch: Path, judge: int) -> NoReturn:
 
 
 @dataclass
-class HostProcess:
+class CandidateHandle:
     """The candidate's process for this rank, as its judge holds it."""
 
     proc: Forked
@@ -84,7 +85,7 @@ class HostProcess:
     done: Page | None  # this rank's done flag (GPU)
 
     @classmethod
-    def start(cls, job: Job, rank: int) -> HostProcess:
+    def start(cls, job: Job, rank: int) -> CandidateHandle:
         shared_tmp = Path(job.tmp_dir)  # every rank's TMPDIR (launch() made it): torch's symmetric memory meets there
         # In the temporary folder too: a uid of the candidate's own (cuco as root) reaches it, wherever the run is.
         scratch = shared_tmp / f"host{rank}"
@@ -95,7 +96,7 @@ class HostProcess:
         sys.stderr.flush()
         pid = os.fork()
         if pid == 0:
-            _become_host(child.fileno(), scratch, judge)
+            _become_candidate_process(child.fileno(), scratch, judge)
         child.close()
         proc = Forked(pid)
         gate = done = None

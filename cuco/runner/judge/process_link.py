@@ -9,17 +9,17 @@ import subprocess
 from pathlib import Path
 from typing import Any
 
-from cuco.runner.channel import ChannelClosed, RemoteError, Reply
-from cuco.runner.host_process import HostProcess
 from cuco.runner.judge.base import CandidateFailed
-from cuco.runner.launch import describe_exit
+from cuco.runner.processes.candidate_handle import CandidateHandle
+from cuco.runner.processes.channel import ChannelClosed, RemoteError, Reply
+from cuco.runner.processes.launch import describe_exit
 from cuco.runner.sandbox import judge_state, kill_descendants, remove_shm_files, state_changes
 
 HOST_START_S = 120.0  # the host's imports, process group and NCCL communicator
 
 
-class HostLink:
-    def __init__(self, host: HostProcess, out: Path, rank: int) -> None:
+class ProcessLink:
+    def __init__(self, host: CandidateHandle, out: Path, rank: int) -> None:
         self.host, self.out, self.rank = host, out, rank
         self.proc: subprocess.Popen | None = host.proc  # None once the host is stopped
         self.state = judge_state()

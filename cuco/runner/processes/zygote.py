@@ -22,7 +22,7 @@ import socket
 import sys
 from typing import NoReturn
 
-from cuco.runner.zygote_client import MAX_MESSAGE
+from cuco.runner.processes.zygote_client import MAX_MESSAGE
 
 
 def _become_judge(request: dict, log_fd: int, token_fd: int, zygote_pid: int, keep: set[int]) -> NoReturn:
@@ -30,8 +30,8 @@ def _become_judge(request: dict, log_fd: int, token_fd: int, zygote_pid: int, ke
     from cuco.runner.sandbox import end_as_child
 
     def judge() -> int:
-        from cuco.runner.job import JUDGE_TOKEN_FD_ENV
-        from cuco.runner.rank import main
+        from cuco.runner.processes.job import JUDGE_TOKEN_FD_ENV
+        from cuco.runner.processes.rank import main
         from cuco.runner.sandbox import die_with_parent, name_process
 
         die_with_parent(zygote_pid)
@@ -87,7 +87,7 @@ def main(argv: list[str]) -> int:
     keep_private()
     name_process("cuco-zygote")
     import cuco.runner.judge.run  # noqa: F401  torch and the whole judge, once, for every judge forked from here
-    import cuco.runner.rank  # noqa: F401
+    import cuco.runner.processes.rank  # noqa: F401
 
     sock = socket.socket(fileno=int(argv[0]))
     try:

@@ -1,7 +1,7 @@
 """One rank of an evaluation: main([JOB.json, RANK]) in a process the judges' zygote forked (zygote.py).
 
 The process becomes that rank's judge (judge/). Before it reads its token or draws a seed, it forks the candidate's
-process (host_process.py), which so inherits the zygote's import of torch too, and the host's CUDA context and
+process (candidate_handle.py), which so inherits the zygote's import of torch too, and the host's CUDA context and
 communicator start while the judge loads the workload.
 """
 
@@ -14,9 +14,9 @@ import threading
 from pathlib import Path
 
 from cuco.paths import atomic_write_json
-from cuco.runner.host_process import HostProcess
-from cuco.runner.job import Job
-from cuco.runner.rank_report import RankReport
+from cuco.runner.processes.candidate_handle import CandidateHandle
+from cuco.runner.processes.job import Job
+from cuco.runner.results.rank_report import RankReport
 from cuco.runner.sandbox import guard_judge, kill_descendants, remove_shm_files
 
 
@@ -47,7 +47,7 @@ def main(argv: list[str]) -> int:
     from cuco.runner.judge.run import run_judge  # imported by the zygote already
 
     try:
-        host = HostProcess.start(job, rank) if job.mode == "evaluate" else None
+        host = CandidateHandle.start(job, rank) if job.mode == "evaluate" else None
     except OSError as exc:  # before any code of the candidate's: cuco's own failure, said as such
         _report_start_failure(job, rank, exc)
         return 3

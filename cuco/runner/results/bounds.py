@@ -19,9 +19,9 @@ from typing import Any
 
 from cuco.machine import fingerprint
 from cuco.paths import atomic_write_json, cuco_home
-from cuco.runner.job import Job, Stage
-from cuco.runner.rank_report import BoundsStage
-from cuco.runner.timing import REFERENCE_TIMING
+from cuco.runner.judge.timing import REFERENCE_TIMING
+from cuco.runner.processes.job import Job, Stage
+from cuco.runner.results.rank_report import BoundsStage
 from cuco.workload.expr import eval_expr
 from cuco.workload.spec import Shape, WorkloadSpec
 
@@ -172,7 +172,7 @@ def reference_timings(spec: WorkloadSpec, shapes: list[str], device: str, gpus: 
 
 def _measure(spec: WorkloadSpec, shapes: list[str], device: str, gpus: list[int], timeout_s: float,
              paths: dict[str, Path]) -> str:
-    from cuco.runner.launch import free_port, launch
+    from cuco.runner.processes.launch import free_port, launch
 
     work = Path(tempfile.mkdtemp(prefix="cuco-bounds-"))
     try:

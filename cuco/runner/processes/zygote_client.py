@@ -53,7 +53,8 @@ class Zygote:
 
     def __init__(self, env: dict[str, str]) -> None:
         ours, theirs = socket.socketpair(socket.AF_UNIX, socket.SOCK_SEQPACKET)
-        self._proc = subprocess.Popen([sys.executable, "-u", "-m", "cuco.runner.zygote", str(theirs.fileno())],
+        command = [sys.executable, "-u", "-m", "cuco.runner.processes.zygote", str(theirs.fileno())]
+        self._proc = subprocess.Popen(command,
                                       pass_fds=[theirs.fileno()], env=env, stdin=subprocess.DEVNULL,
                                       start_new_session=True)
         theirs.close()

@@ -34,10 +34,10 @@ from functools import lru_cache
 from pathlib import Path
 
 from cuco.paths import build_cache_dir
-from cuco.runner.toolchain import Toolchain, find_toolchain
+from cuco.runner.build.toolchain import Toolchain, find_toolchain
 
-INCLUDE_DIR = Path(__file__).resolve().parents[1] / "cuda" / "include"
-HARNESS_SRC = Path(__file__).resolve().parents[1] / "cuda" / "harness.cu"
+INCLUDE_DIR = Path(__file__).resolve().parents[2] / "cuda" / "include"
+HARNESS_SRC = Path(__file__).resolve().parents[2] / "cuda" / "harness.cu"
 # Hopper (H100/H200) by default; CUCO_CUDA_ARCH="90a" or "100" etc. to target others.
 DEFAULT_ARCH = "90"
 # The name a candidate is preprocessed and compiled under, in a folder of its own.

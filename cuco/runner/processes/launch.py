@@ -25,11 +25,11 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from cuco.machine import SAFE_ENV
-from cuco.runner.job import JUDGE_PORT_ENV, Job
-from cuco.runner.progress import Watch, last_step
-from cuco.runner.rank_report import RankReport
+from cuco.runner.processes.job import JUDGE_PORT_ENV, Job
+from cuco.runner.processes.progress import Watch, last_step
+from cuco.runner.processes.zygote_client import Judge, ZygoteGone, zygote
+from cuco.runner.results.rank_report import RankReport
 from cuco.runner.sandbox import candidate_uid, claim_uid, keep_private, sweep_uid
-from cuco.runner.zygote_client import Judge, ZygoteGone, zygote
 
 CRASH_GRACE_S = 5.0  # after one rank dies, the others get this long to report their own state
 TERM_GRACE_S = 3.0  # a judge told to stop has this long to kill its candidate's processes
@@ -152,7 +152,7 @@ def _start(job: Job, job_path: Path, out: Path, visible: list[int]) -> list[Judg
     env = {**os.environ, **SAFE_ENV, "PYTHONUNBUFFERED": "1"}
     env.setdefault("OMP_NUM_THREADS", "1")
     # The judges must import this cuco, even when it is not installed (a GPU machine's plain python3).
-    root = str(Path(__file__).resolve().parents[2])
+    root = str(Path(__file__).resolve().parents[3])
     env["PYTHONPATH"] = root + (os.pathsep + env["PYTHONPATH"] if env.get("PYTHONPATH") else "")
     forker = zygote(env)
     env = {**env, **job.env, **SAFE_ENV, "CUCO_WORLD_SIZE": str(job.world), JUDGE_PORT_ENV: str(free_port())}

@@ -1,4 +1,5 @@
-"""The candidate's process for one rank: forked by its judge (host_process.py), or `python -m cuco.runner.host FD`.
+"""The candidate's process for one rank: forked by its judge (candidate_handle.py), or
+`python -m cuco.runner.processes.candidate_process FD`.
 
 It confines itself (sandbox/) before the candidate is loaded, then does only what the judge asks over
 the channel: set up a shape, stage inputs, run, tear down. It holds no seed, no reference, no other
@@ -21,19 +22,19 @@ from typing import Any
 import torch
 import torch.distributed as dist
 
-from cuco.runner.buffers import TORCH_DTYPES, Exchange, Layout, SharedRegion, attach_memfd_buffers, cuda_array
-from cuco.runner.candidate import CandidateError, CudaCandidate, PyContext, PythonCandidate
-from cuco.runner.channel import Channel, ChannelClosed, Reply
-from cuco.runner.harness import Harness
-from cuco.runner.pages import Page, key_offset
+from cuco.runner.judge.verify import poison
+from cuco.runner.processes.buffers import TORCH_DTYPES, Exchange, Layout, SharedRegion, attach_memfd_buffers, cuda_array
+from cuco.runner.processes.channel import Channel, ChannelClosed, Reply
+from cuco.runner.processes.harness import Harness
+from cuco.runner.processes.loaded import CandidateError, CudaCandidate, PyContext, PythonCandidate
+from cuco.runner.processes.pages import Page, key_offset
 from cuco.runner.sandbox import confine, die_with_parent
-from cuco.runner.verify import poison
 
 GATE_TIMEOUT_NS = 30_000_000_000  # a gate left closed this long means the judges never released it
 PROBE_TIMEOUT_NS = 2_000_000_000  # first gated run: detects a cuco_run that blocks the host
 
 
-class Host:
+class CandidateProcess:
     def __init__(self, chan: Channel, hello: Reply) -> None:
         d = hello.data
         self.chan = chan
@@ -318,7 +319,7 @@ def main(argv: list[str]) -> int:
         uid = hello.data.get("uid")
         confinement = confine(scratch, tmp, uid=None if uid is None else int(uid), parent=judge,
                               readable=must_read(hello.data))
-        host = Host(chan, hello)
+        host = CandidateProcess(chan, hello)
         host.init()
     except Exception as exc:
         chan.send("error", message=f"cuco could not start the candidate's process: {type(exc).__name__}: {exc}",
