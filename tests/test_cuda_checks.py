@@ -91,7 +91,7 @@ def test_include_outside_the_toolchain_is_refused_and_not_quoted(tmp_path):
     _, problems = check_and_build(src)
     assert problems == [f"absolute.cu: includes {tmp_path / 'helper.h'}: only the headers of cuco, its workload "
                         "(include/), CUDA, NCCL, cuBLAS and the system compiler may be included"]
-    runner_file = ROOT / "cuco" / "runner" / "build.py"
+    runner_file = ROOT / "cuco" / "runner" / "build" / "nvcc.py"
     src = _candidate(tmp_path, "not_a_header", f'#include "{runner_file}"\n', "")
     built, problems = check_and_build(src)
     assert problems and f"includes {runner_file}" in problems[0]

@@ -37,7 +37,7 @@ def test_migrations_from_empty_and_idempotent(tmp_path):
     assert db.conn.execute("PRAGMA journal_mode").fetchone()[0] == "wal"
     db.close()
     again = Database(tmp_path / "c.db")
-    assert again.migrate() == []
+    assert again.upgrade_schema() == []
 
 
 def test_lifecycle_requeue_best_archive(tmp_path):

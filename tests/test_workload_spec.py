@@ -530,14 +530,14 @@ def test_a_candidate_is_given_the_side_streams_it_declares_and_the_main_stream_i
     module's SIDE_STREAMS): work put in another slot lands on the main stream, timed all the same."""
     from types import SimpleNamespace
 
-    from cuco.runner.processes.candidate_process import Host
+    from cuco.runner.processes.candidate_process import CandidateProcess
     from cuco.runner.processes.loaded import CandidateError, PyContext, PythonCandidate
 
     host = SimpleNamespace(side_streams=["side0", "side1"], stream="main")
     both = ["side0", "side1"]
     for declared, slots, gated in ((0, ["main", "main"], []), (1, ["side0", "main"], ["side0"]), (2, both, both),
                                    (3, both, both)):
-        got = Host.side_streams_for(host, SimpleNamespace(declared_side_streams=declared))
+        got = CandidateProcess.side_streams_for(host, SimpleNamespace(declared_side_streams=declared))
         assert got == (slots, gated), declared
     ctx = PyContext(0, 1, None, None, None, [], {}, {})
     for text, want in (("def run(ctx): pass\n", 0), ("SIDE_STREAMS = 1\ndef run(ctx): pass\n", 1)):

@@ -163,13 +163,13 @@ class Database:
         self.conn.execute("PRAGMA journal_mode=WAL")
         self.conn.execute("PRAGMA synchronous=FULL")  # a finished evaluation survives a power cut too
         self.conn.execute("PRAGMA foreign_keys=ON")
-        self.migrate()
+        self.upgrade_schema()
 
     def close(self) -> None:
         self.conn.close()
 
     # ---- schema ---------------------------------------------------------------------------------
-    def migrate(self) -> list[str]:
+    def upgrade_schema(self) -> list[str]:
         self.conn.execute("CREATE TABLE IF NOT EXISTS migrations (name TEXT PRIMARY KEY, applied_at TEXT NOT NULL)")
         done = {r[0] for r in self.conn.execute("SELECT name FROM migrations")}
         applied = []
