@@ -23,7 +23,7 @@ from pathlib import Path
 import record
 
 ROOT = record.ROOT
-LIBRARY = ROOT / "cuco" / "cuda" / "include" / "cuco_collectives.cuh"
+LIBRARY = ROOT / "cuco" / "cuda" / "include" / "cuco_collectives.cuh"  # and its parts, cuco_coll_*.cuh
 WORKLOADS = [ROOT / "cuco" / "workloads" / w for w in ("allgather_bf16", "reducescatter_sum", "allreduce_sum",
                                                         "alltoall_bf16", "sendrecv_ring", "alltoallv_bf16")]
 
@@ -48,7 +48,7 @@ def main() -> int:
     from cuco.machine import load_machine
     from cuco.workload import load_workload
 
-    library = LIBRARY.read_text()
+    library = "".join(p.read_text() for p in sorted(LIBRARY.parent.glob("cuco_coll*.cuh")))
     record.cuco("doctor")
     tmp = Path(tempfile.mkdtemp())
     rows, records, transforms = [], {}, {}

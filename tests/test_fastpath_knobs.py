@@ -255,7 +255,7 @@ def test_the_limits_are_the_collectives_own():
     """The sites and pieces the knobs offer fit the arrays cuco_collectives.cuh sizes for them."""
     import re
 
-    header = (ROOT / "cuco" / "cuda" / "include" / "cuco_collectives.cuh").read_text()
+    header = "".join(p.read_text() for p in sorted((ROOT / "cuco" / "cuda" / "include").glob("cuco_coll*.cuh")))
     define = {m[1]: int(m[2]) for m in re.finditer(r"#define (CUCO_COLL_MAX_\w+) (\d+)", header)}
     assert define["CUCO_COLL_MAX_SITES"] == MAX_SITES and max(PIECES) <= define["CUCO_COLL_MAX_CHUNKS"]
 
