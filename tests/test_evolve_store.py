@@ -100,7 +100,14 @@ def test_strategy_points_and_materialize():
         materialize(st, DesignPoint("gin", "stream_overlap", "chunk", "cta", 8))
     cpu = load_workload(CPU_WL)
     py = materialize(cpu.strategies["overlap"], DesignPoint("nccl_host", "split_put_wait", "chunk", "cta", 2))
-    assert py.splitlines()[1].startswith("DESIGN = ") and compile(py, "x.py", "exec")
+    # a Python strategy's own DESIGN line is the candidate's point, once; the file is valid Python as it is
+    point = ('DESIGN = {"backend": "nccl_host", "chunks": 2, "issuer": "cta", "placement": "split_put_wait", '
+             '"sync": "chunk"}')
+    assert py.count("DESIGN = ") == 1 and point in py.splitlines() and compile(py, "x.py", "exec")
+    import ast
+
+    own = ast.parse(cpu.strategies["overlap"].path.read_text())
+    assert any(isinstance(n, ast.Assign) and n.targets[0].id == "DESIGN" for n in own.body if isinstance(n, ast.Assign))
 
 
 def test_design_point_header_names_every_value_of_every_dimension():

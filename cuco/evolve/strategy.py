@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import re
 from dataclasses import asdict
 from pathlib import Path
 from typing import Any
@@ -11,6 +12,8 @@ from cuco.designspace import DesignPoint, Directive
 from cuco.designspace.dimensions import DIMENSIONS, ENUMS
 from cuco.language import is_cuda
 from cuco.workload.spec import Requirements, StrategySpec
+
+DESIGN_LINE = re.compile(r"^DESIGN = \{.*\}$", re.M)  # a Python strategy's own design point
 
 
 def materialize(strategy: StrategySpec, point: DesignPoint) -> str:
@@ -31,11 +34,16 @@ def materialize(strategy: StrategySpec, point: DesignPoint) -> str:
         head += [f"#define CUCO_OPT_{name.upper()} {int(value)}" for name, value in strategy.options]
         head += [f"#define {macro} 1" for dim, value, macro in strategy.point_defines if getattr(point, dim) == value]
         return "\n".join(head) + "\n" + body + needs_export(strategy, point)
+    # A Python strategy declares its point in one line, `DESIGN = {...}`: the candidate's takes its place.
     head = f"# cuco directive: strategy {strategy.name}, design point {point.label()}\n"
-    design = f"DESIGN = {json.dumps(asdict(point), sort_keys=True)}\n"
+    design = f"DESIGN = {json.dumps(asdict(point), sort_keys=True)}"
     if strategy.options:  # Python literals: JSON would spell True as true
-        design += f"DESIGN.update({dict(strategy.options)!r})\n"
-    return head + design + body
+        design += f"\nDESIGN.update({dict(strategy.options)!r})"
+    found = DESIGN_LINE.search(body)
+    if found is None:
+        raise ValueError(f"strategy {strategy.name}: {strategy.path.name} declares no design point (a line "
+                         "`DESIGN = {...}` that each candidate's replaces)")
+    return head + body[:found.start()] + design + body[found.end():]
 
 
 def needs_export(strategy: StrategySpec, point: DesignPoint) -> str:

@@ -1,7 +1,7 @@
 """Decode AllGather + GEMM in one kernel (cuco.kernels.decode_allgather): the decode GEMM's programs gather the
 rows first, then stream the weights on every SM.
 
-DESIGN (prepended by the directive proposer) picks the point:
+DESIGN, below, is the design point (the directive proposer writes each candidate's in its place):
   backend    lsa: stores over NVLink into every peer's gathered buffer (torch symmetric memory), from the kernel
   placement  fused: the gather is the GEMM launch's first phase: no collective, no second launch, no host
   sync       global: one counter per rank, bumped by every program of every rank once its share is stored
@@ -24,8 +24,11 @@ from cuco.kernels.decode import MAX_ROWS
 from cuco.kernels.decode_allgather import Gather, gathered_decode_workspace, gemm_decode_gathered
 from cuco.kernels.symmetric import symmetric_tensor
 
-SPLIT_K = DESIGN["chunks"]  # noqa: F821  (DESIGN is prepended)
-PREFETCH_ROWS = DESIGN.get("prefetch_rows", 0)  # noqa: F821
+# The design point this file runs at as it is; each candidate has its own here (cuco.evolve.strategy).
+DESIGN = {"backend": "lsa", "chunks": 1, "issuer": "cta", "placement": "fused", "sync": "global"}
+
+SPLIT_K = DESIGN["chunks"]
+PREFETCH_ROWS = DESIGN.get("prefetch_rows", 0)
 
 
 def setup(ctx):

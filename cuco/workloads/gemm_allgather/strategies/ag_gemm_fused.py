@@ -1,6 +1,6 @@
 """GEMM + AllGather, fused: one Triton kernel (cuco.kernels.gemm) gathers A and multiplies it.
 
-DESIGN (prepended by the directive proposer) picks the point:
+DESIGN, below, is the design point (the directive proposer writes each candidate's in its place):
   backend    lsa: stores over NVLink into the peers' memory (torch symmetric memory), from inside the kernel
   placement  fused: programs of the GEMM's own launch push this rank's rows to every peer, chunk by chunk;
              the GEMM's tiles compute the local rows first, then each peer row block once its chunk's counter
@@ -24,6 +24,9 @@ import torch
 from cuco.kernels.gemm import Arrival, Push, gemm_gathered
 from cuco.kernels.symmetric import symmetric_tensor
 
+# The design point this file runs at as it is; each candidate has its own here (cuco.evolve.strategy).
+DESIGN = {"backend": "lsa", "chunks": 1, "issuer": "cta", "placement": "fused", "sync": "chunk"}
+
 # Programs (SMs) that push: 16 x 16 KiB per step (cuco.kernels.gemm.PUSH_ROWS x PUSH_COLS) keep ~256 KiB of stores
 # in flight, about the link's rate (~350 GB/s per direction) times its latency (~1 us); the other SMs compute.
 PUSH_PROGRAMS = 16
@@ -33,7 +36,7 @@ def setup(ctx):
     a = ctx.buffers["a"]
     shard, k = a.shape
     m, world, rank = shard * ctx.world, ctx.world, ctx.rank
-    chunks = DESIGN["chunks"]  # noqa: F821  (DESIGN is prepended)
+    chunks = DESIGN["chunks"]
     gathered, hg = symmetric_tensor(2 * m * k, a.dtype, a.device, ctx.group.group_name)
     flags, hf = symmetric_tensor(world * chunks, torch.int32, a.device, ctx.group.group_name, zeroed=True)
     peers = [(rank + i) % world for i in range(1, world)]  # ring order: every peer's chunk 0 goes first

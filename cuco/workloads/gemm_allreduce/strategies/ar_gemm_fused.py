@@ -1,6 +1,6 @@
 """Decode GEMM + AllReduce, fused: one Triton kernel (cuco.kernels.gemm) multiplies and all-reduces.
 
-DESIGN (prepended by the directive proposer) picks the point:
+DESIGN, below, is the design point (the directive proposer writes each candidate's in its place):
   backend    lsa: stores over NVLink into every peer's memory (torch symmetric memory), from the GEMM's epilogue
   placement  fused: each tile, as it finishes, is stored into every peer's receive slot for this rank and
              released; then, once the peers' partials of it have landed, summed with them in rank order and
@@ -17,6 +17,9 @@ Requires: all ranks on one NVLink domain (peer-mapped symmetric memory).
 
 from cuco.kernels.gemm import gemm_all_reduce
 from cuco.kernels.symmetric import partials_exchange
+
+# The design point this file runs at as it is; each candidate has its own here (cuco.evolve.strategy).
+DESIGN = {"backend": "lsa", "chunks": 1, "issuer": "cta", "placement": "fused", "sync": "tile"}
 
 
 def setup(ctx):

@@ -1,6 +1,6 @@
 """GEMM + ReduceScatter, fused: one Triton kernel (cuco.kernels.gemm) multiplies and reduce-scatters.
 
-DESIGN (prepended by the directive proposer) picks the point:
+DESIGN, below, is the design point (the directive proposer writes each candidate's in its place):
   backend    lsa: stores over NVLink into the owners' memory (torch symmetric memory), from the GEMM's epilogue
   placement  fused: each tile of another rank's rows is stored, as it finishes, into that rank's receive slot
              for this rank; this rank's own rows come last, and each of their tiles, once the peers' partials
@@ -17,6 +17,9 @@ Requires: all ranks on one NVLink domain (peer-mapped symmetric memory); M divis
 
 from cuco.kernels.gemm import gemm_reduce_scatter
 from cuco.kernels.symmetric import partials_exchange
+
+# The design point this file runs at as it is; each candidate has its own here (cuco.evolve.strategy).
+DESIGN = {"backend": "lsa", "chunks": 1, "issuer": "cta", "placement": "fused", "sync": "tile"}
 
 
 def setup(ctx):
