@@ -248,7 +248,7 @@ def test_without_a_preprocessor_the_macros_stay_and_the_user_is_told(tmp_path, m
 
 def test_a_helpers_names_are_kept_apart_from_mains(tmp_path):
     """A helper's local that main() also names is renamed; a parameter the helper changes is declared from the
-    argument; one it only reads is the argument itself (in parentheses where it is an expression)."""
+    argument (renamed where the argument names it); one it only reads is the argument itself."""
     from cuco.scaffold.standalone import read_program
 
     host = tmp_path / "main.cu"
@@ -256,21 +256,24 @@ def test_a_helpers_names_are_kept_apart_from_mains(tmp_path):
         "__global__ void k(float* x, int n) {}\n"
         "static void launch(float* x, int n, int blocks, cudaStream_t s) {\n"
         "  int threads = 256;\n"
-        "  while (blocks * threads < n) blocks *= 2;\n"
+        "  n += 1; while (blocks * threads < n) blocks *= 2;\n"
         "  k<<<blocks, threads, 0, s>>>(x, n * 2);\n"
         "}\n"
+        "static void twice(float* x, int m, cudaStream_t s) { k<<<1, 1, 0, s>>>(x, m * 2); }\n"
         "int main() {\n"
         "  int threads = 128, n = 1024;\n"
         "  float* d;\n"
         "  cudaStream_t st;\n"
         "  for (int i = 0; i < 3; ++i) launch(d, n + 1, 4, st);\n"
+        "  for (int i = 0; i < 3; ++i) { twice(d, n + 1, st); }\n"
         "}\n")
     unit, _ = read_program([host], [], [])
     body = "\n".join(unit.lines)
-    assert "int threads_ = 256;" in body and "int blocks = 4;" in body
-    assert "k<<<blocks, threads_, 0, st>>>(d, (n + 1) * 2);" in body
+    assert "int threads_ = 256;" in body and "int blocks = 4;" in body and "int n_ = n + 1;" in body
+    assert "k<<<blocks, threads_, 0, st>>>(d, n_ * 2);" in body
+    assert "k<<<1, 1, 0, st>>>(d, (n + 1) * 2);" in body  # read only: the argument itself, in parentheses
     written = [o.line for o, ln in zip(unit.origins, unit.lines) if "st>>>" in ln]
-    assert written == [5]
+    assert written == [5, 7]  # each written-out launch keeps its helper's line
     assert Unit(unit.lines, unit.origins, unit.files).origin(len(unit.lines) + 5).path == host
 
 

@@ -29,6 +29,12 @@ class _Param:
     name: str
     declaration: str  # as written, without a default value
     reference: bool
+    default: str | None  # its default value's text, if it has one
+
+    def declared_as(self, name: str, value: str) -> str:
+        """This parameter as a local of the written-out body: `int n_ = (value);`."""
+        return re.sub(rf"\b{re.escape(self.name)}\b(?!.*\b{re.escape(self.name)}\b)", name, self.declaration) + \
+            f" = {value};"
 
 
 def _params(fn) -> list[_Param] | None:
@@ -52,7 +58,7 @@ def _params(fn) -> list[_Param] | None:
         default = p.child_by_field_name("default_value")
         declaration = text(p)[:default.start_byte - p.start_byte].rstrip().rstrip("=").rstrip() if default else text(p)
         out.append(_Param(text(ident), " ".join(declaration.split()),
-                          any(n.type == "reference_declarator" for n in walk(p))))
+                          any(n.type == "reference_declarator" for n in walk(p)), text(default) if default else None))
     return out
 
 
@@ -106,16 +112,22 @@ class _Inliner:
         self.why: dict[str, str] = {  # helpers that issue device work and stay calls: why
             name: "is a template" for name in working if name not in self.functions}
 
-    def body(self, fname: str):
-        """The helper's body and its final return (None where it has none); (None, why) where it returns early."""
+    def early_return(self, fname: str) -> str | None:
+        """Why the helper cannot be written out in place: a return before its end (None where it has none)."""
         body = self.functions[fname].child_by_field_name("body")
         statements = [c for c in body.named_children if c.type != "comment"]
         last = statements[-1] if statements else None
         early = next((n for n in walk(body) if n.type == "return_statement" and n.id != last.id), None)
-        if early is not None:
-            o = self.unit.origin(early.start_point.row + 1)
-            return None, f"returns before its end ({o.path.name}:{o.line})"
-        return body, (last if last is not None and last.type == "return_statement" else None)
+        if early is None:
+            return None
+        o = self.unit.origin(early.start_point.row + 1)
+        return f"returns before its end ({o.path.name}:{o.line})"
+
+    def final_return(self, fname: str):
+        """The helper's last statement where it is a return (its value goes, a call in it stays)."""
+        body = self.functions[fname].child_by_field_name("body")
+        statements = [c for c in body.named_children if c.type != "comment"]
+        return statements[-1] if statements and statements[-1].type == "return_statement" else None
 
     def calls(self) -> list:
         """main()'s statements that call a helper for its effects."""
@@ -130,22 +142,17 @@ class _Inliner:
     def written_out(self, st, call) -> list[tuple[str, Origin]] | None:
         """The helper's body in place of the call statement, line by line with origins; None where it stays."""
         name = callee(call)
-        params = _params(self.functions[name])
-        body, final = self.body(name)
-        args = call_args(call)
-        if body is None:
-            self.why[name] = final
+        params, args = _params(self.functions[name]), call_args(call)
+        why = self.early_return(name)
+        if why is None and (params is None or len(args) > len(params)):
+            why = "takes its arguments in a way cuco does not bind (variadic, or more than it declares)"
+        values = [text(a) for a in args] + [p.default for p in (params or [])[len(args):] if p.default is not None]
+        if why is None and len(values) != len(params):
+            why = "is called with fewer arguments than it declares"
+        if why is not None:
+            self.why[name] = why
             return None
-        if params is None or len(args) > len(params):
-            self.why[name] = "takes its arguments in a way cuco does not bind (variadic, or more than it declares)"
-            return None
-        defaults = [p.child_by_field_name("default_value") for p in
-                    self.functions[name].child_by_field_name("declarator").child_by_field_name("parameters")
-                    .named_children if p.type in ("parameter_declaration", "optional_parameter_declaration")]
-        values = [text(a) for a in args] + [text(d) for d in defaults[len(args):] if d is not None]
-        if len(values) != len(params):
-            self.why[name] = "is called with fewer arguments than it declares"
-            return None
+        body, final = self.functions[name].child_by_field_name("body"), self.final_return(name)
         spliced = st.parent is not None and st.parent.type == "compound_statement"
         block = self.added.setdefault(st.parent.id if spliced else st.id, set())
         rename, preamble = self.renames(body, params, args, block), []
@@ -155,8 +162,7 @@ class _Inliner:
             if substitute:
                 rename[p.name] = (value, arg is None or arg.type in PRIMARY)
             else:
-                local = rename.get(p.name, (p.name, True))[0]
-                preamble.append(f"{p.declaration.replace(p.name, local, 1)} = {value};")
+                preamble.append(p.declared_as(rename.get(p.name, (p.name, True))[0], value))
         for inner in {callee(c) for c in walk(body) if c.type == "call_expression"} & set(self.helpers):
             self.why.setdefault(inner, f"is called inside {name}(), itself written out in place: cuco writes out one "
                                        "level of the program's helpers")
