@@ -210,11 +210,11 @@ def _interpret(spec, record: EvalRecord, res, stages, opts, baselines, reference
         why = res.stalled or f"the evaluation's limit of {limit:.0f} s ran out"
         return _fail(record, current, f"timeout: killed every rank: {why} (hung; last steps: {where})", _logs(res))
     if res.crashed:
-        cause = res.ranks[_cause_first(res)[0]].report.kind
+        cause = res.ranks[_cause_first(res)[0]].report.failure
         return _fail(record, current, _crash_message(res), _logs(res), FAULTS.get(cause, "candidate"))
     errors = [r for r in per_rank if r.error]
     if errors:
-        return _fail(record, current, errors[0].error, _logs(res), FAULTS.get(errors[0].kind, "candidate"))
+        return _fail(record, current, errors[0].error, _logs(res), FAULTS.get(errors[0].failure, "candidate"))
     # A rank passes only by its judge reporting every stage finished; an exit status alone means nothing.
     unfinished = [o.rank for o in res.ranks if not o.report.done or len(o.report.stages) < len(stages)]
     if unfinished:
@@ -248,9 +248,9 @@ def _crash_message(res) -> str:
     others = [o.rank for o in res.ranks if o.returncode is None]
     if others:
         parts.append(f"ranks {others} stopped by the watchdog")
-    kind = res.ranks[order[0]].report.kind
+    whose = res.ranks[order[0]].report.failure
     prefix = {"candidate": "candidate error: ", "runner": "cuco's own failure: ", "workload": "workload error: "}
-    return prefix.get(kind, "crash: ") + "; ".join(parts)
+    return prefix.get(whose, "crash: ") + "; ".join(parts)
 
 
 def _cause_first(res) -> list[int]:
@@ -258,7 +258,7 @@ def _cause_first(res) -> list[int]:
     raised: the runner's errors on the other ranks (a connection reset by the failed peer) are consequences, and
     which judge reports first is a race."""
     first = {"crash": 0, "candidate": 1}
-    return sorted(res.crashed, key=lambda r: first.get(res.ranks[r].report.kind, 2))
+    return sorted(res.crashed, key=lambda r: first.get(res.ranks[r].report.failure, 2))
 
 
 def _l4_problems(spec, record: EvalRecord, opts) -> tuple[list[str], str]:

@@ -38,12 +38,12 @@ class StageFailed(Exception):
 
 
 class CandidateFailed(Exception):
-    """The candidate's process failed: its own error (kind "candidate"), a crash, or the runner's side under it;
-    or the workload's reference did (kind "workload")."""
+    """The candidate's process failed: its own error (failure "candidate"), a crash, or the runner's side under it;
+    or the workload's reference did (failure "workload")."""
 
-    def __init__(self, message: str, kind: str) -> None:
+    def __init__(self, message: str, failure: str) -> None:
         super().__init__(message)
-        self.kind = kind
+        self.failure = failure
 
 
 class Judge:

@@ -28,14 +28,14 @@ def run_judge(job: Job, rank: int, host: CandidateHandle | None) -> int:
         return 0
     except StageFailed as exc:
         judge.stop()
-        judge.write_report(judge.reported, done=True, error=str(exc), kind="verification")
+        judge.write_report(judge.reported, done=True, error=str(exc), failure="verification")
         return 0
     except Exception as exc:  # the judge reports every failure as data; the candidate's come as CandidateFailed
-        kind = exc.kind if isinstance(exc, CandidateFailed) else _raised_in_reference(exc, job) or "runner"
+        whose = exc.failure if isinstance(exc, CandidateFailed) else _raised_in_reference(exc, job) or "runner"
         error = str(exc) if isinstance(exc, CandidateFailed) else f"{type(exc).__name__}: {exc}"
-        if kind == "workload" and not isinstance(exc, CandidateFailed):
+        if whose == "workload" and not isinstance(exc, CandidateFailed):
             error = f"the workload's reference.py raised {error}"
-        failure = dict(error=error, kind=kind, traceback=traceback.format_exc(limit=8))
+        failure = dict(error=error, failure=whose, traceback=traceback.format_exc(limit=8))
         if judge is not None:
             judge.stop()
             judge.write_report(judge.reported, done=True, **failure)

@@ -36,7 +36,7 @@ def _cleanup_on_term() -> None:
 def _report_start_failure(job: Job, rank: int, exc: OSError) -> None:
     """The rank's result file, written as the judge would, for a candidate's process that could not be started."""
     kill_descendants()
-    report = RankReport(rank, done=True, kind="runner", error=f"cuco could not start the candidate's process: {exc}")
+    report = RankReport(rank, done=True, failure="runner", error=f"cuco could not start the candidate's process: {exc}")
     atomic_write_json(Path(job.out_dir) / f"rank{rank}.json", report.to_json())
 
 

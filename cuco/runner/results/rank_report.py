@@ -72,7 +72,7 @@ class RankReport:
     stages: list[StageResult] = field(default_factory=list)
     done: bool = False
     error: str | None = None
-    kind: str | None = None  # whose failure the error is: "candidate", "crash", "workload", "runner", "verification"
+    failure: str | None = None  # whose failure the error is: "candidate", "crash", "workload", "runner", "verification"
     traceback: str | None = None
     sandbox: str = ""  # how the candidate's process was confined
     seed: int | None = None  # written once the candidate's process is gone
