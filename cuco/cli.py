@@ -541,6 +541,8 @@ def init(name: str = typer.Argument(..., help="The new workload's name, and its 
 
     made = create_workload(name, [absolute(s) for s in sources], absolute(parent),
                            [absolute(d) for d in include_dirs], defines)
+    for line in made.reading:
+        console.print(line, highlight=False, markup=False)
     for w in made.warnings:
         console.print(f"[yellow]warning:[/] {escape(w)}")
     sc = made.scaffold

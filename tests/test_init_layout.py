@@ -99,6 +99,10 @@ def test_cli_reads_the_files_and_defines(tmp_path):
                           timeout=120, check=False)
     assert proc.returncode == 0, proc.stderr
     assert (tmp_path / "mlp" / "original" / "kernels.cu").is_file()
+    # how the program was read, said before the rest
+    assert proc.stdout.splitlines()[:2] == [
+        "read kernels.cuh, kernels.cu, host.cpp as one program",
+        "written out where main() calls them: init_comm(), gemm_bf16(), bias_gelu(), bias_residual()"], proc.stdout
 
 
 @pytest.mark.nvcc
@@ -310,7 +314,9 @@ def test_sizes_held_in_a_struct_are_parameters(tmp_path):
     """`Config cfg;` with `int count = 1 << 20;` (argv may override it): cfg.count is the parameter `count`, with
     the program's default; the seed declares the struct and sets the field from cuco_param; a field that is not a
     size keeps its default."""
-    root = create_workload("w", STRUCT, tmp_path).root
+    made = create_workload("w", STRUCT, tmp_path)
+    root = made.root
+    assert made.reading == []  # one file, no helper: nothing to say
     spec = load_workload(root)
     assert list(spec.params) == ["count"] and spec.shapes[0].params == {"count": 1 << 20}
     assert [list(b.shape) for b in spec.buffers.values()] == [["count"], ["count"]]

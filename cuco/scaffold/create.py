@@ -33,6 +33,7 @@ class Created:
     scaffold: Scaffold
     todos: int  # lines of workload.toml marked TODO
     warnings: list[str] = field(default_factory=list)
+    reading: list[str] = field(default_factory=list)  # how a standalone program was read, one line each
 
 
 def read_program(program: Path) -> tuple[Program, bytes]:
@@ -140,4 +141,4 @@ def create_workload(name: str, program: Path | list[Path], parent: Path, include
             raise CucoError(files[-1].name, f"cuco init cannot scaffold a workload that loads ({problem})")
         staged.rename(target)
     todos = sum("TODO" in line for line in (target / "workload.toml").read_text().splitlines())
-    return Created(target, sc, todos, list(sc.warnings))
+    return Created(target, sc, todos, list(sc.warnings), conv.reading if conv is not None else [])

@@ -81,4 +81,4 @@ def convert(path: Path, raw: bytes, root, unit: Unit | None = None) -> Conversio
                                            "stays fixed in the seed): a workload needs one parameter at least; "
                                            "declare the step's sizes in main() (const size_t n = ...)")
     return Conversion(seed.source(), facts.buffers(), params, facts.flops(), prog.unit.warnings + seed.warnings(),
-                      dict(prog.globals))
+                      dict(prog.globals), prog.unit.reading())

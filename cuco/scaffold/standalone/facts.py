@@ -41,6 +41,7 @@ class Conversion:
     flops: str | None  # per rank and run, from the step's GEMMs, where their sizes are the program's
     warnings: list[str] = field(default_factory=list)
     fixed: dict[str, int] = field(default_factory=dict)  # sizes fixed at file scope: constants, never parameters
+    reading: list[str] = field(default_factory=list)  # how the program was read (its files, its helpers written out)
 
 
 def _factors(node) -> list:

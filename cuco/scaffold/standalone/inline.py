@@ -227,10 +227,12 @@ def inline_helpers(unit: Unit, root) -> Unit:
         return unit
     lines = [ln.encode() for ln in unit.lines]
     origins = list(unit.origins)
+    done: list[str] = []
     for st, call in sorted(inliner.calls(), key=lambda sc: sc[0].start_byte, reverse=True):
         new = inliner.written_out(st, call)
         if new is None:
             continue
+        done.insert(0, callee(call))
         (rs, cs), (re_, ce) = st.start_point, st.end_point
         head, tail = lines[rs][:cs], lines[re_][ce:]
         texts = [t.encode() for t, _ in new]
@@ -239,4 +241,4 @@ def inline_helpers(unit: Unit, root) -> Unit:
         lines[rs:re_ + 1] = texts
         origins[rs:re_ + 1] = [o for _, o in new]
     return unit.changed(lines=[ln.decode(errors="replace") for ln in lines], origins=origins,
-                        unwritten={**unit.unwritten, **inliner.why})
+                        unwritten={**unit.unwritten, **inliner.why}, written_out=list(dict.fromkeys(done)))

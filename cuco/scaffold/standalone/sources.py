@@ -56,6 +56,16 @@ class Unit:
     warnings: list[str] = field(default_factory=list)
     unwritten: dict[str, str] = field(default_factory=dict)  # helpers main() calls that stay calls: why
     written: dict[Path, list[str]] = field(default_factory=dict)  # each file's lines as the user wrote them
+    written_out: list[str] = field(default_factory=list)  # helpers written out where main() calls them
+
+    def reading(self) -> list[str]:
+        """How the program was read, where that is more than one file as written: for the user, one line each."""
+        out = []
+        if len(self.files) > 1:
+            out.append(f"read {', '.join(p.name for p in self.files)} as one program")
+        if self.written_out:
+            out.append("written out where main() calls them: " + ", ".join(f"{n}()" for n in self.written_out))
+        return out
 
     @property
     def raw(self) -> bytes:
