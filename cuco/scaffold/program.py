@@ -35,6 +35,14 @@ from cuco.scaffold.translate import Dim, Translator
 __all__ = ["C_TYPES", "Call", "Dim", "Program", "dims", "param_name", "tidy"]
 
 
+def first_syntax_error(root) -> tuple[int, str] | None:
+    """The first place the grammar did not understand in a syntax tree: its line and a short excerpt."""
+    bad = next((n for n in walk(root) if n.type == "ERROR" or n.is_missing), None)
+    if bad is None:
+        return None
+    return bad.start_point.row + 1, " ".join(text(bad).split())[:40] or f"a missing {bad.type}"
+
+
 @dataclass
 class Call:
     """One call of the program: where it is and its argument nodes."""
@@ -101,12 +109,7 @@ class Program:
         return self.calls.get((line, name))
 
     def syntax_error(self) -> tuple[int, str] | None:
-        """The first place the grammar did not understand: its line and a short excerpt."""
-        bad = next((n for n in walk(self.root) if n.type == "ERROR" or n.is_missing), None)
-        if bad is None:
-            return None
-        excerpt = " ".join(text(bad).split())[:40] or f"a missing {bad.type}"
-        return bad.start_point.row + 1, excerpt
+        return first_syntax_error(self.root)
 
     def translate(self, node, fname: str) -> Dim | None:
         """An expression of function fname as a workload expression, or None where it is not one."""

@@ -17,10 +17,14 @@ from cuco.scaffold.infer import Buffer, Scaffold, computes
 REDUCE_OPS = {"ncclSum": "SUM", "ncclProd": "PRODUCT", "ncclMax": "MAX", "ncclMin": "MIN", "ncclAvg": "AVG"}
 
 
+def _py(expr: str) -> str:
+    """A workload expression as Python over p (the shape's params) and world."""
+    return re.sub(r"(?<!/)/(?!/)", "//", re.sub(r"\b(?!world\b)([A-Za-z_][A-Za-z0-9_]*)\b", r'p["\1"]', expr))
+
+
 def _py_shape(b: Buffer) -> str:
     """A buffer's shape as Python over p (the shape's params) and world: `(p["M"] // world, p["K"])`."""
-    dims = [re.sub(r"(?<!/)/(?!/)", "//", re.sub(r"\b(?!world\b)([A-Za-z_][A-Za-z0-9_]*)\b", r'p["\1"]', d))
-            for d in b.shape]
+    dims = [_py(d) for d in b.shape]
     return "(" + ", ".join(dims) + ("," if len(dims) == 1 else "") + ")"
 
 
@@ -143,11 +147,6 @@ def _reference(sc: Scaffold) -> list[str]:
             *(steps or ["        (no call the analysis follows)"]),
             '    """',
             '    raise NotImplementedError("reference.py: write reference (its docstring lists the outputs)")']
-
-
-def _py(expr: str) -> str:
-    """A workload expression as Python over p (the shape's params) and world."""
-    return re.sub(r"(?<!/)/(?!/)", "//", re.sub(r"\b(?!world\b)([A-Za-z_][A-Za-z0-9_]*)\b", r'p["\1"]', expr))
 
 
 def _factor(f: Factor, names: dict[str, str]) -> str:

@@ -21,7 +21,8 @@ from __future__ import annotations
 from pathlib import Path
 
 from cuco.errors import CucoError
-from cuco.fastpath.syntax import blank_macros, callee, parser, text, walk
+from cuco.fastpath.syntax import blank_macros, callee, parser
+from cuco.scaffold.program import first_syntax_error
 from cuco.scaffold.standalone.blockers import Blocked, blockers
 from cuco.scaffold.standalone.calls import COMM_INIT
 from cuco.scaffold.standalone.facts import Conversion, Facts, refine
@@ -39,12 +40,10 @@ __all__ = ["Conversion", "convert", "read_program", "refine"]
 
 def _parsed(unit: Unit):
     root = parser().parse(blank_macros(unit.raw)).root_node
-    bad = next((n for n in walk(root) if n.type == "ERROR" or n.is_missing), None)
+    bad = first_syntax_error(root)
     if bad is not None:
-        excerpt = " ".join(text(bad).split())[:40] or f"a missing {bad.type}"
-        raise CucoError(str(unit.origin(bad.start_point.row + 1)),
-                        f"cannot parse as CUDA C++ near {excerpt!r} (the analysis needs the whole program; a macro "
-                        "the grammar does not know can cause this)")
+        raise CucoError(str(unit.origin(bad[0])), f"cannot parse as CUDA C++ near {bad[1]!r} (the analysis needs the "
+                                                  "whole program; a macro the grammar does not know can cause this)")
     return root
 
 

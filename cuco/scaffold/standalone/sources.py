@@ -170,7 +170,7 @@ class _Preprocessor:
         self.headers: dict[Path, list[str]] = {}  # the program's own headers that were not given, found on the way
         self.copies: dict[Path, Path] = {}
         self._collect(unit.lines, unit.origins)
-        self.kept = _kept_as_written([unit.lines, *self.headers.values()])
+        self.unexpanded = _kept_as_written([unit.lines, *self.headers.values()])
 
     def find(self, name: str, beside: Path) -> Path | None:
         for folder in [beside, *self.include_dirs]:
@@ -211,7 +211,7 @@ class _Preprocessor:
                     kept[i] = (i + 1, _marker(i))
                 else:  # a file of the unit: its text is there already
                     out[i] = ""
-            elif d is not None and d.group(1) in self.kept:
+            elif d is not None and d.group(1) in self.unexpanded:
                 end = _logical(lines, i)
                 out[i:end] = [_marker(i)] + [""] * (end - i - 1)
                 kept[i] = (end, _marker(i))

@@ -284,21 +284,17 @@ class Step:
 
     def check_uses(self) -> None:
         """The first kept use of a name from device data or of one that varies (the others derive from it)."""
+        why = ((self.tainted, "which the host has from device data (copied to the host at {at}): cuco_run may not "
+                               "wait for the device; compute it on the device"),
+               (self.varying, "which changes from one iteration to the next ({at}): every call of cuco_run must issue "
+                              "the same work"))
         for node, refs in self.uses:
-            tainted = sorted(refs & set(self.tainted))
-            varying = sorted((refs - self.counters) & set(self.varying))
-            if tainted:
-                self.refusals.append(self.prog.refuse(
-                    node, f"uses {tainted[0]}, which the host has from device data (copied to the host at "
-                          f"{self.prog.at(self.tainted[tainted[0]])}): cuco_run may not wait for the device; "
-                          "compute it on the device"))
-                return
-            if varying:
-                self.refusals.append(self.prog.refuse(
-                    node, f"uses {varying[0]}, which changes from one iteration to the next ("
-                          f"{self.prog.at(self.varying[varying[0]])}): every call of cuco_run must issue the same "
-                          "work"))
-                return
+            for lines, words in why:
+                found = sorted((refs if lines is self.tainted else refs - self.counters) & set(lines))
+                if found:
+                    at = self.prog.at(lines[found[0]])
+                    self.refusals.append(self.prog.refuse(node, f"uses {found[0]}, {words.format(at=at)}"))
+                    return
 
 
 def read_steps(prog: Standalone, place: Place) -> tuple[Step, list]:
