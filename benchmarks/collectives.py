@@ -24,7 +24,7 @@ import record
 
 ROOT = record.ROOT
 LIBRARY = ROOT / "cuco" / "cuda" / "include" / "cuco_collectives.cuh"  # and its parts, cuco_coll_*.cuh
-WORKLOADS = [ROOT / "cuco" / "workloads" / w for w in ("allgather_bf16", "reducescatter_sum", "allreduce_sum",
+WORKLOADS = [ROOT / "cuco" / "builtin" / w for w in ("allgather_bf16", "reducescatter_sum", "allreduce_sum",
                                                         "alltoall_bf16", "sendrecv_ring", "alltoallv_bf16")]
 
 

@@ -24,7 +24,7 @@ from pathlib import Path
 import record
 
 ROOT = record.ROOT
-SEED = ROOT / "cuco" / "workloads" / "cpu_allgather_matmul" / "seed.py"
+SEED = ROOT / "cuco" / "builtin" / "cpu_allgather_matmul" / "seed.py"
 
 
 def spin() -> None:

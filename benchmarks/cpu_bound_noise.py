@@ -24,7 +24,7 @@ from pathlib import Path
 import record
 
 ROOT = record.ROOT
-WORKLOAD = ROOT / "cuco" / "workloads" / "cpu_allgather_matmul"
+WORKLOAD = ROOT / "cuco" / "builtin" / "cpu_allgather_matmul"
 MARGIN = 1.5  # the slack is this much more than the noise seen, for machines noisier than this one
 
 

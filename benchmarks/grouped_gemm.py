@@ -92,7 +92,7 @@ class Bench:
         from cuco.workload.reference import load_reference
 
         self.torch, self.reps, self.dev = torch, reps, torch.device("cuda")
-        self.spec = load_workload(ROOT / "cuco" / "workloads" / "moe_deepseek_v3", 1)
+        self.spec = load_workload(ROOT / "cuco" / "builtin" / "moe_deepseek_v3", 1)
         self.ref = load_reference(self.spec)
         self.l2 = L2Flush(self.dev)
         self.weights: dict[str, torch.Tensor] = {}

@@ -48,8 +48,9 @@ print("RESULT " + json.dumps(out))
 
 
 def _workload_dir(tree: Path, name: str) -> Path:
-    """The workload in either layout: inside the package, or a top-level workloads/ of an older checkout."""
-    return next(p for p in (tree / "cuco" / "workloads" / name, tree / "workloads" / name) if p.is_dir())
+    """The workload in any layout a checkout has had: cuco/builtin/, cuco/workloads/, a top-level workloads/."""
+    places = (tree / "cuco" / "builtin", tree / "cuco" / "workloads", tree / "workloads")
+    return next(p / name for p in places if (p / name).is_dir())
 
 
 def evaluate(tree: Path, home: Path, args, name: str, level: str) -> dict:

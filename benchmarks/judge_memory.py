@@ -119,7 +119,7 @@ def buffers_gb(workload: str, shape: str) -> float:
     from cuco.dtypes import torch_dtype
     from cuco.workload import load_workload
 
-    spec = load_workload(ROOT / "cuco" / "workloads" / workload, 1)
+    spec = load_workload(ROOT / "cuco" / "builtin" / workload, 1)
     env = spec.shape(shape).env(1)
     total = 0
     for b in spec.buffers.values():
@@ -140,7 +140,7 @@ def machine_facts() -> Path:
 
 
 def step(tree: Path, home: Path, workload: str, name: str, shape: str, which: str, iters: int) -> dict:
-    root = next(p for p in (tree / "cuco" / "workloads" / workload, tree / "workloads" / workload) if p.is_dir())
+    root = next(p for p in (tree / "cuco" / "builtin" / workload, tree / "workloads" / workload) if p.is_dir())
     env = {**os.environ, "PYTHONPATH": str(tree), "CUCO_HOME": str(home)}
     sampler = Sampler(0)
     proc = subprocess.run([sys.executable, "-c", SNIPPET, str(root), name, shape, which, str(iters)], cwd=tree,

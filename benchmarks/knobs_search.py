@@ -22,7 +22,7 @@ import record
 
 ROOT = record.ROOT
 FASTPATH = ROOT / "tests" / "fastpath"
-WORKLOADS = ROOT / "cuco" / "workloads"
+WORKLOADS = ROOT / "cuco" / "builtin"
 # program -> (built-in workload whose buffers, reference and bounds it runs on, the program's file): every program
 # the rules rewrite, as tests/test_fastpath_knobs.py lists them (its GPU test runs each point once at world 1).
 PROGRAMS = {

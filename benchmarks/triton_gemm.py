@@ -64,7 +64,7 @@ def main() -> int:
     dev = torch.device("cuda")
     shapes: dict[tuple[int, int, int], list[str]] = {}
     for wl, cut in PER_RANK.items():
-        for s in load_workload(ROOT / "cuco" / "workloads" / wl).shapes:
+        for s in load_workload(ROOT / "cuco" / "builtin" / wl).shapes:
             shapes.setdefault(cut(s.params["M"], s.params["K"], s.params["N"], args.world), []).append(f"{wl}/{s.name}")
 
     l2 = L2Flush(dev)

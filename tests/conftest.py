@@ -10,7 +10,7 @@ import pytest
 from cuco.machine import gpu_count
 
 ROOT = Path(__file__).resolve().parents[1]
-WORKLOADS = ROOT / "cuco" / "workloads"
+WORKLOADS = ROOT / "cuco" / "builtin"
 GEMM_AG = WORKLOADS / "gemm_allgather"
 def _is_collective(root: Path) -> bool:
     """A benchmarked collective: a host NCCL seed and no compute of its own, so its bound is the communication's

@@ -22,7 +22,7 @@ from cuco.runner.sandbox import landlock_abi
 from cuco.workload import load_workload
 
 CHEATS = ROOT / "tests" / "anticheat"
-CPU_WL = ROOT / "cuco" / "workloads" / "cpu_allgather_matmul"
+CPU_WL = ROOT / "cuco" / "builtin" / "cpu_allgather_matmul"
 
 REACH = ["Operation not permitted", "judge was reached from outside"]
 # cheat: (level with the static checks on, words; level with them off, words)
@@ -163,7 +163,7 @@ def test_the_ranks_share_their_temporary_folder(tmp_path, no_static_checks):
 def test_the_seed_never_reaches_a_file_the_candidate_can_read_while_it_runs(tmp_path):
     """Job file and progress carry no seed; the result files get it only after the candidate's processes are gone."""
     rec = evaluate(load_workload(GEMM_AG),
-                   ROOT / "cuco" / "workloads" / "gemm_allgather" / "candidates" / "torch_host.py",
+                   ROOT / "cuco" / "builtin" / "gemm_allgather" / "candidates" / "torch_host.py",
                    _opts(tmp_path, max_level="L2"))
     assert rec.ok and isinstance(rec.seed, int)
     job = (tmp_path / "w" / "job.json").read_text()
@@ -178,7 +178,7 @@ def test_a_temporary_work_folder_is_removed(tmp_path, monkeypatch):
 
     monkeypatch.setattr(tempfile, "tempdir", None)
     rec = evaluate(load_workload(GEMM_AG),
-                   ROOT / "cuco" / "workloads" / "gemm_allgather" / "candidates" / "torch_host.py",
+                   ROOT / "cuco" / "builtin" / "gemm_allgather" / "candidates" / "torch_host.py",
                    EvalOptions(device="cpu", small_shapes=["s_odd"], max_level="L2"))
     assert rec.ok, rec.error
     assert not list(tmp_path.glob("cuco-eval-*"))

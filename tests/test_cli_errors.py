@@ -67,7 +67,7 @@ def run_dir(tmp_path: Path) -> str:
 def _cpu_example_with(tmp_path: Path, *edits: tuple[str, str]) -> str:
     """The CPU example, copied into tmp_path, with each (old, new) edit made once in its workload.toml."""
     root = tmp_path / "edited"
-    shutil.copytree(REPO / "cuco" / "workloads" / "cpu_allgather_matmul", root,
+    shutil.copytree(REPO / "cuco" / "builtin" / "cpu_allgather_matmul", root,
                     ignore=shutil.ignore_patterns("__pycache__"))
     text = (root / "workload.toml").read_text()
     for old, new in edits:

@@ -15,8 +15,8 @@ MAX_FUNCTION_LINES = 80
 def _modules() -> dict[str, ast.Module]:
     out = {}
     for path in sorted(PACKAGE.rglob("*.py")):
-        if "workloads" in path.relative_to(PACKAGE).parts:
-            continue  # workloads are data: references and candidates, not the framework
+        if path.relative_to(PACKAGE).parts[0] == "builtin":
+            continue  # the built-in workloads are data: references and candidates, not the framework
         name = ".".join(path.relative_to(ROOT).with_suffix("").parts).removesuffix(".__init__")
         out[name] = ast.parse(path.read_text(), str(path))
     return out

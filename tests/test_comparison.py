@@ -78,7 +78,7 @@ def test_rounds_outside_the_table_are_refused():
 def test_cuco_compare_finds_a_copy_of_the_seed_within_noise_of_the_seed(tmp_path):
     """On this machine, while the other tests load it: the copy is never reported faster or slower."""
     copy = tmp_path / "copy_of_seed.py"
-    shutil.copy(ROOT / "cuco" / "workloads" / "cpu_allgather_matmul" / "seed.py", copy)
+    shutil.copy(ROOT / "cuco" / "builtin" / "cpu_allgather_matmul" / "seed.py", copy)
     proc = subprocess.run([sys.executable, "-m", "cuco", "compare", "cpu_allgather_matmul", str(copy), "seed",
                            "--rounds", "3", "--iters", "4", "--warmup", "1", "--json"], capture_output=True,
                           text=True, env={**os.environ, "CUCO_HOME": str(tmp_path / "home")})

@@ -20,7 +20,7 @@ HOSTILE = "[/bold] [red]x[/red] [/"
 
 def _record(**kw) -> EvalRecord:
     return EvalRecord.from_dict({"workload": "gemm_allgather", "candidate": "c.py", "candidate_name": "c",
-                                 "kind": "python", "world": 2, "device": "cpu", **kw})
+                                 "language": "python", "world": 2, "device": "cpu", **kw})
 
 
 def _text(*renderables) -> str:

@@ -109,7 +109,7 @@ def test_toolchain_headers_may_name_what_the_candidate_may_not(tmp_path):
 
 def test_a_workloads_own_headers_are_on_its_programs_path_alone(tmp_path):
     """MoE's layout header lives in its workload's include/: its programs build with it, others cannot reach it."""
-    moe = load_workload(ROOT / "cuco" / "workloads" / "moe_deepseek_v3")
+    moe = load_workload(ROOT / "cuco" / "builtin" / "moe_deepseek_v3")
     src = _candidate(tmp_path, "moe", '#include "cuco_moe.cuh"\n', "")
     assert check_preprocessed(src, includes=moe.includes).ok
     rep = check_preprocessed(src)
@@ -151,7 +151,7 @@ def test_planted_candidate_is_refused_after_compiling(tmp_path, name, before, bo
 
 def _honest() -> list[tuple[Path, tuple[Path, ...]]]:
     found = []
-    for wl in sorted((ROOT / "cuco" / "workloads").glob("*/workload.toml")):
+    for wl in sorted((ROOT / "cuco" / "builtin").glob("*/workload.toml")):
         spec = load_workload(wl.parent)
         found += [(p, spec.includes) for p in spec.candidates.values() if p.suffix == ".cu"]
     return found
@@ -165,7 +165,7 @@ def test_shipped_cuda_candidate_passes_all_checks(src, includes):
 
 def _cuda_strategies() -> list[tuple[str, str]]:
     found = []
-    for wl in sorted((ROOT / "cuco" / "workloads").glob("*/workload.toml")):
+    for wl in sorted((ROOT / "cuco" / "builtin").glob("*/workload.toml")):
         spec = load_workload(wl.parent)
         found += [(wl.parent.name, name) for name, s in spec.strategies.items() if s.path.suffix == ".cu"]
     return found
@@ -185,7 +185,7 @@ def test_strategy_points_pass_all_checks(workload, name, tmp_path):
     together."""
     from cuco.evolve.strategy import materialize
 
-    strategy = load_workload(ROOT / "cuco" / "workloads" / workload).strategies[name]
+    strategy = load_workload(ROOT / "cuco" / "builtin" / workload).strategies[name]
     src = tmp_path / f"{workload}-{name}.cu"
     src.write_text(materialize(strategy, strategy.points()[-1]))
     built, problems = check_and_build(src, includes=strategy.includes)

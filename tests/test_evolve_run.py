@@ -19,7 +19,7 @@ from cuco.evolve.slots import Slot
 from cuco.runner.results.record import EvalRecord
 from cuco.workload import load_workload
 
-CPU_WL = ROOT / "cuco" / "workloads" / "cpu_allgather_matmul"
+CPU_WL = ROOT / "cuco" / "builtin" / "cpu_allgather_matmul"
 
 
 def fake_evaluator(spec, src, slot, work, name=None):

@@ -22,7 +22,7 @@ from cuco.evolve.strategy import directive_for, materialize
 from cuco.runner.results.record import EvalRecord
 from cuco.workload import load_workload
 
-CPU_WL = ROOT / "cuco" / "workloads" / "cpu_allgather_matmul"
+CPU_WL = ROOT / "cuco" / "builtin" / "cpu_allgather_matmul"
 
 
 def _add(db, code, label=None, island=0, parent=None):

@@ -15,7 +15,7 @@ from pathlib import Path
 import pytest
 from conftest import GEMM_AG, ROOT
 
-CPU_WL = ROOT / "cuco" / "workloads" / "cpu_allgather_matmul"
+CPU_WL = ROOT / "cuco" / "builtin" / "cpu_allgather_matmul"
 QUICK = ["--set", "eval.iters=4", "--set", "eval.warmup=1", "--set", "search.rounds=0"]
 
 
@@ -138,7 +138,7 @@ def test_host_start_up_failure_is_the_runners(tmp_path):
     proc = subprocess.Popen([sys.executable, "-m", "cuco.runner.processes.candidate_process", str(child.fileno())],
                             pass_fds=[child.fileno()], cwd=tmp_path, env={**os.environ, "PYTHONPATH": str(ROOT)})
     child.close()
-    chan.send("hello", fds=[], rank=0, world=1, candidate_kind="python", device="cpu", candidate="x.py",
+    chan.send("hello", fds=[], rank=0, world=1, candidate_language="python", device="cpu", candidate="x.py",
               library=None, harness=None, gpu=None, store_port=1, scratch=str(tmp_path / "gone"),
               tmp=str(tmp_path / "gone-too"))
     reply = chan.recv(timeout_s=60)

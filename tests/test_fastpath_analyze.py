@@ -102,7 +102,7 @@ def test_cli_analyze_only_table_and_json():
 
 
 @pytest.mark.parametrize("source,words", [("missing.cu", "no such source file"),
-                                          ("cuco/workloads/cpu_allgather_matmul/seed.py", "CUDA C++")])
+                                          ("cuco/builtin/cpu_allgather_matmul/seed.py", "CUDA C++")])
 def test_cli_bad_source_is_one_line(source, words):
     proc = _cuco("transform", "gemm_allgather", "--source", source, "--analyze-only")
     assert proc.returncode == 2 and len(proc.stderr.strip().splitlines()) == 1 and words in proc.stderr

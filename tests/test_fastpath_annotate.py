@@ -19,7 +19,7 @@ from cuco.program.blocks import evolve_blocks, frozen_parts
 from cuco.runner.build.static_checks import check_source
 from cuco.workload import load_workload
 
-AR = ROOT / "cuco" / "workloads" / "allreduce_sum"
+AR = ROOT / "cuco" / "builtin" / "allreduce_sum"
 TWO_STREAM = GEMM_AG / "candidates" / "host_two_stream.cu"
 
 

@@ -19,13 +19,13 @@ from cuco.runner.build.nvcc import build
 from cuco.runner.cascade import EvalOptions, evaluate
 from cuco.workload import load_workload
 
-WORKLOADS = {"gemm_allgather": GEMM_AG, "allreduce_sum": ROOT / "cuco" / "workloads" / "allreduce_sum",
-             "reducescatter_sum": ROOT / "cuco" / "workloads" / "reducescatter_sum",
-             "allgather_bf16": ROOT / "cuco" / "workloads" / "allgather_bf16",
-             "alltoall_bf16": ROOT / "cuco" / "workloads" / "alltoall_bf16",
-             "sendrecv_ring": ROOT / "cuco" / "workloads" / "sendrecv_ring",
-             "gemm_reducescatter": ROOT / "cuco" / "workloads" / "gemm_reducescatter",
-             "gemm_allreduce": ROOT / "cuco" / "workloads" / "gemm_allreduce"}
+WORKLOADS = {"gemm_allgather": GEMM_AG, "allreduce_sum": ROOT / "cuco" / "builtin" / "allreduce_sum",
+             "reducescatter_sum": ROOT / "cuco" / "builtin" / "reducescatter_sum",
+             "allgather_bf16": ROOT / "cuco" / "builtin" / "allgather_bf16",
+             "alltoall_bf16": ROOT / "cuco" / "builtin" / "alltoall_bf16",
+             "sendrecv_ring": ROOT / "cuco" / "builtin" / "sendrecv_ring",
+             "gemm_reducescatter": ROOT / "cuco" / "builtin" / "gemm_reducescatter",
+             "gemm_allreduce": ROOT / "cuco" / "builtin" / "gemm_allreduce"}
 # Host programs to rewrite: the workload seeds, and a program with a buffer of its own on allreduce_sum's buffers.
 PROGRAMS = {**{name: (wl, wl / "seed.cu") for name, wl in WORKLOADS.items()},
             "allreduce_scratch": (WORKLOADS["allreduce_sum"],
@@ -118,7 +118,7 @@ def test_send_recv_groups_the_rules_cannot_pair(edit, message, tmp_path):
 
 
 def test_uneven_all_to_all_through_host_counts_is_left_to_the_llm_loop():
-    wl = ROOT / "cuco" / "workloads" / "alltoallv_bf16"
+    wl = ROOT / "cuco" / "builtin" / "alltoallv_bf16"
     with pytest.raises(RewriteError, match=r"line 32: peer `\(int\)p` depends on `p`, which the program assigns more "
                                            r"than once \(a loop or a reassignment\)"):
         rewrite(wl / "seed.cu", load_workload(wl))

@@ -190,7 +190,7 @@ def test_files_that_cannot_be_one_program_are_refused(tmp_path):
     (tmp_path / "notes.txt").write_text("x")
     with pytest.raises(CucoError, match=r"notes\.txt: cuco init reads CUDA C\+\+ sources"):
         create_workload("w", [tmp_path / "notes.txt"], tmp_path)
-    seed = ROOT / "cuco" / "workloads" / "allreduce_sum" / "seed.cu"
+    seed = ROOT / "cuco" / "builtin" / "allreduce_sum" / "seed.cu"
     with pytest.raises(CucoError, match=r"several files are read as one standalone program"):
         create_workload("w", [seed, tmp_path / "a" / "k.cu"], tmp_path)
 

@@ -22,7 +22,7 @@ COMBINE = MAX_GROUPS  # the combine's counter, after the dispatch's
 @pytest.fixture(scope="module")
 def lib():
     res = build(ROOT / "tests" / "cuda" / "moe_layout_host.cu",
-                includes=load_workload(ROOT / "cuco" / "workloads" / "moe_deepseek_v3").includes)
+                includes=load_workload(ROOT / "cuco" / "builtin" / "moe_deepseek_v3").includes)
     assert res.ok, res.log
     return ctypes.CDLL(str(res.library))
 

@@ -20,7 +20,7 @@ MACHINE = {"gpus": [{"name": "NVIDIA H200", "sm_count": 132}] * 2, "links": "GPU
 
 
 def generate() -> dict[str, str]:
-    spec = load_workload(ROOT / "cuco" / "workloads" / "gemm_allgather")
+    spec = load_workload(ROOT / "cuco" / "builtin" / "gemm_allgather")
     return example_prompts(spec, "8k", MACHINE)
 
 

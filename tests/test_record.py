@@ -12,10 +12,10 @@ from cuco.runner.cascade import EvalOptions, evaluate, save_record
 from cuco.runner.results.record import Bound, Correctness, EvalRecord, ShapeResult, Timing
 from cuco.workload import load_workload
 
-CPU_EXAMPLE = ROOT / "cuco" / "workloads" / "cpu_allgather_matmul"
+CPU_EXAMPLE = ROOT / "cuco" / "builtin" / "cpu_allgather_matmul"
 
 # The keys, in order, of the dict the cascade built before the record was typed.
-TOP_KEYS = ["workload", "candidate", "candidate_name", "kind", "sha256", "world", "device", "started", "ok",
+TOP_KEYS = ["workload", "candidate", "candidate_name", "language", "sha256", "world", "device", "started", "ok",
             "level_reached", "failed_level", "error", "diagnostics", "shapes", "env"]
 TIMING_KEYS = ["median_ms", "p10_ms", "p90_ms", "min_ms", "max_ms", "spread_pct", "iters", "per_rank_median_ms",
                "gated", "note", "per_rank_ms", "verified_runs", "final_output_errors", "clock_errors",
@@ -83,7 +83,7 @@ def test_a_record_written_before_the_type_loads():
     baselines files, records directories and SQLite stores hold them."""
     old = {
         "workload": "gemm_allgather", "candidate": "/x/torch_host.py", "candidate_name": "torch_host",
-        "kind": "python", "sha256": "ab" * 32, "world": 2, "device": "cpu", "started": "2026-01-01T00:00:00+00:00",
+        "language": "python", "sha256": "ab" * 32, "world": 2, "device": "cpu", "started": "2026-01-01T00:00:00+00:00",
         "ok": True, "level_reached": "L4", "failed_level": None, "error": None, "diagnostics": "",
         "shapes": {"s256": {
             "params": {"M": 256, "K": 128, "N": 64},
@@ -108,6 +108,12 @@ def test_a_record_written_before_the_type_loads():
                                               "build": {"cached": False, "seconds": 3.0}}
     rec = EvalRecord.from_dict(failed)
     assert not rec.ok and rec.build == {"cached": False, "seconds": 3.0} and rec.to_dict() == failed
+
+
+def test_a_record_that_stored_its_language_as_kind_loads_with_it():
+    stored = {"workload": "w", "candidate": "/x/seed.cu", "candidate_name": "seed", "kind": "cuda", "ok": False}
+    rec = EvalRecord.from_dict(stored)
+    assert rec.language == "cuda" and "kind" not in rec.to_dict() and rec.to_dict()["language"] == "cuda"
 
 
 def test_a_shape_without_baselines_has_no_speedup_key_and_an_empty_one_survives():

@@ -15,7 +15,7 @@ from cuco.evolve.rundir import RunDir
 from cuco.search import prepare_search, result_of, run_search
 from cuco.workload import load_workload
 
-CPU_WL = ROOT / "cuco" / "workloads" / "cpu_allgather_matmul"
+CPU_WL = ROOT / "cuco" / "builtin" / "cpu_allgather_matmul"
 QUICK = ["eval.iters=4", "eval.warmup=1", "search.rounds=0"]
 
 

@@ -209,7 +209,7 @@ def test_run_must_be_a_top_level_function(tmp_path):
 
 def _python_candidates() -> list[Path]:
     """Every shipped Python candidate (seeds, candidates, strategies); reference.py files are not candidates."""
-    return sorted(p for p in (ROOT / "cuco" / "workloads").glob("*/**/*.py") if p.name != "reference.py")
+    return sorted(p for p in (ROOT / "cuco" / "builtin").glob("*/**/*.py") if p.name != "reference.py")
 
 
 @pytest.mark.parametrize("path", _python_candidates(), ids=lambda p: str(p.relative_to(ROOT)))
@@ -222,7 +222,7 @@ def test_materialised_python_strategy_passes(tmp_path):
     from cuco.evolve.strategy import materialize
     from cuco.workload import load_workload
 
-    spec = load_workload(ROOT / "cuco" / "workloads" / "cpu_allgather_matmul")
+    spec = load_workload(ROOT / "cuco" / "builtin" / "cpu_allgather_matmul")
     for strategy in spec.strategies.values():
         for i, point in enumerate(strategy.points()[:4]):
             rep = check_source(_write(tmp_path, f"p{i}.py", materialize(strategy, point)))

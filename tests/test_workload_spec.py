@@ -15,7 +15,7 @@ from cuco.workload.expr import ExprError, eval_expr
 from cuco.workload.spec import load_workload
 
 REPO = Path(__file__).resolve().parents[1]
-GEMM_ALLGATHER = REPO / "cuco" / "workloads" / "gemm_allgather"
+GEMM_ALLGATHER = REPO / "cuco" / "builtin" / "gemm_allgather"
 
 # A small valid workload; tests derive broken ones from it with mutate().
 BASE = """\
@@ -123,7 +123,7 @@ def test_base_template_is_valid(tmp_path):
 def test_nccl_env_reaches_every_rank_and_the_record(tmp_path):
     """A workload's [nccl_env] is in the environment of each rank's process, and the record says so."""
     root = tmp_path / "wl"
-    shutil.copytree(ROOT / "cuco" / "workloads" / "cpu_allgather_matmul", root)
+    shutil.copytree(ROOT / "cuco" / "builtin" / "cpu_allgather_matmul", root)
     toml = root / "workload.toml"
     toml.write_text(toml.read_text().replace("[timing]", '[nccl_env]\nNCCL_PROTO = "Simple"\n\n[timing]', 1))
     # The reference (trusted code, unlike candidates) runs inside each rank: it refuses to make inputs without it.
@@ -142,7 +142,7 @@ def test_a_candidate_declared_with_nccl_settings_runs_under_them_by_its_name_onl
     """The same program under another NCCL protocol, as a baseline: the workload declares the settings, and they
     apply when the candidate is evaluated by that name, never to the file as such."""
     root = tmp_path / "wl"
-    shutil.copytree(ROOT / "cuco" / "workloads" / "cpu_allgather_matmul", root)
+    shutil.copytree(ROOT / "cuco" / "builtin" / "cpu_allgather_matmul", root)
     toml = root / "workload.toml"
     toml.write_text(toml.read_text().replace("[candidates]\n", '[candidates]\nseed_ll = { file = "seed.py", '
                                              'nccl_env = { NCCL_PROTO = "LL" } }\n', 1))
@@ -486,7 +486,7 @@ def test_eval_expr_unknown_name():
 def test_a_strategys_requirements_are_checked_against_its_workload(tmp_path, new, expected):
     """What a strategy needs is declared once, in workload.toml; a need the workload cannot meet fails on load."""
     root = tmp_path / "rs"
-    shutil.copytree(ROOT / "cuco" / "workloads" / "gemm_reducescatter", root)
+    shutil.copytree(ROOT / "cuco" / "builtin" / "gemm_reducescatter", root)
     toml = root / "workload.toml"
     old = 'requires = { lsa_team = true, side_streams = 1, symmetric = ["partial"] }'
     assert old in toml.read_text()
@@ -501,7 +501,7 @@ def test_a_strategys_options_reach_its_program(tmp_path):
     CUCO_OPT_<NAME>."""
     from cuco.evolve.strategy import materialize
 
-    spec = load_workload(ROOT / "cuco" / "workloads" / "gemm_allreduce")
+    spec = load_workload(ROOT / "cuco" / "builtin" / "gemm_allreduce")
     one, two = spec.strategies["ar_decode"], spec.strategies["ar_decode_two_shot"]
     assert one.path == two.path and (one.options, two.options) == ((), (("two_shot", True),))
     for strategy, want in ((one, None), (two, True)):
@@ -518,7 +518,7 @@ def test_a_strategys_options_reach_its_program(tmp_path):
                                           ('two_shot = "yes"', "bool or int")])
 def test_a_strategy_option_is_a_name_of_its_own_and_a_number(tmp_path, new, expected):
     root = tmp_path / "ar"
-    shutil.copytree(ROOT / "cuco" / "workloads" / "gemm_allreduce", root)
+    shutil.copytree(ROOT / "cuco" / "builtin" / "gemm_allreduce", root)
     toml = root / "workload.toml"
     toml.write_text(toml.read_text().replace("options = { two_shot = true }", f"options = {{ {new} }}"))
     msg = load_error(root)

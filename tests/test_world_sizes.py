@@ -10,7 +10,7 @@ from cuco.evolve.strategy import materialize
 from cuco.runner.cascade import EvalOptions, evaluate
 from cuco.workload import load_workload
 
-CPU_EXAMPLE = ROOT / "cuco" / "workloads" / "cpu_allgather_matmul"
+CPU_EXAMPLE = ROOT / "cuco" / "builtin" / "cpu_allgather_matmul"
 
 
 @pytest.mark.parametrize("world", [4, 8])

@@ -317,7 +317,7 @@ class Evolution:
                 path.write_text(program)
             except OSError as exc:
                 return EvalRecord(workload=self.spec.name, candidate=str(path), candidate_name=path.stem,
-                                  kind=language, world=self.spec.world_size, device=self.device, failed_level="L0",
+                                  language=language, world=self.spec.world_size, device=self.device, failed_level="L0",
                                   fault="runner", error=f"cuco cannot write the candidate into {folder}: "
                                                         f"{exc.strerror or exc}")
             program = path

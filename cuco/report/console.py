@@ -38,7 +38,7 @@ def _efficiency(s: ShapeResult) -> str:
 
 
 def eval_table(record: EvalRecord) -> Table:
-    title = Text.assemble(f"{record.workload} / {record.candidate_name} ({record.kind}, {record.device}, "
+    title = Text.assemble(f"{record.workload} / {record.candidate_name} ({record.language}, {record.device}, "
                           f"world {record.world}): ", verdict(record),
                           f", level reached {record.level_reached or '-'}", style="table.title")
     t = Table(title=title, title_justify="left")

@@ -88,9 +88,9 @@ def evaluate(spec: WorkloadSpec, candidate: Path, opts: EvalOptions,
     """The cascade on one candidate; `baselines` (name -> record) give the speedups."""
     candidate = Path(candidate)
     text = candidate.read_text(errors="replace")
-    kind = language_of(candidate)
+    language = language_of(candidate)
     record = EvalRecord(
-        workload=spec.name, candidate=str(candidate), candidate_name=opts.name or candidate.stem, kind=kind,
+        workload=spec.name, candidate=str(candidate), candidate_name=opts.name or candidate.stem, language=language,
         sha256=hashlib.sha256(text.encode()).hexdigest(), world=spec.world_size, device=opts.device,
         started=datetime.now(timezone.utc).isoformat(timespec="seconds"), env=fingerprint())
     # L0
@@ -101,13 +101,13 @@ def evaluate(spec: WorkloadSpec, candidate: Path, opts: EvalOptions,
     if opts.max_level == "L0":
         return _done(record)
     # L1
-    failed, library, harness = _level1(record, candidate, kind, text, opts, spec.includes)
+    failed, library, harness = _level1(record, candidate, language, text, opts, spec.includes)
     if failed is not None:
         return failed
     record.level_reached = "L1"
     if opts.max_level == "L1":
         return _done(record)
-    if kind == "cuda" and opts.device != "cuda":
+    if language == "cuda" and opts.device != "cuda":
         record.incomplete = f"reached L1 (built); L2-{opts.max_level} need {gpus_in_words(spec.world_size)}"
         return _done(record)
 
@@ -142,8 +142,8 @@ def evaluate(spec: WorkloadSpec, candidate: Path, opts: EvalOptions,
     # The workload's NCCL settings, then those it declares for this candidate by name (workload.toml only: a
     # candidate cannot choose its own).
     env = {**spec.nccl_env, **spec.candidate_env.get(opts.name or "", {})}
-    job = Job(workload_root=str(spec.root), world=spec.world_size, candidate=str(candidate.resolve()), kind=kind,
-              device=opts.device, stages=stages, out_dir=str(work), host_port=free_port(),
+    job = Job(workload_root=str(spec.root), world=spec.world_size, candidate=str(candidate.resolve()),
+              language=language, device=opts.device, stages=stages, out_dir=str(work), host_port=free_port(),
               library=library, harness=harness, gate_file=gate_file, gpus=list(opts.gpus), warmup=opts.warmup,
               iters=opts.iters, env=env)
     if env:
@@ -161,17 +161,17 @@ def evaluate(spec: WorkloadSpec, candidate: Path, opts: EvalOptions,
             shutil.rmtree(work, ignore_errors=True)
 
 
-def _level1(record: EvalRecord, candidate: Path, kind: str, text: str, opts: EvalOptions,
+def _level1(record: EvalRecord, candidate: Path, language: str, text: str, opts: EvalOptions,
             includes: tuple[Path, ...] = ()):
     """Build (CUDA: the checks of what the compiler sees, nvcc, the library's symbols) or compile (Python); on GPUs
     the runner's harness too, which every candidate's host needs. Returns (the failed record or None, the
     candidate's library, the harness)."""
     library = harness = None
-    missing = find_toolchain().missing() if kind == "cuda" or opts.device == "cuda" else []
+    missing = find_toolchain().missing() if language == "cuda" or opts.device == "cuda" else []
     if missing:
         return _fail(record, "L1", "cuco cannot build CUDA programs on this machine: missing " + "; ".join(missing),
                      fault="runner"), None, None
-    if kind == "cuda":
+    if language == "cuda":
         built, problems = check_and_build(candidate, includes=includes)
         record.build = {"cached": built.cached, "seconds": built.seconds}
         if problems:

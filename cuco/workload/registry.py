@@ -12,7 +12,7 @@ from cuco.paths import absolute
 def search_path() -> list[Path]:
     """CUCO_WORKLOADS_PATH (colon-separated) first, then the workloads shipped inside the package."""
     extra = [absolute(p) for p in os.environ.get("CUCO_WORKLOADS_PATH", "").split(os.pathsep) if p]
-    return extra + [Path(__file__).resolve().parents[1] / "workloads"]
+    return extra + [Path(__file__).resolve().parents[1] / "builtin"]
 
 
 def builtin_names() -> list[str]:

@@ -29,7 +29,7 @@ def run(ctx):
     else:
         import importlib.util
 
-        spec = importlib.util.spec_from_file_location("ref", "cuco/workloads/gemm_allgather/reference.py")
+        spec = importlib.util.spec_from_file_location("ref", "cuco/builtin/gemm_allgather/reference.py")
         ref = importlib.util.module_from_spec(spec)
         spec.loader.exec_module(ref)
         rows = torch.cat([ref.make_inputs(ctx.params, ctx.world, r, torch.Generator().manual_seed(seed * 1_000_003 + r),

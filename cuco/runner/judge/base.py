@@ -91,7 +91,7 @@ class Judge:
         if run and self.longest_run_s:
             limit_s = max(RUN_FLOOR_S, RUN_MULTIPLE * self.longest_run_s)
         elif run:
-            limit_s = FIRST_RUN_LIMIT_S if self.job.kind == "cuda" else JIT_FIRST_RUN_LIMIT_S
+            limit_s = FIRST_RUN_LIMIT_S if self.job.language == "cuda" else JIT_FIRST_RUN_LIMIT_S
         self.progress.write(line(now - self.t0, what, limit_s))
 
     def mark_run(self, what: str) -> None:

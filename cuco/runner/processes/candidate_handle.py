@@ -105,7 +105,7 @@ class CandidateHandle:
             gate_fd = os.open(job.gate_file, os.O_RDWR)
             gate, (done, done_fd) = Page(gate_fd), Page.anonymous("cuco-done")
             page_fds = [gate_fd, done_fd]
-        chan.send("hello", fds=page_fds, rank=rank, world=job.world, candidate_kind=job.kind, device=job.device,
+        chan.send("hello", fds=page_fds, rank=rank, world=job.world, candidate_language=job.language, device=job.device,
                   candidate=job.candidate, library=job.library, harness=job.harness,
                   gpu=(job.gpus[rank] if job.gpus else rank) if job.device == "cuda" else None,
                   store_port=job.host_port, scratch=str(scratch), tmp=str(shared_tmp), uid=job.candidate_uid)

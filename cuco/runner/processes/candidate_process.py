@@ -39,7 +39,7 @@ class CandidateProcess:
         d = hello.data
         self.chan = chan
         self.rank, self.world = int(d["rank"]), int(d["world"])
-        self.kind, self.cuda = str(d["candidate_kind"]), d["device"] == "cuda"
+        self.language, self.cuda = str(d["candidate_language"]), d["device"] == "cuda"
         self.candidate, self.library = Path(d["candidate"]), d.get("library")
         self.device = torch.device("cuda", int(d["gpu"])) if self.cuda else torch.device("cpu")
         self.harness = Harness(d["harness"]) if d.get("harness") else None
@@ -67,7 +67,7 @@ class CandidateProcess:
         self.timed_out = torch.zeros(1, dtype=torch.int32, device=self.device)
         self.key = torch.zeros(2, dtype=torch.int64, device=self.device)  # a run's key, once fetched
         self.load_runner_kernels()
-        if self.kind == "cuda":
+        if self.language == "cuda":
             if self.rank == 0:
                 store.set("cuco_nccl_id", self.harness.unique_id())
             self.comm = self.harness.comm_init(self.rank, self.world, self.device.index, store.get("cuco_nccl_id"))
@@ -134,7 +134,7 @@ class CandidateProcess:
         for lay in layouts:
             if lay.role == "parameter":
                 bufs[lay.name] = lay.view(shared[lay.name].tensor)
-            elif self.kind == "cuda" and lay.symmetric:
+            elif self.language == "cuda" and lay.symmetric:
                 ptr, win = self.harness.sym_alloc(self.comm, lay.nbytes)  # collective: same order on all ranks
                 sym.append((ptr, win))
                 bufs[lay.name] = lay.view(cuda_array(ptr, lay.nbytes, self.device))
@@ -146,7 +146,7 @@ class CandidateProcess:
         """The candidate and its context. Of the side streams, it is given those it declares (cuco_needs, or
         SIDE_STREAMS in Python), which every run gates and joins (about 3 us each); its other side-stream slots are the
         main stream itself, so that work put there without a word is timed all the same."""
-        if self.kind == "cuda":
+        if self.language == "cuda":
             h = self.harness
             ctx = h.ctx_new(self.rank, self.world, self.device.index, self.comm, self.stream.cuda_stream)
             cand = CudaCandidate(Path(self.library), h, ctx)

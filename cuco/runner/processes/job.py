@@ -36,7 +36,7 @@ class Job:
     workload_root: str
     world: int
     candidate: str  # path to the .cu or .py file
-    kind: str  # "cuda" or "python"
+    language: str  # the candidate's: "cuda" or "python"
     device: str  # "cuda" or "cpu"
     stages: list[Stage]
     out_dir: str

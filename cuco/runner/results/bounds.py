@@ -176,7 +176,7 @@ def _measure(spec: WorkloadSpec, shapes: list[str], device: str, gpus: list[int]
 
     work = Path(tempfile.mkdtemp(prefix="cuco-bounds-"))
     try:
-        job = Job(workload_root=str(spec.root), world=spec.world_size, candidate="", kind="reference", device=device,
+        job = Job(workload_root=str(spec.root), world=spec.world_size, candidate="", language="python", device=device,
                   stages=[Stage("bounds", s) for s in shapes], out_dir=str(work),
                   host_port=free_port(), mode="bounds", gpus=list(gpus), env=dict(spec.nccl_env))
         res = launch(job, timeout_s, work / "job.json")

@@ -167,7 +167,7 @@ class EvalRecord:
     workload: str = ""
     candidate: str = ""
     candidate_name: str = ""
-    kind: str = ""
+    language: str = ""  # "cuda" or "python"
     sha256: str = ""
     world: int = 0
     device: str = ""
@@ -201,7 +201,10 @@ class EvalRecord:
 
     @classmethod
     def from_dict(cls, data: dict[str, Any]) -> EvalRecord:
-        """Tolerant: unknown keys are ignored and missing ones take their defaults, so older records load."""
+        """Tolerant: unknown keys are ignored and missing ones take their defaults, so older records load (their
+        language under its former key, `kind`)."""
+        if "language" not in data and "kind" in data:
+            data = {**data, "language": data["kind"]}
         kw = _known(cls, data)
         kw["shapes"] = {name: ShapeResult.from_dict(s) for name, s in (kw.get("shapes") or {}).items()}
         return cls(**kw)
