@@ -29,6 +29,20 @@ def test_allgather_seed():
     assert a.edges == [(ag.index, gemm.index, "a_gathered")] and not a.warnings
 
 
+def test_a_stream_named_through_a_variable_is_the_stream_it_holds(tmp_path):
+    """`cudaStream_t stream = ctx->stream;` and `cublasHandle_t blas = s->blas;`: the GEMM and the all-reduce are on
+    ctx->stream; a variable given another value anywhere in the function is not followed."""
+    code = (HERE / "knobs" / "gemm_ar_ex.cu").read_text()
+    a = analyze(HERE / "knobs" / "gemm_ar_ex.cu")
+    (gemm,), (ar,) = _by_name(a, "cublasGemmEx"), _by_name(a, "ncclAllReduce")
+    assert gemm.stream == ar.stream == "ctx->stream" and ar.args["stream"] == "stream"
+    again = "  if (M > 4096) stream = ctx->sideStreams[0];\n  CUCO_NCCL(ctx, ncclAllReduce("
+    src = tmp_path / "again.cu"
+    src.write_text(code.replace("  CUCO_NCCL(ctx, ncclAllReduce(", again))
+    (ar,) = _by_name(analyze(src), "ncclAllReduce")
+    assert ar.stream == "stream"
+
+
 def test_allreduce_program_with_allocations_and_kernels():
     a = analyze(HERE / "host_allreduce.cu")
     assert a.buffers == {"sendbuff": "cudaMalloc", "recvbuff": "cudaMalloc", "out": "ncclMemAlloc"}

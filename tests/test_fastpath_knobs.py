@@ -22,7 +22,8 @@ from cuco.workload import load_workload
 
 HERE = ROOT / "tests" / "fastpath"
 OVERLAP = "stream_overlap"
-# Placements, and sync chunk: an all-gather whose GEMM reads it, or a reduce-scatter whose GEMM writes it, by pieces.
+# Placements, and sync chunk: an all-gather whose GEMM reads it, or a reduce-scatter or all-reduce whose GEMM writes
+# it, by pieces.
 CHUNKED = ("deferred", OVERLAP, "chunk")
 # program -> (workload, source, the placements offered per collective, in program order, then "chunk" where its
 # consumer is cut into pieces).
@@ -31,16 +32,17 @@ PROGRAMS = {
     "two_halves": ("allreduce_sum", HERE / "corpus" / "two_halves.cu", [("deferred",), ("deferred",)]),
     "buffer_table": ("sendrecv_ring", HERE / "corpus" / "buffer_table.cu", [("deferred",)]),
     "gemm_rs_scratch": ("gemm_reducescatter", HERE / "corpus" / "gemm_rs_scratch.cu", [CHUNKED]),
-    "gemm_ar_macros": ("gemm_allreduce", HERE / "corpus" / "gemm_ar_macros.cu", [("deferred",)]),
+    "gemm_ar_macros": ("gemm_allreduce", HERE / "corpus" / "gemm_ar_macros.cu", [CHUNKED]),
     "inplace_allgather": ("allgather_bf16", HERE / "corpus" / "inplace_allgather.cu", [("deferred",)]),
     "host_allreduce_scratch": ("allreduce_sum", HERE / "host_allreduce_scratch.cu", [("deferred",)]),
     "host_halo_exchange": ("sendrecv_ring", HERE / "host_halo_exchange.cu", [("deferred",)]),
     "overlap_beside": ("allgather_bf16", HERE / "knobs" / "overlap_beside.cu", [("deferred", OVERLAP)]),
     "gather_gemm_ex": ("gemm_allgather", HERE / "knobs" / "gather_gemm_ex.cu", [CHUNKED]),
-    **{f"{wl}_seed": (wl, WORKLOADS / wl / "seed.cu", [CHUNKED]) for wl in ("gemm_allgather", "gemm_reducescatter")},
+    "gemm_ar_ex": ("gemm_allreduce", HERE / "knobs" / "gemm_ar_ex.cu", [CHUNKED]),
+    **{f"{wl}_seed": (wl, WORKLOADS / wl / "seed.cu", [CHUNKED])
+       for wl in ("gemm_allgather", "gemm_reducescatter", "gemm_allreduce")},
     **{f"{wl}_seed": (wl, WORKLOADS / wl / "seed.cu", [("deferred",)])
-       for wl in ("allreduce_sum", "reducescatter_sum", "allgather_bf16", "alltoall_bf16", "sendrecv_ring",
-                  "gemm_allreduce")},
+       for wl in ("allreduce_sum", "reducescatter_sum", "allgather_bf16", "alltoall_bf16", "sendrecv_ring")},
 }
 COPIES = ("ncclAllGather", "ncclAlltoAll", "group of ncclSend/ncclRecv")  # what the copy engine can move
 
@@ -332,8 +334,67 @@ PLANTED_PRODUCERS = {
 }
 
 
+def test_a_gemm_that_writes_an_all_reduces_input_signals_it_by_columns():
+    """The row-parallel layer: the GEMM is re-issued on columns [cucoCol, + cucoCols) of the weights and of its output
+    (the weights read once), each piece flagged on every rank; the all-reduce, forked before the GEMM, sums pieces as
+    every rank flags them and joins back where its output is next used."""
+    _, knobs = _knobs("gemm_allreduce_seed")
+    code = knobs.code
+    gemm = code.index("cuco::gemmSignalColumns<0>(ctx, ctx->stream, c->ptr, (int64_t)(N), (int64_t)(M), (int64_t)(N), "
+                      "(int64_t)sizeof(__nv_bfloat16), [&](int64_t cucoCol, int64_t cucoCols) { return "
+                      "cuco_gemm_bf16_ld(s->blas, a->ptr, cuco::rowsAt(b->ptr, cucoCol, (int64_t)sizeof(__nv_bfloat16))"
+                      ", cuco::rowsAt(c->ptr, cucoCol, (int64_t)sizeof(__nv_bfloat16)), M, K / ctx->nRanks, cucoCols, "
+                      "N, 0.0f); })")
+    reduce = code.index("cuco::allReduceChunks<0>(ctx, c->window, 0, c->window, 0, (size_t)M * N, ctx->stream, "
+                        "(const __nv_bfloat16*)(c->ptr))")
+    assert gemm < reduce < code.index("cuco::joinSideStream<0>(ctx, ctx->stream));\n  return 0;")
+    assert any("writes its input by columns" in line for line in knobs.explain())
+
+
+def test_a_cublas_gemm_is_cut_by_the_columns_of_its_row_major_output(tmp_path):
+    """cublasGemmEx in the row-major idiom (C^T = B^T A^T, weights as cuBLAS's A with transa N): a piece is cuBLAS's
+    m, its A and C moved by elements; with transa T, A moves by whole rows of lda. The GEMM and the all-reduce are
+    named through variables of the program's own (`stream`, `blas`), one stream once followed."""
+    _, knobs = _knobs("gemm_ar_ex")
+    assert knobs.offers[0].pieces is not None, knobs.offers[0].why_not
+    code = knobs.code
+    assert ("cublasGemmEx(blas, CUBLAS_OP_N, CUBLAS_OP_N, (int)cucoCols, M, k, &one, cuco::rowsAt(w, cucoCol, "
+            "cuco::dataTypeBytes(CUDA_R_16BF)), CUDA_R_16BF, N, x, CUDA_R_16BF, k, &zero, cuco::rowsAt(y, cucoCol, "
+            "cuco::dataTypeBytes(CUDA_R_16BF)), CUDA_R_16BF, N, CUBLAS_COMPUTE_32F, CUBLAS_GEMM_DEFAULT)") in code
+    src = tmp_path / "transposed.cu"
+    src.write_text((HERE / "knobs" / "gemm_ar_ex.cu").read_text().replace("CUBLAS_OP_N, CUBLAS_OP_N, N, M",
+                                                                         "CUBLAS_OP_T, CUBLAS_OP_N, N, M"))
+    code = derive(analyze(src), load_workload(WORKLOADS / "gemm_allreduce")).code
+    assert "cuco::rowsAt(w, cucoCol, (int64_t)(N) * cuco::dataTypeBytes(CUDA_R_16BF))" in code
+
+
+AR_GEMM = "  CUCO_CUBLAS(ctx, cuco_gemm_bf16(s->blas, a->ptr, b->ptr, c->ptr, M, K / ctx->nRanks, N));\n"
+AR = "ncclAllReduce(c->ptr, c->ptr, (size_t)M * N,"
+# Planted: the GEMM before the all-reduce of the decode GEMM+AllReduce seed changed, or work put between the two, so
+# that summing the GEMM's pieces as they are written would be wrong, or is not proven right.
+PLANTED_AR_PRODUCERS = {
+    "a copy writes the product after the GEMM": (
+        AR_GEMM, AR_GEMM + "  CUCO_CUDA(ctx, cudaMemsetAsync(c->ptr, 0, 16, ctx->stream));\n",
+        "cudaMemsetAsync is not a GEMM"),
+    "the all-reduce writes elsewhere, and the GEMM reads that output": (
+        (AR, "a->ptr, b->ptr, c->ptr, M", '*c = cuco_buffer(ctx, "c");'),
+        ("ncclAllReduce(partial->ptr, c->ptr, (size_t)M * N,", "c->ptr, b->ptr, partial->ptr, M",
+         '*c = cuco_buffer(ctx, "c"), *partial = cuco_buffer(ctx, "partial");'),
+        "touches the all-reduce's output `c`"),
+    "the GEMM writes into the product past its start": (
+        "b->ptr, c->ptr, M, K", "b->ptr, (char*)c->ptr + 2 * N, M - 1, K", "does not write the all-reduce's input"),
+    "the product is also the GEMM's B": ("a->ptr, b->ptr, c->ptr", "a->ptr, c->ptr, c->ptr",
+                                         "also reads the all-reduce's input"),
+    "an argument has a side effect": ("c->ptr, M, K / ctx->nRanks, N)", "c->ptr, M, K / ctx->nRanks, N++)",
+                                      "assign or increment"),
+    "the GEMM runs on another stream": ("cublasSetStream(s->blas, ctx->stream)", "cublasSetStream(s->blas, 0)",
+                                        "runs on 0, not on ctx->stream"),
+}
+
+
 PLANTED_PIECES = {**{("gemm_allgather", case): v for case, v in PLANTED_CONSUMERS.items()},
-                  **{("gemm_reducescatter", case): v for case, v in PLANTED_PRODUCERS.items()}}
+                  **{("gemm_reducescatter", case): v for case, v in PLANTED_PRODUCERS.items()},
+                  **{("gemm_allreduce", case): v for case, v in PLANTED_AR_PRODUCERS.items()}}
 
 
 @pytest.mark.parametrize("workload, case", sorted(PLANTED_PIECES))
@@ -341,13 +402,15 @@ def test_a_gemm_is_never_cut_into_pieces_where_the_cut_is_not_proven(workload, c
     """Each planted change keeps the GEMM whole (no sync chunk), with its reason."""
     old, new, why = PLANTED_PIECES[workload, case]
     code = (WORKLOADS / workload / "seed.cu").read_text()
-    assert old in code
+    for o, n in zip(*((old, new) if isinstance(old, tuple) else ((old,), (new,)))):
+        assert o in code
+        code = code.replace(o, n, 1)
     src = tmp_path / "planted.cu"
-    src.write_text(code.replace(old, new, 1))
+    src.write_text(code)
     knobs = derive(analyze(src), load_workload(WORKLOADS / workload))
     assert knobs.offers[0].pieces is None and knobs.accepts["sync"] == ("global",)
     assert why in knobs.offers[0].why_not["sync chunk"], knobs.offers[0].why_not
-    assert "gemmByGatheredRows" not in knobs.code and "gemmSignalRows" not in knobs.code
+    assert not any(f in knobs.code for f in ("gemmByGatheredRows", "gemmSignalRows", "gemmSignalColumns"))
 
 
 @pytest.mark.gpu(1)
@@ -369,6 +432,28 @@ def test_every_offered_point_is_correct_on_one_gpu(name, ctas, tmp_path):
     assert not failed, failed
 
 
+@pytest.mark.gpu(2)
+@pytest.mark.nvcc
+def test_every_sync_chunk_point_of_an_all_reduce_is_correct_at_world_2(tmp_path):
+    """The GEMM's pieces summed across two GPUs as they are flagged, in place, every count of pieces and issuer, at
+    every shape (m1: fewer lines than ranks, each rank a share of the columns; s_odd: columns no 16 bytes divide),
+    in both forms of the GEMM (cuco_gemm.h's row-major call, cublasGemmEx)."""
+    failed = []
+    for name in ("gemm_allreduce_seed", "gemm_ar_ex"):
+        spec, points = _points(name, tmp_path / name, world=2)
+        points = [p for p in points if p[0].name == "rewrite_ctas64" and p[1].sync == "chunk"]
+        points = points if name == "gemm_allreduce_seed" else points[-1:]
+        prebuild(points[0][0], tmp_path / "prebuilt", points=[p for _, p, _ in points])
+        for _, point, path in points:
+            work = tmp_path / "w" / name / path.stem
+            rec = evaluate(spec, path, EvalOptions(device="cuda", max_level="L3", gpus=[0, 1], work_dir=work))
+            if not rec.ok:
+                failed.append((name, point.label(), rec.failed_level, rec.error))
+            if _whole_fallbacks(work):
+                failed.append((name, point.label(), "not cut into pieces", _whole_fallbacks(work)[0]))
+    assert not failed, failed
+
+
 def _whole_fallbacks(work: Path) -> list[str]:
     """The rank logs' lines in which a sync-chunk GEMM or collective fell back to the whole buffer (as correct, it
     says so once a process)."""
@@ -382,6 +467,8 @@ PLANTED_FALLBACKS = {
                             "gemmByGatheredRows<0>(ctx, ctx->stream, b->ptr,"),
     "gemm_reducescatter_seed": ("gemmSignalRows<0>(ctx, ctx->stream, partial->ptr,",
                                 "gemmSignalRows<0>(ctx, ctx->stream, c->ptr,"),
+    "gemm_allreduce_seed": ("gemmSignalColumns<0>(ctx, ctx->stream, c->ptr,",
+                            "gemmSignalColumns<0>(ctx, ctx->stream, b->ptr,"),
 }
 
 

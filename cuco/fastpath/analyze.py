@@ -261,6 +261,7 @@ class _Calls:
         fname = function_name(fn)
         self.res.pointer_params = pointer_params(fn)
         scalars = self.scalars.setdefault(fname, {})
+        first = len(self.ops)
         for node in walk(fn):
             if node.type == "declaration":
                 self.res.learn_declaration(node)
@@ -268,6 +269,14 @@ class _Calls:
             callee, arg_list = node.child_by_field_name("function"), node.child_by_field_name("arguments")
             if node.type == "call_expression" and callee is not None and arg_list is not None:
                 self.call(node, text(callee), [a for a in arg_list.named_children if a.type != "comment"], fname)
+        # Streams and handles by what they hold: `cudaStream_t stream = ctx->stream;` is ctx->stream (a variable
+        # given one value in the whole function: _learn_scalars forgets one assigned again), so calls on either
+        # name are on one stream. A GEMM's stream is its handle's (cublasSetStream).
+        for op in self.ops[first:]:
+            if op.kind == "blas":
+                op.stream = self.blas_streams.get(_held(op.args["handle"], scalars))
+            elif op.stream:
+                op.stream = _held(op.stream, scalars)
 
     def call(self, node, name: str, args: list, fname: str) -> None:
         launch = next((c for c in node.children if c.type == "kernel_call_syntax"), None)
@@ -294,7 +303,8 @@ class _Calls:
             buf = self.res.buffer_of(args[0]) or text(args[0]).replace(" ", "")
             self.add("free", name, node, fname, {"buffer": buf}, span=(node.start_byte, node.end_byte))
         elif name == "cublasSetStream" and len(args) == 2:
-            self.blas_streams[text(args[0])] = text(args[1])
+            scalars = self.scalars.get(fname, {})
+            self.blas_streams[_held(text(args[0]), scalars)] = _held(text(args[1]), scalars)
         else:
             self.library_call(node, name, args, fname)
 
@@ -317,7 +327,7 @@ class _Calls:
             rpos, wpos = BLAS[name]
             handle = text(args[0]) if args else ""
             self.add("blas", name, node, fname, {"handle": handle}, self.buffers(args, rpos), self.buffers(args, wpos),
-                     self.blas_streams.get(handle), span=(node.start_byte, node.end_byte),
+                     None, span=(node.start_byte, node.end_byte),
                      unplaced=self.unplaced(args, rpos + wpos))
             self.ops[-1].operands = [text(a) for a in args]
         elif name in COPIES:
@@ -330,6 +340,15 @@ class _Calls:
             pos = SYNCS[name]
             self.add("sync", name, node, fname, {"args": ", ".join(text(a) for a in args)},
                      stream=text(args[pos]) if pos is not None and pos < len(args) else None)
+
+
+def _held(expr: str, scalars: dict[str, str | None]) -> str:
+    """What a variable of one value holds, followed through variables of one value (`stream` -> `ctx->stream`)."""
+    seen = set()
+    while scalars.get(expr) and expr not in seen:
+        seen.add(expr)
+        expr = str(scalars[expr])
+    return expr
 
 
 def _learn_scalars(node, scalars: dict[str, str | None]) -> None:

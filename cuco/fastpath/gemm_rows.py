@@ -1,11 +1,14 @@
 """A GEMM cut into chunks of the rows of one operand, so that each chunk waits only for the rows it reads (the
-consumer of an all-gather) or flags only the rows it writes (the producer of a reduce-scatter's input): sync chunk
+consumer of an all-gather) or flags only the rows it writes (the producer of a reduce-scatter's input), or into
+chunks of its output's columns, each flagged as it is written (the producer of an all-reduce's input): sync chunk
 (cuco/fastpath/knobs.py, cuco_gemm_rows.cuh).
 
 Cutting is sound where the operand's rows are the output's rows (or columns): chunk [r0, r0 + n) of the operand
 makes chunk [r0, r0 + n) of the output and nothing else. For cuBLAS's column-major calls those are the columns of
 B with transb N (the row-major idiom C = A B passed as C^T = B^T A^T) and the columns of A with transa T; for
 cuco_gemm.h's row-major calls, the rows of A. Rows along K would make partial products to add: not cut.
+An all-reduce's producer is cut along the output's columns (cuBLAS's m: the rows of its column-major C), so that
+each chunk reads its own columns of the weights and the weights are read once: at decode they are the GEMM's cost.
 """
 
 from __future__ import annotations
@@ -85,11 +88,63 @@ def output_split(op: Op) -> RowSplit | str:
 
 
 @dataclass(frozen=True)
+class ColumnSplit:
+    """How a GEMM's output columns (row-major; cuBLAS's m) are cut: C++ text for the columns, the output's lines
+    and their stride, an element's bytes, and the call on columns [cucoCol, + cucoCols)."""
+
+    out: int  # the output operand
+    cols: str
+    lines: str
+    ld: str
+    elem_bytes: str
+    chunk: str  # the GEMM on the chunk's columns
+
+    def call(self, op: Op, site: int, stream: str, produces: bool = True) -> str:
+        """OP as cuco::gemmSignalColumns of site SITE on STREAM (it writes an all-reduce's input)."""
+        out = op.operands[self.out]
+        return (f"cuco::gemmSignalColumns<{site}>(ctx, {stream}, {out}, (int64_t)({self.cols}), "
+                f"(int64_t)({self.lines}), (int64_t)({self.ld}), {self.elem_bytes}, "
+                f"[&](int64_t cucoCol, int64_t cucoCols) {{ return {self.chunk}; }})")
+
+
+def _at(expr: str, unit: str) -> str:
+    return f"cuco::rowsAt({expr}, cucoCol, {unit})"
+
+
+def column_split(op: Op) -> ColumnSplit | str:
+    """How OP cuts into chunks of its output's columns, or why it cannot."""
+    a, name = list(op.operands), op.name
+    if any(SIDE_EFFECT.search(x) for x in a):
+        return f"{name}'s arguments assign or increment something, and each chunk would evaluate them again"
+    if name in ROW_MAJOR and len(a) >= 7:  # (h, A, B, C, m, k, n[, beta]): B and C cut, rows n elements apart
+        beta = {"cuco_gemm_bf16": "0.0f", "cuco_gemm_bf16_accumulate": "1.0f"}.get(name, a[7] if len(a) > 7 else "")
+        if not beta:
+            return f"{name} has fewer arguments than cuco_gemm.h's"
+        chunk = (f"cuco_gemm_bf16_ld({a[0]}, {a[1]}, {_at(a[2], BF16)}, {_at(a[3], BF16)}, {a[4]}, {a[5]}, "
+                 f"cucoCols, {a[6]}, {beta})")
+        return ColumnSplit(3, a[6], a[4], a[6], BF16, chunk)
+    if name == "cublasGemmEx" and len(a) >= 17:
+        at, out, lda, ldc, lines, size = 7, 14, a[9], a[16], a[4], f"cuco::dataTypeBytes({a[15]})"
+        a_unit = f"cuco::dataTypeBytes({a[8]})"
+    elif name in TYPED and len(a) >= 14:
+        at, out, lda, ldc, lines, size = 7, 12, a[8], a[13], a[4], TYPED[name]
+        a_unit = size
+    else:
+        return f"{name} is not cut by columns (a batched GEMM, or cublasLt's layouts)"
+    transa = a[1].strip()
+    if transa not in ("CUBLAS_OP_N", "CUBLAS_OP_T"):
+        return f"{name}'s transa is {transa}: the rows of its A are not known to be the output's"
+    a_unit = a_unit if transa == "CUBLAS_OP_N" else f"(int64_t)({lda}) * {a_unit}"
+    a[3], a[at], a[out] = "(int)cucoCols", _at(a[at], a_unit), _at(a[out], size)
+    return ColumnSplit(out, op.operands[3], lines, ldc, size, f"{name}({', '.join(a)})")
+
+
+@dataclass(frozen=True)
 class Pieces:
     """The GEMM beside a collective at sync chunk, cut as SPLIT: it reads an all-gather's output, or (PRODUCES) writes
     a reduce-scatter's input, piece by piece."""
 
     gemm: Op
-    split: RowSplit
+    split: RowSplit | ColumnSplit
     produces: bool = False
     join: int | None = None  # a reduce-scatter's: the byte where its side stream joins back

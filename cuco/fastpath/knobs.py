@@ -13,7 +13,10 @@ writing none of its buffers, sync `chunk` is offered too: the all-gather flags e
 rank's block as it lands, and the GEMM runs piece by piece behind them, nothing else between the two needed. The
 mirror image for a reduce-scatter whose input the GEMM before it writes as whole rows of its output: the GEMM flags
 each piece to the rank that sums it, and the reduce-scatter, started before the GEMM, sums pieces as they are
-flagged. What is not offered says why (`cuco transform --explain`).
+flagged. And for an all-reduce of what the GEMM before it writes (the row-parallel linear layer): the GEMM runs in
+pieces of its output's columns, each flagged on every rank, and the all-reduce, started before the GEMM, sums each
+rank's share of a piece as soon as every rank has flagged it, so that the exchange runs inside the GEMM. What is not
+offered says why (`cuco transform --explain`).
 
 The derived strategy is the rewritten program itself, compiled at a point by the same definitions as a workload's
 strategy kernels (cuco/evolve/strategy.py), one strategy per CTA count; with no definition it is the rules'
@@ -27,7 +30,7 @@ from pathlib import Path
 
 from cuco.fastpath.analyze import Analysis, Op
 from cuco.fastpath.annotate import ENTRY_POINTS, annotate
-from cuco.fastpath.gemm_rows import Pieces, output_split, row_split
+from cuco.fastpath.gemm_rows import ColumnSplit, Pieces, column_split, output_split, row_split
 from cuco.fastpath.places import Place
 from cuco.fastpath.rewrite import rewrite
 from cuco.workload.spec import Requirements, StrategySpec, WorkloadSpec
@@ -38,12 +41,9 @@ ISSUERS = ("cta", "warp")
 PIECES = (1, 2, 4)  # sync chunk: pieces of each rank's block (CUCO_CHUNKS)
 MAX_SITES = 4  # collectives of one program with a consumer that waits per piece (CUCO_COLL_MAX_SITES)
 COPIES = ("ncclAllGather", "ncclAlltoAll")  # collectives that only copy (and send/recv groups): the copy engine's
-ONLY_GATHER = "only an all-gather's consumer and a reduce-scatter's producer are cut into pieces"
+ONLY_GATHER = "only an all-gather's consumer and a reduce-scatter's or all-reduce's producer are cut into pieces"
+PRODUCED = ("ncclReduceScatter", "ncclAllReduce")  # collectives whose producing GEMM is cut (the others' consumer)
 ENTRY = "cuco_run"  # the step the runner times: the only function whose collectives are placed
-NOT_OFFERED = {
-    "sync chunk of an all-reduce": "its ranks sum slices of the elements, not rows: a GEMM's pieces of rows do "
-                                   "not tell a rank when its slice is complete",
-}
 PREAMBLE = "// cuco derived strategy: the fast path's rewrite of {source}, its knobs set by the point's definitions.\n"
 # A point's values as cuco_collectives.cuh's own knobs (StrategySpec.point_defines): defined where the point has them.
 POINT_DEFINES = (("issuer", "warp", "CUCO_COLL_ISSUER_WARP"), ("placement", "stream_overlap", "CUCO_COLL_SIDE_STREAM"),
@@ -103,11 +103,8 @@ class Knobs:
             if o.beside:
                 lines.append(f"  stream_overlap: on a side stream beside {', '.join(o.beside)}")
             if o.pieces is not None:
-                gemm, how = o.pieces.gemm, "writes its input" if o.pieces.produces else "reads its output"
-                lines.append(f"  sync chunk: {gemm.name} (line {gemm.line}) {how} by rows, "
-                             f"{' or '.join(map(str, PIECES))} pieces of each rank's block, each behind its flags")
+                lines.append(f"  sync chunk: {_pieces_said(o.pieces)}")
             lines += [f"  {knob} not offered: {why}" for knob, why in o.why_not.items()]
-        lines += [f"not offered for any: {what}: {why}" for what, why in NOT_OFFERED.items()]
         return lines
 
     def strategies(self, directory: Path, spec: WorkloadSpec) -> dict[str, StrategySpec]:
@@ -166,7 +163,7 @@ def _offer(op: Op, analysis: Analysis, sites: int) -> Offer:
     if sites >= MAX_SITES:
         offer.why_not["sync chunk"] = f"the program has {MAX_SITES} collectives on side streams before it already"
         return offer
-    pieces = _producer(op, analysis) if op.name == "ncclReduceScatter" else _consumer(op, analysis)
+    pieces = _producer(op, analysis) if op.name in PRODUCED else _consumer(op, analysis)
     if isinstance(pieces, str):
         offer.why_not["sync chunk"] = pieces
         return offer
@@ -249,9 +246,9 @@ def _gemm_beside(op: Op, gemm: Op) -> str | None:
     """Why GEMM, the other half of OP's pieces, cannot be cut beside it, or None."""
     if gemm.kind != "blas":
         return f"line {gemm.line}: {gemm.name} is not a GEMM"
-    if gemm.stream != op.args.get("stream"):
+    if gemm.stream != op.stream:
         return f"line {gemm.line}: {gemm.name} runs on {gemm.stream or 'a stream the analysis does not know'}, " \
-               f"not on {op.args.get('stream')}"
+               f"not on {op.stream}"
     if gemm.statement < 0 or gemm.loops:
         return f"line {gemm.line}: {gemm.name} does not stand in cuco_run's own block of statements"
     return None
@@ -277,8 +274,18 @@ def _aliases(expr: str, gemm: Op, out: int, analysis: Analysis) -> bool:
         for i, a in enumerate(gemm.operands) if i != out)
 
 
+def _pieces_said(pieces: Pieces) -> str:
+    gemm, counts = pieces.gemm, " or ".join(map(str, PIECES))
+    if isinstance(pieces.split, ColumnSplit):
+        return f"{gemm.name} (line {gemm.line}) writes its input by columns, {counts} pieces, each summed once " \
+               "every rank has written it"
+    how = "writes its input" if pieces.produces else "reads its output"
+    return f"{gemm.name} (line {gemm.line}) {how} by rows, {counts} pieces of each rank's block, each behind its flags"
+
+
 def _producer(op: Op, analysis: Analysis) -> Pieces | str:
-    """The GEMM that writes a reduce-scatter's input piece by piece (sync chunk), or why there is none."""
+    """The GEMM that writes a reduce-scatter's or all-reduce's input piece by piece (sync chunk), or why there is
+    none. An all-reduce in place (its output its input) is the GEMM's output too."""
     why = _unplaceable(op, analysis)
     if why:
         return why
@@ -295,16 +302,18 @@ def _producer(op: Op, analysis: Analysis) -> Pieces | str:
     why = _gemm_beside(op, gemm)
     if why:
         return why
-    if set(op.writes) & (set(gemm.reads) | set(gemm.writes)):
-        return f"line {gemm.line}: {gemm.name} touches the reduce-scatter's output `{sorted(op.writes)[0]}`"
-    split = output_split(gemm)
+    what = "reduce-scatter" if op.name == "ncclReduceScatter" else "all-reduce"
+    out = set(op.writes) - set(op.reads)  # an all-reduce in place writes only what it reads
+    if out & (set(gemm.reads) | set(gemm.writes)):
+        return f"line {gemm.line}: {gemm.name} touches the {what}'s output `{sorted(out)[0]}`"
+    split = output_split(gemm) if op.name == "ncclReduceScatter" else column_split(gemm)
     if isinstance(split, str):
         return f"line {gemm.line}: {split}"
     if _operand(op.args["send"], gemm, [split.out], analysis) is None:
-        return f"line {gemm.line}: {gemm.name} does not write the reduce-scatter's input from its start " \
+        return f"line {gemm.line}: {gemm.name} does not write the {what}'s input from its start " \
                f"(`{op.args['send']}`)"
     if _aliases(op.args["send"], gemm, split.out, analysis):
-        return f"line {gemm.line}: {gemm.name} also reads the reduce-scatter's input as another operand"
+        return f"line {gemm.line}: {gemm.name} also reads the {what}'s input as another operand"
     join = _join(op, analysis)
     if join is None:
         return "its side stream has no place to join back (the next use of its output, or the end of cuco_run)"

@@ -185,10 +185,15 @@ def _overlapped(op: Op, window: _Windows, site: int, join: int, src: bytes) -> t
 
 def _pieced(op: Op, window: _Windows, site: int, pieces: Pieces) -> tuple[str, tuple[tuple[int, int], str]]:
     """A collective and its GEMM at sync chunk (under CUCO_COLL_CHUNK_SYNC; else the collective on a side stream and
-    the GEMM whole): cuco::allGatherChunks and the GEMM as cuco::gemmByGatheredRows, or cuco::reduceScatterChunks
-    and the GEMM as cuco::gemmSignalRows."""
+    the GEMM whole): cuco::allGatherChunks and the GEMM as cuco::gemmByGatheredRows, cuco::reduceScatterChunks
+    and the GEMM as cuco::gemmSignalRows, or cuco::allReduceChunks and the GEMM as cuco::gemmSignalColumns."""
     a = op.args
-    if pieces.produces:
+    if op.name == "ncclAllReduce":
+        send, send_off = window(a["send"], "send", op)
+        recv, recv_off = window(a["recv"], "receive", op)
+        call = (f"cuco::allReduceChunks<{site}>(ctx, {send}, {send_off}, {recv}, {recv_off}, {a['count']}, "
+                f"{a['stream']}, (const {ELEMENT[a['dtype']]}*)({a['send']}))")
+    elif pieces.produces:
         win, off = window(a["send"], "send", op)
         call = (f"cuco::reduceScatterChunks<{site}>(ctx, {win}, {off}, ({ELEMENT[a['dtype']]}*)({a['recv']}), "
                 f"{a['count']}, {a['stream']}, {a['send']})")
@@ -204,9 +209,9 @@ def rewrite(program: Path | Analysis, spec: WorkloadSpec, overlap: dict[int, int
     """The program with its NCCL calls replaced by device-side collectives; PROGRAM is a file or its analysis (the
     bytes analysed are the bytes edited: the source is parsed once). OVERLAP: collectives (op index -> the byte of
     their join) that move to a side stream when the program is compiled with CUCO_COLL_SIDE_STREAM (placement
-    stream_overlap); PIECES: all-gathers and reduce-scatters (op index -> the GEMM that reads or writes them) that
-    run beside their GEMM piece by piece under CUCO_COLL_CHUNK_SYNC (sync chunk); the caller proves each safe
-    (cuco/fastpath/knobs.py)."""
+    stream_overlap); PIECES: all-gathers, reduce-scatters and all-reduces (op index -> the GEMM that reads or writes
+    them) that run beside their GEMM piece by piece under CUCO_COLL_CHUNK_SYNC (sync chunk); the caller proves each
+    safe (cuco/fastpath/knobs.py)."""
     overlap, pieces = overlap or {}, pieces or {}
     analysis = program if isinstance(program, Analysis) else analyze(Path(program))
     path, src = analysis.path, analysis.source

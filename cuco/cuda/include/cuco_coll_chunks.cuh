@@ -22,6 +22,10 @@ namespace cuco {
 // its own last, each in CUCO_CHUNKS pieces of rows, and after piece j of block q bumps flag (Site, this rank, j) on
 // rank q (complete at call); reduceScatterChunks<Site>, forked before the GEMM, sums each piece of its block (a
 // kernel per piece, behind a one-thread wait) once every rank has flagged it.
+// An all-reduce whose input a GEMM produces: the GEMM (cuco::gemmSignalColumns) writes its output in CUCO_CHUNKS
+// pieces of columns, so that the weights are read once, and after piece j bumps flag (Site, this rank, j) on every
+// rank; allReduceChunks<Site>, forked before the GEMM, sums each piece (a kernel per piece, behind a one-thread wait)
+// once every rank has flagged it.
 // Flags live in the device communicator's resource buffer, only grow, and are zeroed once, before the first call.
 // Without CUCO_COLL_CHUNK_SYNC the collective runs on a side stream (onSideStream), the GEMM whole beside it.
 #ifndef CUCO_CHUNKS
@@ -128,11 +132,25 @@ __global__ void signalPieceKernel(ncclDevComm dc, ncclDevResourceHandle_t flags,
   if (threadIdx.x == 0) bumpCounter(dc, flags, peer, flag);
 }
 
+template <int = 0>
+__global__ void signalPieceEveryRankKernel(ncclDevComm dc, ncclDevResourceHandle_t flags, int flag) {
+  if (threadIdx.x == 0)
+    for (int p = 0; p < dc.lsaSize; p++) bumpCounter(dc, flags, p, flag);
+}
+
 // After piece j of block q of a GEMM that feeds a reduce-scatter of site Site: rank q may sum it.
 template <int Site>
 inline cudaError_t signalPiece(const cuco_ctx_t* ctx, cudaStream_t st, int q, int j) {
   signalPieceKernel<<<1, kSmallKernelThreads, 0, st>>>(*ctx->devComm, chunkFlags().handle, q,
                                                         chunkFlag(Site, ctx->rank, j));
+  return cudaGetLastError();
+}
+
+// After piece j of a GEMM that feeds an all-reduce of site Site: every rank may sum its share of it.
+template <int Site>
+inline cudaError_t signalPieceEveryRank(const cuco_ctx_t* ctx, cudaStream_t st, int j) {
+  signalPieceEveryRankKernel<<<1, kSmallKernelThreads, 0, st>>>(*ctx->devComm, chunkFlags().handle,
+                                                                 chunkFlag(Site, ctx->rank, j));
   return cudaGetLastError();
 }
 
@@ -184,6 +202,44 @@ inline cudaError_t reduceScatterChunks(const cuco_ctx_t* ctx, ncclWindow_t sendW
   (void)send;
   return onSideStream<Site>(
       ctx, stream, [&](cudaStream_t side) { return reduceScatter<T>(ctx, sendWin, sendOffset, recv, count, side); });
+}
+
+// All-reduce (sum) of `count` elements from sendWin at sendOffset (`send` on this rank; T, the element type, is
+// read from it) into recvWin at recvOffset, on a side stream. At sync chunk, where its GEMM wrote `send` as whole
+// lines cut by columns (gemmSignalColumns), it starts from the fork before the GEMM and sums piece by piece;
+// otherwise it waits for everything before it on `stream`.
+template <int Site, typename T>
+inline cudaError_t allReduceChunks(const cuco_ctx_t* ctx, ncclWindow_t sendWin, size_t sendOffset,
+                                   ncclWindow_t recvWin, size_t recvOffset, size_t count, cudaStream_t stream,
+                                   const T* send) {
+#if defined(CUCO_COLL_CHUNK_SYNC)
+  const PieceSite& site = pieceSite<Site>();
+  const bool byPieces = ctx->nSideStreams >= 1 && ctx->nRanks <= CUCO_COLL_MAX_RANKS && send == site.buffer &&
+                        site.elemBytes == (int64_t)sizeof(T) && site.cols > 0 && site.ld == site.cols &&
+                        (size_t)(site.lines * site.ld) == count;
+  if (byPieces) {
+    cudaStream_t side = ctx->sideStreams[0];
+    cudaEvent_t fork;
+    cudaError_t err = overlapEvent<Site, 0>(&fork);  // recorded by beforePieces, ahead of the GEMM
+    if (err == cudaSuccess) err = cudaStreamWaitEvent(side, fork, 0);
+    for (int j = 0; j < CUCO_CHUNKS && err == cudaSuccess; j++) {
+      size_t c0, c1;  // the GEMM's piece j (gemmSignalColumns cuts it the same way)
+      packSlice(site.cols, 16 / sizeof(T), j, CUCO_CHUNKS, &c0, &c1);
+      awaitPieceKernel<<<1, kSmallKernelThreads, 0, side>>>(*ctx->devComm, chunkFlags().handle, Site, j, site.calls);
+      allReducePieceKernel<T><<<CUCO_COLL_CTAS, CUCO_COLL_THREADS, 0, side>>>(
+          *ctx->devComm, sendWin, sendOffset, recvWin, recvOffset, site.ld, site.lines, c0, c1, j == CUCO_CHUNKS - 1);
+      err = cudaGetLastError();
+    }
+    return err;
+  }
+  static bool said = false;
+  sayOnce(&said, "cuco::allReduceChunks: its GEMM did not write the input as whole lines cut by columns: it waits for "
+                 "the whole GEMM");
+#endif
+  (void)send;
+  return onSideStream<Site>(ctx, stream, [&](cudaStream_t side) {
+    return allReduce<T>(ctx, sendWin, sendOffset, recvWin, recvOffset, count, side);
+  });
 }
 
 }  // namespace cuco

@@ -44,12 +44,15 @@ inline cudaError_t symmetricFree(const cuco_ctx_t* ctx, void* ptr, ncclWindow_t 
 #define CUCO_COLL_MAX_SITES 4  // collectives of one program whose consumer waits per piece (sync chunk, below)
 
 // What a site of sync chunk keeps of its last call, for the other half of the site (an all-gather's for the GEMM
-// that reads it, a GEMM's for the reduce-scatter of what it wrote): where the buffer of rank blocks starts, a block's
-// bytes, the bytes of one of the GEMM's rows (a producer's), and the calls so far.
+// that reads it, a GEMM's for the reduce-scatter or all-reduce of what it wrote): where the buffer starts, a rank
+// block's bytes and the bytes of one of the GEMM's rows (a reduce-scatter's producer), the output's lines, their
+// stride and the columns written, in elements of elemBytes (an all-reduce's producer, cut by columns), and the calls
+// so far.
 struct PieceSite {
   const void* buffer = nullptr;
   size_t bytes = 0;
   int64_t rowBytes = 0;
+  int64_t lines = 0, ld = 0, cols = 0, elemBytes = 0;
   unsigned long long calls = 0;
 };
 

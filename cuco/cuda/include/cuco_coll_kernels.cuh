@@ -349,6 +349,41 @@ __global__ void __launch_bounds__(CUCO_COLL_THREADS)
   bar.sync();
 }
 
+// All-reduce (sum) of one piece of a matrix of `lines` lines `ld` elements apart: columns [c0, c1) of every line
+// (sync chunk, a GEMM's output cut by columns). This rank sums its share of every rank's send, its slice of the lines
+// (or, with fewer lines than ranks, of the columns), and stores it into every rank's recv, in the same order as
+// allReduceKernel. The grid's CTAs share out the lines, several to a line where the lines are fewer than the CTAs.
+// `last` closes the all-reduce with a barrier: a rank reads its recv only once every rank has stored its share; the
+// pieces' flags, raised after the GEMM wrote them, stand for the barrier at the start.
+template <typename T>
+__global__ void __launch_bounds__(CUCO_COLL_THREADS)
+    allReducePieceKernel(ncclDevComm dc, ncclWindow_t sendWin, size_t sendOffset, ncclWindow_t recvWin,
+                         size_t recvOffset, size_t ld, size_t lines, size_t c0, size_t c1, int last) {
+  const size_t n = dc.lsaSize, r = dc.lsaRank;
+  size_t l0 = 0, l1 = lines, a = c0, b = c1;
+  if (lines >= n) {
+    l0 = lines * r / n, l1 = lines * (r + 1) / n;
+  } else {
+    packSlice(c1 - c0, 16 / sizeof(T), r, n, &a, &b);
+    a += c0, b += c0;
+  }
+  const T* in[CUCO_COLL_MAX_RANKS];
+  T* out[CUCO_COLL_MAX_RANKS];
+  for (int p = 0; p < dc.lsaSize; p++) {
+    in[p] = (const T*)ncclGetLsaPointer(sendWin, sendOffset, p);
+    out[p] = (T*)ncclGetLsaPointer(recvWin, recvOffset, p);
+  }
+  const size_t mine = l1 - l0;
+  if (mine > 0 && b > a) {
+    const size_t perLine = gridDim.x > mine ? gridDim.x / mine : 1;  // CTAs that share one line
+    const size_t groups = gridDim.x / perLine, group = blockIdx.x / perLine;
+    const size_t tid = (blockIdx.x % perLine) * blockDim.x + threadIdx.x, nThreads = perLine * blockDim.x;
+    for (size_t line = l0 + group; group < groups && line < l1; line += groups)
+      reduceRange<T>(in, dc.lsaSize, out, dc.lsaSize, line * ld + a, line * ld + b, tid, nThreads);
+  }
+  if (last) lsaBarrier(dc);
+}
+
 }  // namespace cuco
 
 #endif  // CUCO_COLL_KERNELS_CUH_

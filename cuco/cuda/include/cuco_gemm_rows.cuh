@@ -9,6 +9,9 @@
  *   gemmSignalRows      a GEMM that writes a reduce-scatter's input as whole rows of its output: the peers' blocks
  *                       first, this rank's own last, each piece followed by a flag on the rank that sums that block
  *                       (reduceScatterChunks).
+ *   gemmSignalColumns   a GEMM that writes an all-reduce's input: its output's columns in CUCO_CHUNKS pieces (each
+ *                       piece reads its own columns of the weights, so they are read once), each flagged on every
+ *                       rank, which sums its share of the piece (allReduceChunks).
  * Where the rows do not fall into whole rows of every rank's block (a check at run time), or without
  * CUCO_COLL_CHUNK_SYNC, the GEMM runs once, after (or before) the whole collective.
  *************************************************************************/
@@ -129,6 +132,37 @@ inline cublasStatus_t gemmSignalRows(const cuco_ctx_t* ctx, cudaStream_t stream,
 #endif
   (void)ctx, (void)stream, (void)out, (void)rowBytes;
   return gemm(0, rows);
+}
+
+// The GEMM whose output `out` is `lines` lines `ld` elements of `elemBytes` apart, of which it writes the first
+// `cols`, issued on `stream` as gemm(c0, n) for columns [c0, c0 + n), feeding the all-reduce of site Site: at sync
+// chunk each piece of columns, cut on 16-byte boundaries as allReduceChunks cuts it, flags every rank once written.
+template <int Site, typename Gemm>
+inline cublasStatus_t gemmSignalColumns(const cuco_ctx_t* ctx, cudaStream_t stream, const void* out, int64_t cols,
+                                        int64_t lines, int64_t ld, int64_t elemBytes, Gemm gemm) {
+#if defined(CUCO_COLL_CHUNK_SYNC)
+  cudaError_t err = beforePieces<Site>(ctx, stream);
+  if (err != cudaSuccess) return piecesFailed("cuco::gemmSignalColumns", err);
+  PieceSite& site = pieceSite<Site>();
+  site.calls++;
+  if (cols > 0 && lines > 0 && elemBytes > 0 && 16 % elemBytes == 0 && ctx->nRanks <= CUCO_COLL_MAX_RANKS) {
+    site.buffer = out, site.lines = lines, site.ld = ld, site.cols = cols, site.elemBytes = elemBytes;
+    for (int j = 0; j < CUCO_CHUNKS; j++) {
+      size_t c0, c1;
+      packSlice((size_t)cols, (size_t)(16 / elemBytes), j, CUCO_CHUNKS, &c0, &c1);
+      if (c1 > c0) {
+        const cublasStatus_t st = gemm((int64_t)c0, (int64_t)(c1 - c0));
+        if (st != CUBLAS_STATUS_SUCCESS) return st;
+      }
+      err = signalPieceEveryRank<Site>(ctx, stream, j);  // an empty piece too: every rank waits for every flag
+      if (err != cudaSuccess) return piecesFailed("cuco::gemmSignalColumns", err);
+    }
+    return CUBLAS_STATUS_SUCCESS;
+  }
+  site.buffer = nullptr, site.cols = 0;  // not cut: the all-reduce waits for all of it
+#endif
+  (void)ctx, (void)stream, (void)out, (void)lines, (void)ld, (void)elemBytes;
+  return gemm(0, cols);
 }
 
 }  // namespace cuco
