@@ -8,6 +8,11 @@ workload or world than GEMM+AllGather's default).
 
     python benchmarks/strategy_sweep.py --shape 8k --points 'ce/*' 'lsa/stream_overlap/*/cta/2' [--out DIR]
     python benchmarks/strategy_sweep.py --workload moe_deepseek_v3 --strategy moe_lsa --shape t128 --points '*'
+    python benchmarks/strategy_sweep.py --workload gemm_allreduce --source cuco/builtin/gemm_allreduce/seed.cu \
+        --strategy rewrite_ctas64 --shape m128 --points 'lsa/stream_overlap/chunk/*'
+
+With --source, the strategies are the knobs of that program's rules' rewrite (cuco transform --explain lists them:
+rewrite_ctas32, rewrite_ctas64, rewrite_ctas128), as `cuco evolve --set search.space=knobs` searches them.
 """
 
 from __future__ import annotations
@@ -26,6 +31,8 @@ ROOT = record.ROOT
 sys.path.insert(0, str(ROOT))
 
 from cuco.evolve.strategy import materialize, prebuild  # noqa: E402
+from cuco.fastpath.analyze import analyze  # noqa: E402
+from cuco.fastpath.knobs import derive  # noqa: E402
 from cuco.machine import load_machine  # noqa: E402
 from cuco.runner.cascade import EvalOptions, evaluate  # noqa: E402
 from cuco.workload import load_workload, resolve_workload  # noqa: E402
@@ -38,12 +45,16 @@ def main() -> None:
     ap.add_argument("--world", type=int, default=None, help="ranks (default: the workload's)")
     ap.add_argument("--shape", default="8k")
     ap.add_argument("--points", nargs="+", default=["*"], help="fnmatch patterns on design-point labels")
+    ap.add_argument("--source", type=Path, help="a CUDA program of the workload: the knobs of its rules' rewrite")
     ap.add_argument("--out", type=Path, default=ROOT / "benchmarks" / "results")
     args = ap.parse_args()
     spec = load_workload(resolve_workload(args.workload), args.world)
-    strategy = spec.strategies[args.strategy]
-    points = [p for p in strategy.points() if any(fnmatch.fnmatch(p.label(), pat) for pat in args.points)]
     work = Path(tempfile.mkdtemp())
+    strategies = spec.strategies
+    if args.source:
+        strategies = derive(analyze(args.source.resolve()), spec).strategies(work / "derived", spec)
+    strategy = strategies[args.strategy]
+    points = [p for p in strategy.points() if any(fnmatch.fnmatch(p.label(), pat) for pat in args.points)]
     t0 = time.monotonic()
     prebuild(strategy, work / "prebuilt", points=points)
     print(f"{len(points)} points, prebuilt in {time.monotonic() - t0:.0f} s", flush=True)
@@ -70,9 +81,11 @@ def main() -> None:
 
 
 def write(args, spec, rows: list[dict]) -> None:
-    info = record.meta(load_machine(), spec.world_size, shape=args.shape, workload=spec.name, strategy=args.strategy)
+    info = record.meta(load_machine(), spec.world_size, shape=args.shape, workload=spec.name, strategy=args.strategy,
+                       source=str(args.source) if args.source else None)
     seed = rows[0]["median_ms"]
-    lines = [f"# {spec.name} strategy {args.strategy} at {args.shape}, world {spec.world_size}, on {info['device']} "
+    of = f" (a knob of the rules' rewrite of {args.source.name})" if args.source else ""
+    lines = [f"# {spec.name} strategy {args.strategy}{of} at {args.shape}, world {spec.world_size}, on {info['device']} "
              f"({info['links']})", "",
              f"Date {info['date']}, commit {info['commit']}. Slowest rank's median (p10-p90) in ms, verified; "
              "bound = the library bound (the workload's own work at the library's measured rates).",
@@ -86,8 +99,10 @@ def write(args, spec, rows: list[dict]) -> None:
                      f"{r['bound_ms']:.3f} | {r['median_ms'] / r['bound_ms']:.2f}x | "
                      f"{seed / r['median_ms'] if seed else float('nan'):.2f}x |")
     name = f"strategy_sweep-{args.shape}"
-    if (spec.name, spec.world_size) != ("gemm_allgather", 2):
+    if (spec.name, spec.world_size) != ("gemm_allgather", 2) or args.source:
         name = f"strategy_sweep-{spec.name}-{args.shape}-w{spec.world_size}"
+    if args.source:
+        name += f"-knobs-of-{args.source.stem}"
     record.save(args.out, name, info, {"rows": rows}, lines, with_time=True)
 
 
