@@ -85,8 +85,8 @@ def write(args, spec, rows: list[dict]) -> None:
                        source=str(args.source) if args.source else None)
     seed = rows[0]["median_ms"]
     of = f" (a knob of the rules' rewrite of {args.source.name})" if args.source else ""
-    lines = [f"# {spec.name} strategy {args.strategy}{of} at {args.shape}, world {spec.world_size}, on {info['device']} "
-             f"({info['links']})", "",
+    lines = [f"# {spec.name} strategy {args.strategy}{of} at {args.shape}, world {spec.world_size}, on "
+             f"{info['device']} ({info['links']})", "",
              f"Date {info['date']}, commit {info['commit']}. Slowest rank's median (p10-p90) in ms, verified; "
              "bound = the library bound (the workload's own work at the library's measured rates).",
              "", f"Command: `{info['command']}`", "",

@@ -437,13 +437,16 @@ def test_every_offered_point_is_correct_on_one_gpu(name, ctas, tmp_path):
 def test_every_sync_chunk_point_of_an_all_reduce_is_correct_at_world_2(tmp_path):
     """The GEMM's pieces summed across two GPUs as they are flagged, in place, every count of pieces and issuer, at
     every shape (m1: fewer lines than ranks, each rank a share of the columns; s_odd: columns no 16 bytes divide),
-    in both forms of the GEMM (cuco_gemm.h's row-major call, cublasGemmEx)."""
+    in both forms of the GEMM (cuco_gemm.h's row-major call, cublasGemmEx), and with one rank late to its first
+    GEMM."""
     failed = []
     for name in ("gemm_allreduce_seed", "gemm_ar_ex"):
         spec, points = _points(name, tmp_path / name, world=2)
         points = [p for p in points if p[0].name == "rewrite_ctas64" and p[1].sync == "chunk"]
         points = points if name == "gemm_allreduce_seed" else points[-1:]
         prebuild(points[0][0], tmp_path / "prebuilt", points=[p for _, p, _ in points])
+        if name == "gemm_allreduce_seed":
+            points.append(_late_first_rank(*points[-1], tmp_path))
         for _, point, path in points:
             work = tmp_path / "w" / name / path.stem
             rec = evaluate(spec, path, EvalOptions(device="cuda", max_level="L3", gpus=[0, 1], work_dir=work))
@@ -452,6 +455,28 @@ def test_every_sync_chunk_point_of_an_all_reduce_is_correct_at_world_2(tmp_path)
             if _whole_fallbacks(work):
                 failed.append((name, point.label(), "not cut into pieces", _whole_fallbacks(work)[0]))
     assert not failed, failed
+
+
+LATE = """__global__ void cucoTestDelay(long long cycles) {
+  const long long t0 = clock64();
+  while (clock64() - t0 < cycles) {
+  }
+}
+
+CUCO_EXPORT int cuco_run("""
+
+
+def _late_first_rank(strategy, point, path: Path, tmp_path: Path):
+    """The point with rank 0 held up by a spinning kernel (about 0.2 s) before its first GEMM: rank 1 flags its first
+    piece on rank 0 before rank 0 has zeroed its flags, which must not be lost."""
+    code = path.read_text()
+    gemm = "  CUCO_CUBLAS(ctx, cuco::gemmSignalColumns<0>("
+    assert gemm in code and "CUCO_EXPORT int cuco_run(" in code
+    late = tmp_path / "late_first_rank.cu"
+    late.write_text(code.replace("CUCO_EXPORT int cuco_run(", LATE, 1).replace(
+        gemm, "  static int cucoRuns = 0;\n  if (ctx->rank == 0 && cucoRuns++ == 0) "
+              "cucoTestDelay<<<1, 1, 0, ctx->stream>>>(400000000LL);\n" + gemm, 1))
+    return strategy, point, late
 
 
 def _whole_fallbacks(work: Path) -> list[str]:

@@ -81,8 +81,10 @@ inline PieceSite& pieceSite() {
   return hostState().sites[Site];
 }
 
-// Flags are zeroed before the first call on a device communicator, and the host waits: every rank's first kernel of
-// any site passes a barrier after its zeroing, so no peer bumps a flag that is still to be zeroed.
+// Flags are zeroed before the first call on a device communicator, then every rank meets, and the host waits: no
+// peer bumps a flag that is still to be zeroed. A GEMM's pieces flag the peers before any barrier of the collective's
+// own, so without this one a rank that reaches its first piece early would have its flag wiped by a slower peer's
+// zeroing, and that peer would wait for it for ever.
 template <int = 0>
 inline cudaError_t chunkFlagsZeroed(const cuco_ctx_t* ctx, cudaStream_t st) {
   HostState& s = hostState();
@@ -90,6 +92,7 @@ inline cudaError_t chunkFlagsZeroed(const cuco_ctx_t* ctx, cudaStream_t st) {
   const Counters& flags = chunkFlags();
   zeroCountersKernel<<<1, kSmallKernelThreads, 0, st>>>(*ctx->devComm, flags.handle, flags.n);
   cudaError_t err = cudaGetLastError();
+  if (err == cudaSuccess) err = barrier(*ctx->devComm, st);
   if (err == cudaSuccess) err = cudaStreamSynchronize(st);
   s.flagsZeroed = err == cudaSuccess;
   return err;
