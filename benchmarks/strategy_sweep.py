@@ -52,7 +52,7 @@ def main() -> None:
     work = Path(tempfile.mkdtemp())
     strategies = spec.strategies
     if args.source:
-        strategies = derive(analyze(args.source.resolve()), spec).strategies(work / "derived", spec)
+        strategies = derive(analyze(args.source.resolve()), spec).strategies(work / "knobs", spec)
     strategy = strategies[args.strategy]
     points = [p for p in strategy.points() if any(fnmatch.fnmatch(p.label(), pat) for pat in args.points)]
     t0 = time.monotonic()
