@@ -135,3 +135,41 @@ def test_pack_slices_cover_every_element_once_from_aligned_starts(lib, count, pa
     # Balanced to within one pack, but for the tail the last part takes.
     sizes = [hi[i] - lo[i] for i in range(parts - 1)]
     assert not sizes or max(sizes) - min(sizes) <= kn
+
+
+# (lines, columns, ld, ranks, CTAs, threads a CTA, pieces): shapes of the all-reduce fusion knob's pieces, by every
+# emulated rank, CTA and thread. m1 has fewer lines than ranks (each rank a share of the columns); lines fewer than
+# the CTAs, and more; an ld past the columns, or off 16 bytes (the element path); CTAs that do not divide evenly.
+PIECE_CASES = [(24, 40, 40, 2, 64, 16, 2), (7, 72, 72, 2, 4, 8, 4), (1, 8192, 8192, 2, 64, 16, 4),
+               (3, 200, 200, 4, 8, 8, 4), (128, 256, 256, 8, 64, 4, 2), (5, 100, 104, 2, 3, 7, 3),
+               (9, 37, 43, 3, 5, 3, 2)]
+
+
+@pytest.mark.parametrize("lines, cols, ld, ranks, ctas, threads, pieces", PIECE_CASES)
+def test_an_all_reduce_cut_by_columns_sums_every_element_of_every_piece(lib, lines, cols, ld, ranks, ctas, threads,
+                                                                        pieces):
+    """allReducePieceKernel's share (pieceShare) over every piece the GEMM is cut into: every element of the
+    columns summed by exactly one rank and group of CTAs, written on every rank with the sum in rank order, nothing
+    past them; pieces cut as packSlice cuts them."""
+    gen = torch.Generator().manual_seed(lines * 100 + cols + ranks)
+    xs = [torch.randn(lines * ld, generator=gen).to(torch.bfloat16) for _ in range(ranks)]
+    arrays = [_aligned(x.view(torch.int16).numpy()) for x in xs]
+    outs = [_aligned(np.full_like(arrays[0], -1)) for _ in range(ranks)]
+    ins = (ctypes.c_void_p * ranks)(*[_addr(a) for a in arrays])
+    out = (ctypes.c_void_p * ranks)(*[_addr(o) for o in outs])
+    lo, hi = (ctypes.c_size_t * pieces)(), (ctypes.c_size_t * pieces)()
+    assert lib.cuco_test_pack_slice(ctypes.c_size_t(cols), ctypes.c_size_t(8), ctypes.c_size_t(pieces), lo, hi) == 0
+    counts = np.zeros(lines * ld, dtype=np.int32)
+    for j in range(pieces):
+        sizes = [ctypes.c_size_t(v) for v in (ld, lines, lo[j], hi[j], ctas, threads)]
+        assert lib.cuco_test_piece_sum_bf16(ins, out, ranks, *sizes) == 0
+        assert lib.cuco_test_piece_cover(ranks, *sizes, counts.ctypes.data_as(ctypes.POINTER(ctypes.c_int))) == 0
+    assert (counts.reshape(lines, ld)[:, :cols] == 1).all() and (counts.reshape(lines, ld)[:, cols:] == 0).all()
+    acc = torch.zeros(lines * ld, dtype=torch.float32)
+    for x in xs:
+        acc += x.float()
+    want = acc.to(torch.bfloat16).view(torch.int16).numpy().reshape(lines, ld)
+    for o in outs:
+        got = o.reshape(lines, ld)
+        assert np.array_equal(got[:, :cols], want[:, :cols])
+        assert (got[:, cols:] == -1).all()

@@ -349,38 +349,56 @@ __global__ void __launch_bounds__(CUCO_COLL_THREADS)
   bar.sync();
 }
 
+// The part of a piece (columns [c0, c1) of `lines` lines) that rank r of n sums: its slice of the lines, or with
+// fewer lines than ranks its slice of the columns (on packs of kN elements); and of that, the part of CTA `cta` of
+// `ctas`: the CTAs share out the lines, several to a line where the lines are fewer than the CTAs, thread `thread`
+// of `threads` of each one of perLine * threads on its lines. Lines [line0, line1) by lineStep, columns [a, b).
+struct PieceShare {
+  size_t line0, line1, lineStep, a, b, tid, nThreads;
+};
+
+__host__ __device__ inline PieceShare pieceShare(size_t lines, size_t c0, size_t c1, size_t kN, size_t r, size_t n,
+                                                 size_t cta, size_t ctas, size_t thread, size_t threads) {
+  PieceShare s{0, lines, 1, c0, c1, 0, 1};
+  if (lines >= n) {
+    s.line0 = lines * r / n, s.line1 = lines * (r + 1) / n;
+  } else {
+    packSlice(c1 - c0, kN, r, n, &s.a, &s.b);
+    s.a += c0, s.b += c0;
+  }
+  const size_t mine = s.line1 - s.line0;
+  if (mine == 0 || s.b <= s.a) {
+    s.line1 = s.line0;
+    return s;
+  }
+  const size_t perLine = ctas > mine ? ctas / mine : 1;  // CTAs that share one line
+  const size_t groups = ctas / perLine, group = cta / perLine;
+  s.lineStep = groups;
+  s.tid = (cta % perLine) * threads + thread, s.nThreads = perLine * threads;
+  if (group >= groups) s.line1 = s.line0;  // a CTA left over where perLine does not divide the grid
+  else s.line0 += group;
+  return s;
+}
+
 // All-reduce (sum) of one piece of a matrix of `lines` lines `ld` elements apart: columns [c0, c1) of every line
-// (sync chunk, a GEMM's output cut by columns). This rank sums its share of every rank's send, its slice of the lines
-// (or, with fewer lines than ranks, of the columns), and stores it into every rank's recv, in the same order as
-// allReduceKernel. The grid's CTAs share out the lines, several to a line where the lines are fewer than the CTAs.
-// `last` closes the all-reduce with a barrier: a rank reads its recv only once every rank has stored its share; the
-// pieces' flags, raised after the GEMM wrote them, stand for the barrier at the start.
+// (sync chunk, a GEMM's output cut by columns). This rank sums its share of every rank's send (pieceShare) and stores
+// it into every rank's recv, in the same order as allReduceKernel. `last` closes the all-reduce with a barrier: a
+// rank reads its recv only once every rank has stored its share; the pieces' flags, raised after the GEMM wrote
+// them, stand for the barrier at the start.
 template <typename T>
 __global__ void __launch_bounds__(CUCO_COLL_THREADS)
     allReducePieceKernel(ncclDevComm dc, ncclWindow_t sendWin, size_t sendOffset, ncclWindow_t recvWin,
                          size_t recvOffset, size_t ld, size_t lines, size_t c0, size_t c1, int last) {
-  const size_t n = dc.lsaSize, r = dc.lsaRank;
-  size_t l0 = 0, l1 = lines, a = c0, b = c1;
-  if (lines >= n) {
-    l0 = lines * r / n, l1 = lines * (r + 1) / n;
-  } else {
-    packSlice(c1 - c0, 16 / sizeof(T), r, n, &a, &b);
-    a += c0, b += c0;
-  }
   const T* in[CUCO_COLL_MAX_RANKS];
   T* out[CUCO_COLL_MAX_RANKS];
   for (int p = 0; p < dc.lsaSize; p++) {
     in[p] = (const T*)ncclGetLsaPointer(sendWin, sendOffset, p);
     out[p] = (T*)ncclGetLsaPointer(recvWin, recvOffset, p);
   }
-  const size_t mine = l1 - l0;
-  if (mine > 0 && b > a) {
-    const size_t perLine = gridDim.x > mine ? gridDim.x / mine : 1;  // CTAs that share one line
-    const size_t groups = gridDim.x / perLine, group = blockIdx.x / perLine;
-    const size_t tid = (blockIdx.x % perLine) * blockDim.x + threadIdx.x, nThreads = perLine * blockDim.x;
-    for (size_t line = l0 + group; group < groups && line < l1; line += groups)
-      reduceRange<T>(in, dc.lsaSize, out, dc.lsaSize, line * ld + a, line * ld + b, tid, nThreads);
-  }
+  const PieceShare s = pieceShare(lines, c0, c1, 16 / sizeof(T), dc.lsaRank, dc.lsaSize, blockIdx.x, gridDim.x,
+                                  threadIdx.x, blockDim.x);
+  for (size_t line = s.line0; line < s.line1; line += s.lineStep)
+    reduceRange<T>(in, dc.lsaSize, out, dc.lsaSize, line * ld + s.a, line * ld + s.b, s.tid, s.nThreads);
   if (last) lsaBarrier(dc);
 }
 
