@@ -36,6 +36,7 @@ PROGRAMS = {
     "host_halo_exchange": ("sendrecv_ring", FASTPATH / "host_halo_exchange.cu"),
     "overlap_beside": ("allgather_bf16", FASTPATH / "knobs" / "overlap_beside.cu"),
     "gather_gemm_ex": ("gemm_allgather", FASTPATH / "knobs" / "gather_gemm_ex.cu"),
+    "gemm_ar_ex": ("gemm_allreduce", FASTPATH / "knobs" / "gemm_ar_ex.cu"),
     **{f"{wl}_seed": (wl, WORKLOADS / wl / "seed.cu")
        for wl in ("gemm_allgather", "gemm_reducescatter", "allreduce_sum", "reducescatter_sum", "allgather_bf16",
                   "alltoall_bf16", "sendrecv_ring", "gemm_allreduce")},

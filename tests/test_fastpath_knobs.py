@@ -609,3 +609,14 @@ def test_search_space_knobs_refuses_in_one_line(value, says, tmp_path, monkeypat
     code, out = _evolve(tmp_path, monkeypatch, capsys, str(WORKLOADS / "allreduce_sum"), "--set", "search.space=knobs",
                         "--set", value)
     assert code == 2 and says in out, out
+
+
+def test_the_knobs_benchmark_searches_every_program_listed_here():
+    """benchmarks/knobs_search.py runs the programs this file lists, on the same workloads."""
+    import sys
+
+    sys.path.insert(0, str(ROOT / "benchmarks"))
+    from knobs_search import PROGRAMS as SEARCHED
+
+    assert {n: (wl, Path(src).resolve()) for n, (wl, src) in SEARCHED.items()} == \
+        {n: (wl, Path(src).resolve()) for n, (wl, src, _) in PROGRAMS.items()}
