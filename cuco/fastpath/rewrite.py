@@ -108,6 +108,13 @@ class _Windows:
                        for key, win in self.moved.items())
 
 
+def _both_windows(op: Op, window: _Windows) -> str:
+    """An all-reduce's send and receive windows with their offsets, as the device calls take them."""
+    send, send_off = window(op.args["send"], "send", op)
+    recv, recv_off = window(op.args["recv"], "receive", op)
+    return f"{send}, {send_off}, {recv}, {recv_off}"
+
+
 def _replacement(op: Op, window: _Windows, stream: str | None = None) -> str:
     """The device collective's call for OP, issued on STREAM (default: the stream OP names)."""
     a = {**op.args, **({"stream": stream} if stream else {})}
@@ -123,9 +130,7 @@ def _replacement(op: Op, window: _Windows, stream: str | None = None) -> str:
         win, off = window(a["send"], "send", op)
         return f"cuco::reduceScatter<{elem}>(ctx, {win}, {off}, {a['recv']}, {a['count']}, {a['stream']})"
     if op.name == "ncclAllReduce":
-        send, send_off = window(a["send"], "send", op)
-        recv, recv_off = window(a["recv"], "receive", op)
-        return f"cuco::allReduce<{elem}>(ctx, {send}, {send_off}, {recv}, {recv_off}, {a['count']}, {a['stream']})"
+        return f"cuco::allReduce<{elem}>(ctx, {_both_windows(op, window)}, {a['count']}, {a['stream']})"
     if op.name == "ncclAlltoAll":
         win, off = window(a["recv"], "receive", op)
         return f"cuco::allToAll(ctx, {win}, {off}, {a['send']}, ({a['count']}) * sizeof({elem}), {a['stream']})"
@@ -189,10 +194,8 @@ def _pieced(op: Op, window: _Windows, site: int, pieces: Pieces) -> tuple[str, t
     and the GEMM as cuco::gemmSignalRows, or cuco::allReduceChunks and the GEMM as cuco::gemmSignalColumns."""
     a = op.args
     if op.name == "ncclAllReduce":
-        send, send_off = window(a["send"], "send", op)
-        recv, recv_off = window(a["recv"], "receive", op)
-        call = (f"cuco::allReduceChunks<{site}>(ctx, {send}, {send_off}, {recv}, {recv_off}, {a['count']}, "
-                f"{a['stream']}, (const {ELEMENT[a['dtype']]}*)({a['send']}))")
+        call = (f"cuco::allReduceChunks<{site}>(ctx, {_both_windows(op, window)}, {a['count']}, {a['stream']}, "
+                f"(const {ELEMENT[a['dtype']]}*)({a['send']}))")
     elif pieces.produces:
         win, off = window(a["send"], "send", op)
         call = (f"cuco::reduceScatterChunks<{site}>(ctx, {win}, {off}, ({ELEMENT[a['dtype']]}*)({a['recv']}), "
