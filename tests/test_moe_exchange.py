@@ -1,0 +1,122 @@
+"""cuco.kernels.moe_exchange: the MoE layer's exchange on the GPU.
+
+The plan, played out in torch for every rank of random routings at world 2 to 4 (an expert no token picks, every
+pick on one rank): every pair's row lands in its owner's rows grouped by expert, sources in rank order, within the
+owner's offsets, and every received row goes back to the sorted place its pair came from. Then the whole layer
+(counts, dispatch, both grouped GEMMs, the way back, the combine) for emulated ranks in one process, each rank's
+step run for every rank before the next step (so each wait finds its counters at their target), against the
+reference: in Triton's interpreter on the CPU, for real on a GPU.
+"""
+
+from __future__ import annotations
+
+import pytest
+from kernel_tensors import DEVICE, DTYPE, ptrs
+
+torch = pytest.importorskip("torch")
+from cuco.kernels.combine import combine  # noqa: E402
+from cuco.kernels.grouped_gemm import grouped_gemm, grouped_swiglu, sort_by_expert  # noqa: E402
+from cuco.kernels.moe_exchange import COMBINE, COUNTS, DISPATCH, MoeExchange, exchange_plan  # noqa: E402
+
+
+def _routing(gen, tokens, experts, topk, world, skew):
+    """Each token's k distinct experts; `skew`: every pick among rank 0's experts."""
+    pool = experts // world if skew else experts
+    return torch.stack([torch.randperm(pool, generator=gen)[:topk] for _ in range(tokens)])
+
+
+def _sorted(idx, experts):
+    layout = sort_by_expert(idx, experts)
+    return layout, idx.flatten()[layout.order]
+
+
+@pytest.mark.parametrize("world,skew", [(2, False), (2, True), (3, False), (4, False)])
+def test_every_pair_lands_at_its_owner_by_expert_and_comes_back_to_its_sorted_place(world, skew):
+    gen = torch.Generator().manual_seed(world)
+    experts, tokens, topk = 4 * world, 9, 3
+    local, pairs = experts // world, tokens * topk
+    routes = [_routing(gen, tokens, experts, topk, world, skew) for _ in range(world)]
+    sorted_ = [_sorted(idx, experts) for idx in routes]
+    counts = torch.stack([lay.offs.diff() for lay, _ in sorted_])
+    if skew:  # every pair to rank 0, none to the others
+        assert counts.sum(0)[local:].sum() == 0
+    plans = [exchange_plan(counts, r, expert, lay.offs, world * pairs) for r, (lay, expert) in enumerate(sorted_)]
+    rows = [[None] * (world * pairs) for _ in range(world)]  # (source, sorted pair, expert) per received row
+    for s, ((lay, expert), plan) in enumerate(zip(sorted_, plans)):
+        for i in range(pairs):
+            o, row = int(plan.dest_rank[i]), int(plan.dest_row[i])
+            assert rows[o][row] is None, "two pairs stored into one row"
+            rows[o][row] = (s, i, int(expert[i]))
+    for o, plan in enumerate(plans):
+        n = int(plan.recv_offs[-1])
+        assert all(r is not None for r in rows[o][:n]) and all(r is None for r in rows[o][n:])
+        for e in range(local):
+            got = rows[o][int(plan.recv_offs[e]):int(plan.recv_offs[e + 1])]
+            assert all(g == o * local + e for _, _, g in got)
+            assert got == sorted(got), "an expert's rows in source order, each source's in its sorted order"
+        for j in range(n):
+            source, pair, _ = rows[o][j]
+            assert (int(plan.ret_rank[j]), int(plan.ret_row[j])) == (source, pair)
+
+
+def _emulated(world, experts, pairs, hidden):
+    """Each rank's MoeExchange over plain tensors, the pointer tables naming the other ranks' tensors."""
+    bufs = [{"counts": torch.zeros(world, experts, dtype=torch.int32, device=DEVICE),
+             "rows": torch.full((world * pairs, hidden), float("nan"), dtype=DTYPE, device=DEVICE),
+             "back": torch.full((pairs, hidden), float("nan"), dtype=DTYPE, device=DEVICE),
+             "counters": torch.zeros(3, world, dtype=torch.int32, device=DEVICE)} for _ in range(world)]
+    table = {k: ptrs([b[k].data_ptr() for b in bufs]) for k in bufs[0]}
+    return [MoeExchange(r, world, **bufs[r], counts_ptrs=table["counts"], rows_ptrs=table["rows"],
+                        back_ptrs=table["back"], flag_ptrs=table["counters"], programs=3) for r in range(world)]
+
+
+@pytest.mark.parametrize("world", [1, 2, 3])
+def test_the_layer_through_the_exchange_is_each_tokens_weighted_sum_of_its_experts(world):
+    gen = torch.Generator().manual_seed(11)
+    tokens, hidden, experts, topk, ff = 7, 32, 4 * world, 3, 16
+    local, pairs = experts // world, tokens * topk
+    x = [torch.randn(tokens, hidden, generator=gen).to(DTYPE).to(DEVICE) for _ in range(world)]
+    w13 = [(torch.randn(local, hidden, 2 * ff, generator=gen) / 6).to(DTYPE).to(DEVICE) for _ in range(world)]
+    w2 = [(torch.randn(local, ff, hidden, generator=gen) / 4).to(DTYPE).to(DEVICE) for _ in range(world)]
+    routes = [_routing(gen, tokens, experts, topk, world, skew=r == 0).to(DEVICE) for r in range(world)]
+    weight = [torch.softmax(torch.randn(tokens, topk, generator=gen), -1).to(DEVICE) for _ in range(world)]
+    exs = _emulated(world, experts, pairs, hidden)
+    for run in range(2):  # the second run's counters start where the first's ended
+        lays = [_sorted(idx, experts) for idx in routes]
+        for ex, (lay, _) in zip(exs, lays):
+            ex.next_run()
+            ex.publish_counts(lay.offs)
+        for ex in exs:
+            ex.wait(COUNTS)
+        plans = [exchange_plan(ex.counts, ex.rank, expert, lay.offs, world * pairs) for ex, (lay, expert)
+                 in zip(exs, lays)]
+        for r, (ex, (lay, _), plan) in enumerate(zip(exs, lays, plans)):
+            ex.dispatch(x[r], lay.order // topk, plan)
+        outs = []
+        for r, (ex, plan) in enumerate(zip(exs, plans)):
+            ex.wait(DISPATCH)
+            h = torch.empty(world * pairs, ff, dtype=DTYPE, device=DEVICE)
+            out = torch.full((world * pairs, hidden), float("nan"), dtype=DTYPE, device=DEVICE)
+            grouped_swiglu(ex.rows, plan.recv_offs, w13[r], h)
+            outs.append(grouped_gemm(h, plan.recv_offs, w2[r], out))
+        for ex, out, plan in zip(exs, outs, plans):
+            ex.send_back(out, plan)
+        for r, (ex, (lay, _)) in enumerate(zip(exs, lays)):
+            ex.wait(COMBINE)
+            where = torch.empty_like(lay.order)
+            where[lay.order] = torch.arange(pairs, device=DEVICE)
+            y = combine(ex.back, where, weight[r], torch.empty(tokens, hidden, dtype=DTYPE, device=DEVICE))
+            want = torch.zeros(tokens, hidden)
+            for t in range(tokens):
+                for j in range(topk):
+                    e = int(routes[r][t, j])
+                    g, u = (x[r][t].float() @ w13[e // local][e % local].float()).cpu().chunk(2)
+                    hid = (torch.nn.functional.silu(g) * u).to(DTYPE).float()
+                    want[t] += weight[r][t, j].cpu() * (hid @ w2[e // local][e % local].float().cpu())
+            err = ((y.float().cpu() - want).norm() / want.norm()).item()
+            assert err < 2e-2, (run, r, err)
+    programs = exs[0].programs
+    for ex in exs:  # two runs: each peer's counters at two runs' worth of its programs
+        peers = [s for s in range(world) if s != ex.rank]
+        assert ex.counters[:, peers].tolist() == [[2] * len(peers), [2 * programs] * len(peers),
+                                                   [2 * programs] * len(peers)]
