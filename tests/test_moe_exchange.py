@@ -42,7 +42,7 @@ def test_every_pair_lands_at_its_owner_by_expert_and_comes_back_to_its_sorted_pl
         assert counts.sum(0)[local:].sum() == 0
     plans = [exchange_plan(counts, r, expert, lay.offs, world * pairs) for r, (lay, expert) in enumerate(sorted_)]
     rows = [[None] * (world * pairs) for _ in range(world)]  # (source, sorted pair, expert) per received row
-    for s, ((lay, expert), plan) in enumerate(zip(sorted_, plans)):
+    for s, ((_, expert), plan) in enumerate(zip(sorted_, plans)):
         for i in range(pairs):
             o, row = int(plan.dest_rank[i]), int(plan.dest_row[i])
             assert rows[o][row] is None, "two pairs stored into one row"
