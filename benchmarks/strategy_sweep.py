@@ -73,7 +73,7 @@ def main() -> None:
 
     rows = [run("seed", spec.seed_path)]
     for p in points:
-        src = work / "src" / (p.label().replace("/", "_") + ".cu")
+        src = work / "src" / (p.label().replace("/", "_") + strategy.path.suffix)
         src.parent.mkdir(parents=True, exist_ok=True)
         src.write_text(materialize(strategy, p))
         rows.append(run(p.label(), src))
