@@ -10,6 +10,7 @@ import torch
 import torch.nn.functional as F
 from conftest import WORKLOADS
 
+from cuco.evolve.strategy import materialize
 from cuco.runner.cascade import EvalOptions, evaluate
 from cuco.workload import load_workload
 from cuco.workload.reference import load_reference
@@ -87,4 +88,17 @@ def test_the_grouped_gemm_program_is_correct_at_full_shapes(tmp_path):
     rec = evaluate(spec, spec.candidates["grouped_triton"],
                    EvalOptions(device="cuda", max_level="L3", gpus=[0], shapes=["t128", "t128_hot5", "t4096_hot5"],
                                work_dir=tmp_path / "w"))
+    assert rec.ok, rec.error
+
+
+@pytest.mark.parametrize("world", [pytest.param(w, marks=pytest.mark.gpu(w)) for w in (1, 2)])
+@pytest.mark.timeout(600)
+def test_the_exchange_on_the_gpu_is_correct_through_timed_runs(world, tmp_path):
+    """moe_grouped at T = 128, every timed run verified: past 16 runs, where a kernel argument that grows every run
+    would first be a multiple of 16 (a variant compiled and loaded mid-run, behind the gate: it hung there)."""
+    spec = load_workload(ROOT, world)
+    src = tmp_path / "moe_grouped.py"
+    src.write_text(materialize(spec.strategies["moe_grouped"], next(iter(spec.strategies["moe_grouped"].points()))))
+    rec = evaluate(spec, src, EvalOptions(device="cuda", max_level="L4", gpus=list(range(world)), shapes=["t128_hot5"],
+                                          iters=24, work_dir=tmp_path / "w"))
     assert rec.ok, rec.error

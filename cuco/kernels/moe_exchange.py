@@ -32,6 +32,9 @@ from cuco.kernels.grouped_gemm import MIN_EXPERT_LANES
 COUNTS, DISPATCH, COMBINE = range(3)  # the phases, each a row of every rank's counters
 BLOCK_H = 1024  # row elements a program moves at a time: 2 KB, 16 bytes per thread at 4 warps
 PROGRAMS_PER_SM = 4  # a program's load and store are serial: several per SM keep enough bytes in flight
+# Arguments that vary from run to run (the counters' targets) or from rank to rank are not specialised on: Triton
+# compiles a new variant for a value of 1 or a multiple of 16, and a variant's first launch loads its module, which
+# waits for the device to go idle, behind a gate or a peer's wait that never ends (a timed run hung that way).
 
 
 @triton.jit
@@ -44,7 +47,7 @@ def _release_peers(flag_ptrs, phase, rank, world):
             tl.atomic_add(flag + phase * world + rank, 1, sem="release", scope="sys")
 
 
-@triton.jit
+@triton.jit(do_not_specialize=["rank", "world"])
 def _publish_counts_kernel(offs, counts_ptrs, flag_ptrs, rank, world, E, E_PAD: tl.constexpr):
     """This rank's rows per expert (offs' differences) into row `rank` of every rank's counts, then released."""
     i = tl.arange(0, E_PAD)
@@ -56,7 +59,7 @@ def _publish_counts_kernel(offs, counts_ptrs, flag_ptrs, rank, world, E, E_PAD: 
     _release_peers(flag_ptrs, 0, rank, world)
 
 
-@triton.jit
+@triton.jit(do_not_specialize=["phase", "rank", "world", "target"])
 def _await_kernel(counters, phase, rank, world, target):
     for s in range(world):
         if s != rank:
@@ -64,7 +67,7 @@ def _await_kernel(counters, phase, rank, world, target):
                 pass
 
 
-@triton.jit
+@triton.jit(do_not_specialize=["phase", "rank", "world"])
 def _scatter_rows_kernel(src, src_row, dest_ptrs, dest_rank, dest_row, n_rows, count, flag_ptrs, phase, rank, world,
                          programs, H, BLOCK: tl.constexpr, GATHER: tl.constexpr, COUNTED: tl.constexpr):
     """Row i (i < n_rows, and < *count where COUNTED) of src (row src_row[i] where GATHER) into rank dest_rank[i]'s
