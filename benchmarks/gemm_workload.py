@@ -1,10 +1,12 @@
 """A built-in workload on this GPU machine: baselines, bounds and every shipped candidate at every shape.
 
-Runs `cuco doctor`, `cuco baseline WORKLOAD`, then `cuco eval` of each shipped candidate that is not a baseline,
-through the real CLI, and writes benchmarks/results/<workload>-w<world>.json and .md (time, bound, efficiency and
-speedups over each baseline per candidate and shape, with date, device and commit).
+Runs `cuco doctor`, `cuco baseline WORKLOAD`, then `cuco eval` of each shipped candidate that is not a baseline
+and of each design point named by --point (a strategy's point, as the search writes it), through the real CLI, and
+writes benchmarks/results/<workload>-w<world>.json and .md (time, bound, efficiency and speedups over each baseline
+per candidate and shape, with date, device and commit).
 
     python benchmarks/gemm_workload.py [--workload gemm_allgather] [--world 2] [--iters 30] [--shape 8k ...]
+        [--point STRATEGY:LABEL ...]
 """
 
 from __future__ import annotations
@@ -26,6 +28,8 @@ def main() -> int:
     ap.add_argument("--world", type=int, default=2)
     ap.add_argument("--iters", type=int, default=None)
     ap.add_argument("--shape", action="append", default=[])
+    ap.add_argument("--point", action="append", default=[], metavar="STRATEGY:LABEL",
+                    help="a strategy's design point to evaluate beside them (fnmatch on labels: moe_grouped:*)")
     ap.add_argument("--out", type=Path, default=RESULTS)
     args = ap.parse_args()
 
@@ -44,12 +48,13 @@ def main() -> int:
     records = json.loads(baselines_file(spec.name, args.world, "cuda").read_text())
     tmp = cuco_home() / "bench"
     tmp.mkdir(exist_ok=True)
-    for name in spec.candidates:
+    programs = {name: name for name in spec.candidates} | _points(spec, args.point, tmp)
+    for name, candidate in programs.items():
         if name in records:
             continue
-        out = tmp / f"{name}.json"
+        out = tmp / f"{name.replace('/', '_').replace(' ', '-')}.json"
         out.unlink(missing_ok=True)
-        proc = record.cuco("eval", spec.name, name, "--out", str(out), *common)
+        proc = record.cuco("eval", spec.name, candidate, "--out", str(out), *common)
         if out.is_file():
             records[name] = json.loads(out.read_text())
         else:  # cannot run here: cuco said why in its last line; a row of the table, not the end of it
@@ -60,6 +65,27 @@ def main() -> int:
                        gemm_bf16_tflops=machine.get("gemm_bf16_tflops"), ceilings=_ceilings(machine))
     record.save(args.out, f"{spec.name}-w{args.world}", info, {"records": records}, markdown(spec, info, records))
     return 0 if all(r["ok"] for r in records.values()) else 1
+
+
+def _points(spec, wanted: list[str], folder: Path) -> dict[str, str]:
+    """'strategy label' -> the candidate file of each design point named (STRATEGY:LABEL, fnmatch on labels)."""
+    from fnmatch import fnmatch
+
+    from cuco.evolve.strategy import materialize
+
+    out = {}
+    for item in wanted:
+        name, _, pattern = item.partition(":")
+        if name not in spec.strategies:
+            raise SystemExit(f"--point {item}: {spec.name} has no strategy {name!r} (it has: "
+                             f"{', '.join(spec.strategies)})")
+        strategy = spec.strategies[name]
+        for point in strategy.points():
+            if fnmatch(point.label(), pattern or "*"):
+                src = folder / f"{name}-{point.label().replace('/', '_')}{strategy.path.suffix}"
+                src.write_text(materialize(strategy, point))
+                out[f"{name} {point.label()}"] = str(src)
+    return out
 
 
 def _ceilings(machine: dict) -> str:

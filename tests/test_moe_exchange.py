@@ -16,7 +16,16 @@ from kernel_tensors import DEVICE, DTYPE, ptrs
 torch = pytest.importorskip("torch")
 from cuco.kernels.combine import combine  # noqa: E402
 from cuco.kernels.grouped_gemm import grouped_gemm, grouped_swiglu, sort_by_expert  # noqa: E402
-from cuco.kernels.moe_exchange import COMBINE, COUNTS, DISPATCH, MoeExchange, exchange_plan  # noqa: E402
+from cuco.kernels.moe_exchange import (  # noqa: E402
+    COMBINE,
+    COUNTS,
+    DISPATCH,
+    MAX_GROUPS,
+    PROGRAMS_PER_SM,
+    MoeExchange,
+    exchange_plan,
+    group_experts,
+)
 
 
 def _routing(gen, tokens, experts, topk, world, skew):
@@ -64,14 +73,17 @@ def _emulated(world, experts, pairs, hidden):
     bufs = [{"counts": torch.zeros(world, experts, dtype=torch.int32, device=DEVICE),
              "rows": torch.full((world * pairs, hidden), float("nan"), dtype=DTYPE, device=DEVICE),
              "back": torch.full((pairs, hidden), float("nan"), dtype=DTYPE, device=DEVICE),
-             "counters": torch.zeros(3, world, dtype=torch.int32, device=DEVICE)} for _ in range(world)]
+             "counters": torch.zeros(DISPATCH + MAX_GROUPS, world, dtype=torch.int32, device=DEVICE)}
+            for _ in range(world)]
     table = {k: ptrs([b[k].data_ptr() for b in bufs]) for k in bufs[0]}
     return [MoeExchange(r, world, **bufs[r], counts_ptrs=table["counts"], rows_ptrs=table["rows"],
-                        back_ptrs=table["back"], flag_ptrs=table["counters"], programs=3) for r in range(world)]
+                        back_ptrs=table["back"], flag_ptrs=table["counters"], sms=2) for r in range(world)]
 
 
-@pytest.mark.parametrize("world", [1, 2, 3])
-def test_the_layer_through_the_exchange_is_each_tokens_weighted_sum_of_its_experts(world):
+@pytest.mark.parametrize("world,groups", [(1, 1), (2, 1), (3, 1), (2, 3), (2, 8)])
+def test_the_layer_through_the_exchange_is_each_tokens_weighted_sum_of_its_experts(world, groups):
+    """groups > 1: the dispatch and the way back group by group (3 groups of 4 experts: uneven; 8: some empty), the
+    experts of a group computed once that group's counter says its rows are in."""
     gen = torch.Generator().manual_seed(11)
     tokens, hidden, experts, topk, ff = 7, 32, 4 * world, 3, 16
     local, pairs = experts // world, tokens * topk
@@ -84,23 +96,24 @@ def test_the_layer_through_the_exchange_is_each_tokens_weighted_sum_of_its_exper
     for run in range(2):  # the second run's counters start where the first's ended
         lays = [_sorted(idx, experts) for idx in routes]
         for ex, (lay, _) in zip(exs, lays):
-            ex.next_run()
             ex.publish_counts(lay.offs)
         for ex in exs:
             ex.wait(COUNTS)
         plans = [exchange_plan(ex.counts, ex.rank, expert, lay.offs, world * pairs) for ex, (lay, expert)
                  in zip(exs, lays)]
         for r, (ex, (lay, _), plan) in enumerate(zip(exs, lays, plans)):
-            ex.dispatch(x[r], lay.order // topk, plan)
-        outs = []
-        for r, (ex, plan) in enumerate(zip(exs, plans)):
-            ex.wait(DISPATCH)
-            h = torch.empty(world * pairs, ff, dtype=DTYPE, device=DEVICE)
-            out = torch.full((world * pairs, hidden), float("nan"), dtype=DTYPE, device=DEVICE)
-            grouped_swiglu(ex.rows, plan.recv_offs, w13[r], h)
-            outs.append(grouped_gemm(h, plan.recv_offs, w2[r], out))
-        for ex, out, plan in zip(exs, outs, plans):
-            ex.send_back(out, plan)
+            for g in range(groups):
+                ex.dispatch(x[r], lay.order // topk, lay.offs, plan, g, groups)
+        outs = [torch.full((world * pairs, hidden), float("nan"), dtype=DTYPE, device=DEVICE) for _ in exs]
+        for g in range(groups):
+            for r, (ex, plan) in enumerate(zip(exs, plans)):
+                ex.wait(DISPATCH + g)
+                a, b = group_experts(local, g, groups)
+                h = torch.empty(world * pairs, ff, dtype=DTYPE, device=DEVICE)
+                if b > a:
+                    grouped_swiglu(ex.rows, plan.recv_offs[a:b + 1], w13[r][a:b], h)
+                    grouped_gemm(h, plan.recv_offs[a:b + 1], w2[r][a:b], outs[r])
+                ex.send_back(outs[r], plan, g, groups)
         for r, (ex, (lay, _)) in enumerate(zip(exs, lays)):
             ex.wait(COMBINE)
             where = torch.empty_like(lay.order)
@@ -115,8 +128,9 @@ def test_the_layer_through_the_exchange_is_each_tokens_weighted_sum_of_its_exper
                     want[t] += weight[r][t, j].cpu() * (hid @ w2[e // local][e % local].float().cpu())
             err = ((y.float().cpu() - want).norm() / want.norm()).item()
             assert err < 2e-2, (run, r, err)
-    programs = exs[0].programs
-    for ex in exs:  # two runs: each peer's counters at two runs' worth of its programs
-        peers = [s for s in range(world) if s != ex.rank]
-        assert ex.counters[:, peers].tolist() == [[2] * len(peers), [2 * programs] * len(peers),
-                                                   [2 * programs] * len(peers)]
+    programs = PROGRAMS_PER_SM * exs[0].sms
+    for ex in exs:  # two runs: every rank's counters (its own too) at two runs' worth of every rank's releases
+        assert ex.counters[COUNTS].tolist() == [2] * world
+        assert ex.counters[COMBINE].tolist() == [2 * groups * programs] * world
+        assert ex.counters[DISPATCH:DISPATCH + groups].tolist() == [[2 * programs] * world] * groups
+        assert ex.sent[COMBINE] == 2 * groups * programs

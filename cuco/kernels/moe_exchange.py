@@ -8,19 +8,21 @@ The layout (`exchange_plan`), computed by every rank alike from every rank's per
          order; the grouped GEMM reads them in place (`recv_offs`, the owner's local experts' offsets)
   back   a source's pairs' outputs, each at its sorted place: received row j goes back to rank ret_rank[j], row
          ret_row[j], so the combine reads them where they land
-Phases, each with one counter per (phase, sender) on every receiver: each program of the sender's kernel bumps it
-once after its stores (release, system scope) and the receiver waits (acquire) for run x programs. Counters only
-grow, zeroed before the rendezvous. Each wait also orders the next run's stores after the reads they overwrite: a
-rank stores into a peer's rows only once it has the peer's counts of the same run (sent after the peer's previous
-combine, so after its experts read their rows), into a peer's back only once it has the peer's dispatch of the
-same run (sent after the peer's previous combine read its back), and into a peer's counts only once it has the
-peer's returned rows of the previous run (sent after the peer's plan read its counts).
+Phases, each with one counter per (phase, sender) on every rank, the sender's own too: each program of the
+sender's kernel bumps it once after its stores (release, system scope), and a receiver waits (acquire) for as many
+releases as every rank has sent so far (every rank sends alike). The dispatch has a counter per group of experts,
+so that a group's experts start once their own rows are in. Counters only grow, zeroed before the rendezvous. Each
+wait also orders the next run's stores after the reads they overwrite: a rank stores into a peer's rows only once
+it has the peer's counts of the same run (sent after the peer's previous run ended, its experts' reads with it),
+into a peer's back only once it has the peer's dispatch of the same run (sent after the peer's previous combine
+read its back), and into a peer's counts only once it has the peer's returned rows of the previous run (sent after
+the peer's plan read its counts).
 Rows move as 16-bit words: a copy needs no arithmetic, and Triton's interpreter misreads bf16 values.
 """
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 import torch
 import triton
@@ -29,22 +31,26 @@ import triton.language as tl
 from cuco.kernels.common import sm_count
 from cuco.kernels.grouped_gemm import MIN_EXPERT_LANES
 
-COUNTS, DISPATCH, COMBINE = range(3)  # the phases, each a row of every rank's counters
-BLOCK_H = 1024  # row elements a program moves at a time: 2 KB, 16 bytes per thread at 4 warps
-PROGRAMS_PER_SM = 4  # a program's load and store are serial: several per SM keep enough bytes in flight
-# Arguments that vary from run to run (the counters' targets) or from rank to rank are not specialised on: Triton
-# compiles a new variant for a value of 1 or a multiple of 16, and a variant's first launch loads its module, which
-# waits for the device to go idle, behind a gate or a peer's wait that never ends (a timed run hung that way).
+COUNTS, COMBINE, DISPATCH = range(3)  # rows of every rank's counters: the counts, the way back, then the dispatch's
+MAX_GROUPS = 8  # one counter each (DISPATCH + g): the experts of group g wait for their own rows only
+BLOCK_H = 1024  # row elements a program moves at a time
+ROWS = 8  # rows a program moves at a time: 16 KB in flight per program (64 bytes a thread at 8 warps)
+PROGRAMS_PER_SM = 2  # a scatter on its own: two programs an SM
+PUT_SMS = 16  # a scatter beside the experts' GEMM: two programs on each of this many SMs, the GEMM on the rest
+# (cuco_strategy.cuh's kBulkPutSms: an MoE dispatch's hundreds of MB at the link's rate)
+# Arguments that vary from run to run (the counters' targets), group to group or rank to rank are not specialised on:
+# Triton compiles a new variant for a value of 1 or a multiple of 16, and a variant's first launch loads its module,
+# which waits for the device to go idle, behind a gate or a peer's wait that never ends (a timed run hung that way).
 
 
 @triton.jit
-def _release_peers(flag_ptrs, phase, rank, world):
-    """Counter (phase, rank) on every peer, after every store of this program (system scope, cumulative)."""
+def _release(flag_ptrs, phase, rank, world):
+    """Counter (phase, rank) on every rank, this one too, after every store of this program (system scope,
+    cumulative): a wait on one's own counter orders a side stream's stores before the main stream's reads."""
     tl.debug_barrier()
     for p in range(world):
-        if p != rank:  # this rank's own stores are ordered by its stream
-            flag = tl.load(flag_ptrs + p).to(tl.pointer_type(tl.int32))
-            tl.atomic_add(flag + phase * world + rank, 1, sem="release", scope="sys")
+        flag = tl.load(flag_ptrs + p).to(tl.pointer_type(tl.int32))
+        tl.atomic_add(flag + phase * world + rank, 1, sem="release", scope="sys")
 
 
 @triton.jit(do_not_specialize=["rank", "world"])
@@ -56,37 +62,48 @@ def _publish_counts_kernel(offs, counts_ptrs, flag_ptrs, rank, world, E, E_PAD: 
     for p in range(world):
         dest = tl.load(counts_ptrs + p).to(tl.pointer_type(tl.int32))
         tl.store(dest + rank * E + i, c, mask=inside)
-    _release_peers(flag_ptrs, 0, rank, world)
+    _release(flag_ptrs, 0, rank, world)
 
 
-@triton.jit(do_not_specialize=["phase", "rank", "world", "target"])
-def _await_kernel(counters, phase, rank, world, target):
+@triton.jit(do_not_specialize=["phase", "world", "target"])
+def _await_kernel(counters, phase, world, target):
     for s in range(world):
-        if s != rank:
-            while tl.atomic_add(counters + phase * world + s, 0, sem="acquire", scope="sys") < target:
-                pass
+        while tl.atomic_add(counters + phase * world + s, 0, sem="acquire", scope="sys") < target:
+            pass
 
 
-@triton.jit(do_not_specialize=["phase", "rank", "world"])
-def _scatter_rows_kernel(src, src_row, dest_ptrs, dest_rank, dest_row, n_rows, count, flag_ptrs, phase, rank, world,
-                         programs, H, BLOCK: tl.constexpr, GATHER: tl.constexpr, COUNTED: tl.constexpr):
-    """Row i (i < n_rows, and < *count where COUNTED) of src (row src_row[i] where GATHER) into rank dest_rank[i]'s
-    buffer at row dest_row[i]; then counter (phase, rank) released on every peer."""
-    n = n_rows
-    if COUNTED:
-        n = tl.minimum(tl.load(count), n_rows)
+@triton.jit(do_not_specialize=["first", "stride", "span", "segments", "phase", "rank", "world"])
+def _scatter_rows_kernel(src, src_row, dest_ptrs, dest_rank, dest_row, bounds, first, stride, span, segments,
+                         flag_ptrs, phase, rank, world, programs, H,
+                         ROWS: tl.constexpr, BLOCK: tl.constexpr, GATHER: tl.constexpr):
+    """Rows i of [bounds[f], bounds[f + span]) for f = first + s * stride, s < segments: row i of src (row
+    src_row[i] where GATHER) into rank dest_rank[i]'s buffer at row dest_row[i]; then counter (phase, rank)
+    released on every rank."""
+    rr = tl.arange(0, ROWS)
     cols = tl.arange(0, BLOCK)
-    for i in range(tl.program_id(0), n, programs):
-        r = i
-        if GATHER:
-            r = tl.load(src_row + i)
-        dest = tl.load(dest_ptrs + tl.load(dest_rank + i)).to(tl.pointer_type(src.dtype.element_ty))
-        at = dest + tl.load(dest_row + i).to(tl.int64) * H
-        row = src + r.to(tl.int64) * H
-        for c0 in range(0, H, BLOCK):
-            c = c0 + cols
-            tl.store(at + c, tl.load(row + c, mask=c < H), mask=c < H)
-    _release_peers(flag_ptrs, phase, rank, world)
+    for s in range(segments):
+        lo = tl.load(bounds + first + s * stride)
+        hi = tl.load(bounds + first + s * stride + span)
+        for i0 in range(lo + tl.program_id(0) * ROWS, hi, programs * ROWS):
+            i = i0 + rr
+            inside = i < hi
+            r = i
+            if GATHER:
+                r = tl.load(src_row + i, mask=inside, other=0)
+            dest = tl.load(dest_ptrs + tl.load(dest_rank + i, mask=inside, other=0))
+            at = dest.to(tl.pointer_type(src.dtype.element_ty)) + tl.load(dest_row + i, mask=inside, other=0) * H
+            row = src + r.to(tl.int64) * H
+            for c0 in range(0, H, BLOCK):
+                c = c0 + cols
+                m = inside[:, None] & (c[None, :] < H)
+                tl.store(at[:, None] + c[None, :], tl.load(row[:, None] + c[None, :], mask=m), mask=m)
+    _release(flag_ptrs, phase, rank, world)
+
+
+def group_experts(local: int, group: int, groups: int) -> tuple[int, int]:
+    """Group `group` of `groups` runs of a rank's `local` experts: [a, b), as even as they come (empty where there
+    are more groups than experts)."""
+    return group * local // groups, (group + 1) * local // groups
 
 
 @dataclass(frozen=True)
@@ -125,50 +142,58 @@ def exchange_plan(counts: torch.Tensor, rank: int, expert: torch.Tensor, offs: t
 
 @dataclass
 class MoeExchange:
-    """This rank's windows and counters (torch symmetric memory, or plain tensors at world 1) and the runs so far."""
+    """This rank's windows and counters (torch symmetric memory, or plain tensors at world 1), and how many releases
+    each counter of every rank has been sent so far (every rank sends alike, so that is each wait's target)."""
 
     rank: int
     world: int
     counts: torch.Tensor  # [world, E] int32: every source's rows per expert
     rows: torch.Tensor  # [max_rows, H]: received rows, expert-major
     back: torch.Tensor  # [pairs, H]: this rank's pairs' outputs, in its sorted order
-    counters: torch.Tensor  # [3, world] int32
+    counters: torch.Tensor  # [DISPATCH + MAX_GROUPS, world] int32
     counts_ptrs: torch.Tensor  # int64 [world]: each rank's address of its counts (and so on)
     rows_ptrs: torch.Tensor
     back_ptrs: torch.Tensor
     flag_ptrs: torch.Tensor
-    programs: int  # of each scatter: every rank's the same, as the counters' targets assume
-    run: int = 0
-
-    def next_run(self) -> None:
-        self.run += 1
+    sms: int
+    sent: list[int] = field(default_factory=lambda: [0] * (DISPATCH + MAX_GROUPS))
 
     def publish_counts(self, offs: torch.Tensor) -> None:
         experts = self.counts.shape[1]
         _publish_counts_kernel[(1,)](offs, self.counts_ptrs, self.flag_ptrs, self.rank, self.world, experts,
                                      E_PAD=max(MIN_EXPERT_LANES, triton.next_power_of_2(experts)))
+        self.sent[COUNTS] += 1
 
-    def dispatch(self, x: torch.Tensor, token: torch.Tensor, plan: ExchangePlan) -> None:
-        """Sorted pair i's token row (x[token[i]]) into its owner's rows."""
-        self._scatter(x, token, self.rows_ptrs, plan.dest_rank, plan.dest_row, len(token), None, DISPATCH)
+    def dispatch(self, x: torch.Tensor, token: torch.Tensor, offs: torch.Tensor, plan: ExchangePlan,
+                 group: int = 0, groups: int = 1, programs: int | None = None) -> None:
+        """Sorted pair i's token row (x[token[i]]) into its owner's rows, for the pairs of group `group` of every
+        owner's local experts (cut into `groups` runs: group_experts); released on counter DISPATCH + group."""
+        local = self.counts.shape[1] // self.world
+        a, b = group_experts(local, group, groups)
+        self._scatter(x, token, self.rows_ptrs, plan.dest_rank, plan.dest_row, offs, a, local, b - a, self.world,
+                      DISPATCH + group, programs)
 
-    def send_back(self, out: torch.Tensor, plan: ExchangePlan) -> None:
-        """Received row j's output (out[j], j < recv_offs[-1]) into its source's back."""
-        self._scatter(out, None, self.back_ptrs, plan.ret_rank, plan.ret_row, len(plan.ret_rank),
-                      plan.recv_offs[-1:], COMBINE)
+    def send_back(self, out: torch.Tensor, plan: ExchangePlan, group: int = 0, groups: int = 1,
+                  programs: int | None = None) -> None:
+        """Received row j's output (out[j]) into its source's back, for the rows of group `group` of this rank's
+        experts; released on counter COMBINE."""
+        a, b = group_experts(len(plan.recv_offs) - 1, group, groups)
+        self._scatter(out, None, self.back_ptrs, plan.ret_rank, plan.ret_row, plan.recv_offs, a, 0, b - a, 1, COMBINE,
+                      programs)
 
-    def _scatter(self, src, src_row, dest_ptrs, dest_rank, dest_row, n_rows, count, phase) -> None:
+    def _scatter(self, src, src_row, dest_ptrs, dest_rank, dest_row, bounds, first, stride, span, segments, phase,
+                 programs) -> None:
         words = src.view(torch.int16)
-        _scatter_rows_kernel[(self.programs,)](
-            words, words if src_row is None else src_row, dest_ptrs, dest_rank, dest_row, n_rows,
-            dest_row if count is None else count, self.flag_ptrs, phase, self.rank, self.world, self.programs,
-            src.shape[1], BLOCK=BLOCK_H, GATHER=src_row is not None, COUNTED=count is not None, num_warps=4)
+        programs = programs or PROGRAMS_PER_SM * self.sms
+        _scatter_rows_kernel[(programs,)](
+            words, words if src_row is None else src_row, dest_ptrs, dest_rank, dest_row, bounds, first, stride, span,
+            segments, self.flag_ptrs, phase, self.rank, self.world, programs, src.shape[1], ROWS=ROWS, BLOCK=BLOCK_H,
+            GATHER=src_row is not None, num_warps=8)
+        self.sent[phase] += programs
 
     def wait(self, phase: int) -> None:
-        """Until every peer's stores of this run's `phase` have landed here (a one-program kernel on the stream)."""
-        if self.world > 1:
-            programs = 1 if phase == COUNTS else self.programs
-            _await_kernel[(1,)](self.counters, phase, self.rank, self.world, self.run * programs)
+        """Until every rank's stores of `phase` so far have landed here (a one-program kernel on the stream)."""
+        _await_kernel[(1,)](self.counters, phase, self.world, self.sent[phase])
 
 
 def moe_exchange(rank: int, world: int, experts: int, pairs: int, hidden: int, dtype: torch.dtype,
@@ -191,7 +216,6 @@ def moe_exchange(rank: int, world: int, experts: int, pairs: int, hidden: int, d
     counts, hc = window((world, experts), torch.int32)
     rows, hr = window((max_rows, hidden), dtype)
     back, hb = window((pairs, hidden), dtype)
-    counters, hf = window((3, world), torch.int32, zeroed=True)
-    programs = PROGRAMS_PER_SM * sm_count(device)
+    counters, hf = window((DISPATCH + MAX_GROUPS, world), torch.int32, zeroed=True)
     return MoeExchange(rank, world, counts, rows, back, counters, ptrs(counts, hc), ptrs(rows, hr), ptrs(back, hb),
-                       ptrs(counters, hf), programs)
+                       ptrs(counters, hf), sm_count(device))
