@@ -2,7 +2,7 @@
 phase by phase, at world W on this machine's GPUs.
 
 Each rank runs the layer on the workload's own inputs (fresh routing every run) with a CUDA event after each phase
-on its stream: routing, the counts' exchange, the plan, the dispatch, each projection, the way back, the combine
+on its stream, the run enqueued behind a spin as the judge's gate holds it: routing, the counts' exchange, the plan, the dispatch, each projection, the way back, the combine
 (overlapped, the dispatch, the experts and the way back are one phase). Per phase: the median over runs of the
 slowest rank's time, L2 flushed and the ranks met before each run; the projections' rate against the tensor
 ceiling, the dispatch's against the link's. Writes benchmarks/results/moe_phases-w<world>.json and .md.
@@ -29,6 +29,7 @@ def _worker(rank: int, world: int, port: int, shapes: list[str], iters: int, gro
     import torch.distributed as dist
 
     from cuco.kernels.moe_layer import moe_layer, run_layer
+    from cuco.runner.judge.timing import LAUNCH_COVER_CYCLES
     from cuco.workload import load_workload
     from cuco.workload.reference import load_reference
 
@@ -60,6 +61,9 @@ def _worker(rank: int, world: int, port: int, shapes: list[str], iters: int, gro
                     marks[-1][1].record()
 
                 with torch.cuda.stream(main):
+                    # the whole run enqueued behind a spin, as the judge's gate holds it: the phases are the GPU's
+                    # time, not the time to launch them
+                    torch.cuda._sleep(LAUNCH_COVER_CYCLES)
                     mark("start")
                     run_layer(layer, x["x"], x["logits"], w["w13"], w["w2"], y, groups=g,
                               sides=(put, back) if g > 1 else (), mark=mark)

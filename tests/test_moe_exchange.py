@@ -25,6 +25,7 @@ from cuco.kernels.moe_exchange import (  # noqa: E402
     MoeExchange,
     exchange_plan,
     group_experts,
+    window_deltas,
 )
 
 
@@ -75,9 +76,13 @@ def _emulated(world, experts, pairs, hidden):
              "back": torch.full((pairs, hidden), float("nan"), dtype=DTYPE, device=DEVICE),
              "counters": torch.zeros(DISPATCH + MAX_GROUPS, world, dtype=torch.int32, device=DEVICE)}
             for _ in range(world)]
-    table = {k: ptrs([b[k].data_ptr() for b in bufs]) for k in bufs[0]}
-    return [MoeExchange(r, world, **bufs[r], counts_ptrs=table["counts"], rows_ptrs=table["rows"],
-                        back_ptrs=table["back"], flag_ptrs=table["counters"], sms=2) for r in range(world)]
+    addr = {k: [b[k].data_ptr() for b in bufs] for k in bufs[0]}
+
+    def deltas(k, r):  # on a GPU, checked as moe_exchange checks them (the scatter tells the compiler they align)
+        return window_deltas(addr[k], r, DEVICE) if DEVICE.type == "cuda" else ptrs([a - addr[k][r] for a in addr[k]])
+
+    return [MoeExchange(r, world, **bufs[r], counts_ptrs=ptrs(addr["counts"]), flag_ptrs=ptrs(addr["counters"]),
+                        rows_deltas=deltas("rows", r), back_deltas=deltas("back", r), sms=2) for r in range(world)]
 
 
 @pytest.mark.parametrize("world,groups", [(1, 1), (2, 1), (3, 1), (2, 3), (2, 8)])

@@ -17,7 +17,7 @@ it has the peer's counts of the same run (sent after the peer's previous run end
 into a peer's back only once it has the peer's dispatch of the same run (sent after the peer's previous combine
 read its back), and into a peer's counts only once it has the peer's returned rows of the previous run (sent after
 the peer's plan read its counts).
-Rows move as 16-bit words: a copy needs no arithmetic, and Triton's interpreter misreads bf16 values.
+Rows move as the widest integer words their width and alignment allow.
 """
 
 from __future__ import annotations
@@ -73,12 +73,13 @@ def _await_kernel(counters, phase, world, target):
 
 
 @triton.jit(do_not_specialize=["first", "stride", "span", "segments", "phase", "rank", "world"])
-def _scatter_rows_kernel(src, src_row, dest_ptrs, dest_rank, dest_row, bounds, first, stride, span, segments,
-                         flag_ptrs, phase, rank, world, programs, H,
+def _scatter_rows_kernel(src, src_row, base, deltas, dest_rank, dest_row, bounds, first, stride, span, segments,
+                         flag_ptrs, phase, rank, world, programs, H, WORD: tl.constexpr,
                          ROWS: tl.constexpr, BLOCK: tl.constexpr, GATHER: tl.constexpr):
     """Rows i of [bounds[f], bounds[f + span]) for f = first + s * stride, s < segments: row i of src (row
-    src_row[i] where GATHER) into rank dest_rank[i]'s buffer at row dest_row[i]; then counter (phase, rank)
-    released on every rank."""
+    src_row[i] where GATHER) into rank dest_rank[i]'s window at row dest_row[i] (this rank's window at `base`,
+    rank r's at base + deltas[r] bytes); then counter (phase, rank) released on every rank. Rows are H words of
+    WORD bytes."""
     rr = tl.arange(0, ROWS)
     cols = tl.arange(0, BLOCK)
     for s in range(segments):
@@ -90,8 +91,10 @@ def _scatter_rows_kernel(src, src_row, dest_ptrs, dest_rank, dest_row, bounds, f
             r = i
             if GATHER:
                 r = tl.load(src_row + i, mask=inside, other=0)
-            dest = tl.load(dest_ptrs + tl.load(dest_rank + i, mask=inside, other=0))
-            at = dest.to(tl.pointer_type(src.dtype.element_ty)) + tl.load(dest_row + i, mask=inside, other=0) * H
+            # the windows lie whole pages apart (moe_exchange checks it): the compiler may then store 16 bytes a
+            # thread, where an address it cannot place would take a store per word
+            delta = tl.multiple_of(tl.load(deltas + tl.load(dest_rank + i, mask=inside, other=0)) // WORD, 16)
+            at = base + delta + tl.load(dest_row + i, mask=inside, other=0).to(tl.int64) * H
             row = src + r.to(tl.int64) * H
             for c0 in range(0, H, BLOCK):
                 c = c0 + cols
@@ -151,10 +154,10 @@ class MoeExchange:
     rows: torch.Tensor  # [max_rows, H]: received rows, expert-major
     back: torch.Tensor  # [pairs, H]: this rank's pairs' outputs, in its sorted order
     counters: torch.Tensor  # [DISPATCH + MAX_GROUPS, world] int32
-    counts_ptrs: torch.Tensor  # int64 [world]: each rank's address of its counts (and so on)
-    rows_ptrs: torch.Tensor
-    back_ptrs: torch.Tensor
+    counts_ptrs: torch.Tensor  # int64 [world]: each rank's address of its counts, and of its counters
     flag_ptrs: torch.Tensor
+    rows_deltas: torch.Tensor  # int64 [world]: rank r's rows at this rank's rows + rows_deltas[r] bytes
+    back_deltas: torch.Tensor
     sms: int
     sent: list[int] = field(default_factory=lambda: [0] * (DISPATCH + MAX_GROUPS))
 
@@ -170,30 +173,50 @@ class MoeExchange:
         owner's local experts (cut into `groups` runs: group_experts); released on counter DISPATCH + group."""
         local = self.counts.shape[1] // self.world
         a, b = group_experts(local, group, groups)
-        self._scatter(x, token, self.rows_ptrs, plan.dest_rank, plan.dest_row, offs, a, local, b - a, self.world,
-                      DISPATCH + group, programs)
+        self._scatter(x, token, self.rows, self.rows_deltas, plan.dest_rank, plan.dest_row, offs, a, local, b - a,
+                      self.world, DISPATCH + group, programs)
 
     def send_back(self, out: torch.Tensor, plan: ExchangePlan, group: int = 0, groups: int = 1,
                   programs: int | None = None) -> None:
         """Received row j's output (out[j]) into its source's back, for the rows of group `group` of this rank's
         experts; released on counter COMBINE."""
         a, b = group_experts(len(plan.recv_offs) - 1, group, groups)
-        self._scatter(out, None, self.back_ptrs, plan.ret_rank, plan.ret_row, plan.recv_offs, a, 0, b - a, 1, COMBINE,
-                      programs)
+        self._scatter(out, None, self.back, self.back_deltas, plan.ret_rank, plan.ret_row, plan.recv_offs, a, 0, b - a,
+                      1, COMBINE, programs)
 
-    def _scatter(self, src, src_row, dest_ptrs, dest_rank, dest_row, bounds, first, stride, span, segments, phase,
-                 programs) -> None:
-        words = src.view(torch.int16)
+    def _scatter(self, src, src_row, window, deltas, dest_rank, dest_row, bounds, first, stride, span, segments,
+                 phase, programs) -> None:
+        word = _word(src, window)
         programs = programs or PROGRAMS_PER_SM * self.sms
         _scatter_rows_kernel[(programs,)](
-            words, words if src_row is None else src_row, dest_ptrs, dest_rank, dest_row, bounds, first, stride, span,
-            segments, self.flag_ptrs, phase, self.rank, self.world, programs, src.shape[1], ROWS=ROWS, BLOCK=BLOCK_H,
+            src.view(word), src if src_row is None else src_row, window.view(word), deltas, dest_rank, dest_row,
+            bounds, first, stride, span, segments, self.flag_ptrs, phase, self.rank, self.world, programs,
+            src.shape[1] * src.element_size() // word.itemsize, WORD=word.itemsize, ROWS=ROWS, BLOCK=BLOCK_H,
             GATHER=src_row is not None, num_warps=8)
         self.sent[phase] += programs
 
     def wait(self, phase: int) -> None:
         """Until every rank's stores of `phase` so far have landed here (a one-program kernel on the stream)."""
         _await_kernel[(1,)](self.counters, phase, self.world, self.sent[phase])
+
+
+def _word(*rows: torch.Tensor) -> torch.dtype:
+    """The widest integer word a row of each tensor is made of, from an address of that alignment: a copy moves
+    words (no arithmetic; Triton's interpreter misreads bf16 values)."""
+    for word in (torch.int64, torch.int32, torch.int16):
+        if all((t.shape[1] * t.element_size()) % word.itemsize == 0 and t.data_ptr() % word.itemsize == 0
+               for t in rows):
+            return word
+    return torch.uint8
+
+
+def window_deltas(addresses: list[int], rank: int, device: torch.device) -> torch.Tensor:
+    """Each rank's window as a byte offset from this rank's (int64 on the device), refused unless every offset is a
+    multiple of 16 words of 8 bytes, as the scatter tells the compiler (symmetric memory maps whole pages)."""
+    deltas = [a - addresses[rank] for a in addresses]
+    if any(d % (16 * 8) for d in deltas):
+        raise ValueError(f"moe_exchange: the ranks' windows are not 128-byte multiples apart ({deltas})")
+    return torch.tensor(deltas, dtype=torch.int64, device=device)
 
 
 def moe_exchange(rank: int, world: int, experts: int, pairs: int, hidden: int, dtype: torch.dtype,
@@ -209,13 +232,16 @@ def moe_exchange(rank: int, world: int, experts: int, pairs: int, hidden: int, d
 
         return symmetric_tensor(shape, dt, device, group_name, zeroed=zeroed)
 
+    def addresses(t, handle) -> list[int]:
+        return [t.data_ptr()] if handle is None else list(handle.buffer_ptrs)
+
     def ptrs(t, handle):
-        addr = [t.data_ptr()] if handle is None else list(handle.buffer_ptrs)
-        return torch.tensor(addr, dtype=torch.int64, device=device)
+        return torch.tensor(addresses(t, handle), dtype=torch.int64, device=device)
 
     counts, hc = window((world, experts), torch.int32)
     rows, hr = window((max_rows, hidden), dtype)
     back, hb = window((pairs, hidden), dtype)
     counters, hf = window((DISPATCH + MAX_GROUPS, world), torch.int32, zeroed=True)
-    return MoeExchange(rank, world, counts, rows, back, counters, ptrs(counts, hc), ptrs(rows, hr), ptrs(back, hb),
-                       ptrs(counters, hf), sm_count(device))
+    return MoeExchange(rank, world, counts, rows, back, counters, ptrs(counts, hc), ptrs(counters, hf),
+                       window_deltas(addresses(rows, hr), rank, device),
+                       window_deltas(addresses(back, hb), rank, device), sm_count(device))
