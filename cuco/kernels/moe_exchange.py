@@ -36,6 +36,7 @@ MAX_GROUPS = 8  # one counter each (DISPATCH + g): the experts of group g wait f
 BLOCK_H = 1024  # row elements a program moves at a time
 ROWS = 8  # rows a program moves at a time: 16 KB in flight per program (64 bytes a thread at 8 warps)
 PROGRAMS_PER_SM = 2  # a scatter on its own: two programs an SM
+PLAN_BLOCK = 1024  # pairs and received rows a program of the plan lays out
 PUT_SMS = 16  # a scatter beside the experts' GEMM: two programs on each of this many SMs, the GEMM on the rest
 # (cuco_strategy.cuh's kBulkPutSms: an MoE dispatch's hundreds of MB at the link's rate)
 # Arguments that vary from run to run (the counters' targets), group to group or rank to rank are not specialised on:
@@ -120,27 +121,79 @@ class ExchangePlan:
     ret_row: torch.Tensor  # [max_rows]: its place in the source's back
 
 
+@triton.jit(do_not_specialize=["rank"])
+def _plan_tables_kernel(counts, base, src_off, recv_offs, starts, rank, world, E, L,
+                        W_PAD: tl.constexpr, E_PAD: tl.constexpr):
+    """From counts [world, E]: base[s, g] (source s's run of expert g in g's owner's rows), src_off[s, g] (where
+    expert g's pairs start in source s's sorted order), this rank's recv_offs [L + 1], and the starts of the runs
+    it receives, expert-major (run e * world + s)."""
+    s = tl.arange(0, W_PAD)[:, None]
+    g = tl.arange(0, E_PAD)[None, :]
+    inside = (s < world) & (g < E)
+    c = tl.load(counts + s * E + g, mask=inside, other=0).to(tl.int64)
+    total = tl.sum(c, axis=0)  # each expert's rows over every source
+    e = tl.arange(0, E_PAD)
+    before = tl.cumsum(total, axis=0) - total
+    start = before  # expert g's first row in its owner's rows: `before` less the owner's first expert's
+    for o in range(world):
+        start = tl.where(e // L == o, before - tl.sum(tl.where(e == o * L, before, 0), axis=0), start)
+    b = start[None, :] + tl.cumsum(c, axis=0) - c
+    tl.store(base + s * E + g, b, mask=inside)
+    tl.store(src_off + s * E + g, tl.cumsum(c, axis=1) - c, mask=inside)
+    mine = (e >= rank * L) & (e < rank * L + L)
+    tl.store(recv_offs + 1 + e - rank * L, tl.cumsum(tl.where(mine, total, 0), axis=0).to(tl.int32), mask=mine)
+    tl.store(recv_offs, 0)
+    tl.store(starts + (g - rank * L) * world + s, b, mask=inside & (g >= rank * L) & (g < rank * L + L))
+
+
+@triton.jit(do_not_specialize=["rank"])
+def _plan_rows_kernel(expert, offs, base, src_off, starts, dest_rank, dest_row, ret_rank, ret_row, pairs, max_rows,
+                      rank, world, E, L, BLOCK: tl.constexpr, SEARCH: tl.constexpr):
+    """Per sorted pair: its owner and its row there; per row this rank may receive: the source it comes from and
+    its place in the source's back (the run holding it found by a binary search of the runs' starts)."""
+    i = tl.program_id(0) * BLOCK + tl.arange(0, BLOCK)
+    mp = i < pairs
+    g = tl.load(expert + i, mask=mp, other=0)
+    tl.store(dest_rank + i, g // L, mask=mp)
+    tl.store(dest_row + i, tl.load(base + rank * E + g, mask=mp, other=0) + i - tl.load(offs + g, mask=mp, other=0),
+             mask=mp)
+    mr = i < max_rows
+    runs = L * world
+    lo = tl.zeros([BLOCK], dtype=tl.int32)
+    hi = tl.zeros([BLOCK], dtype=tl.int32) + runs
+    for _ in tl.static_range(SEARCH):  # lo: how many runs start at or before i
+        mid = (lo + hi) // 2
+        go = (tl.load(starts + mid, mask=mid < runs, other=0) <= i) & (lo < hi)
+        stop = (lo < hi) & ~go
+        lo = tl.where(go, mid + 1, lo)
+        hi = tl.where(stop, mid, hi)
+    run = tl.maximum(lo - 1, 0)  # among runs of equal start the last: the one that holds i (the others are empty)
+    source = run % world
+    tl.store(ret_rank + i, source, mask=mr)
+    at = tl.load(src_off + source * E + rank * L + run // world, mask=mr, other=0)
+    tl.store(ret_row + i, at + i - tl.load(starts + run, mask=mr, other=0), mask=mr)
+
+
 def exchange_plan(counts: torch.Tensor, rank: int, expert: torch.Tensor, offs: torch.Tensor,
                   max_rows: int) -> ExchangePlan:
     """The layout from counts ([world, E]: rows of each expert from each source), this rank's sorted pairs' experts
-    (`expert`, nondecreasing) and their offsets (`offs`, E + 1). On the device, no size read on the host."""
+    (`expert`, nondecreasing) and their offsets (`offs`, E + 1). Two launches on the device, no size read on the
+    host."""
     world, experts = counts.shape
-    local = experts // world
-    c = counts.to(torch.int64)
-    total = c.sum(0).view(world, local)  # each expert's rows over every source, by owner
-    expert_start = (total.cumsum(1) - total).flatten()  # expert g's first row in its owner's rows
-    base = expert_start + (c.cumsum(0) - c)  # [world, E]: source s's run of expert g starts at base[s, g]
-    pair = torch.arange(len(expert), device=expert.device)
-    dest_row = base[rank, expert] + pair - offs[expert]
-    zero = torch.zeros(1, dtype=torch.int64, device=counts.device)
-    recv_offs = torch.cat([zero, total[rank].cumsum(0)]).to(torch.int32)
-    mine = slice(rank * local, (rank + 1) * local)
-    starts = base[:, mine].t().flatten()  # run (e, s), expert-major: nondecreasing
-    j = torch.arange(max_rows, device=counts.device)
-    run = (torch.searchsorted(starts, j, right=True) - 1).clamp(min=0)  # among equal starts the last: the run
-    source, e = run % world, rank * local + run // world  # that holds j (the others are empty)
-    ret_row = (c.cumsum(1) - c)[source, e] + j - starts[run]
-    return ExchangePlan(expert // local, dest_row, recv_offs, source, ret_row)
+    local, dev = experts // world, counts.device
+    base = torch.empty(world, experts, dtype=torch.int64, device=dev)
+    src_off = torch.empty_like(base)
+    starts = torch.empty(local * world, dtype=torch.int64, device=dev)
+    recv_offs = torch.empty(local + 1, dtype=torch.int32, device=dev)
+    _plan_tables_kernel[(1,)](counts, base, src_off, recv_offs, starts, rank, world, experts, local,
+                              W_PAD=max(2, triton.next_power_of_2(world)),
+                              E_PAD=max(MIN_EXPERT_LANES, triton.next_power_of_2(experts)))
+    pairs = len(expert)
+    out = [torch.empty(n, dtype=torch.int64, device=dev) for n in (pairs, pairs, max_rows, max_rows)]
+    _plan_rows_kernel[(triton.cdiv(max(pairs, max_rows), PLAN_BLOCK),)](
+        expert, offs, base, src_off, starts, *out, pairs, max_rows, rank, world, experts, local, BLOCK=PLAN_BLOCK,
+        SEARCH=(local * world).bit_length())
+    return ExchangePlan(out[0], out[1], recv_offs, out[2], out[3])
 
 
 @dataclass
