@@ -45,7 +45,7 @@ def test_every_pair_lands_at_its_owner_by_expert_and_comes_back_to_its_sorted_pl
     gen = torch.Generator().manual_seed(world)
     experts, tokens, topk = 4 * world, 9, 3
     local, pairs = experts // world, tokens * topk
-    routes = [_routing(gen, tokens, experts, topk, world, skew) for _ in range(world)]
+    routes = [_routing(gen, tokens, experts, topk, world, skew).to(DEVICE) for _ in range(world)]
     sorted_ = [_sorted(idx, experts) for idx in routes]
     counts = torch.stack([lay.offs.diff() for lay, _ in sorted_])
     if skew:  # every pair to rank 0, none to the others
