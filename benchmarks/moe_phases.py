@@ -2,8 +2,9 @@
 phase by phase, at world W on this machine's GPUs.
 
 Each rank runs the layer on the workload's own inputs (fresh routing every run) with a CUDA event after each phase
-on its stream, the run enqueued behind a spin as the judge's gate holds it: routing, the counts' exchange, the plan, the dispatch, each projection, the way back, the combine
-(overlapped, the dispatch, the experts and the way back are one phase). Per phase: the median over runs of the
+on its stream, the run enqueued behind a spin as the judge's gate holds it: routing, the counts' exchange, the
+plan, the dispatch, each projection, the way back, the combine (overlapped, the dispatch, the experts and the way
+back are one phase). Per phase: the median over runs of the
 slowest rank's time, L2 flushed and the ranks met before each run; the projections' rate against the tensor
 ceiling, the dispatch's against the link's. Writes benchmarks/results/moe_phases-w<world>.json and .md.
 

@@ -69,13 +69,13 @@ def test_the_grouped_gemm_program_is_correct(world, monkeypatch):
     assert rec.ok, rec.error
 
 
-@pytest.mark.parametrize("name,label", [("moe_grouped", "lsa/deferred/global/cta/1"),
-                                        ("moe_grouped_overlap", "lsa/stream_overlap/chunk/cta/4")])
-def test_the_exchange_on_the_gpu_runs_on_the_cpu_at_world_1(name, label, monkeypatch, tmp_path):
-    """moe_grouped's kernels in Triton's interpreter, every rank's release and wait on its own counters: deferred,
-    and in 4 groups (of s_odd's 6 experts: uneven)."""
+def test_the_exchange_on_the_gpu_runs_through_the_judge_on_the_cpu(monkeypatch, tmp_path):
+    """moe_grouped_overlap's program as the judge runs it, its kernels in Triton's interpreter, world 1 (every release
+    and wait on the rank's own counters), in 4 groups: of s_odd's 6 experts, one group empty (tests/
+    test_moe_exchange.py runs the layer's steps for emulated ranks at world 2 and 3, deferred and in groups)."""
     monkeypatch.setenv("TRITON_INTERPRET", "1")
     spec = load_workload(ROOT, 1)
+    name, label = "moe_grouped_overlap", "lsa/stream_overlap/chunk/cta/4"
     point = next(p for p in spec.strategies[name].points() if p.label() == label)
     src = tmp_path / "candidate.py"
     src.write_text(materialize(spec.strategies[name], point))
@@ -111,8 +111,8 @@ def test_the_grouped_gemm_program_is_correct_at_full_shapes(tmp_path):
 @pytest.mark.timeout(600)
 def test_the_exchange_on_the_gpu_is_correct_through_timed_runs(world, name, label, tmp_path):
     """moe_grouped at T = 128, deferred and overlapped, every timed run verified: past 16 runs, where a kernel
-    argument that grows every run would first be a multiple of 16 (a variant compiled and loaded mid-run, behind
-    the gate: it hung there). The speed of light from the machine's ceilings, as the CLI measures them: the
+    argument that grows every run first becomes a multiple of 16 (a new variant loaded mid-run would wait behind the
+    gate for ever). The speed of light from the machine's ceilings, as the CLI measures them: the
     library bound (a per-expert cuBLAS loop) is no limit for a grouped GEMM."""
     from cuco.machine import ensure_bound_facts
 

@@ -85,10 +85,11 @@ def _emulated(world, experts, pairs, hidden):
                         rows_deltas=deltas("rows", r), back_deltas=deltas("back", r), sms=2) for r in range(world)]
 
 
-@pytest.mark.parametrize("world,groups", [(1, 1), (2, 1), (3, 1), (2, 3), (2, 8)])
+@pytest.mark.parametrize("world,groups", [(1, 1), (2, 1), (3, 3), (2, 8)])
 def test_the_layer_through_the_exchange_is_each_tokens_weighted_sum_of_its_experts(world, groups):
     """groups > 1: the dispatch and the way back group by group (3 groups of 4 experts: uneven; 8: some empty), the
-    experts of a group computed once that group's counter says its rows are in."""
+    experts of a group computed once that group's counter says its rows are in. On the CPU in Triton's interpreter,
+    on a GPU for real."""
     gen = torch.Generator().manual_seed(11)
     tokens, hidden, experts, topk, ff = 7, 32, 4 * world, 3, 16
     local, pairs = experts // world, tokens * topk

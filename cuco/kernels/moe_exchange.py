@@ -41,7 +41,7 @@ PUT_SMS = 16  # a scatter beside the experts' GEMM: two programs on each of this
 # (cuco_strategy.cuh's kBulkPutSms: an MoE dispatch's hundreds of MB at the link's rate)
 # Arguments that vary from run to run (the counters' targets), group to group or rank to rank are not specialised on:
 # Triton compiles a new variant for a value of 1 or a multiple of 16, and a variant's first launch loads its module,
-# which waits for the device to go idle, behind a gate or a peer's wait that never ends (a timed run hung that way).
+# which waits for the device to go idle: behind the runner's gate, or a peer's wait, that never happens.
 
 
 @triton.jit
