@@ -102,15 +102,16 @@ def _overlapped(layer: MoeLayer, x, token, offs, plan, w13, w2, groups: int, per
     put, back = sides if sides else (None, None)
     main = torch.cuda.current_stream() if put is not None else None
     puts = 2 * PUT_SMS if put is not None else None  # programs of each scatter beside a GEMM
-    gemm = ex.sms - PUT_SMS if put is not None else None  # the GEMMs' programs: one an SM, on the SMs left
+    gemm = ex.sms - PUT_SMS if put is not None else None  # the GEMMs' programs, on the SMs the scatters leave
     local = len(plan.recv_offs) - 1
     if put is not None:
         put.wait_stream(main)
     with _on(put):
         for g in range(groups):
             ex.dispatch(x, token, offs, plan, g, groups, programs=puts)
-    for g in range(groups) if not per_group else ():
-        ex.wait(DISPATCH + g)
+    if not per_group:  # sync global: every group's experts wait for the whole dispatch
+        for g in range(groups):
+            ex.wait(DISPATCH + g)
     for g in range(groups):
         if per_group:
             ex.wait(DISPATCH + g)
