@@ -8,7 +8,7 @@ back are one phase). Per phase: the median over runs of the
 slowest rank's time, L2 flushed and the ranks met before each run; the projections' rate against the tensor
 ceiling, the dispatch's against the link's. Writes benchmarks/results/moe_phases-w<world>.json and .md.
 
-    python benchmarks/moe_phases.py [--world 2] [--shape t4096 ...] [--iters 20] [--groups 1 4]
+    python benchmarks/moe_phases.py [--world 2] [--shape t4096 ...] [--iters 20] [--groups 1 4 once]
 """
 
 from __future__ import annotations
@@ -25,7 +25,7 @@ ROOT = record.ROOT
 FLUSH_BYTES = 1 << 30  # written before each run: far beyond an H200's 60 MB of L2
 
 
-def _worker(rank: int, world: int, port: int, shapes: list[str], iters: int, groups: list[int], out: dict) -> None:
+def _worker(rank: int, world: int, port: int, shapes: list[str], iters: int, variants: list[str], out: dict) -> None:
     import torch
     import torch.distributed as dist
 
@@ -45,10 +45,11 @@ def _worker(rank: int, world: int, port: int, shapes: list[str], iters: int, gro
     for shape in shapes:
         p = spec.shape(shape).params
         w = ref.make_parameters(p, world, rank, torch.Generator(dev).manual_seed(70 + rank), dev)
-        layer = moe_layer(rank, world, p["T"], p["HID"], p["E"], p["TOPK"], p["FF"], torch.bfloat16, dev,
-                          dist.group.WORLD.group_name)
+        layers = {once: moe_layer(rank, world, p["T"], p["HID"], p["E"], p["TOPK"], p["FF"], torch.bfloat16, dev,
+                                  dist.group.WORLD.group_name, once=once) for once in {v == "once" for v in variants}}
         y = torch.empty(p["T"], p["HID"], dtype=torch.bfloat16, device=dev)
-        for g in groups:
+        for variant in variants:
+            g, layer = (1, layers[True]) if variant == "once" else (int(variant), layers[False])
             runs = []
             for i in range(iters + 2):  # two warm-up runs
                 x = ref.make_inputs(p, world, rank, torch.Generator(dev).manual_seed(1000 * i + rank), dev)
@@ -78,17 +79,17 @@ def _worker(rank: int, world: int, port: int, shapes: list[str], iters: int, gro
             gathered = [None] * world
             dist.all_gather_object(gathered, {"runs": runs, "received": received})
             if rank == 0:
-                out[(shape, g)] = gathered
-        del layer, w
+                out[(shape, variant)] = gathered
+        del layers, layer, w
         torch.cuda.empty_cache()
     dist.destroy_process_group()
 
 
-def _spawned(rank, world, port, shapes, iters, groups, path) -> None:
+def _spawned(rank, world, port, shapes, iters, variants, path) -> None:
     import json
 
     out: dict = {}
-    _worker(rank, world, port, shapes, iters, groups, out)
+    _worker(rank, world, port, shapes, iters, variants, out)
     if rank == 0:
         Path(path).write_text(json.dumps([[s, g, v] for (s, g), v in out.items()]))
 
@@ -98,7 +99,8 @@ def main() -> int:
     ap.add_argument("--world", type=int, default=2)
     ap.add_argument("--shape", action="append", default=[])
     ap.add_argument("--iters", type=int, default=20)
-    ap.add_argument("--groups", type=int, nargs="+", default=[1, 4], help="1: deferred; more: overlapped in groups")
+    ap.add_argument("--groups", nargs="+", default=["1", "4"],
+                    help="1: deferred; more: overlapped in groups; once: deferred, each token sent once per owner")
     ap.add_argument("--out", type=Path, default=ROOT / "benchmarks" / "results")
     args = ap.parse_args()
     shapes = args.shape or ["t4096", "t128"]
@@ -145,7 +147,9 @@ def markdown(info: dict, rows: list[dict]) -> list[str]:
              f"Date {info['date']}, commit {info['commit']}. cuco.kernels.moe_layer (the moe_grouped strategy) on "
              "the workload's inputs, fresh routing each run; CUDA events between phases on the layer's stream; per "
              "phase the median over runs of the slowest rank, L2 flushed and the ranks met before each run. "
-             "Groups 1: deferred; more: overlapped (the dispatch, the experts and the way back in one phase).", "",
+             "Groups 1: deferred; more: overlapped (the dispatch, the experts and the way back in one phase); once: "
+             "deferred, each token sent once per owner (its dispatch rate counts the bytes a row per pick would "
+             "move).", "",
              f"Command: `{info['command']}`", ""]
     phases = ["route", "counts", "plan", "dispatch", "w13", "w2", "back", "experts", "combine", "total"]
     lines += ["| shape | groups | " + " | ".join(phases) + " | experts TFLOP/s (of tensor) | dispatch GB/s (of link) |",

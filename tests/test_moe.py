@@ -70,12 +70,13 @@ def test_the_grouped_gemm_program_is_correct(world, monkeypatch):
 
 
 def test_the_exchange_on_the_gpu_runs_through_the_judge_on_the_cpu(monkeypatch, tmp_path):
-    """moe_grouped_overlap's program as the judge runs it, its kernels in Triton's interpreter, world 1 (every release
-    and wait on the rank's own counters), in 4 groups: of s_odd's 6 experts, one group empty (tests/
-    test_moe_exchange.py runs the layer's steps for emulated ranks at world 2 and 3, deferred and in groups)."""
+    """moe_grouped_once as the judge runs it, its kernels in Triton's interpreter, world 1 (every release and wait on
+    the rank's own counters): the strategy's option read from its design point (tests/test_moe_exchange.py runs the
+    layer's steps for emulated ranks at world 2 and 3, in groups and each token once per owner; the GPU tests run
+    every point of every strategy)."""
     monkeypatch.setenv("TRITON_INTERPRET", "1")
     spec = load_workload(ROOT, 1)
-    name, label = "moe_grouped_overlap", "lsa/stream_overlap/chunk/cta/4"
+    name, label = "moe_grouped_once", "lsa/deferred/global/cta/1"
     point = next(p for p in spec.strategies[name].points() if p.label() == label)
     src = tmp_path / "candidate.py"
     src.write_text(materialize(spec.strategies[name], point))
@@ -107,7 +108,8 @@ def test_the_grouped_gemm_program_is_correct_at_full_shapes(tmp_path):
 
 @pytest.mark.parametrize("world", [pytest.param(w, marks=pytest.mark.gpu(w)) for w in (1, 2)])
 @pytest.mark.parametrize("name,label", [("moe_grouped", "lsa/deferred/global/cta/1"),
-                                        ("moe_grouped_overlap", "lsa/stream_overlap/chunk/cta/4")])
+                                        ("moe_grouped_overlap", "lsa/stream_overlap/chunk/cta/4"),
+                                        ("moe_grouped_once", "lsa/deferred/global/cta/1")])
 @pytest.mark.timeout(600)
 def test_the_exchange_on_the_gpu_is_correct_through_timed_runs(world, name, label, tmp_path):
     """moe_grouped at T = 128, deferred and overlapped, every timed run verified: past 16 runs, where a kernel

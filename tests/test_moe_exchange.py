@@ -25,6 +25,7 @@ from cuco.kernels.moe_exchange import (  # noqa: E402
     MoeExchange,
     exchange_plan,
     group_experts,
+    token_plan,
     window_deltas,
 )
 
@@ -69,27 +70,38 @@ def test_every_pair_lands_at_its_owner_by_expert_and_comes_back_to_its_sorted_pl
             assert (int(plan.ret_rank[j]), int(plan.ret_row[j])) == (source, pair)
 
 
-def _emulated(world, experts, pairs, hidden):
+def _emulated(world, experts, tokens, topk, hidden, once):
     """Each rank's MoeExchange over plain tensors, the pointer tables naming the other ranks' tensors."""
+    pairs = tokens * topk
+
+    def nan(rows, cols=hidden):
+        return torch.full((rows, cols), float("nan"), dtype=DTYPE, device=DEVICE)
+
     bufs = [{"counts": torch.zeros(world, experts, dtype=torch.int32, device=DEVICE),
-             "rows": torch.full((world * pairs, hidden), float("nan"), dtype=DTYPE, device=DEVICE),
-             "back": torch.full((pairs, hidden), float("nan"), dtype=DTYPE, device=DEVICE),
-             "counters": torch.zeros(DISPATCH + MAX_GROUPS, world, dtype=torch.int32, device=DEVICE)}
+             "rows": nan(world * (tokens if once else pairs)), "back": nan(pairs),
+             "counters": torch.zeros(DISPATCH + MAX_GROUPS, world, dtype=torch.int32, device=DEVICE),
+             "token_counts": torch.zeros(world, world, dtype=torch.int32, device=DEVICE),
+             "pair_token": torch.full((world * pairs, 1), -1, dtype=torch.int32, device=DEVICE)}
             for _ in range(world)]
     addr = {k: [b[k].data_ptr() for b in bufs] for k in bufs[0]}
 
     def deltas(k, r):  # on a GPU, checked as moe_exchange checks them (the scatter tells the compiler they align)
         return window_deltas(addr[k], r, DEVICE) if DEVICE.type == "cuda" else ptrs([a - addr[k][r] for a in addr[k]])
 
-    return [MoeExchange(r, world, **bufs[r], counts_ptrs=ptrs(addr["counts"]), flag_ptrs=ptrs(addr["counters"]),
-                        rows_deltas=deltas("rows", r), back_deltas=deltas("back", r), sms=2) for r in range(world)]
+    return [MoeExchange(r, world, bufs[r]["counts"], bufs[r]["rows"], bufs[r]["back"], bufs[r]["counters"],
+                        ptrs(addr["counts"]), ptrs(addr["counters"]), deltas("rows", r), deltas("back", r), sms=2,
+                        max_rows=world * pairs, once=once, token_counts=bufs[r]["token_counts"],
+                        token_counts_ptrs=ptrs(addr["token_counts"]), pair_token=bufs[r]["pair_token"],
+                        pair_token_deltas=deltas("pair_token", r)) for r in range(world)]
 
 
-@pytest.mark.parametrize("world,groups", [(1, 1), (2, 1), (3, 3), (2, 8)])
-def test_the_layer_through_the_exchange_is_each_tokens_weighted_sum_of_its_experts(world, groups):
+@pytest.mark.parametrize("world,groups,once", [(1, 1, False), (2, 1, False), (2, 3, False), (2, 8, False),
+                                              (2, 1, True), (3, 1, True)])
+def test_the_layer_through_the_exchange_is_each_tokens_weighted_sum_of_its_experts(world, groups, once):
     """groups > 1: the dispatch and the way back group by group (3 groups of 4 experts: uneven; 8: some empty), the
-    experts of a group computed once that group's counter says its rows are in. On the CPU in Triton's interpreter,
-    on a GPU for real."""
+    experts of a group computed once that group's counter says its rows are in. once: each token sent once to each
+    rank that owns one of its picks, the experts gathering their pairs' rows from those. On the CPU in Triton's
+    interpreter, on a GPU for real."""
     gen = torch.Generator().manual_seed(11)
     tokens, hidden, experts, topk, ff = 7, 32, 4 * world, 3, 16
     local, pairs = experts // world, tokens * topk
@@ -98,17 +110,20 @@ def test_the_layer_through_the_exchange_is_each_tokens_weighted_sum_of_its_exper
     w2 = [(torch.randn(local, ff, hidden, generator=gen) / 4).to(DTYPE).to(DEVICE) for _ in range(world)]
     routes = [_routing(gen, tokens, experts, topk, world, skew=r == 0).to(DEVICE) for r in range(world)]
     weight = [torch.softmax(torch.randn(tokens, topk, generator=gen), -1).to(DEVICE) for _ in range(world)]
-    exs = _emulated(world, experts, pairs, hidden)
+    exs = _emulated(world, experts, tokens, topk, hidden, once)
     for run in range(2):  # the second run's counters start where the first's ended
         lays = [_sorted(idx, experts) for idx in routes]
-        for ex, (lay, _) in zip(exs, lays):
-            ex.publish_counts(lay.offs)
+        sent = [token_plan(idx, local, world) if once else None for idx in routes]
+        for ex, (lay, _), tp in zip(exs, lays, sent):
+            ex.publish_counts(lay.offs, tp)
         for ex in exs:
             ex.wait(COUNTS)
         plans = [exchange_plan(ex.counts, ex.rank, expert, lay.offs, world * pairs) for ex, (lay, expert)
                  in zip(exs, lays)]
         for r, (ex, (lay, _), plan) in enumerate(zip(exs, lays, plans)):
-            for g in range(groups):
+            if once:
+                ex.dispatch_once(x[r], lay.order // topk, sent[r], plan)
+            for g in range(groups) if not once else ():
                 ex.dispatch(x[r], lay.order // topk, lay.offs, plan, g, groups)
         outs = [torch.full((world * pairs, hidden), float("nan"), dtype=DTYPE, device=DEVICE) for _ in exs]
         for g in range(groups):
@@ -117,7 +132,8 @@ def test_the_layer_through_the_exchange_is_each_tokens_weighted_sum_of_its_exper
                 a, b = group_experts(local, g, groups)
                 h = torch.empty(world * pairs, ff, dtype=DTYPE, device=DEVICE)
                 if b > a:
-                    grouped_swiglu(ex.rows, plan.recv_offs[a:b + 1], w13[r][a:b], h)
+                    grouped_swiglu(ex.rows, plan.recv_offs[a:b + 1], w13[r][a:b], h,
+                                   rows=ex.pair_token.view(-1) if once else None)
                     grouped_gemm(h, plan.recv_offs[a:b + 1], w2[r][a:b], outs[r])
                 ex.send_back(outs[r], plan, g, groups)
         for r, (ex, (lay, _)) in enumerate(zip(exs, lays)):
@@ -138,5 +154,6 @@ def test_the_layer_through_the_exchange_is_each_tokens_weighted_sum_of_its_exper
     for ex in exs:  # two runs: every rank's counters (its own too) at two runs' worth of every rank's releases
         assert ex.counters[COUNTS].tolist() == [2] * world
         assert ex.counters[COMBINE].tolist() == [2 * groups * programs] * world
-        assert ex.counters[DISPATCH:DISPATCH + groups].tolist() == [[2 * programs] * world] * groups
+        dispatches = 2 if once else 1  # once: the token rows, then each pair's token row
+        assert ex.counters[DISPATCH:DISPATCH + groups].tolist() == [[2 * dispatches * programs] * world] * groups
         assert ex.sent[COMBINE] == 2 * groups * programs

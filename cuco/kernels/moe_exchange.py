@@ -55,14 +55,20 @@ def _release(flag_ptrs, phase, rank, world):
 
 
 @triton.jit(do_not_specialize=["rank", "world"])
-def _publish_counts_kernel(offs, counts_ptrs, flag_ptrs, rank, world, E, E_PAD: tl.constexpr):
-    """This rank's rows per expert (offs' differences) into row `rank` of every rank's counts, then released."""
+def _publish_counts_kernel(offs, counts_ptrs, per_owner, token_counts_ptrs, flag_ptrs, rank, world, E,
+                           E_PAD: tl.constexpr, W_PAD: tl.constexpr, ONCE: tl.constexpr):
+    """This rank's rows per expert (offs' differences) into row `rank` of every rank's counts (ONCE: and its token
+    rows per owner into row `rank` of every rank's token counts), then released."""
     i = tl.arange(0, E_PAD)
     inside = i < E
     c = tl.load(offs + i + 1, mask=inside, other=0) - tl.load(offs + i, mask=inside, other=0)
+    o = tl.arange(0, W_PAD)
     for p in range(world):
         dest = tl.load(counts_ptrs + p).to(tl.pointer_type(tl.int32))
         tl.store(dest + rank * E + i, c, mask=inside)
+        if ONCE:
+            dest = tl.load(token_counts_ptrs + p).to(tl.pointer_type(tl.int32))
+            tl.store(dest + rank * world + o, tl.load(per_owner + o, mask=o < world), mask=o < world)
     _release(flag_ptrs, 0, rank, world)
 
 
@@ -79,8 +85,8 @@ def _scatter_rows_kernel(src, src_row, base, deltas, dest_rank, dest_row, bounds
                          ROWS: tl.constexpr, BLOCK: tl.constexpr, GATHER: tl.constexpr):
     """Rows i of [bounds[f], bounds[f + span]) for f = first + s * stride, s < segments: row i of src (row
     src_row[i] where GATHER) into rank dest_rank[i]'s window at row dest_row[i] (this rank's window at `base`,
-    rank r's at base + deltas[r] bytes); then counter (phase, rank) released on every rank. Rows are H words of
-    WORD bytes."""
+    rank r's at base + deltas[r] bytes; none where dest_row[i] < 0); then counter (phase, rank) released on every
+    rank. Rows are H words of WORD bytes."""
     rr = tl.arange(0, ROWS)
     cols = tl.arange(0, BLOCK)
     for s in range(segments):
@@ -88,14 +94,15 @@ def _scatter_rows_kernel(src, src_row, base, deltas, dest_rank, dest_row, bounds
         hi = tl.load(bounds + first + s * stride + span)
         for i0 in range(lo + tl.program_id(0) * ROWS, hi, programs * ROWS):
             i = i0 + rr
-            inside = i < hi
+            to = tl.load(dest_row + i, mask=i < hi, other=-1)
+            inside = to >= 0
             r = i
             if GATHER:
                 r = tl.load(src_row + i, mask=inside, other=0)
             # the windows lie whole pages apart (moe_exchange checks it): the compiler may then store 16 bytes a
             # thread, where an address it cannot place would take a store per word
             delta = tl.multiple_of(tl.load(deltas + tl.load(dest_rank + i, mask=inside, other=0)) // WORD, 16)
-            at = base + delta + tl.load(dest_row + i, mask=inside, other=0).to(tl.int64) * H
+            at = base + delta + to.to(tl.int64) * H
             row = src + r.to(tl.int64) * H
             for c0 in range(0, H, BLOCK):
                 c = c0 + cols
@@ -196,15 +203,34 @@ def exchange_plan(counts: torch.Tensor, rank: int, expert: torch.Tensor, offs: t
     return ExchangePlan(out[0], out[1], recv_offs, out[2], out[3])
 
 
+@dataclass(frozen=True)
+class TokenPlan:
+    """Sending each token once to each rank that owns any of its picks: where this rank's tokens go."""
+
+    present: torch.Tensor  # bool [T, world]: the token has a pick on that owner
+    index: torch.Tensor  # int64 [T, world]: its row among this rank's rows for that owner, where present
+    per_owner: torch.Tensor  # int32 [world]: this rank's token rows for each owner
+
+
+def token_plan(idx: torch.Tensor, local: int, world: int) -> TokenPlan:
+    """From the picks ([T, k] expert ids): which owners each token goes to, and its row among those they get from
+    this rank (tokens in order). On the device, no size read on the host."""
+    present = torch.zeros(idx.shape[0], world, dtype=torch.int64, device=idx.device)
+    present.scatter_(1, idx // local, 1)
+    return TokenPlan(present.bool(), present.cumsum(0) - present, present.sum(0).to(torch.int32))
+
+
 @dataclass
 class MoeExchange:
     """This rank's windows and counters (torch symmetric memory, or plain tensors at world 1), and how many releases
-    each counter of every rank has been sent so far (every rank sends alike, so that is each wait's target)."""
+    each counter of every rank has been sent so far (every rank sends alike, so that is each wait's target).
+    Sending tokens once per owner (`once`), an owner receives token rows and, per pair, the row its token is in;
+    otherwise a row per pair."""
 
     rank: int
     world: int
     counts: torch.Tensor  # [world, E] int32: every source's rows per expert
-    rows: torch.Tensor  # [max_rows, H]: received rows, expert-major
+    rows: torch.Tensor  # [max_rows, H]: received rows, expert-major (once: token rows, [world * T, H])
     back: torch.Tensor  # [pairs, H]: this rank's pairs' outputs, in its sorted order
     counters: torch.Tensor  # [DISPATCH + MAX_GROUPS, world] int32
     counts_ptrs: torch.Tensor  # int64 [world]: each rank's address of its counts, and of its counters
@@ -212,12 +238,21 @@ class MoeExchange:
     rows_deltas: torch.Tensor  # int64 [world]: rank r's rows at this rank's rows + rows_deltas[r] bytes
     back_deltas: torch.Tensor
     sms: int
+    max_rows: int  # received pairs at most: every rank's every pair
+    once: bool = False
+    token_counts: torch.Tensor | None = None  # once: [world, world] int32: token rows from each source to each owner
+    token_counts_ptrs: torch.Tensor | None = None
+    pair_token: torch.Tensor | None = None  # once: [max_rows, 1] int32: received pair j's token row in `rows`
+    pair_token_deltas: torch.Tensor | None = None
     sent: list[int] = field(default_factory=lambda: [0] * (DISPATCH + MAX_GROUPS))
 
-    def publish_counts(self, offs: torch.Tensor) -> None:
+    def publish_counts(self, offs: torch.Tensor, tokens: TokenPlan | None = None) -> None:
         experts = self.counts.shape[1]
-        _publish_counts_kernel[(1,)](offs, self.counts_ptrs, self.flag_ptrs, self.rank, self.world, experts,
-                                     E_PAD=max(MIN_EXPERT_LANES, triton.next_power_of_2(experts)))
+        _publish_counts_kernel[(1,)](
+            offs, self.counts_ptrs, offs if tokens is None else tokens.per_owner,
+            self.counts_ptrs if tokens is None else self.token_counts_ptrs, self.flag_ptrs, self.rank, self.world,
+            experts, E_PAD=max(MIN_EXPERT_LANES, triton.next_power_of_2(experts)),
+            W_PAD=max(2, triton.next_power_of_2(self.world)), ONCE=tokens is not None)
         self.sent[COUNTS] += 1
 
     def dispatch(self, x: torch.Tensor, token: torch.Tensor, offs: torch.Tensor, plan: ExchangePlan,
@@ -228,6 +263,22 @@ class MoeExchange:
         a, b = group_experts(local, group, groups)
         self._scatter(x, token, self.rows, self.rows_deltas, plan.dest_rank, plan.dest_row, offs, a, local, b - a,
                       self.world, DISPATCH + group, programs)
+
+    def dispatch_once(self, x: torch.Tensor, token: torch.Tensor, tokens: TokenPlan, plan: ExchangePlan) -> None:
+        """Each token row once into every rank that owns one of its picks (after every source's before it, in token
+        order), and each sorted pair's token row there (token[i]: pair i's token) into its owner's pair_token at the
+        pair's place; both released on counter DISPATCH."""
+        world, dev = self.world, x.device
+        tc = self.token_counts.to(torch.int64)
+        first = (tc.cumsum(0) - tc)[self.rank]  # this rank's first row in each owner's rows
+        to = torch.where(tokens.present, first + tokens.index, -1).flatten()  # entry t * world + o
+        entries = torch.arange(len(to), device=dev)
+        self._scatter(x, entries // world, self.rows, self.rows_deltas, entries % world, to,
+                      _bounds(len(to), dev), 0, 0, 1, 1, DISPATCH, None)
+        owner = plan.dest_rank
+        row = (first[owner] + tokens.index[token, owner]).to(torch.int32)[:, None]
+        self._scatter(row, None, self.pair_token, self.pair_token_deltas, owner, plan.dest_row,
+                      _bounds(len(row), dev), 0, 0, 1, 1, DISPATCH, None)
 
     def send_back(self, out: torch.Tensor, plan: ExchangePlan, group: int = 0, groups: int = 1,
                   programs: int | None = None) -> None:
@@ -253,6 +304,12 @@ class MoeExchange:
         _await_kernel[(1,)](self.counters, phase, self.world, self.sent[phase])
 
 
+def _bounds(n: int, device: torch.device) -> torch.Tensor:
+    """[0, n] on the device, as the scatter reads a range: made by a kernel, not copied from the host (a copy from
+    pageable memory would wait for the device, which the runner's gate may be holding)."""
+    return torch.arange(2, device=device) * n
+
+
 def _word(*rows: torch.Tensor) -> torch.dtype:
     """The widest integer word a row of each tensor is made of, from an address of that alignment: a copy moves
     words (no arithmetic; Triton's interpreter misreads bf16 values)."""
@@ -272,10 +329,11 @@ def window_deltas(addresses: list[int], rank: int, device: torch.device) -> torc
     return torch.tensor(deltas, dtype=torch.int64, device=device)
 
 
-def moe_exchange(rank: int, world: int, experts: int, pairs: int, hidden: int, dtype: torch.dtype,
-                 device: torch.device, group_name: str | None) -> MoeExchange:
-    """The windows of a layer whose ranks each route `pairs` token-expert pairs over `experts` experts (collective
-    at world > 1: every rank calls it at the same point)."""
+def moe_exchange(rank: int, world: int, experts: int, tokens: int, topk: int, hidden: int, dtype: torch.dtype,
+                 device: torch.device, group_name: str | None, once: bool = False) -> MoeExchange:
+    """The windows of a layer whose ranks each route `tokens` tokens to `topk` of `experts` experts (collective
+    at world > 1: every rank calls it at the same point). once: tokens are sent once per owner."""
+    pairs = tokens * topk
     max_rows = world * pairs  # the worst case: every rank's every pair to one owner
 
     def window(shape, dt, zeroed=False):
@@ -292,9 +350,15 @@ def moe_exchange(rank: int, world: int, experts: int, pairs: int, hidden: int, d
         return torch.tensor(addresses(t, handle), dtype=torch.int64, device=device)
 
     counts, hc = window((world, experts), torch.int32)
-    rows, hr = window((max_rows, hidden), dtype)
+    rows, hr = window((world * tokens if once else max_rows, hidden), dtype)
     back, hb = window((pairs, hidden), dtype)
     counters, hf = window((DISPATCH + MAX_GROUPS, world), torch.int32, zeroed=True)
-    return MoeExchange(rank, world, counts, rows, back, counters, ptrs(counts, hc), ptrs(counters, hf),
-                       window_deltas(addresses(rows, hr), rank, device),
-                       window_deltas(addresses(back, hb), rank, device), sm_count(device))
+    ex = MoeExchange(rank, world, counts, rows, back, counters, ptrs(counts, hc), ptrs(counters, hf),
+                     window_deltas(addresses(rows, hr), rank, device), window_deltas(addresses(back, hb), rank, device),
+                     sm_count(device), max_rows, once)
+    if once:
+        token_counts, ht = window((world, world), torch.int32)
+        pair_token, hp = window((max_rows, 1), torch.int32)
+        ex.token_counts, ex.token_counts_ptrs = token_counts, ptrs(token_counts, ht)
+        ex.pair_token, ex.pair_token_deltas = pair_token, window_deltas(addresses(pair_token, hp), rank, device)
+    return ex

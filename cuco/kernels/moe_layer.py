@@ -2,7 +2,9 @@
 (cuco.kernels.moe_exchange), the local experts in the grouped GEMM (cuco.kernels.grouped_gemm, its group sizes
 read from device memory) and the combine (cuco.kernels.combine), in stream order.
 
-Deferred: the whole dispatch, every local expert (w13 with the SwiGLU epilogue, then w2), the whole way back.
+Deferred: the whole dispatch, every local expert (w13 with the SwiGLU epilogue, then w2), the whole way back; the
+dispatch sends a row per pick, or each token once to each rank that owns one of its picks (`once`: at top-8 over
+two ranks about a quarter of the bytes), the experts then gathering their pairs' rows in w13's loads.
 Overlapped: the local experts in `groups` runs; the dispatch, group by group, on one side stream, each group's
 experts starting once that group's rows are in (its counter), and each group's outputs going back on a second side
 stream while the next group computes. The scatters then run on PUT_SMS SMs and the GEMMs on the others, so that
@@ -29,6 +31,7 @@ from cuco.kernels.moe_exchange import (
     exchange_plan,
     group_experts,
     moe_exchange,
+    token_plan,
 )
 
 
@@ -45,12 +48,12 @@ class MoeLayer:
 
 
 def moe_layer(rank: int, world: int, tokens: int, hidden: int, experts: int, topk: int, ff: int, dtype: torch.dtype,
-              device: torch.device, group_name: str | None) -> MoeLayer:
-    """Collective at world > 1: every rank calls it at the same point."""
-    ex = moe_exchange(rank, world, experts, tokens * topk, hidden, dtype, device, group_name)
-    rows = ex.rows.shape[0]
-    return MoeLayer(ex, torch.empty(rows, ff, dtype=dtype, device=device),
-                    torch.empty(rows, hidden, dtype=dtype, device=device), experts, topk)
+              device: torch.device, group_name: str | None, once: bool = False) -> MoeLayer:
+    """Collective at world > 1: every rank calls it at the same point. once: each token is sent once to each rank
+    that owns one of its picks (the experts gather their pairs' rows from them), not once per pick."""
+    ex = moe_exchange(rank, world, experts, tokens, topk, hidden, dtype, device, group_name, once)
+    return MoeLayer(ex, torch.empty(ex.max_rows, ff, dtype=dtype, device=device),
+                    torch.empty(ex.max_rows, hidden, dtype=dtype, device=device), experts, topk)
 
 
 def _on(stream):
@@ -65,23 +68,28 @@ def run_layer(layer: MoeLayer, x: torch.Tensor, logits: torch.Tensor, w13: torch
     `mark(phase)` after each phase is enqueued (a profile's events)."""
     mark = mark or (lambda phase: None)
     ex, k = layer.exchange, layer.topk
-    if not 1 <= groups <= MAX_GROUPS:
-        raise ValueError(f"run_layer: {groups} groups of experts (1 to {MAX_GROUPS})")
+    if not 1 <= groups <= MAX_GROUPS or (ex.once and groups > 1):
+        raise ValueError(f"run_layer: {groups} groups of experts (1 to {MAX_GROUPS}; 1 where tokens go once)")
     vals, idx = logits.topk(k, dim=-1)
     weight = torch.softmax(vals, dim=-1)
     layout = sort_by_expert(idx, layer.experts)
+    tokens = token_plan(idx, layer.experts // ex.world, ex.world) if ex.once else None
     mark("route")
-    ex.publish_counts(layout.offs)
+    ex.publish_counts(layout.offs, tokens)
     ex.wait(COUNTS)
     mark("counts")
-    plan = exchange_plan(ex.counts, ex.rank, idx.flatten()[layout.order], layout.offs, ex.rows.shape[0])
+    plan = exchange_plan(ex.counts, ex.rank, idx.flatten()[layout.order], layout.offs, ex.max_rows)
     token = layout.order // k
     mark("plan")
     if groups == 1:
-        ex.dispatch(x, token, layout.offs, plan)
+        if tokens is not None:
+            ex.dispatch_once(x, token, tokens, plan)
+        else:
+            ex.dispatch(x, token, layout.offs, plan)
         ex.wait(DISPATCH)
         mark("dispatch")
-        grouped_swiglu(ex.rows, plan.recv_offs, w13, layer.h)
+        grouped_swiglu(ex.rows, plan.recv_offs, w13, layer.h,
+                       rows=ex.pair_token.view(-1) if tokens is not None else None)
         mark("w13")
         grouped_gemm(layer.h, plan.recv_offs, w2, layer.out)
         mark("w2")

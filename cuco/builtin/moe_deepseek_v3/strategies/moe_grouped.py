@@ -14,13 +14,16 @@ DESIGN, below, is the design point (the directive proposer writes each candidate
              (a counter per group and sender)
   issuer     cta: a program moves whole rows, eight at a time
   chunks     groups of consecutive local experts (1: deferred; more: stream_overlap)
+  once       (the strategy's option, workload.toml) each token sent once to each rank that owns one of its picks,
+             the experts gathering their pairs' rows from those (deferred only); else a row per pick
 Each rank routes (top-k, softmax over the chosen logits) and sorts its pairs by expert on the device; every rank
 lays the moves out alike from every rank's counts: a pair's token row goes straight to its place in the owner's
 expert-major rows, where the grouped GEMM reads it, and each output straight to its pair's sorted place in the
 source's back, where the combine reads it (a token's k outputs weighted in fp32, in pick order).
 
 Invariants: cuco.kernels.moe_exchange (counters that only grow; each phase's wait orders the next run's stores
-after the peers' reads); a run allocates only torch's routing temporaries.
+after the peers' reads); a run allocates only the routing's and the plan's small temporaries (from torch's
+caching allocator, so no device allocation after the first run).
 Requires: all ranks on one NVLink domain (peer-mapped symmetric memory).
 """
 
@@ -30,13 +33,14 @@ from cuco.kernels.moe_layer import moe_layer, run_layer
 DESIGN = {"backend": "lsa", "chunks": 1, "issuer": "cta", "placement": "deferred", "sync": "global"}
 
 SIDE_STREAMS = 2 if DESIGN["placement"] == "stream_overlap" else 0
+ONCE = DESIGN.get("once", False)
 
 
 def setup(ctx):
     p, x = ctx.params, ctx.buffers["x"]
     group = ctx.group.group_name if ctx.world > 1 else None
     ctx.state["layer"] = moe_layer(ctx.rank, ctx.world, p["T"], p["HID"], p["E"], p["TOPK"], p["FF"], x.dtype,
-                                   x.device, group)
+                                   x.device, group, once=ONCE)
 
 
 def run(ctx):
