@@ -14,7 +14,6 @@ ceiling, the dispatch's against the link's. Writes benchmarks/results/moe_phases
 from __future__ import annotations
 
 import argparse
-import os
 import statistics
 import sys
 from pathlib import Path
@@ -22,7 +21,6 @@ from pathlib import Path
 import record
 
 ROOT = record.ROOT
-FLUSH_BYTES = 1 << 30  # written before each run: far beyond an H200's 60 MB of L2
 
 
 def _worker(rank: int, world: int, port: int, shapes: list[str], iters: int, variants: list[str], out: dict) -> None:
@@ -30,6 +28,7 @@ def _worker(rank: int, world: int, port: int, shapes: list[str], iters: int, var
     import torch.distributed as dist
 
     from cuco.kernels.moe_layer import moe_layer, run_layer
+    from cuco.runner.judge.l2 import L2Flush
     from cuco.runner.judge.timing import LAUNCH_COVER_CYCLES
     from cuco.workload import load_workload
     from cuco.workload.reference import load_reference
@@ -40,7 +39,7 @@ def _worker(rank: int, world: int, port: int, shapes: list[str], iters: int, var
                             device_id=dev)
     spec = load_workload(ROOT / "cuco" / "builtin" / "moe_deepseek_v3", world)
     ref = load_reference(spec)
-    flush = torch.empty(FLUSH_BYTES, dtype=torch.uint8, device=dev)
+    l2 = L2Flush(dev)
     main, put, back = torch.cuda.Stream(dev), torch.cuda.Stream(dev, priority=-100), torch.cuda.Stream(dev)
     for shape in shapes:
         p = spec.shape(shape).params
@@ -53,7 +52,7 @@ def _worker(rank: int, world: int, port: int, shapes: list[str], iters: int, var
             runs = []
             for i in range(iters + 2):  # two warm-up runs
                 x = ref.make_inputs(p, world, rank, torch.Generator(dev).manual_seed(1000 * i + rank), dev)
-                flush.zero_()
+                l2.flush()
                 torch.cuda.synchronize()
                 dist.barrier()
                 marks: list = []
@@ -111,12 +110,13 @@ def main() -> int:
 
     sys.path.insert(0, str(ROOT))
     from cuco.machine import load_machine
+    from cuco.runner.processes.launch import free_port
     from cuco.workload import load_workload
 
     record.cuco("doctor")  # the ceilings
     machine = load_machine()
     path = Path(tempfile.mkdtemp()) / "phases.json"
-    port = 29500 + os.getpid() % 1000
+    port = free_port()
     mp.spawn(_spawned, args=(args.world, port, shapes, args.iters, args.groups, str(path)), nprocs=args.world)
     spec = load_workload(ROOT / "cuco" / "builtin" / "moe_deepseek_v3", args.world)
     ceil = machine.get("ceilings") or {}

@@ -80,6 +80,9 @@ def test_the_exchange_on_the_gpu_runs_through_the_judge_on_the_cpu(monkeypatch, 
     point = next(p for p in spec.strategies[name].points() if p.label() == label)
     src = tmp_path / "candidate.py"
     src.write_text(materialize(spec.strategies[name], point))
+    program: dict = {}
+    exec(compile(src.read_text(), str(src), "exec"), program)
+    assert program["ONCE"] is True and program["SIDE_STREAMS"] == 0, "the strategy's option did not reach the program"
     rec = evaluate(spec, src, EvalOptions(device="cpu", max_level="L2", timeout_s=120, work_dir=tmp_path / "w"))
     assert rec.ok, rec.error
 

@@ -15,7 +15,7 @@ from kernel_tensors import DEVICE, DTYPE, ptrs
 
 torch = pytest.importorskip("torch")
 from cuco.kernels.combine import combine  # noqa: E402
-from cuco.kernels.grouped_gemm import grouped_gemm, grouped_swiglu, sort_by_expert  # noqa: E402
+from cuco.kernels.grouped_gemm import grouped_gemm, grouped_swiglu, sort_by_expert, sorted_place  # noqa: E402
 from cuco.kernels.moe_exchange import (  # noqa: E402
     COMBINE,
     COUNTS,
@@ -138,9 +138,8 @@ def test_the_layer_through_the_exchange_is_each_tokens_weighted_sum_of_its_exper
                 ex.send_back(outs[r], plan, g, groups)
         for r, (ex, (lay, _)) in enumerate(zip(exs, lays)):
             ex.wait(COMBINE)
-            where = torch.empty_like(lay.order)
-            where[lay.order] = torch.arange(pairs, device=DEVICE)
-            y = combine(ex.back, where, weight[r], torch.empty(tokens, hidden, dtype=DTYPE, device=DEVICE))
+            y = torch.empty(tokens, hidden, dtype=DTYPE, device=DEVICE)
+            combine(ex.back, sorted_place(lay.order), weight[r], y)
             want = torch.zeros(tokens, hidden)
             for t in range(tokens):
                 for j in range(topk):

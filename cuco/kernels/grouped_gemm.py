@@ -83,6 +83,13 @@ class ExpertLayout:
     offs: torch.Tensor  # int32, [experts + 1]
 
 
+def sorted_place(order: torch.Tensor) -> torch.Tensor:
+    """where[order[i]] = i: the sorted row at which each pair's output lies (the combine's `where`)."""
+    where = torch.empty_like(order)
+    where[order] = torch.arange(len(order), device=order.device)
+    return where
+
+
 def sort_by_expert(expert_ids: torch.Tensor, experts: int) -> ExpertLayout:
     """The sorted layout of a routing ([tokens, topk] expert ids, or any shape: flattened), on the device with no
     synchronisation: a stable sort (pairs of one expert stay in token order, so the layout is the same every run)

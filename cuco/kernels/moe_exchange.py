@@ -245,6 +245,19 @@ class MoeExchange:
     pair_token: torch.Tensor | None = None  # once: [max_rows, 1] int32: received pair j's token row in `rows`
     pair_token_deltas: torch.Tensor | None = None
     sent: list[int] = field(default_factory=lambda: [0] * (DISPATCH + MAX_GROUPS))
+    token_src: torch.Tensor | None = field(default=None, init=False)  # once: entry t * world + o's token, t
+    token_owner: torch.Tensor | None = field(default=None, init=False)  # and its owner, o
+    token_bounds: torch.Tensor | None = field(default=None, init=False)
+    pair_bounds: torch.Tensor | None = field(default=None, init=False)
+
+    def __post_init__(self) -> None:
+        """once: what every run's dispatch reads and no run changes, made here: entry t * world + o is token t's
+        row for owner o, and the ranges of the two scatters ([0, n] on the device)."""
+        if self.once:
+            dev, entries = self.back.device, torch.arange(self.rows.shape[0], device=self.back.device)
+            self.token_src, self.token_owner = entries // self.world, entries % self.world
+            self.token_bounds = torch.tensor([0, len(entries)], device=dev)
+            self.pair_bounds = torch.tensor([0, self.back.shape[0]], device=dev)
 
     def publish_counts(self, offs: torch.Tensor, tokens: TokenPlan | None = None) -> None:
         experts = self.counts.shape[1]
@@ -268,17 +281,15 @@ class MoeExchange:
         """Each token row once into every rank that owns one of its picks (after every source's before it, in token
         order), and each sorted pair's token row there (token[i]: pair i's token) into its owner's pair_token at the
         pair's place; both released on counter DISPATCH."""
-        world, dev = self.world, x.device
         tc = self.token_counts.to(torch.int64)
         first = (tc.cumsum(0) - tc)[self.rank]  # this rank's first row in each owner's rows
         to = torch.where(tokens.present, first + tokens.index, -1).flatten()  # entry t * world + o
-        entries = torch.arange(len(to), device=dev)
-        self._scatter(x, entries // world, self.rows, self.rows_deltas, entries % world, to,
-                      _bounds(len(to), dev), 0, 0, 1, 1, DISPATCH, None)
+        self._scatter(x, self.token_src, self.rows, self.rows_deltas, self.token_owner, to, self.token_bounds, 0, 0, 1,
+                      1, DISPATCH, None)
         owner = plan.dest_rank
         row = (first[owner] + tokens.index[token, owner]).to(torch.int32)[:, None]
-        self._scatter(row, None, self.pair_token, self.pair_token_deltas, owner, plan.dest_row,
-                      _bounds(len(row), dev), 0, 0, 1, 1, DISPATCH, None)
+        self._scatter(row, None, self.pair_token, self.pair_token_deltas, owner, plan.dest_row, self.pair_bounds, 0,
+                      0, 1, 1, DISPATCH, None)
 
     def send_back(self, out: torch.Tensor, plan: ExchangePlan, group: int = 0, groups: int = 1,
                   programs: int | None = None) -> None:
@@ -302,12 +313,6 @@ class MoeExchange:
     def wait(self, phase: int) -> None:
         """Until every rank's stores of `phase` so far have landed here (a one-program kernel on the stream)."""
         _await_kernel[(1,)](self.counters, phase, self.world, self.sent[phase])
-
-
-def _bounds(n: int, device: torch.device) -> torch.Tensor:
-    """[0, n] on the device, as the scatter reads a range: made by a kernel, not copied from the host (a copy from
-    pageable memory would wait for the device, which the runner's gate may be holding)."""
-    return torch.arange(2, device=device) * n
 
 
 def _word(*rows: torch.Tensor) -> torch.dtype:
@@ -353,12 +358,13 @@ def moe_exchange(rank: int, world: int, experts: int, tokens: int, topk: int, hi
     rows, hr = window((world * tokens if once else max_rows, hidden), dtype)
     back, hb = window((pairs, hidden), dtype)
     counters, hf = window((DISPATCH + MAX_GROUPS, world), torch.int32, zeroed=True)
-    ex = MoeExchange(rank, world, counts, rows, back, counters, ptrs(counts, hc), ptrs(counters, hf),
-                     window_deltas(addresses(rows, hr), rank, device), window_deltas(addresses(back, hb), rank, device),
-                     sm_count(device), max_rows, once)
+    once_windows = {}
     if once:
         token_counts, ht = window((world, world), torch.int32)
         pair_token, hp = window((max_rows, 1), torch.int32)
-        ex.token_counts, ex.token_counts_ptrs = token_counts, ptrs(token_counts, ht)
-        ex.pair_token, ex.pair_token_deltas = pair_token, window_deltas(addresses(pair_token, hp), rank, device)
-    return ex
+        once_windows = dict(token_counts=token_counts, token_counts_ptrs=ptrs(token_counts, ht), pair_token=pair_token,
+                            pair_token_deltas=window_deltas(addresses(pair_token, hp), rank, device))
+    return MoeExchange(rank, world, counts, rows, back, counters, ptrs(counts, hc), ptrs(counters, hf),
+                       window_deltas(addresses(rows, hr), rank, device),
+                       window_deltas(addresses(back, hb), rank, device), sm_count(device), max_rows, once,
+                       **once_windows)

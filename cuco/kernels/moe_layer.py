@@ -20,7 +20,7 @@ from dataclasses import dataclass
 import torch
 
 from cuco.kernels.combine import combine
-from cuco.kernels.grouped_gemm import grouped_gemm, grouped_swiglu, sort_by_expert
+from cuco.kernels.grouped_gemm import grouped_gemm, grouped_swiglu, sort_by_expert, sorted_place
 from cuco.kernels.moe_exchange import (
     COMBINE,
     COUNTS,
@@ -99,9 +99,7 @@ def run_layer(layer: MoeLayer, x: torch.Tensor, logits: torch.Tensor, w13: torch
     else:
         _overlapped(layer, x, token, layout.offs, plan, w13, w2, groups, per_group, sides)
         mark("experts")
-    where = torch.empty_like(layout.order)
-    where[layout.order] = torch.arange(len(where), device=where.device)
-    combine(ex.back, where, weight, y)
+    combine(ex.back, sorted_place(layout.order), weight, y)
     mark("combine")
 
 

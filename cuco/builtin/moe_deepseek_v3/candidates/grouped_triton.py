@@ -15,14 +15,7 @@ import torch
 import torch.distributed as dist
 
 from cuco.kernels.combine import combine
-from cuco.kernels.grouped_gemm import moe_experts, sort_by_expert
-
-
-def _inverse(order: torch.Tensor) -> torch.Tensor:
-    """where[order[i]] = i: the row at which each pair's output lies."""
-    where = torch.empty_like(order)
-    where[order] = torch.arange(len(order), device=order.device)
-    return where
+from cuco.kernels.grouped_gemm import moe_experts, sort_by_expert, sorted_place
 
 
 def _unsorted(layout, rows, w13, w2):
@@ -52,7 +45,7 @@ def _exchanged(ctx, x, idx, local):
     out = _unsorted(layout, rows, ctx.buffers["w13"], ctx.buffers["w2"])
     back = torch.empty(len(order), x.shape[1], dtype=x.dtype, device=x.device)
     dist.all_to_all_single(back, out, send, recv, group=ctx.group)
-    return back, _inverse(order)
+    return back, sorted_place(order)
 
 
 def run(ctx):
@@ -64,7 +57,7 @@ def run(ctx):
     if ctx.world == 1:  # every expert is here: sorted row i is token order[i] // k's
         layout = sort_by_expert(idx, local)
         rows = moe_experts(x, layout.offs, b["w13"], b["w2"], rows=layout.order // k)  # gathered in w13's loads
-        where = _inverse(layout.order)
+        where = sorted_place(layout.order)
     else:
         rows, where = _exchanged(ctx, x, idx, local)
     combine(rows, where, weight, y)
