@@ -99,7 +99,7 @@ def main() -> int:
     ap.add_argument("--shape", action="append", default=[])
     ap.add_argument("--iters", type=int, default=20)
     ap.add_argument("--groups", nargs="+", default=["1", "4"],
-                    help="1: deferred; more: overlapped in groups; once: deferred, each token sent once per owner")
+                    help="1: deferred; more: overlapped in groups; once: deferred, a token once each way per owner")
     ap.add_argument("--out", type=Path, default=ROOT / "benchmarks" / "results")
     args = ap.parse_args()
     shapes = args.shape or ["t4096", "t128"]
@@ -148,8 +148,8 @@ def markdown(info: dict, rows: list[dict]) -> list[str]:
              "the workload's inputs, fresh routing each run; CUDA events between phases on the layer's stream; per "
              "phase the median over runs of the slowest rank, L2 flushed and the ranks met before each run. "
              "Groups 1: deferred; more: overlapped (the dispatch, the experts and the way back in one phase); once: "
-             "deferred, each token sent once per owner (its dispatch rate counts the bytes a row per pick would "
-             "move).", "",
+             "deferred, each token sent once to each owner and back once, its picks there summed (its dispatch rate "
+             "counts the bytes a row per pick would move).", "",
              f"Command: `{info['command']}`", ""]
     phases = ["route", "counts", "plan", "dispatch", "w13", "w2", "back", "experts", "combine", "total"]
     lines += ["| shape | groups | " + " | ".join(phases) + " | experts TFLOP/s (of tensor) | dispatch GB/s (of link) |",

@@ -78,10 +78,10 @@ def _emulated(world, experts, tokens, topk, hidden, once):
         return torch.full((rows, cols), float("nan"), dtype=DTYPE, device=DEVICE)
 
     bufs = [{"counts": torch.zeros(world, experts, dtype=torch.int32, device=DEVICE),
-             "rows": nan(world * (tokens if once else pairs)), "back": nan(pairs),
+             "rows": nan(world * (tokens if once else pairs)), "back": nan(world * tokens if once else pairs),
              "counters": torch.zeros(DISPATCH + MAX_GROUPS, world, dtype=torch.int32, device=DEVICE),
              "token_counts": torch.zeros(world, world, dtype=torch.int32, device=DEVICE),
-             "pair_token": torch.full((world * pairs, 1), -1, dtype=torch.int32, device=DEVICE)}
+             "token_pairs": torch.full((world * tokens, 2 * topk), -7, dtype=torch.int32, device=DEVICE)}
             for _ in range(world)]
     addr = {k: [b[k].data_ptr() for b in bufs] for k in bufs[0]}
 
@@ -91,8 +91,8 @@ def _emulated(world, experts, tokens, topk, hidden, once):
     return [MoeExchange(r, world, bufs[r]["counts"], bufs[r]["rows"], bufs[r]["back"], bufs[r]["counters"],
                         ptrs(addr["counts"]), ptrs(addr["counters"]), deltas("rows", r), deltas("back", r), sms=2,
                         max_rows=world * pairs, once=once, token_counts=bufs[r]["token_counts"],
-                        token_counts_ptrs=ptrs(addr["token_counts"]), pair_token=bufs[r]["pair_token"],
-                        pair_token_deltas=deltas("pair_token", r)) for r in range(world)]
+                        token_counts_ptrs=ptrs(addr["token_counts"]), token_pairs=bufs[r]["token_pairs"],
+                        token_pairs_deltas=deltas("token_pairs", r)) for r in range(world)]
 
 
 @pytest.mark.parametrize("world,groups,once", [(1, 1, False), (2, 1, False), (2, 3, False), (2, 8, False),
@@ -100,8 +100,9 @@ def _emulated(world, experts, tokens, topk, hidden, once):
 def test_the_layer_through_the_exchange_is_each_tokens_weighted_sum_of_its_experts(world, groups, once):
     """groups > 1: the dispatch and the way back group by group (3 groups of 4 experts: uneven; 8: some empty), the
     experts of a group computed once that group's counter says its rows are in. once: each token sent once to each
-    rank that owns one of its picks, the experts gathering their pairs' rows from those. On the CPU in Triton's
-    interpreter, on a GPU for real."""
+    rank that owns one of its picks, the experts gathering their pairs' rows from those, and sent back once from
+    each, its picks there summed (every window starts as NaN: a row read before it is written shows). On the CPU in
+    Triton's interpreter, on a GPU for real."""
     gen = torch.Generator().manual_seed(11)
     tokens, hidden, experts, topk, ff = 7, 32, 4 * world, 3, 16
     local, pairs = experts // world, tokens * topk
@@ -122,7 +123,7 @@ def test_the_layer_through_the_exchange_is_each_tokens_weighted_sum_of_its_exper
                  in zip(exs, lays)]
         for r, (ex, (lay, _), plan) in enumerate(zip(exs, lays, plans)):
             if once:
-                ex.dispatch_once(x[r], lay.order // topk, sent[r], plan)
+                ex.dispatch_once(x[r], sent[r], plan, sorted_place(lay.order), weight[r])
             for g in range(groups) if not once else ():
                 ex.dispatch(x[r], lay.order // topk, lay.offs, plan, g, groups)
         outs = [torch.full((world * pairs, hidden), float("nan"), dtype=DTYPE, device=DEVICE) for _ in exs]
@@ -133,13 +134,19 @@ def test_the_layer_through_the_exchange_is_each_tokens_weighted_sum_of_its_exper
                 h = torch.empty(world * pairs, ff, dtype=DTYPE, device=DEVICE)
                 if b > a:
                     grouped_swiglu(ex.rows, plan.recv_offs[a:b + 1], w13[r][a:b], h,
-                                   rows=ex.pair_token.view(-1) if once else None)
+                                   rows=ex.gather_rows() if once else None)
                     grouped_gemm(h, plan.recv_offs[a:b + 1], w2[r][a:b], outs[r])
-                ex.send_back(outs[r], plan, g, groups)
+                if once:
+                    ex.send_back_summed(outs[r])
+                else:
+                    ex.send_back(outs[r], plan, g, groups)
         for r, (ex, (lay, _)) in enumerate(zip(exs, lays)):
             ex.wait(COMBINE)
             y = torch.empty(tokens, hidden, dtype=DTYPE, device=DEVICE)
-            combine(ex.back, sorted_place(lay.order), weight[r], y)
+            if once:
+                combine(ex.back, ex.returned(sent[r]), ex.ones, y)
+            else:
+                combine(ex.back, sorted_place(lay.order), weight[r], y)
             want = torch.zeros(tokens, hidden)
             for t in range(tokens):
                 for j in range(topk):
@@ -153,6 +160,6 @@ def test_the_layer_through_the_exchange_is_each_tokens_weighted_sum_of_its_exper
     for ex in exs:  # two runs: every rank's counters (its own too) at two runs' worth of every rank's releases
         assert ex.counters[COUNTS].tolist() == [2] * world
         assert ex.counters[COMBINE].tolist() == [2 * groups * programs] * world
-        dispatches = 2 if once else 1  # once: the token rows, then each pair's token row
+        dispatches = 2 if once else 1  # once: the token rows, then their picks
         assert ex.counters[DISPATCH:DISPATCH + groups].tolist() == [[2 * dispatches * programs] * world] * groups
         assert ex.sent[COMBINE] == 2 * groups * programs

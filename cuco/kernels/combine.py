@@ -25,13 +25,14 @@ def _combine_kernel(rows, where, weight, y, H, K: tl.constexpr, BLOCK: tl.conste
     acc = tl.zeros([BLOCK], dtype=tl.float32)
     for j in tl.static_range(K):  # in pick order: the same sum, bit for bit, every run
         r = tl.load(where + t * K + j).to(tl.int64)
-        acc += tl.load(weight + t * K + j).to(tl.float32) * tl.load(rows + r * H + cols, mask=inside).to(tl.float32)
+        v = tl.load(rows + r * H + cols, mask=inside & (cols + r * H >= 0), other=0.0)  # r < 0: no row
+        acc += tl.load(weight + t * K + j).to(tl.float32) * v.to(tl.float32)
     tl.store(y + t * H + cols, acc.to(y.dtype.element_ty), mask=inside)
 
 
 def combine(rows: torch.Tensor, where: torch.Tensor, weight: torch.Tensor, y: torch.Tensor) -> torch.Tensor:
     """y[t] = sum_j weight[t, j] * rows[where[t, j]] for y [T, H], weight [T, k], where [T, k] (or [T * k]) row
-    indices into rows [R, H]."""
+    indices into rows [R, H] (negative: no row, a term of 0)."""
     row_major("combine", rows=rows, y=y)
     tokens, k = weight.shape
     if where.numel() != tokens * k or rows.shape[1] != y.shape[1] or y.shape[0] != tokens:

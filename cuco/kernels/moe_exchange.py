@@ -8,15 +8,20 @@ The layout (`exchange_plan`), computed by every rank alike from every rank's per
          order; the grouped GEMM reads them in place (`recv_offs`, the owner's local experts' offsets)
   back   a source's pairs' outputs, each at its sorted place: received row j goes back to rank ret_rank[j], row
          ret_row[j], so the combine reads them where they land
+Each token once (`once`): a token goes once to each rank that owns one of its picks, with a row of its picks there
+(`token_pairs`: each pick's place among the owner's expert-major rows, or -1 where another rank owns it, and its
+weight); the owner's experts gather their pairs' rows from the token rows, and the owner sends back one row a
+token, its picks there summed, weighted, into the source's back at (owner, the token's row for that owner). At
+top-8 over two ranks both ways move about a quarter of the bytes of a row per pick.
 Phases, each with one counter per (phase, sender) on every rank, the sender's own too: each program of the
 sender's kernel bumps it once after its stores (release, system scope), and a receiver waits (acquire) for as many
 releases as every rank has sent so far (every rank sends alike). The dispatch has a counter per group of experts,
 so that a group's experts start once their own rows are in. Counters only grow, zeroed before the rendezvous. Each
-wait also orders the next run's stores after the reads they overwrite: a rank stores into a peer's rows only once
-it has the peer's counts of the same run (sent after the peer's previous run ended, its experts' reads with it),
-into a peer's back only once it has the peer's dispatch of the same run (sent after the peer's previous combine
-read its back), and into a peer's counts only once it has the peer's returned rows of the previous run (sent after
-the peer's plan read its counts).
+wait also orders the next run's stores after the reads they overwrite: a rank stores into a peer's rows (and
+token_pairs) only once it has the peer's counts of the same run (sent after the peer's previous run ended, its
+experts' reads with it), into a peer's back only once it has the peer's dispatch of the same run (sent after the
+peer's previous combine read its back), and into a peer's counts only once it has the peer's returned rows of the
+previous run (sent after the peer's plan read its counts).
 Rows move as the widest integer words their width and alignment allow.
 """
 
@@ -108,6 +113,78 @@ def _scatter_rows_kernel(src, src_row, base, deltas, dest_rank, dest_row, bounds
                 c = c0 + cols
                 m = inside[:, None] & (c[None, :] < H)
                 tl.store(at[:, None] + c[None, :], tl.load(row[:, None] + c[None, :], mask=m), mask=m)
+    _release(flag_ptrs, phase, rank, world)
+
+
+@triton.jit
+def _token_pairs_kernel(place, dest_rank, dest_row, weight, meta, entries, world, K: tl.constexpr,
+                        BLOCK: tl.constexpr):
+    """Entry e = t * world + o: token t's picks that rank o owns, as [their rows there (-1: another owner's),
+    their weights' fp32 bits], in pick order (place[t * K + j]: pick j's sorted pair)."""
+    e = tl.program_id(0) * BLOCK + tl.arange(0, BLOCK)
+    inside = e < entries
+    t, o = e // world, e % world
+    for j in tl.static_range(K):
+        p = tl.load(place + t * K + j, mask=inside, other=0)
+        here = tl.load(dest_rank + p, mask=inside, other=-1) == o
+        row = tl.where(here, tl.load(dest_row + p, mask=inside, other=0), -1)
+        tl.store(meta + e * (2 * K) + j, row.to(tl.int32), mask=inside)
+        w = tl.load(weight + t * K + j, mask=inside, other=0).to(tl.float32)
+        tl.store(meta + e * (2 * K) + K + j, w.to(tl.int32, bitcast=True), mask=inside)
+
+
+@triton.jit
+def _received_tokens(token_counts, rank, world):
+    n = 0
+    for s in range(world):
+        n += tl.load(token_counts + s * world + rank)
+    return n
+
+
+@triton.jit(do_not_specialize=["rank", "world"])
+def _pair_token_kernel(meta, token_counts, pair_token, rank, world, programs, K: tl.constexpr, BLOCK: tl.constexpr):
+    """pair_token[p] = r for each pick p of each received token row r (the experts' gather of their rows)."""
+    n = _received_tokens(token_counts, rank, world)
+    for r0 in range(tl.program_id(0) * BLOCK, n, programs * BLOCK):
+        r = r0 + tl.arange(0, BLOCK)
+        for j in tl.static_range(K):
+            p = tl.load(meta + r.to(tl.int64) * (2 * K) + j, mask=r < n, other=-1)
+            tl.store(pair_token + p, r, mask=p >= 0)
+
+
+@triton.jit(do_not_specialize=["phase", "rank", "world", "tokens"])
+def _sum_back_kernel(out, meta, token_counts, base, deltas, flag_ptrs, phase, rank, world, tokens, programs, H,
+                     K: tl.constexpr, ELEM: tl.constexpr, ROWS: tl.constexpr, BLOCK: tl.constexpr):
+    """Each received token row r: its picks' outputs here (out[meta[r, j]]), weighted, summed in fp32 in pick
+    order and rounded once, into its source's back at row rank * tokens + (r less the source's first row); then
+    counter (phase, rank) released on every rank. Rows of H elements of ELEM bytes."""
+    n = _received_tokens(token_counts, rank, world)
+    rr = tl.arange(0, ROWS)
+    cols = tl.arange(0, BLOCK)
+    for r0 in range(tl.program_id(0) * ROWS, n, programs * ROWS):
+        r = r0 + rr
+        inside = r < n
+        source = tl.zeros([ROWS], dtype=tl.int32)  # the rows of sources 0, 1, ... follow one another
+        first = tl.zeros([ROWS], dtype=tl.int32)
+        end = 0
+        for s in range(world):
+            end += tl.load(token_counts + s * world + rank)
+            past = r >= end
+            source += past.to(tl.int32)
+            first = tl.where(past, end, first)
+        delta = tl.multiple_of(tl.load(deltas + source, mask=inside, other=0) // ELEM, 16)  # page multiples
+        at = base + delta + (rank * tokens + r - first).to(tl.int64) * H
+        entry = meta + r.to(tl.int64) * (2 * K)
+        for c0 in range(0, H, BLOCK):
+            c = c0 + cols
+            m = inside[:, None] & (c[None, :] < H)
+            acc = tl.zeros([ROWS, BLOCK], dtype=tl.float32)
+            for j in tl.static_range(K):
+                p = tl.load(entry + j, mask=inside, other=-1)
+                w = tl.load(entry + K + j, mask=inside, other=0).to(tl.float32, bitcast=True)
+                v = tl.load(out + p.to(tl.int64)[:, None] * H + c[None, :], mask=m & (p >= 0)[:, None], other=0.0)
+                acc += w[:, None] * v.to(tl.float32)
+            tl.store(at[:, None] + c[None, :], acc.to(base.dtype.element_ty), mask=m)
     _release(flag_ptrs, phase, rank, world)
 
 
@@ -224,14 +301,15 @@ def token_plan(idx: torch.Tensor, local: int, world: int) -> TokenPlan:
 class MoeExchange:
     """This rank's windows and counters (torch symmetric memory, or plain tensors at world 1), and how many releases
     each counter of every rank has been sent so far (every rank sends alike, so that is each wait's target).
-    Sending tokens once per owner (`once`), an owner receives token rows and, per pair, the row its token is in;
-    otherwise a row per pair."""
+    Sending each token once (`once`): an owner receives token rows and a row of their picks, and sends back a row a
+    token; otherwise a row per pair each way."""
 
     rank: int
     world: int
     counts: torch.Tensor  # [world, E] int32: every source's rows per expert
     rows: torch.Tensor  # [max_rows, H]: received rows, expert-major (once: token rows, [world * T, H])
-    back: torch.Tensor  # [pairs, H]: this rank's pairs' outputs, in its sorted order
+    back: torch.Tensor  # [pairs, H]: this rank's pairs' outputs, in its sorted order (once: [world * T, H], owner o's
+    # sum for token t at row o * T + its row among those sent to o)
     counters: torch.Tensor  # [DISPATCH + MAX_GROUPS, world] int32
     counts_ptrs: torch.Tensor  # int64 [world]: each rank's address of its counts, and of its counters
     flag_ptrs: torch.Tensor
@@ -242,22 +320,24 @@ class MoeExchange:
     once: bool = False
     token_counts: torch.Tensor | None = None  # once: [world, world] int32: token rows from each source to each owner
     token_counts_ptrs: torch.Tensor | None = None
-    pair_token: torch.Tensor | None = None  # once: [max_rows, 1] int32: received pair j's token row in `rows`
-    pair_token_deltas: torch.Tensor | None = None
+    token_pairs: torch.Tensor | None = None  # once: [world * T, 2k] int32: each received token row's picks here
+    token_pairs_deltas: torch.Tensor | None = None  # (rows among the received pairs, or -1; then fp32 weights)
     sent: list[int] = field(default_factory=lambda: [0] * (DISPATCH + MAX_GROUPS))
+    pair_token: torch.Tensor | None = field(default=None, init=False)  # once: [max_rows] int32: pair j's token row
     token_src: torch.Tensor | None = field(default=None, init=False)  # once: entry t * world + o's token, t
     token_owner: torch.Tensor | None = field(default=None, init=False)  # and its owner, o
     token_bounds: torch.Tensor | None = field(default=None, init=False)
-    pair_bounds: torch.Tensor | None = field(default=None, init=False)
+    ones: torch.Tensor | None = field(default=None, init=False)  # once: [T, world] fp32, the combine's weights
 
     def __post_init__(self) -> None:
-        """once: what every run's dispatch reads and no run changes, made here: entry t * world + o is token t's
-        row for owner o, and the ranges of the two scatters ([0, n] on the device)."""
+        """once: what every run reads and no run changes, made here: entry t * world + o is token t's row for owner
+        o, the scatters' range ([0, world * T] on the device), the combine's weights."""
         if self.once:
             dev, entries = self.back.device, torch.arange(self.rows.shape[0], device=self.back.device)
             self.token_src, self.token_owner = entries // self.world, entries % self.world
             self.token_bounds = torch.tensor([0, len(entries)], device=dev)
-            self.pair_bounds = torch.tensor([0, self.back.shape[0]], device=dev)
+            self.pair_token = torch.zeros(self.max_rows, dtype=torch.int32, device=dev)
+            self.ones = torch.ones(len(entries) // self.world, self.world, device=dev)
 
     def publish_counts(self, offs: torch.Tensor, tokens: TokenPlan | None = None) -> None:
         experts = self.counts.shape[1]
@@ -277,19 +357,30 @@ class MoeExchange:
         self._scatter(x, token, self.rows, self.rows_deltas, plan.dest_rank, plan.dest_row, offs, a, local, b - a,
                       self.world, DISPATCH + group, programs)
 
-    def dispatch_once(self, x: torch.Tensor, token: torch.Tensor, tokens: TokenPlan, plan: ExchangePlan) -> None:
+    def dispatch_once(self, x: torch.Tensor, tokens: TokenPlan, plan: ExchangePlan, place: torch.Tensor,
+                      weight: torch.Tensor) -> None:
         """Each token row once into every rank that owns one of its picks (after every source's before it, in token
-        order), and each sorted pair's token row there (token[i]: pair i's token) into its owner's pair_token at the
-        pair's place; both released on counter DISPATCH."""
+        order), and beside it the row of its picks there (place [T * k]: each pick's sorted pair; weight [T, k]);
+        both released on counter DISPATCH."""
         tc = self.token_counts.to(torch.int64)
         first = (tc.cumsum(0) - tc)[self.rank]  # this rank's first row in each owner's rows
         to = torch.where(tokens.present, first + tokens.index, -1).flatten()  # entry t * world + o
-        self._scatter(x, self.token_src, self.rows, self.rows_deltas, self.token_owner, to, self.token_bounds, 0, 0, 1,
-                      1, DISPATCH, None)
-        owner = plan.dest_rank
-        row = (first[owner] + tokens.index[token, owner]).to(torch.int32)[:, None]
-        self._scatter(row, None, self.pair_token, self.pair_token_deltas, owner, plan.dest_row, self.pair_bounds, 0,
-                      0, 1, 1, DISPATCH, None)
+        meta = torch.empty(len(to), self.token_pairs.shape[1], dtype=torch.int32, device=to.device)
+        _token_pairs_kernel[(triton.cdiv(len(to), PLAN_BLOCK),)](
+            place, plan.dest_rank, plan.dest_row, weight, meta, len(to), self.world, K=weight.shape[1],
+            BLOCK=PLAN_BLOCK)
+        for src, src_row, window, deltas in ((x, self.token_src, self.rows, self.rows_deltas),
+                                             (meta, None, self.token_pairs, self.token_pairs_deltas)):
+            self._scatter(src, src_row, window, deltas, self.token_owner, to, self.token_bounds, 0, 0, 1, 1, DISPATCH,
+                          None)
+
+    def gather_rows(self) -> torch.Tensor:
+        """once, after the dispatch: each received pair's token row (pair_token), which the experts' w13 reads."""
+        k = self.token_pairs.shape[1] // 2
+        programs = PROGRAMS_PER_SM * self.sms
+        _pair_token_kernel[(programs,)](self.token_pairs, self.token_counts, self.pair_token, self.rank, self.world,
+                                        programs, K=k, BLOCK=PLAN_BLOCK)
+        return self.pair_token
 
     def send_back(self, out: torch.Tensor, plan: ExchangePlan, group: int = 0, groups: int = 1,
                   programs: int | None = None) -> None:
@@ -298,6 +389,21 @@ class MoeExchange:
         a, b = group_experts(len(plan.recv_offs) - 1, group, groups)
         self._scatter(out, None, self.back, self.back_deltas, plan.ret_rank, plan.ret_row, plan.recv_offs, a, 0, b - a,
                       1, COMBINE, programs)
+
+    def send_back_summed(self, out: torch.Tensor) -> None:
+        """once: each received token's picks here summed (weighted, fp32, rounded once) into its source's back, a row
+        a token; released on counter COMBINE."""
+        k, programs = self.token_pairs.shape[1] // 2, PROGRAMS_PER_SM * self.sms
+        _sum_back_kernel[(programs,)](
+            out, self.token_pairs, self.token_counts, self.back, self.back_deltas, self.flag_ptrs, COMBINE, self.rank,
+            self.world, self.rows.shape[0] // self.world, programs, out.shape[1], K=k, ELEM=out.element_size(),
+            ROWS=ROWS, BLOCK=BLOCK_H, num_warps=8)
+        self.sent[COMBINE] += programs
+
+    def returned(self, tokens: TokenPlan) -> torch.Tensor:
+        """once: where the combine finds token t's sum from owner o (-1: none), [T, world]."""
+        owner = torch.arange(self.world, device=tokens.index.device) * tokens.index.shape[0]
+        return torch.where(tokens.present, owner + tokens.index, -1)
 
     def _scatter(self, src, src_row, window, deltas, dest_rank, dest_row, bounds, first, stride, span, segments,
                  phase, programs) -> None:
@@ -356,14 +462,15 @@ def moe_exchange(rank: int, world: int, experts: int, tokens: int, topk: int, hi
 
     counts, hc = window((world, experts), torch.int32)
     rows, hr = window((world * tokens if once else max_rows, hidden), dtype)
-    back, hb = window((pairs, hidden), dtype)
+    back, hb = window((world * tokens if once else pairs, hidden), dtype)
     counters, hf = window((DISPATCH + MAX_GROUPS, world), torch.int32, zeroed=True)
     once_windows = {}
     if once:
         token_counts, ht = window((world, world), torch.int32)
-        pair_token, hp = window((max_rows, 1), torch.int32)
-        once_windows = dict(token_counts=token_counts, token_counts_ptrs=ptrs(token_counts, ht), pair_token=pair_token,
-                            pair_token_deltas=window_deltas(addresses(pair_token, hp), rank, device))
+        token_pairs, hp = window((world * tokens, 2 * topk), torch.int32)
+        once_windows = dict(token_counts=token_counts, token_counts_ptrs=ptrs(token_counts, ht),
+                            token_pairs=token_pairs, token_pairs_deltas=window_deltas(addresses(token_pairs, hp), rank,
+                                                                                      device))
     return MoeExchange(rank, world, counts, rows, back, counters, ptrs(counts, hc), ptrs(counters, hf),
                        window_deltas(addresses(rows, hr), rank, device),
                        window_deltas(addresses(back, hb), rank, device), sm_count(device), max_rows, once,

@@ -2,9 +2,10 @@
 (cuco.kernels.moe_exchange), the local experts in the grouped GEMM (cuco.kernels.grouped_gemm, its group sizes
 read from device memory) and the combine (cuco.kernels.combine), in stream order.
 
-Deferred: the whole dispatch, every local expert (w13 with the SwiGLU epilogue, then w2), the whole way back; the
-dispatch sends a row per pick, or each token once to each rank that owns one of its picks (`once`: at top-8 over
-two ranks about a quarter of the bytes), the experts then gathering their pairs' rows in w13's loads.
+Deferred: the whole dispatch, every local expert (w13 with the SwiGLU epilogue, then w2), the whole way back; a row
+per pick each way, or each token once (`once`: at top-8 over two ranks about a quarter of the bytes each way): sent
+once to each rank that owns one of its picks, the experts gathering their pairs' rows in w13's loads, and sent back
+once from each, its picks there summed.
 Overlapped: the local experts in `groups` runs; the dispatch, group by group, on one side stream, each group's
 experts starting once that group's rows are in (its counter), and each group's outputs going back on a second side
 stream while the next group computes. The scatters then run on PUT_SMS SMs and the GEMMs on the others, so that
@@ -50,7 +51,7 @@ class MoeLayer:
 def moe_layer(rank: int, world: int, tokens: int, hidden: int, experts: int, topk: int, ff: int, dtype: torch.dtype,
               device: torch.device, group_name: str | None, once: bool = False) -> MoeLayer:
     """Collective at world > 1: every rank calls it at the same point. once: each token is sent once to each rank
-    that owns one of its picks (the experts gather their pairs' rows from them), not once per pick."""
+    that owns one of its picks and back once from each (moe_exchange), not once per pick."""
     ex = moe_exchange(rank, world, experts, tokens, topk, hidden, dtype, device, group_name, once)
     return MoeLayer(ex, torch.empty(ex.max_rows, ff, dtype=dtype, device=device),
                     torch.empty(ex.max_rows, hidden, dtype=dtype, device=device), experts, topk)
@@ -79,17 +80,27 @@ def run_layer(layer: MoeLayer, x: torch.Tensor, logits: torch.Tensor, w13: torch
     ex.wait(COUNTS)
     mark("counts")
     plan = exchange_plan(ex.counts, ex.rank, idx.flatten()[layout.order], layout.offs, ex.max_rows)
-    token = layout.order // k
+    token, place = layout.order // k, sorted_place(layout.order)
     mark("plan")
-    if groups == 1:
-        if tokens is not None:
-            ex.dispatch_once(x, token, tokens, plan)
-        else:
-            ex.dispatch(x, token, layout.offs, plan)
+    if tokens is not None:
+        ex.dispatch_once(x, tokens, plan, place, weight)
         ex.wait(DISPATCH)
         mark("dispatch")
-        grouped_swiglu(ex.rows, plan.recv_offs, w13, layer.h,
-                       rows=ex.pair_token.view(-1) if tokens is not None else None)
+        grouped_swiglu(ex.rows, plan.recv_offs, w13, layer.h, rows=ex.gather_rows())
+        mark("w13")
+        grouped_gemm(layer.h, plan.recv_offs, w2, layer.out)
+        mark("w2")
+        ex.send_back_summed(layer.out)
+        ex.wait(COMBINE)
+        mark("back")
+        combine(ex.back, ex.returned(tokens), ex.ones, y)
+        mark("combine")
+        return
+    if groups == 1:
+        ex.dispatch(x, token, layout.offs, plan)
+        ex.wait(DISPATCH)
+        mark("dispatch")
+        grouped_swiglu(ex.rows, plan.recv_offs, w13, layer.h)
         mark("w13")
         grouped_gemm(layer.h, plan.recv_offs, w2, layer.out)
         mark("w2")
@@ -99,7 +110,7 @@ def run_layer(layer: MoeLayer, x: torch.Tensor, logits: torch.Tensor, w13: torch
     else:
         _overlapped(layer, x, token, layout.offs, plan, w13, w2, groups, per_group, sides)
         mark("experts")
-    combine(ex.back, sorted_place(layout.order), weight, y)
+    combine(ex.back, place, weight, y)
     mark("combine")
 
 

@@ -15,7 +15,8 @@ DESIGN, below, is the design point (the directive proposer writes each candidate
   issuer     cta: a program moves whole rows, eight at a time
   chunks     groups of consecutive local experts (1: deferred; more: stream_overlap)
   once       (the strategy's option, workload.toml) each token sent once to each rank that owns one of its picks,
-             the experts gathering their pairs' rows from those (deferred only); else a row per pick
+             the experts gathering their pairs' rows from those, and back once from each, its picks there summed
+             (deferred only); else a row per pick each way
 Each rank routes (top-k, softmax over the chosen logits) and sorts its pairs by expert on the device; every rank
 lays the moves out alike from every rank's counts: a pair's token row goes straight to its place in the owner's
 expert-major rows, where the grouped GEMM reads it, and each output straight to its pair's sorted place in the
