@@ -144,7 +144,7 @@ def test_the_layer_through_the_exchange_is_each_tokens_weighted_sum_of_its_exper
             ex.wait(COMBINE)
             y = torch.empty(tokens, hidden, dtype=DTYPE, device=DEVICE)
             if once:
-                combine(ex.back, ex.returned(sent[r]), ex.ones, y)
+                combine(ex.back, sent[r].back_row, ex.ones, y)
             else:
                 combine(ex.back, sorted_place(lay.order), weight[r], y)
             want = torch.zeros(tokens, hidden)

@@ -116,14 +116,20 @@ def _scatter_rows_kernel(src, src_row, base, deltas, dest_rank, dest_row, bounds
     _release(flag_ptrs, phase, rank, world)
 
 
-@triton.jit
-def _token_pairs_kernel(place, dest_rank, dest_row, weight, meta, entries, world, K: tl.constexpr,
-                        BLOCK: tl.constexpr):
-    """Entry e = t * world + o: token t's picks that rank o owns, as [their rows there (-1: another owner's),
-    their weights' fp32 bits], in pick order (place[t * K + j]: pick j's sorted pair)."""
+@triton.jit(do_not_specialize=["rank", "world"])
+def _token_pairs_kernel(place, dest_rank, dest_row, weight, index, token_counts, meta, to, entries, rank, world,
+                        K: tl.constexpr, BLOCK: tl.constexpr):
+    """Entry e = t * world + o: where token t's row goes at owner o (to[e]: after every earlier source's rows for
+    o, -1 where t has no pick there), and its picks that o owns, as [their rows there (-1: another owner's), their
+    weights' fp32 bits], in pick order (place[t * K + j]: pick j's sorted pair)."""
     e = tl.program_id(0) * BLOCK + tl.arange(0, BLOCK)
     inside = e < entries
     t, o = e // world, e % world
+    first = tl.zeros([BLOCK], dtype=tl.int64)
+    for s in range(rank):
+        first += tl.load(token_counts + s * world + o, mask=inside, other=0)
+    i = tl.load(index + e, mask=inside, other=-1)
+    tl.store(to + e, tl.where(i >= 0, first + i, -1), mask=inside)
     for j in tl.static_range(K):
         p = tl.load(place + t * K + j, mask=inside, other=0)
         here = tl.load(dest_rank + p, mask=inside, other=-1) == o
@@ -131,6 +137,29 @@ def _token_pairs_kernel(place, dest_rank, dest_row, weight, meta, entries, world
         tl.store(meta + e * (2 * K) + j, row.to(tl.int32), mask=inside)
         w = tl.load(weight + t * K + j, mask=inside, other=0).to(tl.float32)
         tl.store(meta + e * (2 * K) + K + j, w.to(tl.int32, bitcast=True), mask=inside)
+
+
+@triton.jit(do_not_specialize=["T", "local", "world"])
+def _token_plan_kernel(idx, index, back_row, per_owner, T, local, world, K: tl.constexpr, W_PAD: tl.constexpr,
+                       BLOCK: tl.constexpr):
+    """One program, tokens in order: whether token t has a pick on owner o, its row among this rank's rows for o
+    (index[t, o], -1: none), where o's sum for it lands in this rank's back (back_row[t, o] = o * T + index, -1:
+    none), and this rank's rows for each owner."""
+    o = tl.arange(0, W_PAD)
+    before = tl.zeros([W_PAD], dtype=tl.int64)
+    for t0 in range(0, T, BLOCK):
+        t = t0 + tl.arange(0, BLOCK)
+        inside = t < T
+        present = tl.zeros([BLOCK, W_PAD], dtype=tl.int64)
+        for j in tl.static_range(K):
+            owner = tl.load(idx + t * K + j, mask=inside, other=0) // local
+            present = tl.where(inside[:, None] & (owner[:, None] == o[None, :]), 1, present)
+        i = tl.where(present > 0, before[None, :] + tl.cumsum(present, axis=0) - present, -1)
+        m = inside[:, None] & (o[None, :] < world)
+        tl.store(index + t[:, None] * world + o[None, :], i, mask=m)
+        tl.store(back_row + t[:, None] * world + o[None, :], tl.where(i >= 0, o[None, :] * T + i, -1), mask=m)
+        before += tl.sum(present, axis=0)
+    tl.store(per_owner + o, before.to(tl.int32), mask=o < world)
 
 
 @triton.jit
@@ -159,10 +188,10 @@ def _sum_back_kernel(out, meta, token_counts, base, deltas, flag_ptrs, phase, ra
     order and rounded once, into its source's back at row rank * tokens + (r less the source's first row); then
     counter (phase, rank) released on every rank. Rows of H elements of ELEM bytes."""
     n = _received_tokens(token_counts, rank, world)
-    rr = tl.arange(0, ROWS)
-    cols = tl.arange(0, BLOCK)
-    for r0 in range(tl.program_id(0) * ROWS, n, programs * ROWS):
-        r = r0 + rr
+    blocks = tl.cdiv(H, BLOCK)  # tiles of ROWS rows by BLOCK columns: at decode a few rows fill the SMs still
+    for tile in range(tl.program_id(0), tl.cdiv(n, ROWS) * blocks, programs):
+        r = tile // blocks * ROWS + tl.arange(0, ROWS)
+        c = tile % blocks * BLOCK + tl.arange(0, BLOCK)
         inside = r < n
         source = tl.zeros([ROWS], dtype=tl.int32)  # the rows of sources 0, 1, ... follow one another
         first = tl.zeros([ROWS], dtype=tl.int32)
@@ -175,16 +204,14 @@ def _sum_back_kernel(out, meta, token_counts, base, deltas, flag_ptrs, phase, ra
         delta = tl.multiple_of(tl.load(deltas + source, mask=inside, other=0) // ELEM, 16)  # page multiples
         at = base + delta + (rank * tokens + r - first).to(tl.int64) * H
         entry = meta + r.to(tl.int64) * (2 * K)
-        for c0 in range(0, H, BLOCK):
-            c = c0 + cols
-            m = inside[:, None] & (c[None, :] < H)
-            acc = tl.zeros([ROWS, BLOCK], dtype=tl.float32)
-            for j in tl.static_range(K):
-                p = tl.load(entry + j, mask=inside, other=-1)
-                w = tl.load(entry + K + j, mask=inside, other=0).to(tl.float32, bitcast=True)
-                v = tl.load(out + p.to(tl.int64)[:, None] * H + c[None, :], mask=m & (p >= 0)[:, None], other=0.0)
-                acc += w[:, None] * v.to(tl.float32)
-            tl.store(at[:, None] + c[None, :], acc.to(base.dtype.element_ty), mask=m)
+        m = inside[:, None] & (c[None, :] < H)
+        acc = tl.zeros([ROWS, BLOCK], dtype=tl.float32)
+        for j in tl.static_range(K):
+            p = tl.load(entry + j, mask=inside, other=-1)
+            w = tl.load(entry + K + j, mask=inside, other=0).to(tl.float32, bitcast=True)
+            v = tl.load(out + p.to(tl.int64)[:, None] * H + c[None, :], mask=m & (p >= 0)[:, None], other=0.0)
+            acc += w[:, None] * v.to(tl.float32)
+        tl.store(at[:, None] + c[None, :], acc.to(base.dtype.element_ty), mask=m)
     _release(flag_ptrs, phase, rank, world)
 
 
@@ -282,19 +309,24 @@ def exchange_plan(counts: torch.Tensor, rank: int, expert: torch.Tensor, offs: t
 
 @dataclass(frozen=True)
 class TokenPlan:
-    """Sending each token once to each rank that owns any of its picks: where this rank's tokens go."""
+    """Sending each token once to each rank that owns any of its picks: where this rank's tokens go, and where
+    their sums come back."""
 
-    present: torch.Tensor  # bool [T, world]: the token has a pick on that owner
-    index: torch.Tensor  # int64 [T, world]: its row among this rank's rows for that owner, where present
+    index: torch.Tensor  # int64 [T, world]: the token's row among this rank's rows for that owner, -1: no pick there
+    back_row: torch.Tensor  # int64 [T, world]: the owner's sum for it in this rank's back, -1: none
     per_owner: torch.Tensor  # int32 [world]: this rank's token rows for each owner
 
 
 def token_plan(idx: torch.Tensor, local: int, world: int) -> TokenPlan:
     """From the picks ([T, k] expert ids): which owners each token goes to, and its row among those they get from
-    this rank (tokens in order). On the device, no size read on the host."""
-    present = torch.zeros(idx.shape[0], world, dtype=torch.int64, device=idx.device)
-    present.scatter_(1, idx // local, 1)
-    return TokenPlan(present.bool(), present.cumsum(0) - present, present.sum(0).to(torch.int32))
+    this rank (tokens in order). One launch, no size read on the host."""
+    tokens, k = idx.shape
+    index = torch.empty(tokens, world, dtype=torch.int64, device=idx.device)
+    back_row = torch.empty_like(index)
+    per_owner = torch.empty(world, dtype=torch.int32, device=idx.device)
+    _token_plan_kernel[(1,)](idx, index, back_row, per_owner, tokens, local, world, K=k,
+                             W_PAD=max(2, triton.next_power_of_2(world)), BLOCK=PLAN_BLOCK)
+    return TokenPlan(index, back_row, per_owner)
 
 
 @dataclass
@@ -362,13 +394,12 @@ class MoeExchange:
         """Each token row once into every rank that owns one of its picks (after every source's before it, in token
         order), and beside it the row of its picks there (place [T * k]: each pick's sorted pair; weight [T, k]);
         both released on counter DISPATCH."""
-        tc = self.token_counts.to(torch.int64)
-        first = (tc.cumsum(0) - tc)[self.rank]  # this rank's first row in each owner's rows
-        to = torch.where(tokens.present, first + tokens.index, -1).flatten()  # entry t * world + o
-        meta = torch.empty(len(to), self.token_pairs.shape[1], dtype=torch.int32, device=to.device)
-        _token_pairs_kernel[(triton.cdiv(len(to), PLAN_BLOCK),)](
-            place, plan.dest_rank, plan.dest_row, weight, meta, len(to), self.world, K=weight.shape[1],
-            BLOCK=PLAN_BLOCK)
+        entries = tokens.index.numel()
+        to = torch.empty(entries, dtype=torch.int64, device=x.device)
+        meta = torch.empty(entries, self.token_pairs.shape[1], dtype=torch.int32, device=x.device)
+        _token_pairs_kernel[(triton.cdiv(entries, PLAN_BLOCK),)](
+            place, plan.dest_rank, plan.dest_row, weight, tokens.index, self.token_counts, meta, to, entries,
+            self.rank, self.world, K=weight.shape[1], BLOCK=PLAN_BLOCK)
         for src, src_row, window, deltas in ((x, self.token_src, self.rows, self.rows_deltas),
                                              (meta, None, self.token_pairs, self.token_pairs_deltas)):
             self._scatter(src, src_row, window, deltas, self.token_owner, to, self.token_bounds, 0, 0, 1, 1, DISPATCH,
@@ -399,11 +430,6 @@ class MoeExchange:
             self.world, self.rows.shape[0] // self.world, programs, out.shape[1], K=k, ELEM=out.element_size(),
             ROWS=ROWS, BLOCK=BLOCK_H, num_warps=8)
         self.sent[COMBINE] += programs
-
-    def returned(self, tokens: TokenPlan) -> torch.Tensor:
-        """once: where the combine finds token t's sum from owner o (-1: none), [T, world]."""
-        owner = torch.arange(self.world, device=tokens.index.device) * tokens.index.shape[0]
-        return torch.where(tokens.present, owner + tokens.index, -1)
 
     def _scatter(self, src, src_row, window, deltas, dest_rank, dest_row, bounds, first, stride, span, segments,
                  phase, programs) -> None:

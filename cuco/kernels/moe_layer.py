@@ -93,7 +93,7 @@ def run_layer(layer: MoeLayer, x: torch.Tensor, logits: torch.Tensor, w13: torch
         ex.send_back_summed(layer.out)
         ex.wait(COMBINE)
         mark("back")
-        combine(ex.back, ex.returned(tokens), ex.ones, y)
+        combine(ex.back, tokens.back_row, ex.ones, y)
         mark("combine")
         return
     if groups == 1:
