@@ -1,0 +1,174 @@
+"""What an expert's last row block costs the MoE grouped GEMM (cuco/kernels/grouped_gemm.py), and the half-height
+tile that cuts it, on one GPU at the prefill shapes of moe_deepseek_v3.
+
+A tile multiplies all its rows, those past its expert's last too: with 128-row tiles and about 256 rows an expert
+(rank 0 at world 2, T = 4096) an expert a row past 256 computes 384, about a fifth of the work wasted on average.
+Cases: the routings the workload draws at T = 4096 (uniform and HOT = 5): world 1 (all 256 experts, about 128
+rows each), and rank 0 at world 2 (its 128 experts, the pairs of both ranks' routings that pick them, about 256
+rows each, as moe_grouped's experts receive them). Each projection (w13 with its SwiGLU epilogue, w2) with the
+tiles config_for picks, with `half` set (an expert's last row block with at most half a tile of rows runs half
+as tall), and with 64-row tiles, without and with `half`: every variant's output checked against the first's
+(TOLERANCE: the same K order per row), then all timed in ROUNDS alternating rounds (CUDA-graph replays, L2 flushed
+before each, benchmarks/replay.py), the median round taken. Rates: useful flops (pairs x 2 x K x N) against the
+bf16 tensor ceiling of `cuco doctor`; `computed` is the rows the tiles multiply over the rows there are.
+Writes benchmarks/results/grouped_tiles.json and .md.
+
+    python benchmarks/grouped_tiles.py [--reps 20] [--out DIR]
+"""
+
+from __future__ import annotations
+
+import argparse
+import statistics
+import sys
+from dataclasses import asdict, replace
+from pathlib import Path
+
+import record
+from replay import graph_median_ms
+
+ROOT = record.ROOT
+CASES = (("w1", "t4096"), ("w1", "t4096_hot5"), ("w2", "t4096"), ("w2", "t4096_hot5"))
+ROUNDS = 5  # the variants alternate: their gaps are a few %
+TOLERANCE = 1e-3  # relative (norm): the same sums over K, rounded to bf16 alike; only the tile's shape differs
+
+
+def main() -> int:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--reps", type=int, default=20, help="replays per timing")
+    ap.add_argument("--out", type=Path, default=ROOT / "benchmarks" / "results")
+    args = ap.parse_args()
+    sys.path.insert(0, str(ROOT))
+    import torch
+
+    if not torch.cuda.is_available():
+        sys.exit("grouped_tiles: needs a CUDA GPU")
+    from cuco.machine import load_machine
+    from cuco.runner.judge.l2 import L2Flush
+
+    record.cuco("doctor")  # the tensor ceiling
+    machine = load_machine()
+    tensor = ((machine.get("ceilings") or {}).get("tensor_bf16_tflops") or {}).get("value")
+    flush = L2Flush(torch.device("cuda")).flush
+    rows = []
+    for world in (1, 2):  # one rank's weights at a time: 22.5 GB at world 1
+        weights = None
+        for shape in (s for w, s in CASES if w == f"w{world}"):
+            case = Case(torch, world, shape, weights)
+            weights = case.weights
+            rows += case.run(flush, args.reps, tensor)
+        del case, weights
+        torch.cuda.empty_cache()
+    info = record.meta(machine, world=1, tensor_tflops=tensor, reps=args.reps, rounds=ROUNDS,
+                       triton=__import__("triton").__version__)
+    record.save(args.out, "grouped_tiles", info, {"rows": rows}, markdown(info, rows))
+    return 0
+
+
+class Case:
+    """One routing's rows for one rank's experts, sorted by expert, and that rank's weights."""
+
+    def __init__(self, torch, world: int, shape: str, weights: dict | None):
+        from cuco.kernels.grouped_gemm import sort_by_expert
+        from cuco.workload import load_workload
+        from cuco.workload.reference import load_reference
+
+        self.torch, self.world, self.shape = torch, world, shape
+        spec = load_workload(ROOT / "cuco" / "builtin" / "moe_deepseek_v3", world)
+        ref = load_reference(spec)
+        p = self.p = spec.shape(shape).params
+        dev = torch.device("cuda")
+        local = p["E"] // world
+        xs, ids = [], []
+        for rank in range(world):  # every rank's pairs that pick rank 0's experts, sources in rank order
+            inputs = ref.make_inputs(p, world, rank, torch.Generator(dev).manual_seed(rank), dev)
+            idx = ref.module.routing(inputs["logits"], p["TOPK"])[0].flatten()
+            mine = idx < local
+            xs.append(inputs["x"][torch.arange(len(idx), device=dev)[mine] // p["TOPK"]])
+            ids.append(idx[mine])
+        flat, x = torch.cat(ids), torch.cat(xs)
+        layout = sort_by_expert(flat, local)
+        self.offs, self.x = layout.offs, x[layout.order].contiguous()
+        self.counts = layout.offs.diff().tolist()
+        self.weights = weights or ref.make_parameters(p, world, 0, torch.Generator(dev).manual_seed(1), dev)
+        self.hidden = torch.randn(len(flat), p["FF"], device=dev).bfloat16()
+        self.out = torch.empty_like(self.x)
+
+    def computed(self, block_m: int, half: bool) -> float:
+        """Rows the tiles multiply over the rows there are."""
+        tiles = sum(-(-c // block_m) * block_m - (block_m // 2 if half and 0 < c % block_m <= block_m // 2 else 0)
+                    for c in self.counts)
+        return tiles / sum(self.counts)
+
+    def variants(self, proj: str):
+        from cuco.kernels.grouped_gemm import GroupedConfig, config_for, grouped_gemm, grouped_swiglu
+
+        swiglu = proj == "w13"
+        w = self.weights[proj]
+        n, k = (w.shape[2] // 2, w.shape[1]) if swiglu else (w.shape[2], w.shape[1])
+        base = config_for(len(self.x), len(self.counts), n, k, swiglu)
+        short = GroupedConfig(64, base.block_n, 64, 4, 8)
+        configs = {"config_for": base, "config_for, half": replace(base, half=True), "64 rows": short,
+                   "64 rows, half": replace(short, half=True)}
+
+        def fn(cfg):
+            if swiglu:
+                return lambda: grouped_swiglu(self.x, self.offs, w, self.hidden, config=cfg)
+            return lambda: grouped_gemm(self.hidden, self.offs, w, self.out, config=cfg)
+
+        return {name: (cfg, fn(cfg), self.hidden if swiglu else self.out) for name, cfg in configs.items()}
+
+    def run(self, flush, reps: int, tensor: float | None) -> list[dict]:
+        rows = []
+        for proj in ("w13", "w2"):
+            variants = self.variants(proj)
+            first, errors = None, {}
+            for name, (_, fn, out) in variants.items():  # each variant's output against the first's
+                fn()
+                got = out.float()
+                first = got if first is None else first
+                errors[name] = ((got - first).norm() / first.norm()).item()
+                if not errors[name] <= TOLERANCE:
+                    raise SystemExit(f"grouped_tiles: {self.shape} {proj} {name} is {errors[name]:.2e} off "
+                                     "config_for's output")
+            times = {name: [] for name in variants}
+            for _ in range(ROUNDS):
+                for name, (_, fn, _) in variants.items():
+                    times[name].append(graph_median_ms(fn, flush, reps))
+            k, n = self.weights[proj].shape[1], self.weights[proj].shape[2]
+            flops = sum(self.counts) * 2 * k * n
+            for name, (cfg, _, _) in variants.items():
+                ms = statistics.median(times[name])
+                rows.append({"world": self.world, "shape": self.shape, "proj": proj, "variant": name,
+                             "config": asdict(cfg), "ms": ms, "rounds_ms": times[name], "error": errors[name],
+                             "rows_per_expert": sum(self.counts) / len(self.counts),
+                             "computed": self.computed(cfg.block_m, cfg.half), "tflops": flops / ms / 1e9,
+                             "of_tensor": flops / ms / 1e9 / tensor if tensor else None})
+            print(f"{self.shape} w{self.world} {proj}: " + ", ".join(
+                f"{r['variant']} {r['ms']:.3f}" for r in rows if r["proj"] == proj), flush=True)
+        return rows
+
+
+def markdown(info: dict, rows: list[dict]) -> list[str]:
+    lines = [f"# The grouped GEMM's last row blocks, on {info['device']}", "",
+             f"Date {info['date']}, commit {info['commit']}, Triton {info['triton']}. Each projection of "
+             "moe_deepseek_v3's experts at T = 4096: world 1 (all experts) and rank 0 at world 2 (its experts, "
+             "both ranks' pairs); ms the median of "
+             f"{info['rounds']} alternating rounds of {info['reps']} CUDA-graph replays, L2 flushed before each; "
+             "every variant's output within 1e-3 (norm) of config_for's; computed: rows the tiles multiply over "
+             "the rows; "
+             f"TFLOP/s useful, against the tensor ceiling ({info['tensor_tflops']:.0f} TFLOP/s).", "",
+             f"Command: `{info['command']}`", "",
+             "| case | rows an expert | proj | variant | tile (m, n, k, stages, warps) | computed | ms | TFLOP/s "
+             "(of tensor) |", "|---|---|---|---|---|---|---|---|"]
+    for r in rows:
+        c = r["config"]
+        of = f" ({r['of_tensor']:.0%})" if r["of_tensor"] else ""
+        lines.append(f"| {r['shape']} w{r['world']} | {r['rows_per_expert']:.0f} | {r['proj']} | {r['variant']} | "
+                     f"{c['block_m']}, {c['block_n']}, {c['block_k']}, {c['num_stages']}, {c['num_warps']} | "
+                     f"{r['computed']:.2f}x | {r['ms']:.3f} | {r['tflops']:.0f}{of} |")
+    return lines
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
