@@ -42,7 +42,7 @@ class GroupedConfig:
     num_warps: int
     programs_per_sm: int = 1  # 2 lets one program's loads run while the other's tile starts or ends
     flatten: bool = False  # pipeline across a program's tiles (the next tile's loads under this one's epilogue)
-    half: bool = False  # an expert's last row block with at most block_m / 2 rows runs half as tall
+    half: bool = False  # an expert's last row block with at most block_m / 2 rows: in a second launch, half as tall
 
 
 def config_for(rows: int, experts: int, n: int, k: int, swiglu: bool = False) -> GroupedConfig:
@@ -143,38 +143,24 @@ def _load_x(x_desc, x, src, row, row_end, k, K, BLOCK_M: tl.constexpr, BLOCK_K: 
 
 
 @triton.jit
-def _tile(x_desc, w_desc, x, src, w, y, e, row, row_end, col, K, N_OUT, N_W, BLOCK_M: tl.constexpr,
-          BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr, SWIGLU: tl.constexpr, TMA: tl.constexpr, TMA_X: tl.constexpr,
-          GATHER: tl.constexpr):
-    """Rows [row, row + BLOCK_M) (those before row_end stored) and columns [col, col + BLOCK_N) of Y."""
-    acc = tl.zeros((BLOCK_M, BLOCK_N), dtype=tl.float32)
-    up = tl.zeros((BLOCK_M, BLOCK_N), dtype=tl.float32)
-    for k in range(0, K, BLOCK_K):
-        a = _load_x(x_desc, x, src, row, row_end, k, K, BLOCK_M, BLOCK_K, TMA_X, GATHER)
-        acc = tl.dot(a, _load_w(w_desc, w, e, k, col, N_OUT, K, N_W, BLOCK_K, BLOCK_N, TMA), acc)
-        if SWIGLU:
-            up = tl.dot(a, _load_w(w_desc, w, e, k, N_OUT + col, N_W, K, N_W, BLOCK_K, BLOCK_N, TMA), up)
-    if SWIGLU:
-        acc = acc * tl.sigmoid(acc) * up
-    rm = row + tl.arange(0, BLOCK_M)
-    rn = col + tl.arange(0, BLOCK_N)
-    tl.store(y + rm[:, None].to(tl.int64) * N_OUT + rn[None, :], acc.to(y.dtype.element_ty),
-             mask=(rm[:, None] < row_end) & (rn[None, :] < N_OUT))
-
-
-@triton.jit
-def _grouped_kernel(x_desc, x_half_desc, w_desc, x, src, w, y, offs, E, K, N_OUT, N_W, programs,
+def _grouped_kernel(x_desc, w_desc, x, src, w, y, offs, E, K, N_OUT, N_W, programs,
                     E_PAD: tl.constexpr, BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr,
                     SWIGLU: tl.constexpr, TMA: tl.constexpr, TMA_X: tl.constexpr, GATHER: tl.constexpr,
-                    FLATTEN: tl.constexpr, HALF: tl.constexpr):
+                    FLATTEN: tl.constexpr, PART: tl.constexpr, TALL: tl.constexpr):
     """Y[rows of e] = X[rows of e] @ W[e] for every expert e (SWIGLU: silu(X W[e][:, :N_OUT]) * X W[e][:, N_OUT:]);
-    with GATHER, sorted row r of X is X[src[r]]. HALF: a tile with at most BLOCK_M / 2 rows left is computed half
-    as tall (the rows past an expert's end are multiplied all the same: at 256 rows an expert and 128-row tiles,
-    about a fifth of the work)."""
+    with GATHER, sorted row r of X is X[src[r]]. PART 0: every row; else an expert's rows cut where its last block of
+    TALL rows holds at most TALL / 2 of them: PART 1 the rows before, PART 2 the rows after (one tile of TALL / 2)."""
     pid = tl.program_id(0)
     idx = tl.arange(0, E_PAD)
     lo = tl.load(offs + idx, mask=idx < E, other=0)
     hi = tl.load(offs + idx + 1, mask=idx < E, other=0)
+    if PART != 0:
+        tail = (hi - lo) % TALL
+        cut = tl.where((tail > 0) & (tail <= TALL // 2), hi - tail, hi)
+        if PART == 1:
+            hi = cut
+        else:
+            lo = cut
     blocks_n = tl.cdiv(N_OUT, BLOCK_N)
     tiles = tl.cdiv(hi - lo, BLOCK_M) * blocks_n
     ends = tl.cumsum(tiles, axis=0)
@@ -184,12 +170,19 @@ def _grouped_kernel(x_desc, x_half_desc, w_desc, x, src, w, y, offs, E, K, N_OUT
         blocks_m = tl.cdiv(row_end - row0, BLOCK_M)
         row = row0 + (local % blocks_m) * BLOCK_M  # a column band's row blocks side by side: W shared from L2
         col = (local // blocks_m) * BLOCK_N
-        if HALF and row_end - row <= BLOCK_M // 2:
-            _tile(x_half_desc, w_desc, x, src, w, y, e, row, row_end, col, K, N_OUT, N_W, BLOCK_M // 2, BLOCK_N,
-                  BLOCK_K, SWIGLU, TMA, TMA_X, GATHER)
-        else:
-            _tile(x_desc, w_desc, x, src, w, y, e, row, row_end, col, K, N_OUT, N_W, BLOCK_M, BLOCK_N, BLOCK_K,
-                  SWIGLU, TMA, TMA_X, GATHER)
+        acc = tl.zeros((BLOCK_M, BLOCK_N), dtype=tl.float32)
+        up = tl.zeros((BLOCK_M, BLOCK_N), dtype=tl.float32)
+        for k in range(0, K, BLOCK_K):
+            a = _load_x(x_desc, x, src, row, row_end, k, K, BLOCK_M, BLOCK_K, TMA_X, GATHER)
+            acc = tl.dot(a, _load_w(w_desc, w, e, k, col, N_OUT, K, N_W, BLOCK_K, BLOCK_N, TMA), acc)
+            if SWIGLU:
+                up = tl.dot(a, _load_w(w_desc, w, e, k, N_OUT + col, N_W, K, N_W, BLOCK_K, BLOCK_N, TMA), up)
+        if SWIGLU:
+            acc = acc * tl.sigmoid(acc) * up
+        rm = row + tl.arange(0, BLOCK_M)
+        rn = col + tl.arange(0, BLOCK_N)
+        tl.store(y + rm[:, None].to(tl.int64) * N_OUT + rn[None, :], acc.to(y.dtype.element_ty),
+                 mask=(rm[:, None] < row_end) & (rn[None, :] < N_OUT))
 
 
 def _check(call: str, x: torch.Tensor, offs: torch.Tensor, w: torch.Tensor, y: torch.Tensor, n_out: int,
@@ -231,14 +224,14 @@ def _launch(call: str, x, offs, w, y, n_out: int, swiglu: bool, config: GroupedC
     tma_x = tma and src is None  # Hopper's TMA cannot gather rows: gathered ones take the pointer path
     if programs is None:
         programs = sm_count(y.device) * cfg.programs_per_sm
-    x_desc = descriptor(x, [cfg.block_m, cfg.block_k], tma_x)
-    x_half_desc = descriptor(x, [cfg.block_m // 2, cfg.block_k], tma_x) if cfg.half else x_desc
     w_desc = descriptor(w_rows, [cfg.block_k, cfg.block_n], tma)
-    _grouped_kernel[(programs,)](
-        x_desc, x_half_desc, w_desc, x, x if src is None else src, w, y, offs, experts, k, n_out, n_w, programs,
-        E_PAD=max(MIN_EXPERT_LANES, triton.next_power_of_2(experts)), BLOCK_M=cfg.block_m, BLOCK_N=cfg.block_n,
-        BLOCK_K=cfg.block_k, SWIGLU=swiglu, TMA=tma, TMA_X=tma_x, GATHER=src is not None, FLATTEN=cfg.flatten,
-        HALF=cfg.half, num_stages=cfg.num_stages, num_warps=cfg.num_warps)
+    parts = ((1, cfg.block_m), (2, cfg.block_m // 2)) if cfg.half else ((0, cfg.block_m),)
+    for part, block_m in parts:  # half: the short last blocks in a second launch of half-height tiles
+        _grouped_kernel[(programs,)](
+            descriptor(x, [block_m, cfg.block_k], tma_x), w_desc, x, x if src is None else src, w, y, offs, experts,
+            k, n_out, n_w, programs, E_PAD=max(MIN_EXPERT_LANES, triton.next_power_of_2(experts)), BLOCK_M=block_m,
+            BLOCK_N=cfg.block_n, BLOCK_K=cfg.block_k, SWIGLU=swiglu, TMA=tma, TMA_X=tma_x, GATHER=src is not None,
+            FLATTEN=cfg.flatten, PART=part, TALL=cfg.block_m, num_stages=cfg.num_stages, num_warps=cfg.num_warps)
     return y
 
 

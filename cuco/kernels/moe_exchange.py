@@ -42,6 +42,7 @@ BLOCK_H = 1024  # row elements a program moves at a time
 ROWS = 8  # rows a program moves at a time: 16 KB in flight per program (64 bytes a thread at 8 warps)
 PROGRAMS_PER_SM = 2  # a scatter on its own: two programs an SM
 PLAN_BLOCK = 1024  # pairs and received rows a program of the plan lays out
+TOKEN_BLOCK = 4096  # tokens the token plan's one program takes at a time: a prefill's in one pass
 PUT_SMS = 16  # a scatter beside the experts' GEMM: two programs on each of this many SMs, the GEMM on the rest
 # (cuco_strategy.cuh's kBulkPutSms: an MoE dispatch's hundreds of MB at the link's rate)
 # Arguments that vary from run to run (the counters' targets), group to group or rank to rank are not specialised on:
@@ -144,22 +145,22 @@ def _token_plan_kernel(idx, index, back_row, per_owner, T, local, world, K: tl.c
                        BLOCK: tl.constexpr):
     """One program, tokens in order: whether token t has a pick on owner o, its row among this rank's rows for o
     (index[t, o], -1: none), where o's sum for it lands in this rank's back (back_row[t, o] = o * T + index, -1:
-    none), and this rank's rows for each owner."""
-    o = tl.arange(0, W_PAD)
-    before = tl.zeros([W_PAD], dtype=tl.int64)
+    none), and this rank's rows for each owner. Owners by tokens, so the scan runs along the tokens."""
+    o = tl.arange(0, W_PAD)[:, None]
+    before = tl.zeros([W_PAD], dtype=tl.int32)
     for t0 in range(0, T, BLOCK):
-        t = t0 + tl.arange(0, BLOCK)
+        t = t0 + tl.arange(0, BLOCK)[None, :]
         inside = t < T
-        present = tl.zeros([BLOCK, W_PAD], dtype=tl.int64)
+        present = tl.zeros([W_PAD, BLOCK], dtype=tl.int32)
         for j in tl.static_range(K):
             owner = tl.load(idx + t * K + j, mask=inside, other=0) // local
-            present = tl.where(inside[:, None] & (owner[:, None] == o[None, :]), 1, present)
-        i = tl.where(present > 0, before[None, :] + tl.cumsum(present, axis=0) - present, -1)
-        m = inside[:, None] & (o[None, :] < world)
-        tl.store(index + t[:, None] * world + o[None, :], i, mask=m)
-        tl.store(back_row + t[:, None] * world + o[None, :], tl.where(i >= 0, o[None, :] * T + i, -1), mask=m)
-        before += tl.sum(present, axis=0)
-    tl.store(per_owner + o, before.to(tl.int32), mask=o < world)
+            present = tl.where(inside & (owner == o), 1, present)
+        i = tl.where(present > 0, before[:, None] + tl.cumsum(present, axis=1) - present, -1)
+        m = inside & (o < world)
+        tl.store(index + t * world + o, i.to(tl.int64), mask=m)
+        tl.store(back_row + t * world + o, tl.where(i >= 0, o * T + i, -1).to(tl.int64), mask=m)
+        before += tl.sum(present, axis=1)
+    tl.store(per_owner + tl.arange(0, W_PAD), before, mask=tl.arange(0, W_PAD) < world)
 
 
 @triton.jit
@@ -325,7 +326,8 @@ def token_plan(idx: torch.Tensor, local: int, world: int) -> TokenPlan:
     back_row = torch.empty_like(index)
     per_owner = torch.empty(world, dtype=torch.int32, device=idx.device)
     _token_plan_kernel[(1,)](idx, index, back_row, per_owner, tokens, local, world, K=k,
-                             W_PAD=max(2, triton.next_power_of_2(world)), BLOCK=PLAN_BLOCK)
+                             W_PAD=max(2, triton.next_power_of_2(world)),
+                             BLOCK=min(TOKEN_BLOCK, max(MIN_EXPERT_LANES, triton.next_power_of_2(tokens))), num_warps=8)
     return TokenPlan(index, back_row, per_owner)
 
 
