@@ -1,16 +1,14 @@
-"""What an expert's last row block costs the MoE grouped GEMM (cuco/kernels/grouped_gemm.py), and the half-height
-tile that cuts it, on one GPU at the prefill shapes of moe_deepseek_v3.
+"""The MoE grouped GEMM's tiles (cuco/kernels/grouped_gemm.py) at the prefill shape an expert-parallel rank computes:
+rank 0 of moe_deepseek_v3 at world 2, T = 4096, on one GPU.
 
-A tile multiplies all its rows, those past its expert's last too: with 128-row tiles and about 256 rows an expert
-(rank 0 at world 2, T = 4096) an expert a row past 256 computes 384, about a fifth of the work wasted on average.
-Cases: the routings the workload draws at T = 4096 (uniform and HOT = 5): world 1 (all 256 experts, about 128
-rows each), and rank 0 at world 2 (its 128 experts, the pairs of both ranks' routings that pick them, about 256
-rows each, as moe_grouped's experts receive them). Each projection (w13 with its SwiGLU epilogue, w2) with the
-tiles config_for picks, with `half` set (an expert's last row block with at most half a tile of rows runs half
-as tall), and with 64-row tiles, without and with `half`: every variant's output checked against the first's
-(TOLERANCE: the same K order per row), then all timed in ROUNDS alternating rounds (CUDA-graph replays, L2 flushed
-before each, benchmarks/replay.py), the median round taken. Rates: useful flops (pairs x 2 x K x N) against the
-bf16 tensor ceiling of `cuco doctor`; `computed` is the rows the tiles multiply over the rows there are.
+Rank 0 owns 128 experts and receives the pairs of both ranks' routings that pick them, about 256 rows an expert
+(the workload's own draws, uniform and HOT = 5), which moe_grouped's experts multiply in place. Each projection (w13
+with its SwiGLU epilogue, w2) with the tiles config_for picks and with the alternatives in TILES (deeper K steps,
+more stages, a narrower tile, pipelining across a program's tiles, 64-row tiles): every variant's output checked
+against config_for's (TOLERANCE: the same K order per row), then all timed in ROUNDS alternating rounds (CUDA-graph
+replays, L2 flushed before each, benchmarks/replay.py), the median round taken. Rates: useful flops (pairs x 2 x K x
+N) against the bf16 tensor ceiling of `cuco doctor`; `computed` is the rows the tiles multiply over the rows there
+are (a tile multiplies its rows past its expert's end too).
 Writes benchmarks/results/grouped_tiles.json and .md.
 
     python benchmarks/grouped_tiles.py [--reps 20] [--out DIR]
@@ -21,14 +19,24 @@ from __future__ import annotations
 import argparse
 import statistics
 import sys
-from dataclasses import asdict, replace
+from dataclasses import asdict
 from pathlib import Path
 
 import record
 from replay import graph_median_ms
 
 ROOT = record.ROOT
-CASES = (("w1", "t4096"), ("w1", "t4096_hot5"), ("w2", "t4096"), ("w2", "t4096_hot5"))
+CASES = ("t4096", "t4096_hot5")
+WORLD = 2
+# (block_m, block_n, block_k, num_stages, num_warps[, programs_per_sm[, flatten]]) per projection beside config_for's;
+# SwiGLU's block_n is per half. Shared memory: stages x (block_m + 2 block_n) x block_k x 2 bytes for SwiGLU,
+# stages x (block_m + block_n) x block_k x 2 plain, each under the 227 KB an H200 SM gives its blocks.
+TILES = {
+    "w13": [(128, 128, 64, 4, 8), (128, 128, 128, 2, 8), (128, 64, 64, 4, 4), (128, 64, 64, 4, 8),
+            (128, 128, 64, 3, 8, 1, True), (64, 128, 64, 4, 8)],
+    "w2": [(128, 256, 64, 4, 8), (128, 256, 128, 2, 8), (128, 128, 64, 4, 4), (128, 128, 64, 4, 8),
+           (128, 256, 64, 3, 8, 1, True), (64, 256, 64, 4, 8)],
+}
 ROUNDS = 5  # the variants alternate: their gaps are a few %
 TOLERANCE = 1e-3  # relative (norm): the same sums over K, rounded to bf16 alike; only the tile's shape differs
 
@@ -50,15 +58,11 @@ def main() -> int:
     machine = load_machine()
     tensor = ((machine.get("ceilings") or {}).get("tensor_bf16_tflops") or {}).get("value")
     flush = L2Flush(torch.device("cuda")).flush
-    rows = []
-    for world in (1, 2):  # one rank's weights at a time: 22.5 GB at world 1
-        weights = None
-        for shape in (s for w, s in CASES if w == f"w{world}"):
-            case = Case(torch, world, shape, weights)
-            weights = case.weights
-            rows += case.run(flush, args.reps, tensor)
-        del case, weights
-        torch.cuda.empty_cache()
+    rows, weights = [], None
+    for shape in CASES:
+        case = Case(torch, WORLD, shape, weights)
+        weights = case.weights
+        rows += case.run(flush, args.reps, tensor)
     info = record.meta(machine, world=1, tensor_tflops=tensor, reps=args.reps, rounds=ROUNDS,
                        triton=__import__("triton").__version__)
     record.save(args.out, "grouped_tiles", info, {"rows": rows}, markdown(info, rows))
@@ -94,11 +98,9 @@ class Case:
         self.hidden = torch.randn(len(flat), p["FF"], device=dev).bfloat16()
         self.out = torch.empty_like(self.x)
 
-    def computed(self, block_m: int, half: bool) -> float:
+    def computed(self, block_m: int) -> float:
         """Rows the tiles multiply over the rows there are."""
-        tiles = sum(-(-c // block_m) * block_m - (block_m // 2 if half and 0 < c % block_m <= block_m // 2 else 0)
-                    for c in self.counts)
-        return tiles / sum(self.counts)
+        return sum(-(-c // block_m) * block_m for c in self.counts) / sum(self.counts)
 
     def variants(self, proj: str):
         from cuco.kernels.grouped_gemm import GroupedConfig, config_for, grouped_gemm, grouped_swiglu
@@ -106,10 +108,8 @@ class Case:
         swiglu = proj == "w13"
         w = self.weights[proj]
         n, k = (w.shape[2] // 2, w.shape[1]) if swiglu else (w.shape[2], w.shape[1])
-        base = config_for(len(self.x), len(self.counts), n, k, swiglu)
-        short = GroupedConfig(64, base.block_n, 64, 4, 8)
-        configs = {"config_for": base, "config_for, half": replace(base, half=True), "64 rows": short,
-                   "64 rows, half": replace(short, half=True)}
+        configs = {"config_for": config_for(len(self.x), len(self.counts), n, k, swiglu)}
+        configs.update({", ".join(map(str, t)): GroupedConfig(*t) for t in TILES[proj]})
 
         def fn(cfg):
             if swiglu:
@@ -142,7 +142,7 @@ class Case:
                 rows.append({"world": self.world, "shape": self.shape, "proj": proj, "variant": name,
                              "config": asdict(cfg), "ms": ms, "rounds_ms": times[name], "error": errors[name],
                              "rows_per_expert": sum(self.counts) / len(self.counts),
-                             "computed": self.computed(cfg.block_m, cfg.half), "tflops": flops / ms / 1e9,
+                             "computed": self.computed(cfg.block_m), "tflops": flops / ms / 1e9,
                              "of_tensor": flops / ms / 1e9 / tensor if tensor else None})
             print(f"{self.shape} w{self.world} {proj}: " + ", ".join(
                 f"{r['variant']} {r['ms']:.3f}" for r in rows if r["proj"] == proj), flush=True)
@@ -150,23 +150,26 @@ class Case:
 
 
 def markdown(info: dict, rows: list[dict]) -> list[str]:
-    lines = [f"# The grouped GEMM's last row blocks, on {info['device']}", "",
+    lines = [f"# The grouped GEMM's tiles at rank 0 of world 2, T = 4096, on {info['device']}", "",
              f"Date {info['date']}, commit {info['commit']}, Triton {info['triton']}. Each projection of "
-             "moe_deepseek_v3's experts at T = 4096: world 1 (all experts) and rank 0 at world 2 (its experts, "
-             "both ranks' pairs); ms the median of "
+             "moe_deepseek_v3's experts as rank 0 computes them at world 2 (its 128 experts, both ranks' pairs); "
+             "ms the median of "
              f"{info['rounds']} alternating rounds of {info['reps']} CUDA-graph replays, L2 flushed before each; "
              "every variant's output within 1e-3 (norm) of config_for's; computed: rows the tiles multiply over "
              "the rows; "
              f"TFLOP/s useful, against the tensor ceiling ({info['tensor_tflops']:.0f} TFLOP/s).", "",
              f"Command: `{info['command']}`", "",
-             "| case | rows an expert | proj | variant | tile (m, n, k, stages, warps) | computed | ms | TFLOP/s "
-             "(of tensor) |", "|---|---|---|---|---|---|---|---|"]
+             "| shape | rows an expert | proj | tile (m, n, k, stages, warps, per SM, flatten) | computed | ms | "
+             "TFLOP/s (of tensor) | vs config_for |", "|---|---|---|---|---|---|---|---|"]
+    base = {(r["shape"], r["proj"]): r["ms"] for r in rows if r["variant"] == "config_for"}
     for r in rows:
         c = r["config"]
         of = f" ({r['of_tensor']:.0%})" if r["of_tensor"] else ""
-        lines.append(f"| {r['shape']} w{r['world']} | {r['rows_per_expert']:.0f} | {r['proj']} | {r['variant']} | "
-                     f"{c['block_m']}, {c['block_n']}, {c['block_k']}, {c['num_stages']}, {c['num_warps']} | "
-                     f"{r['computed']:.2f}x | {r['ms']:.3f} | {r['tflops']:.0f}{of} |")
+        tile = ", ".join(str(c[f]) for f in ("block_m", "block_n", "block_k", "num_stages", "num_warps",
+                                             "programs_per_sm", "flatten"))
+        name = f"config_for: {tile}" if r["variant"] == "config_for" else tile
+        lines.append(f"| {r['shape']} | {r['rows_per_expert']:.0f} | {r['proj']} | {name} | {r['computed']:.2f}x | "
+                     f"{r['ms']:.3f} | {r['tflops']:.0f}{of} | {base[(r['shape'], r['proj'])] / r['ms']:.2f}x |")
     return lines
 
 

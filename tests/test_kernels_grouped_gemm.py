@@ -29,7 +29,6 @@ from cuco.kernels.grouped_gemm import (  # noqa: E402
 DEVICE = torch.device("cuda" if gpu_count() else "cpu")
 DTYPE = torch.bfloat16 if DEVICE.type == "cuda" else torch.float16
 SMALL = GroupedConfig(16, 16, 16, 2, 4)  # the interpreter's cost grows with the tile; the GPU takes it as well
-HALF = GroupedConfig(32, 16, 16, 2, 4, half=True)
 # Rows per expert: an expert with none (first, inside, last), counts off every tile edge, one expert with all.
 COUNTS = [[3, 0, 17, 1, 33], [0, 40, 0], [0, 0, 21, 0], [16, 32, 1, 15, 0, 2], [1]]
 
@@ -86,29 +85,6 @@ def test_swiglu_writes_the_hidden_activation(counts):
     first = h.clone()
     grouped_swiglu(x, offs, w13, h.fill_(float("nan")), config=SMALL, programs=2)
     assert torch.equal(h, first)
-
-
-@pytest.mark.parametrize("swiglu", [False, True])
-def test_half_height_last_tiles_are_each_experts_matmul(swiglu):
-    """`half`: an expert's last row block with at most half a tile of rows runs half as tall (counts off every
-    edge: 8 rows a half tile, 16 a tile), on X's own rows and gathered ones, the same bits run to run."""
-    counts, k, n = [3, 0, 8, 9, 16, 17, 24, 25, 1], 64, 48
-    offs = _offs(counts)
-    x, w = _rand(sum(counts), k), _rand(len(counts), k, 2 * n if swiglu else n)
-    rows = torch.randperm(sum(counts), device=DEVICE)
-    for src in (None, rows):
-        y = torch.full((sum(counts), n), float("nan"), device=DEVICE, dtype=DTYPE)
-        xs = x if src is None else x[src]
-        if swiglu:
-            grouped_swiglu(x, offs, w, y, rows=src, config=HALF, programs=3)
-        else:
-            grouped_gemm(xs, offs, w, y, config=HALF, programs=3)
-        ref = _per_expert(xs, offs, w)
-        assert _rel_err(y, _swiglu(ref) if swiglu else ref) < 1e-2
-    first = y.clone()
-    grouped_swiglu(x, offs, w, y, rows=rows, config=HALF, programs=2) if swiglu else \
-        grouped_gemm(x[rows], offs, w, y, config=HALF, programs=2)
-    assert torch.equal(y, first)
 
 
 def test_rows_past_the_last_expert_are_left_alone():

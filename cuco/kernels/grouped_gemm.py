@@ -42,7 +42,6 @@ class GroupedConfig:
     num_warps: int
     programs_per_sm: int = 1  # 2 lets one program's loads run while the other's tile starts or ends
     flatten: bool = False  # pipeline across a program's tiles (the next tile's loads under this one's epilogue)
-    half: bool = False  # an expert's last row block with at most block_m / 2 rows: in a second launch, half as tall
 
 
 def config_for(rows: int, experts: int, n: int, k: int, swiglu: bool = False) -> GroupedConfig:
@@ -72,8 +71,7 @@ def fit(cfg: GroupedConfig, n: int, k: int) -> GroupedConfig:
     GPU's wasted loads, grow with the tile."""
     bn = min(cfg.block_n, max(MIN_DOT, triton.next_power_of_2(n)))
     bk = min(cfg.block_k, max(MIN_DOT, triton.next_power_of_2(k)))
-    return GroupedConfig(cfg.block_m, bn, bk, cfg.num_stages, cfg.num_warps, cfg.programs_per_sm, cfg.flatten,
-                         cfg.half and cfg.block_m // 2 >= MIN_DOT)
+    return GroupedConfig(cfg.block_m, bn, bk, cfg.num_stages, cfg.num_warps, cfg.programs_per_sm, cfg.flatten)
 
 
 @dataclass(frozen=True)
@@ -146,21 +144,13 @@ def _load_x(x_desc, x, src, row, row_end, k, K, BLOCK_M: tl.constexpr, BLOCK_K: 
 def _grouped_kernel(x_desc, w_desc, x, src, w, y, offs, E, K, N_OUT, N_W, programs,
                     E_PAD: tl.constexpr, BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr,
                     SWIGLU: tl.constexpr, TMA: tl.constexpr, TMA_X: tl.constexpr, GATHER: tl.constexpr,
-                    FLATTEN: tl.constexpr, PART: tl.constexpr, TALL: tl.constexpr):
+                    FLATTEN: tl.constexpr):
     """Y[rows of e] = X[rows of e] @ W[e] for every expert e (SWIGLU: silu(X W[e][:, :N_OUT]) * X W[e][:, N_OUT:]);
-    with GATHER, sorted row r of X is X[src[r]]. PART 0: every row; else an expert's rows cut where its last block of
-    TALL rows holds at most TALL / 2 of them: PART 1 the rows before, PART 2 the rows after (one tile of TALL / 2)."""
+    with GATHER, sorted row r of X is X[src[r]]."""
     pid = tl.program_id(0)
     idx = tl.arange(0, E_PAD)
     lo = tl.load(offs + idx, mask=idx < E, other=0)
     hi = tl.load(offs + idx + 1, mask=idx < E, other=0)
-    if PART != 0:
-        tail = (hi - lo) % TALL
-        cut = tl.where((tail > 0) & (tail <= TALL // 2), hi - tail, hi)
-        if PART == 1:
-            hi = cut
-        else:
-            lo = cut
     blocks_n = tl.cdiv(N_OUT, BLOCK_N)
     tiles = tl.cdiv(hi - lo, BLOCK_M) * blocks_n
     ends = tl.cumsum(tiles, axis=0)
@@ -224,14 +214,13 @@ def _launch(call: str, x, offs, w, y, n_out: int, swiglu: bool, config: GroupedC
     tma_x = tma and src is None  # Hopper's TMA cannot gather rows: gathered ones take the pointer path
     if programs is None:
         programs = sm_count(y.device) * cfg.programs_per_sm
+    x_desc = descriptor(x, [cfg.block_m, cfg.block_k], tma_x)
     w_desc = descriptor(w_rows, [cfg.block_k, cfg.block_n], tma)
-    parts = ((1, cfg.block_m), (2, cfg.block_m // 2)) if cfg.half else ((0, cfg.block_m),)
-    for part, block_m in parts:  # half: the short last blocks in a second launch of half-height tiles
-        _grouped_kernel[(programs,)](
-            descriptor(x, [block_m, cfg.block_k], tma_x), w_desc, x, x if src is None else src, w, y, offs, experts,
-            k, n_out, n_w, programs, E_PAD=max(MIN_EXPERT_LANES, triton.next_power_of_2(experts)), BLOCK_M=block_m,
-            BLOCK_N=cfg.block_n, BLOCK_K=cfg.block_k, SWIGLU=swiglu, TMA=tma, TMA_X=tma_x, GATHER=src is not None,
-            FLATTEN=cfg.flatten, PART=part, TALL=cfg.block_m, num_stages=cfg.num_stages, num_warps=cfg.num_warps)
+    _grouped_kernel[(programs,)](
+        x_desc, w_desc, x, x if src is None else src, w, y, offs, experts, k, n_out, n_w, programs,
+        E_PAD=max(MIN_EXPERT_LANES, triton.next_power_of_2(experts)), BLOCK_M=cfg.block_m, BLOCK_N=cfg.block_n,
+        BLOCK_K=cfg.block_k, SWIGLU=swiglu, TMA=tma, TMA_X=tma_x, GATHER=src is not None, FLATTEN=cfg.flatten,
+        num_stages=cfg.num_stages, num_warps=cfg.num_warps)
     return y
 
 
