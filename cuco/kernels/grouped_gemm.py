@@ -61,8 +61,8 @@ def config_for(rows: int, experts: int, n: int, k: int, swiglu: bool = False) ->
         cfg = GroupedConfig(32, 64 if swiglu else 128, 128, 4, 4)
     elif per_expert <= 192:
         cfg = GroupedConfig(64, 128 if swiglu else 256, 64, 4, 4)
-    else:
-        cfg = GroupedConfig(128, 128 if swiglu else 256, 64, 3, 8)
+    else:  # an expert-parallel rank's prefill (256 rows an expert): benchmarks/grouped_tiles.py's fastest tiles
+        cfg = GroupedConfig(128, 128, 64, 4, 8) if swiglu else GroupedConfig(128, 256, 64, 3, 8, flatten=True)
     return fit(cfg, n, k)
 
 
