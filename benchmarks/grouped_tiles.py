@@ -6,7 +6,8 @@ Rank 0 owns 128 experts and receives the pairs of both ranks' routings that pick
 with its SwiGLU epilogue, w2) with the tiles config_for picks and with the alternatives in TILES (deeper K steps,
 more stages, a narrower tile, pipelining across a program's tiles, 64-row tiles): every variant's output checked
 against config_for's (TOLERANCE: the same K order per row), then all timed in ROUNDS alternating rounds (CUDA-graph
-replays, L2 flushed before each, benchmarks/replay.py), the median round taken. Rates: useful flops (pairs x 2 x K x
+replays, L2 flushed before each, benchmarks/replay.py; each round starting at the next variant, as the first of a
+round runs a few % slower), the median round taken. Rates: useful flops (pairs x 2 x K x
 N) against the bf16 tensor ceiling of `cuco doctor`; `computed` is the rows the tiles multiply over the rows there
 are (a tile multiplies its rows past its expert's end too).
 Writes benchmarks/results/grouped_tiles.json and .md.
@@ -32,7 +33,7 @@ WORLD = 2
 # SwiGLU's block_n is per half. Shared memory: stages x (block_m + 2 block_n) x block_k x 2 bytes for SwiGLU,
 # stages x (block_m + block_n) x block_k x 2 plain, each under the 227 KB an H200 SM gives its blocks.
 TILES = {
-    "w13": [(128, 128, 64, 3, 8), (128, 128, 128, 2, 8), (128, 64, 64, 4, 4), (128, 64, 64, 4, 8),
+    "w13": [(128, 128, 64, 4, 8), (128, 128, 128, 2, 8), (128, 64, 64, 4, 4), (128, 64, 64, 4, 8),
             (128, 128, 64, 3, 8, 1, True), (64, 128, 64, 4, 8)],
     "w2": [(128, 256, 64, 3, 8), (128, 256, 64, 4, 8), (128, 256, 64, 4, 8, 1, True), (128, 256, 128, 2, 8),
            (128, 128, 64, 4, 4), (128, 128, 64, 4, 8), (64, 256, 64, 4, 8)],
@@ -132,9 +133,10 @@ class Case:
                     raise SystemExit(f"grouped_tiles: {self.shape} {proj} {name} is {errors[name]:.2e} off "
                                      "config_for's output")
             times = {name: [] for name in variants}
-            for _ in range(ROUNDS):
-                for name, (_, fn, _) in variants.items():
-                    times[name].append(graph_median_ms(fn, flush, reps))
+            names = list(variants)
+            for i in range(ROUNDS):  # each round starts at another variant: the first of a round runs slower
+                for name in names[i % len(names):] + names[:i % len(names)]:
+                    times[name].append(graph_median_ms(variants[name][1], flush, reps))
             k, n = self.weights[proj].shape[1], self.weights[proj].shape[2]
             flops = sum(self.counts) * 2 * k * n
             for name, (cfg, _, _) in variants.items():

@@ -62,7 +62,7 @@ def config_for(rows: int, experts: int, n: int, k: int, swiglu: bool = False) ->
     elif per_expert <= 192:
         cfg = GroupedConfig(64, 128 if swiglu else 256, 64, 4, 4)
     else:  # an expert-parallel rank's prefill (256 rows an expert): benchmarks/grouped_tiles.py's fastest tiles
-        cfg = GroupedConfig(128, 128, 64, 4, 8) if swiglu else GroupedConfig(128, 256, 64, 3, 8, flatten=True)
+        cfg = GroupedConfig(128, 128, 64, 3, 8) if swiglu else GroupedConfig(128, 256, 64, 3, 8, flatten=True)
     return fit(cfg, n, k)
 
 
