@@ -153,7 +153,7 @@ def _token_plan_kernel(idx, index, back_row, per_owner, T, local, world, K: tl.c
         inside = t < T
         present = tl.zeros([W_PAD, BLOCK], dtype=tl.int32)
         for j in tl.static_range(K):
-            owner = tl.load(idx + t * K + j, mask=inside, other=0) // local
+            owner = tl.load(idx + t * K + j, mask=inside, other=0).to(tl.int32) // local  # not a 64-bit divide
             present = tl.where(inside & (owner == o), 1, present)
         i = tl.where(present > 0, before[:, None] + tl.cumsum(present, axis=1) - present, -1)
         m = inside & (o < world)
