@@ -342,6 +342,38 @@ def test_a_struct_written_where_cuco_cannot_see_is_refused(tmp_path):
         create_workload("w", tmp_path / "p.cu", tmp_path)
 
 
+def test_a_field_read_through_a_pointer_to_the_struct_is_not_a_write(tmp_path):
+    """A context struct filled by a helper written out in place (`init(&ctx)`): `cudaSetDevice(c->rank)` reads the
+    field, it does not set the struct; the refusal says what cuco cannot follow, not a wrong setter."""
+    src = STRUCT.read_text().replace("struct Config {", "struct Ctx { int rank; };\nstatic void init(Ctx* c) {\n"
+                                     "  MPI_Comm_rank(MPI_COMM_WORLD, &c->rank);\n  cudaSetDevice(c->rank);\n}\n"
+                                     "struct Config {")
+    src = src.replace("  MPI_Comm_rank(MPI_COMM_WORLD, &rank);\n", "  Ctx ctx;\n  init(&ctx);\n  rank = ctx.rank;\n")
+    src = src.replace("(d_x, 2.0f, cfg.count)", "(d_x, 2.0f * ctx.rank, cfg.count)")  # the step reads the field
+    (tmp_path / "p.cu").write_text(src)
+    with pytest.raises(CucoError) as err:
+        create_workload("w", tmp_path / "p.cu", tmp_path)
+    assert "ctx.rank" in str(err.value) and "cudaSetDevice" not in str(err.value), str(err.value)
+
+
+@pytest.mark.parametrize("defined", ["inside", "outside"])
+def test_a_method_that_issues_device_work_is_named_with_its_class(tmp_path, defined):
+    """The loop's all-reduce moved into a method of the program's class (defined in the class, or as
+    `Exchanger::step`): refused as a method cuco does not write out, not as a program with no device work."""
+    head, body = "void step(float* x, float* y, int n, ncclComm_t c, cudaStream_t s)", \
+        "{ ncclAllReduce(x, y, n, ncclFloat, ncclSum, c, s); }"
+    cls = f"class Exchanger {{\n public:\n  {head} {body}\n}};\n" if defined == "inside" else \
+        f"class Exchanger {{\n public:\n  {head};\n}};\nvoid Exchanger::{head[5:]} {body}\n"
+    src = STRUCT.read_text().replace("struct Config {", cls + "struct Config {")
+    src = src.replace("    ncclAllReduce(d_x, d_y, cfg.count, ncclFloat, ncclSum, comm, stream);\n",
+                      "    ex.step(d_x, d_y, cfg.count, comm, stream);\n")
+    src = src.replace("  for (int it = 0;", "  Exchanger ex;\n  for (int it = 0;")
+    (tmp_path / "p.cu").write_text(src)
+    with pytest.raises(CucoError, match=r"p\.cu:\d+: `ex\.step\([^`]*\);`: calls ex\.step\(\), a method of Exchanger "
+                                        r"that issues device work: cuco writes out the program's own functions"):
+        create_workload("w", tmp_path / "p.cu", tmp_path)
+
+
 @pytest.mark.nvcc
 def test_the_struct_seed_builds(tmp_path):
     from cuco.runner.build.cuda_checks import check_and_build

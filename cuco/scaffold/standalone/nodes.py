@@ -3,7 +3,7 @@ which names and strings it holds, whether a call launches a kernel."""
 
 from __future__ import annotations
 
-from cuco.fastpath.syntax import text, walk
+from cuco.fastpath.syntax import call_args, text, walk
 
 
 def line_of(node) -> int:
@@ -29,10 +29,23 @@ def names_in(node) -> set[str]:
     return idents(node) | fields
 
 
+CASTS = ("static_cast", "reinterpret_cast", "const_cast")
+
+
 def address_of(arg) -> str | None:
-    """The variable `&x` (under casts) names, or None."""
-    ptr = next((n for n in walk(arg) if n.type == "pointer_expression" and text(n).startswith("&")), None)
-    target = ptr.child_by_field_name("argument") if ptr is not None else None
+    """The variable `&x` names, the argument itself under casts and parentheses, or None: an address taken inside
+    it (`(&cfg)->rank`, a field read through a pointer to a struct) is not the argument's."""
+    node = arg
+    while node is not None:
+        if node.type in ("cast_expression", "parenthesized_expression"):
+            node = node.child_by_field_name("value") or next(iter(node.named_children), None)
+        elif node.type == "call_expression" and text(node.child_by_field_name("function")).startswith(CASTS):
+            node = next(iter(call_args(node)), None)
+        else:
+            break
+    if node is None or node.type != "pointer_expression" or not text(node).startswith("&"):
+        return None
+    target = node.child_by_field_name("argument")
     return text(target) if target is not None and target.type == "identifier" else None
 
 

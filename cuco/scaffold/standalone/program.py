@@ -144,14 +144,33 @@ class Standalone:
 
     def works(self, node, seen: frozenset[str] = frozenset()) -> bool:
         """Whether a statement issues device work: kernels, NCCL, cuBLAS, device copies, graph launches, or calls
-        a function of the program's that does."""
+        a function (or a method) of the program's that does."""
         for call in calls_in(node):
             kind = self.kind(call)
             if kind in WORK or (kind == "copy" and self.direction(call) in ("d2d", "set")):
                 return True
             if kind == "host_fn" and callee(call) not in seen and self.issues_work(callee(call), seen):
                 return True
+            method = self.method(call)
+            if method is not None and method[0] not in seen and self.issues_work(method[0], seen):
+                return True
         return False
+
+    def method(self, call) -> tuple[str, str] | None:
+        """The program's method a call (`obj.step()`, `obj->step()`) names: its key in `functions` and its class;
+        None for any other call."""
+        fn = call.child_by_field_name("function")
+        field_ = fn.child_by_field_name("field") if fn is not None and fn.type == "field_expression" else None
+        if field_ is None:
+            return None
+        name = text(field_)
+        for key, f in self.functions.items():
+            owner = next((p for p in _ancestors(f) if p.type in ("class_specifier", "struct_specifier")), None)
+            if key == name and owner is not None:
+                return key, text(owner.child_by_field_name("name"))
+            if key.endswith(f"::{name}"):
+                return key, key[:-len(name) - 2]
+        return None
 
     def direction(self, call) -> str:
         """A copy's direction: d2h, h2d, d2d, set (a memset), or host."""
@@ -173,6 +192,13 @@ class Standalone:
     def issues_work(self, fname: str, seen: frozenset[str] = frozenset()) -> bool:
         fn = self.functions.get(fname)
         return fn is not None and self.works(fn.child_by_field_name("body"), seen | {fname})
+
+
+def _ancestors(node):
+    node = node.parent
+    while node is not None:
+        yield node
+        node = node.parent
 
 
 def _type_aliases(root) -> dict[str, str]:

@@ -134,6 +134,12 @@ class Step:
                                                      "level of the program's helpers, where main() calls them)")
             raise self.prog.refuse(st, f"calls {name}(), a function of the program that issues device work and "
                                        f"that cuco cannot write out in place: it {why}; write its calls into the loop")
+        method = self.prog.method(call)
+        if method is not None and self.prog.issues_work(method[0]):
+            raise self.prog.refuse(st, f"calls {name}(), a method of {method[1]} that issues device work: cuco "
+                                       "writes out the program's own functions where main() calls them, not the "
+                                       "methods of its classes; make it a function of what it uses, or write its "
+                                       "calls into the loop")
         if call is expr and self.prog.works(expr) and kind not in WORK | {"copy"}:
             raise self.prog.refuse(st, "issues device work through a call cuco does not take apart: write the call as "
                                        "a statement of its own, or in a check macro of one argument (CHECK(call);)")
