@@ -374,6 +374,22 @@ def test_a_method_that_issues_device_work_is_named_with_its_class(tmp_path, defi
         create_workload("w", tmp_path / "p.cu", tmp_path)
 
 
+def test_a_loop_that_allocates_before_the_step_is_set_up(tmp_path):
+    """`for (b...) { cudaMalloc(&bufs[b], ...); cudaMemset(bufs[b], ...); }` before the timed loop is set-up, not the
+    step: the refusal is about the step's own statements (here its buffers, held in an array)."""
+    alloc = "  float *d_x, *d_y;\n  cudaMalloc(&d_x, cfg.count * sizeof(float));\n" \
+            "  cudaMalloc(&d_y, cfg.count * sizeof(float));\n"
+    loop = "  float* bufs[2];\n  for (int b = 0; b < 2; ++b) {\n" \
+           "    cudaMalloc(&bufs[b], cfg.count * sizeof(float));\n" \
+           "    cudaMemset(bufs[b], 0, cfg.count * sizeof(float));\n  }\n"
+    src = STRUCT.read_text().replace(alloc, loop).replace("d_x", "bufs[0]").replace("d_y", "bufs[1]")
+    (tmp_path / "p.cu").write_text(src)
+    with pytest.raises(CucoError) as err:
+        create_workload("w", tmp_path / "p.cu", tmp_path)
+    step = {_line(tmp_path / "p.cu", "scale<<<"), _line(tmp_path / "p.cu", "ncclAllReduce(")}
+    assert any(f"p.cu:{n}:" in str(err.value) for n in step) and "in the step" not in str(err.value), str(err.value)
+
+
 @pytest.mark.nvcc
 def test_the_struct_seed_builds(tmp_path):
     from cuco.runner.build.cuda_checks import check_and_build
