@@ -390,6 +390,42 @@ def test_a_loop_that_allocates_before_the_step_is_set_up(tmp_path):
     assert any(f"p.cu:{n}:" in str(err.value) for n in step) and "in the step" not in str(err.value), str(err.value)
 
 
+def test_a_lambda_that_issues_device_work_is_refused_not_dropped(tmp_path):
+    """The loop's launch moved into a lambda of main(): refused by name (a seed without it would do less than the
+    program, and the checks would pass it)."""
+    src = STRUCT.read_text().replace(
+        "  for (int it = 0;", "  auto launch = [&](float* y) { scale<<<256, 256, 0, stream>>>(y, 2.0f, cfg.count); };\n"
+                              "  for (int it = 0;")
+    src = src.replace("    scale<<<256, 256, 0, stream>>>(d_x, 2.0f, cfg.count);\n", "    launch(d_x);\n")
+    (tmp_path / "p.cu").write_text(src)
+    with pytest.raises(CucoError, match=r"`launch\(d_x\);`: calls launch\(\), a lambda of main\(\) that issues device "
+                                        r"work"):
+        create_workload("w", tmp_path / "p.cu", tmp_path)
+
+
+def test_a_loop_of_memsets_before_the_step_is_set_up(tmp_path):
+    src = STRUCT.read_text().replace(
+        "  for (int it = 0;", "  float* both[2] = {d_x, d_y};\n"
+                              "  for (int b = 0; b < 2; ++b) cudaMemset(both[b], 0, cfg.count * sizeof(float));\n"
+                              "  for (int it = 0;")
+    (tmp_path / "p.cu").write_text(src)
+    seed = (create_workload("w", tmp_path / "p.cu", tmp_path).root / "seed.cu").read_text()
+    assert _run_calls(seed) == ["scale", "cudaGetLastError", "ncclAllReduce"]
+
+
+def test_buffers_updated_in_place_after_the_step_reads_them_are_outputs(tmp_path):
+    """Each gradient scaled, then all-reduced in place: each one's last value leaves the step, so each is an output
+    the judge checks (with a TODO in case it is a workspace), not a scratch buffer it poisons and never reads."""
+    src = STRUCT.read_text().replace(
+        "    ncclAllReduce(d_x, d_y, cfg.count, ncclFloat, ncclSum, comm, stream);\n",
+        "    scale<<<256, 256, 0, stream>>>(d_y, 2.0f, cfg.count);\n"
+        "    ncclAllReduce(d_x, d_x, cfg.count, ncclFloat, ncclSum, comm, stream);\n"
+        "    ncclAllReduce(d_y, d_y, cfg.count, ncclFloat, ncclSum, comm, stream);\n")
+    (tmp_path / "p.cu").write_text(src)
+    spec = load_workload(create_workload("w", tmp_path / "p.cu", tmp_path).root)
+    assert {n: b.role for n, b in spec.buffers.items()} == {"x": "output", "y": "output"}
+
+
 @pytest.mark.nvcc
 def test_the_struct_seed_builds(tmp_path):
     from cuco.runner.build.cuda_checks import check_and_build

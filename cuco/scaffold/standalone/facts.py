@@ -68,9 +68,14 @@ def _role(var: str, events: list[Event], fill: tuple[str, int] | None, to_host: 
         return "output", [f"copied to the host at {cite(to_host)}: the program's result"], []
     first = next((i for i, e in enumerate(mine) if e.mode == "w"), len(mine))
     read_after = [e for e in mine[first + 1:] if e.mode == "r"]
-    if read_after:
+    if read_after and mine[-1].mode == "r":
         return "scratch", [f"written by {writes[0].op} ({cite(writes[0].line)}), then read by "
                            f"{read_after[-1].op} ({cite(read_after[-1].line)}): an intermediate of the step"], []
+    if read_after:  # updated in place after the step reads it (an in-place all-reduce): its last value leaves
+        last = writes[-1]
+        return "output", [f"written by {writes[0].op} ({cite(writes[0].line)}), read by {read_after[0].op} "
+                          f"({cite(read_after[0].line)}), written last by {last.op} ({cite(last.line)}): its last "
+                          "value leaves the step"], [f"if {var} is only a workspace of the step, make it scratch"]
     last = writes[-1] if writes else None
     return "output", [f"written last by {last.op} ({cite(last.line)})" if last else "the step does not touch it"
                       ], []

@@ -52,6 +52,9 @@ def find_step(prog: Standalone) -> Place:
     the region captured into it."""
     top = [c for c in prog.main.child_by_field_name("body").named_children if c.type != "comment"]
     loops = [s for s in top if s.type in LOOPS and prog.works(s) and not _allocating(prog, s)]
+    launching = [s for s in loops if prog.works(s, copies=False)]
+    if launching:  # loops of device copies or memsets only, before the first that launches work, set up
+        loops = [s for s in loops if s in launching or top.index(s) > top.index(launching[0])]
     if not loops:
         once = next((s for s in top if prog.works(s)), None)
         raise prog.refuse(once or prog.main, "main() issues its device work once, outside a loop: cuco cannot tell "

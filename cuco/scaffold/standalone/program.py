@@ -77,6 +77,7 @@ class Standalone:
         self.globals = _global_constants(self.root)
         self.structs = _structs(self.root)
         self.locals: dict[str, Local] = {}
+        self.lambdas = _lambdas(self.main) if self.main is not None else {}
 
     def param_label(self, name: str) -> str:
         """A parameter's name in the workload: a local's own, a struct field's (`cfg.tokens`) its field's, or
@@ -142,17 +143,20 @@ class Standalone:
             return "nccl_admin" if name.startswith("nccl") else "cuda"
         return "mpi" if name.startswith("MPI_") else "host"
 
-    def works(self, node, seen: frozenset[str] = frozenset()) -> bool:
-        """Whether a statement issues device work: kernels, NCCL, cuBLAS, device copies, graph launches, or calls
-        a function (or a method) of the program's that does."""
+    def works(self, node, seen: frozenset[str] = frozenset(), copies: bool = True) -> bool:
+        """Whether a statement issues device work: kernels, NCCL, cuBLAS, device copies (unless `copies` is False),
+        graph launches, or calls a function (a method, a lambda) of the program's that does."""
         for call in calls_in(node):
             kind = self.kind(call)
-            if kind in WORK or (kind == "copy" and self.direction(call) in ("d2d", "set")):
+            if kind in WORK or (copies and kind == "copy" and self.direction(call) in ("d2d", "set")):
                 return True
             if kind == "host_fn" and callee(call) not in seen and self.issues_work(callee(call), seen):
                 return True
             method = self.method(call)
             if method is not None and method[0] not in seen and self.issues_work(method[0], seen):
+                return True
+            if callee(call) in self.lambdas and callee(call) not in seen and \
+                    self.works(self.lambdas[callee(call)], seen | {callee(call)}):
                 return True
         return False
 
@@ -192,6 +196,17 @@ class Standalone:
     def issues_work(self, fname: str, seen: frozenset[str] = frozenset()) -> bool:
         fn = self.functions.get(fname)
         return fn is not None and self.works(fn.child_by_field_name("body"), seen | {fname})
+
+
+def _lambdas(main) -> dict[str, object]:
+    """main()'s lambdas by the names it gives them (`auto add_bias = [&](float* y) { ... };`): their bodies."""
+    out = {}
+    for d in walk(main):
+        value = d.child_by_field_name("value") if d.type == "init_declarator" else None
+        name = d.child_by_field_name("declarator") if value is not None else None
+        if value is not None and value.type == "lambda_expression" and name is not None and name.type == "identifier":
+            out[text(name)] = value.child_by_field_name("body")
+    return out
 
 
 def _ancestors(node):

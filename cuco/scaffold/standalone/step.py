@@ -134,6 +134,10 @@ class Step:
                                                      "level of the program's helpers, where main() calls them)")
             raise self.prog.refuse(st, f"calls {name}(), a function of the program that issues device work and "
                                        f"that cuco cannot write out in place: it {why}; write its calls into the loop")
+        if name in self.prog.lambdas and self.prog.works(self.prog.lambdas[name]):
+            raise self.prog.refuse(st, f"calls {name}(), a lambda of main() that issues device work: cuco writes out "
+                                       "the program's own functions where main() calls them, not lambdas; make it a "
+                                       "function of what it uses, or write its calls into the loop")
         method = self.prog.method(call)
         if method is not None and self.prog.issues_work(method[0]):
             raise self.prog.refuse(st, f"calls {name}(), a method of {method[1]} that issues device work: cuco "
