@@ -51,9 +51,12 @@ def _communicator(prog: Standalone) -> list[str]:
         for call in calls_in(fn):
             if callee(call) in CREATES_COMM and name != "main":
                 st = _statement(call)
+                why = prog.unit.unwritten.get(name)
                 found.append(_line(prog, st.start_point.row + 1, st.text.decode(errors="replace"),
-                                   f"creates the communicator inside {name}(): cuco takes over the communicator "
-                                   "main() creates (it becomes ctx->comm); create it in main()"))
+                                   f"creates the communicator inside {name}()" +
+                                   (f", which cuco cannot write out in place (it {why})" if why else "") +
+                                   ": cuco takes over the communicator main() creates (it becomes ctx->comm); create "
+                                   "it in main(), or in a helper main() calls that returns it or takes its address"))
     if not found and not any(callee(c) in CREATES_COMM for c in calls_in(prog.root)):
         main = prog.main
         found.append(_line(prog, main.start_point.row + 1, "int main(...)",

@@ -6,8 +6,10 @@ helper is replaced by the helper's body, its parameters bound to the call's argu
 reads becomes the argument itself (in parentheses where it is an expression), one it changes is declared from it.
 The body's lines keep their origins, so a refusal inside names the helper's own file and line. Inside a block the
 body is spliced in; as a loop's or a branch's only statement it is braced. A helper's local that would clash with
-a name of main() is renamed. A helper that returns early, has a template, or is called for its value stays a call
-(the step refuses it with the reason); the helpers it calls in turn are not written out.
+a name of main() is renamed. A helper whose value declares a variable of main() (`ncclComm_t comm =
+make_comm(...);`) is written out too when it returns a local of its own, which becomes that variable. A helper that
+returns early, has a template, or is called for its value otherwise stays a call (the step refuses it with the
+reason); the helpers it calls in turn are not written out.
 """
 
 from __future__ import annotations
@@ -85,6 +87,17 @@ def _declared(node) -> set[str]:
     return out
 
 
+def _declared_value(st):
+    """The value of a declaration of one variable by name (`T v = value;`), or None."""
+    if st.type != "declaration":
+        return None
+    decls = st.children_by_field_name("declarator")
+    if len(decls) != 1 or decls[0].type != "init_declarator":
+        return None
+    name = decls[0].child_by_field_name("declarator")
+    return decls[0].child_by_field_name("value") if name is not None and name.type == "identifier" else None
+
+
 def _working(functions: dict[str, object]) -> set[str]:
     """The host functions that issue device work, themselves or through one another."""
     calls = {name: {callee(n) for n in walk(f) if n.type == "call_expression"} for name, f in functions.items()}
@@ -130,14 +143,29 @@ class _Inliner:
         return statements[-1] if statements and statements[-1].type == "return_statement" else None
 
     def calls(self) -> list:
-        """main()'s statements that call a helper for its effects."""
+        """main()'s statements that call a helper for its effects, or to declare a variable with its value
+        (`ncclComm_t comm = make_comm(rank, world);`)."""
         out = []
         for st in walk(self.main.child_by_field_name("body")):
             expr = next((c for c in st.named_children if c.type != "comment"), None) \
-                if st.type == "expression_statement" else None
+                if st.type == "expression_statement" else _declared_value(st)
             if expr is not None and expr.type == "call_expression" and callee(expr) in self.helpers:
                 out.append((st, expr))
         return out
+
+    def returned_local(self, fname: str, st):
+        """For `T v = helper(...);`: the helper's local it returns (`T x; ... return x;`, x declared once at its
+        top level without a value), which becomes v itself; None, with the reason kept, where there is none."""
+        final = self.final_return(fname)
+        value = final.named_children[0] if final is not None and final.named_children else None
+        body = self.functions[fname].child_by_field_name("body")
+        decl = next((d for d in body.named_children if value is not None and value.type == "identifier"
+                     and d.type == "declaration" and [text(x) for x in d.children_by_field_name("declarator")]
+                     == [text(value)]), None)
+        if decl is None or st.parent is None or st.parent.type != "compound_statement":
+            self.why[fname] = "is called for its value, which is not a local it declares and returns"
+            return None
+        return decl
 
     def written_out(self, st, call) -> list[tuple[str, Origin]] | None:
         """The helper's body in place of the call statement, line by line with origins; None where it stays."""
@@ -155,7 +183,15 @@ class _Inliner:
         body, final = self.functions[name].child_by_field_name("body"), self.final_return(name)
         spliced = st.parent is not None and st.parent.type == "compound_statement"
         block = self.added.setdefault(st.parent.id if spliced else st.id, set())
-        rename, preamble = self.renames(body, params, args, block), []
+        rename, preamble, drop = self.renames(body, params, args, block), [], []
+        if st.type == "declaration":  # the returned local is the declared variable, declared by main() as written
+            local = self.returned_local(name, st)
+            if local is None:
+                return None
+            var = st.child_by_field_name("declarator").child_by_field_name("declarator")
+            rename[text(local.child_by_field_name("declarator"))] = (text(var), True)
+            preamble.append(f"{text(st.child_by_field_name('type'))} {text(var)};")
+            drop.append(local)
         for p, value, arg in zip(params, values, args + [None] * len(params)):
             substitute = not _changed(body, p.name) and (p.reference or arg is None or not any(
                 n.type in ("assignment_expression", "update_expression", "call_expression") for n in walk(arg)))
@@ -166,7 +202,7 @@ class _Inliner:
         for inner in {callee(c) for c in walk(body) if c.type == "call_expression"} & set(self.helpers):
             self.why.setdefault(inner, f"is called inside {name}(), itself written out in place: cuco writes out one "
                                        "level of the program's helpers")
-        return self.lines(st, body, final, rename, preamble, spliced)
+        return self.lines(st, body, final, rename, preamble, spliced, drop)
 
     def renames(self, body, params: list[_Param], args: list, block: set[str]) -> dict[str, tuple[str, bool]]:
         """The helper's locals (and the parameters it declares) that would clash with main()'s names."""
@@ -183,9 +219,12 @@ class _Inliner:
                 block.add(local)
         return out
 
-    def lines(self, st, body, final, rename: dict[str, tuple[str, bool]], preamble: list[str], spliced: bool
-              ) -> list[tuple[str, Origin]]:
+    def lines(self, st, body, final, rename: dict[str, tuple[str, bool]], preamble: list[str], spliced: bool,
+              drop: list = ()) -> list[tuple[str, Origin]]:
         edits = self.substitutions(body, rename)  # (start byte, end byte, text) within the body
+        for gone in drop:  # statements of the body left out (a returned local main() declares itself)
+            edits = [e for e in edits if not gone.start_byte <= e[0] < gone.end_byte]
+            edits.append((gone.start_byte, gone.end_byte, ""))
         if final is not None:  # the helper's last statement: its value goes, a call in it stays
             value = final.named_children[0] if final.named_children else None
             keeps = value is not None and any(x.type == "call_expression" for x in walk(value))
