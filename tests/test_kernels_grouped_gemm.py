@@ -225,11 +225,12 @@ def test_dsv3_experts_match_per_expert_matmuls(dsv3_weights, t, hot):
 
 
 @pytest.mark.gpu(1)
-@pytest.mark.parametrize("counts", COUNTS + [[0] * 7 + [300] + [5] * 8])
+@pytest.mark.parametrize("counts", COUNTS + [[0] * 7 + [300] + [5] * 8, [255, 0, 257, 300, 129, 256]])
 @pytest.mark.parametrize("k,n", [(7168, 512), (136, 200)])  # TMA; the pointer path (K not a multiple of the step)
 def test_odd_shapes_compiled(counts, k, n):
-    """The library's own tiles, compiled: an expert with no row, rows off every tile edge, one expert with all;
-    bitwise the same whichever programs take the tiles."""
+    """The library's own tiles, compiled: an expert with no row, rows off every tile edge, one expert with all,
+    about 200 rows an expert (an expert-parallel rank's prefill: 128-row tiles, w2's pipelined across a program's
+    tiles); bitwise the same whichever programs take the tiles."""
     offs = _offs(counts)
     x, w = _rand(sum(counts), k), _rand(len(counts), k, n)
     y = torch.full((sum(counts), n), float("nan"), device=DEVICE, dtype=DTYPE)
