@@ -233,16 +233,33 @@ int main(int argc, char* argv[]) {
 """
 
 
-def test_init_lists_every_blocker_of_a_communicator_made_in_a_helper(tmp_path):
+# make_comm() returning early: it stays a call, so the communicator is made where the runner cannot take it over.
+HELPER_COMM_EARLY = HELPER_COMM.replace("  ncclUniqueId id;\n  FILE*", "  if (nranks < 1) return nullptr;\n"
+                                                                  "  ncclUniqueId id;\n  FILE*")
+
+
+def test_a_communicator_returned_by_a_helper_is_converted(tmp_path):
+    """make_comm() written out, its returned local main()'s comm (the runner's in the seed), reduce() too."""
     program = tmp_path / "helper_comm.cu"
     program.write_text(HELPER_COMM)
+    made = create_workload("w", program, tmp_path)
+    assert made.reading == ["written out where main() calls them: make_comm(), reduce()"]
+    run = (made.root / "seed.cu").read_text().split("int cuco_run(")[1]
+    assert "ncclComm_t comm = ctx->comm;" in run and "ncclAllReduce(x, y, n, ncclFloat, ncclSum, comm, stream)" in run
+
+
+def test_init_lists_every_blocker_of_a_communicator_made_in_a_helper(tmp_path):
+    program = tmp_path / "helper_comm.cu"
+    program.write_text(HELPER_COMM_EARLY)
     with pytest.raises(Blocked) as err:
         create_workload("w", program, tmp_path)
     assert err.value.blockers == [
-        f"{program}:{_line_of(HELPER_COMM, 'ncclCommInitRank')}: `ncclCommInitRank(&comm, nranks, id, rank);`: "
-        "creates the communicator inside make_comm(): cuco takes over the communicator main() creates (it becomes "
-        "ctx->comm); create it in main()",
-        f"{program}:{_line_of(HELPER_COMM, 'ncclAllReduce')}: `ncclAllReduce(x, y, n, ncclFloat, ncclSum, comm, "
+        f"{program}:{_line_of(HELPER_COMM_EARLY, 'ncclCommInitRank')}: `ncclCommInitRank(&comm, nranks, id, rank);`: "
+        "creates the communicator inside make_comm(), which cuco cannot write out in place (it returns before its "
+        f"end (helper_comm.cu:{_line_of(HELPER_COMM_EARLY, 'return nullptr')})): cuco takes over the communicator "
+        "main() creates (it becomes ctx->comm); create it in main(), or in a helper main() calls that returns it or "
+        "takes its address",
+        f"{program}:{_line_of(HELPER_COMM_EARLY, 'ncclAllReduce')}: `ncclAllReduce(x, y, n, ncclFloat, ncclSum, comm, "
         "stream)`: in reduce(), its send buffer `x` and receive buffer `y`: a parameter of reduce(): the conversion "
         "follows only buffers main() allocates and hands to NCCL itself"]
     assert not (tmp_path / "w").exists()
@@ -259,7 +276,7 @@ def test_init_names_a_main_that_creates_no_communicator(tmp_path):
 
 
 def test_cli_init_exits_2_with_every_blocker_and_writes_nothing(tmp_path):
-    (tmp_path / "helper_comm.cu").write_text(HELPER_COMM)
+    (tmp_path / "helper_comm.cu").write_text(HELPER_COMM_EARLY)
     proc = _cuco("init", "w", "--from", "helper_comm.cu", cwd=tmp_path)
     assert proc.returncode == 2, proc.stdout + proc.stderr
     assert "2 blocker(s)" in proc.stderr and "inside make_comm()" in proc.stderr and "in reduce()" in proc.stderr
