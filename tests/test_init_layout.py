@@ -432,18 +432,19 @@ MAKE_COMM = "ncclComm_t make_comm(int rank, int world) {\n  ncclUniqueId id;\n" 
             "  ncclCommInitRank(&comm, world, id, rank);\n  return comm;\n}\n"
 
 
-@pytest.mark.parametrize("returned", ["comm", "c[0]"])
+@pytest.mark.parametrize("returned", ["comm", "auto", "c[0]"])
 def test_a_communicator_returned_by_a_helper_is_mains(tmp_path, returned):
     """`ncclComm_t comm = make_comm(rank, world);`: the helper is written out, its returned local becoming main()'s
     comm, so the runner's communicator takes its place; a helper that returns anything but a local of its own stays
     a call, and the refusal says why."""
-    helper = MAKE_COMM if returned == "comm" else MAKE_COMM.replace("  ncclComm_t comm;\n", "  ncclComm_t c[1];\n") \
+    helper = MAKE_COMM if returned != "c[0]" else MAKE_COMM.replace("  ncclComm_t comm;\n", "  ncclComm_t c[1];\n") \
         .replace("&comm,", "&c[0],").replace("return comm;", "return c[0];")
     src = STRUCT.read_text()
     made = src[src.index("  ncclUniqueId id;\n"):src.index("  cudaStream_t stream;")]  # main()'s
-    src = src.replace(made, "  ncclComm_t comm = make_comm(rank, world);\n").replace("int main(", helper + "int main(")
+    declared = "auto" if returned == "auto" else "ncclComm_t"
+    src = src.replace(made, f"  {declared} comm = make_comm(rank, world);\n").replace("int main(", helper + "int main(")
     (tmp_path / "p.cu").write_text(src)
-    if returned == "comm":
+    if returned != "c[0]":
         made = create_workload("w", tmp_path / "p.cu", tmp_path)
         assert _run_calls((made.root / "seed.cu").read_text()) == ["scale", "cudaGetLastError", "ncclAllReduce"]
         assert any("make_comm()" in line for line in made.reading)

@@ -190,7 +190,8 @@ class _Inliner:
                 return None
             var = st.child_by_field_name("declarator").child_by_field_name("declarator")
             rename[text(local.child_by_field_name("declarator"))] = (text(var), True)
-            preamble.append(f"{text(st.child_by_field_name('type'))} {text(var)};")
+            typed = st if text(st.child_by_field_name("type")) != "auto" else local  # `auto c = make_comm(...)`
+            preamble.append(f"{text(typed.child_by_field_name('type'))} {text(var)};")
             drop.append(local)
         for p, value, arg in zip(params, values, args + [None] * len(params)):
             substitute = not _changed(body, p.name) and (p.reference or arg is None or not any(
