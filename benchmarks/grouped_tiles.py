@@ -24,6 +24,7 @@ from dataclasses import asdict
 from pathlib import Path
 
 import record
+from grouped_gemm import rel_err
 from replay import graph_median_ms
 
 ROOT = record.ROOT
@@ -126,9 +127,9 @@ class Case:
             first, errors = None, {}
             for name, (_, fn, out) in variants.items():  # each variant's output against the first's
                 fn()
-                got = out.float()
+                got = out.clone()
                 first = got if first is None else first
-                errors[name] = ((got - first).norm() / first.norm()).item()
+                errors[name] = rel_err(got, first)
                 if not errors[name] <= TOLERANCE:
                     raise SystemExit(f"grouped_tiles: {self.shape} {proj} {name} is {errors[name]:.2e} off "
                                      "config_for's output")

@@ -17,7 +17,7 @@ from conftest import ROOT
 from cuco.errors import CucoError
 from cuco.fastpath.syntax import blank_macros, function_name, parser, text, walk
 from cuco.scaffold import create_workload
-from cuco.scaffold.standalone import sources
+from cuco.scaffold.standalone import read_program, sources
 from cuco.scaffold.standalone.blockers import Blocked
 from cuco.scaffold.standalone.sources import Unit, expand_macros, read_sources
 from cuco.workload.expr import eval_expr
@@ -253,8 +253,6 @@ def test_without_a_preprocessor_the_macros_stay_and_the_user_is_told(tmp_path, m
 def test_a_helpers_names_are_kept_apart_from_mains(tmp_path):
     """A helper's local that main() also names is renamed; a parameter the helper changes is declared from the
     argument (renamed where the argument names it); one it only reads is the argument itself."""
-    from cuco.scaffold.standalone import read_program
-
     host = tmp_path / "main.cu"
     host.write_text(
         "__global__ void k(float* x, int n) {}\n"
@@ -342,15 +340,25 @@ def test_a_struct_written_where_cuco_cannot_see_is_refused(tmp_path):
         create_workload("w", tmp_path / "p.cu", tmp_path)
 
 
+def _variant(tmp_path: Path, *edits: tuple[str, str]) -> Path:
+    """struct_sizes.cu with each (old, new) edit made, every one of them found (an edit that misses would leave the
+    program as it was, and a test of it could pass for the wrong reason): tmp_path/p.cu."""
+    src = STRUCT.read_text()
+    for old, new in edits:
+        assert old in src, f"the edit's text is not in the program: {old!r}"
+        src = src.replace(old, new)
+    (tmp_path / "p.cu").write_text(src)
+    return tmp_path / "p.cu"
+
+
 def test_a_field_read_through_a_pointer_to_the_struct_is_not_a_write(tmp_path):
     """A context struct filled by a helper written out in place (`init(&ctx)`): `cudaSetDevice(c->rank)` reads the
     field, it does not set the struct; the refusal says what cuco cannot follow, not a wrong setter."""
-    src = STRUCT.read_text().replace("struct Config {", "struct Ctx { int rank; };\nstatic void init(Ctx* c) {\n"
-                                     "  MPI_Comm_rank(MPI_COMM_WORLD, &c->rank);\n  cudaSetDevice(c->rank);\n}\n"
-                                     "struct Config {")
-    src = src.replace("  MPI_Comm_rank(MPI_COMM_WORLD, &rank);\n", "  Ctx ctx;\n  init(&ctx);\n  rank = ctx.rank;\n")
-    src = src.replace("(d_x, 2.0f, cfg.count)", "(d_x, 2.0f * ctx.rank, cfg.count)")  # the step reads the field
-    (tmp_path / "p.cu").write_text(src)
+    _variant(tmp_path, ("struct Config {", "struct Ctx { int rank; };\nstatic void init(Ctx* c) {\n"
+                                           "  MPI_Comm_rank(MPI_COMM_WORLD, &c->rank);\n  cudaSetDevice(c->rank);\n}\n"
+                                           "struct Config {"),
+             ("  MPI_Comm_rank(MPI_COMM_WORLD, &rank);\n", "  Ctx ctx;\n  init(&ctx);\n  rank = ctx.rank;\n"),
+             ("(d_x, 2.0f, cfg.count)", "(d_x, 2.0f * ctx.rank, cfg.count)"))  # the step reads the field
     with pytest.raises(CucoError) as err:
         create_workload("w", tmp_path / "p.cu", tmp_path)
     assert "ctx.rank" in str(err.value) and "cudaSetDevice" not in str(err.value), str(err.value)
@@ -364,11 +372,10 @@ def test_a_method_that_issues_device_work_is_named_with_its_class(tmp_path, defi
         "{ ncclAllReduce(x, y, n, ncclFloat, ncclSum, c, s); }"
     cls = f"class Exchanger {{\n public:\n  {head} {body}\n}};\n" if defined == "inside" else \
         f"class Exchanger {{\n public:\n  {head};\n}};\nvoid Exchanger::{head[5:]} {body}\n"
-    src = STRUCT.read_text().replace("struct Config {", cls + "struct Config {")
-    src = src.replace("    ncclAllReduce(d_x, d_y, cfg.count, ncclFloat, ncclSum, comm, stream);\n",
-                      "    ex.step(d_x, d_y, cfg.count, comm, stream);\n")
-    src = src.replace("  for (int it = 0;", "  Exchanger ex;\n  for (int it = 0;")
-    (tmp_path / "p.cu").write_text(src)
+    _variant(tmp_path, ("struct Config {", cls + "struct Config {"),
+             ("    ncclAllReduce(d_x, d_y, cfg.count, ncclFloat, ncclSum, comm, stream);\n",
+              "    ex.step(d_x, d_y, cfg.count, comm, stream);\n"),
+             ("  for (int it = 0;", "  Exchanger ex;\n  for (int it = 0;"))
     with pytest.raises(CucoError, match=r"p\.cu:\d+: `ex\.step\([^`]*\);`: calls ex\.step\(\), a method of Exchanger "
                                         r"that issues device work: cuco writes out the program's own functions"):
         create_workload("w", tmp_path / "p.cu", tmp_path)
@@ -382,8 +389,7 @@ def test_a_loop_that_allocates_before_the_step_is_set_up(tmp_path):
     loop = "  float* bufs[2];\n  for (int b = 0; b < 2; ++b) {\n" \
            "    cudaMalloc(&bufs[b], cfg.count * sizeof(float));\n" \
            "    cudaMemset(bufs[b], 0, cfg.count * sizeof(float));\n  }\n"
-    src = STRUCT.read_text().replace(alloc, loop).replace("d_x", "bufs[0]").replace("d_y", "bufs[1]")
-    (tmp_path / "p.cu").write_text(src)
+    _variant(tmp_path, (alloc, loop), ("d_x", "bufs[0]"), ("d_y", "bufs[1]"))
     with pytest.raises(CucoError) as err:
         create_workload("w", tmp_path / "p.cu", tmp_path)
     step = {_line(tmp_path / "p.cu", "scale<<<"), _line(tmp_path / "p.cu", "ncclAllReduce(")}
@@ -393,35 +399,29 @@ def test_a_loop_that_allocates_before_the_step_is_set_up(tmp_path):
 def test_a_lambda_that_issues_device_work_is_refused_not_dropped(tmp_path):
     """The loop's launch moved into a lambda of main(): refused by name (a seed without it would do less than the
     program, and the checks would pass it)."""
-    src = STRUCT.read_text().replace(
-        "  for (int it = 0;", "  auto launch = [&](float* y) { scale<<<256, 256, 0, stream>>>(y, 2.0f, cfg.count); };\n"
-                              "  for (int it = 0;")
-    src = src.replace("    scale<<<256, 256, 0, stream>>>(d_x, 2.0f, cfg.count);\n", "    launch(d_x);\n")
-    (tmp_path / "p.cu").write_text(src)
+    lambda_ = "  auto launch = [&](float* y) { scale<<<256, 256, 0, stream>>>(y, 2.0f, cfg.count); };\n"
+    _variant(tmp_path, ("  for (int it = 0;", lambda_ + "  for (int it = 0;"),
+             ("    scale<<<256, 256, 0, stream>>>(d_x, 2.0f, cfg.count);\n", "    launch(d_x);\n"))
     with pytest.raises(CucoError, match=r"`launch\(d_x\);`: calls launch\(\), a lambda of main\(\) that issues device "
                                         r"work"):
         create_workload("w", tmp_path / "p.cu", tmp_path)
 
 
 def test_a_loop_of_memsets_before_the_step_is_set_up(tmp_path):
-    src = STRUCT.read_text().replace(
-        "  for (int it = 0;", "  float* both[2] = {d_x, d_y};\n"
-                              "  for (int b = 0; b < 2; ++b) cudaMemset(both[b], 0, cfg.count * sizeof(float));\n"
-                              "  for (int it = 0;")
-    (tmp_path / "p.cu").write_text(src)
-    seed = (create_workload("w", tmp_path / "p.cu", tmp_path).root / "seed.cu").read_text()
+    program = _variant(tmp_path, ("  for (int it = 0;", "  float* both[2] = {d_x, d_y};\n  for (int b = 0; b < 2; ++b) "
+                                                      "cudaMemset(both[b], 0, cfg.count * sizeof(float));\n"
+                                                      "  for (int it = 0;"))
+    seed = (create_workload("w", program, tmp_path).root / "seed.cu").read_text()
     assert _run_calls(seed) == ["scale", "cudaGetLastError", "ncclAllReduce"]
 
 
 def test_buffers_updated_in_place_after_the_step_reads_them_are_outputs(tmp_path):
     """Each gradient scaled, then all-reduced in place: each one's last value leaves the step, so each is an output
     the judge checks (with a TODO in case it is a workspace), not a scratch buffer it poisons and never reads."""
-    src = STRUCT.read_text().replace(
-        "    ncclAllReduce(d_x, d_y, cfg.count, ncclFloat, ncclSum, comm, stream);\n",
-        "    scale<<<256, 256, 0, stream>>>(d_y, 2.0f, cfg.count);\n"
-        "    ncclAllReduce(d_x, d_x, cfg.count, ncclFloat, ncclSum, comm, stream);\n"
-        "    ncclAllReduce(d_y, d_y, cfg.count, ncclFloat, ncclSum, comm, stream);\n")
-    (tmp_path / "p.cu").write_text(src)
+    _variant(tmp_path, ("    ncclAllReduce(d_x, d_y, cfg.count, ncclFloat, ncclSum, comm, stream);\n",
+                        "    scale<<<256, 256, 0, stream>>>(d_y, 2.0f, cfg.count);\n"
+                        "    ncclAllReduce(d_x, d_x, cfg.count, ncclFloat, ncclSum, comm, stream);\n"
+                        "    ncclAllReduce(d_y, d_y, cfg.count, ncclFloat, ncclSum, comm, stream);\n"))
     spec = load_workload(create_workload("w", tmp_path / "p.cu", tmp_path).root)
     assert {n: b.role for n, b in spec.buffers.items()} == {"x": "output", "y": "output"}
 
@@ -442,12 +442,14 @@ def test_a_communicator_returned_by_a_helper_is_mains(tmp_path, returned):
     src = STRUCT.read_text()
     made = src[src.index("  ncclUniqueId id;\n"):src.index("  cudaStream_t stream;")]  # main()'s
     declared = "auto" if returned == "auto" else "ncclComm_t"
-    src = src.replace(made, f"  {declared} comm = make_comm(rank, world);\n").replace("int main(", helper + "int main(")
-    (tmp_path / "p.cu").write_text(src)
+    _variant(tmp_path, (made, f"  {declared} comm = make_comm(rank, world);\n"), ("int main(", helper + "int main("))
     if returned != "c[0]":
         made = create_workload("w", tmp_path / "p.cu", tmp_path)
         assert _run_calls((made.root / "seed.cu").read_text()) == ["scale", "cudaGetLastError", "ncclAllReduce"]
         assert any("make_comm()" in line for line in made.reading)
+        unit, _ = read_program([tmp_path / "p.cu"], [], [])  # main() declares the helper's local with its type
+        lines = [ln.strip() for ln in unit.lines]
+        assert "auto comm;" not in lines and lines.count("ncclComm_t comm;") == 2  # the helper's own, and main()'s
     else:
         with pytest.raises(CucoError, match=r"inside make_comm\(\), which cuco cannot write out in place \(it is "
                                             r"called for its value, which is not a local it declares and returns\)"):
@@ -465,8 +467,6 @@ def test_the_struct_seed_builds(tmp_path):
 def test_a_helper_inside_a_helper_stays_a_call_and_says_why(tmp_path):
     """One level is written out: a helper that a written-out helper calls (or a template) stays a call, and the
     refusal says which."""
-    from cuco.scaffold.standalone import read_program
-
     host = tmp_path / "main.cu"
     host.write_text(
         "static void reduce(float* x, int n, ncclComm_t c, cudaStream_t s) {\n"

@@ -82,35 +82,30 @@ def run_layer(layer: MoeLayer, x: torch.Tensor, logits: torch.Tensor, w13: torch
     plan = exchange_plan(ex.counts, ex.rank, idx.flatten()[layout.order], layout.offs, ex.max_rows)
     token, place = layout.order // k, sorted_place(layout.order)
     mark("plan")
-    if tokens is not None:
-        ex.dispatch_once(x, tokens, plan, place, weight)
-        ex.wait(DISPATCH)
-        mark("dispatch")
-        grouped_swiglu(ex.rows, plan.recv_offs, w13, layer.h, rows=ex.gather_rows())
-        mark("w13")
-        grouped_gemm(layer.h, plan.recv_offs, w2, layer.out)
-        mark("w2")
-        ex.send_back_summed(layer.out)
-        ex.wait(COMBINE)
-        mark("back")
-        combine(ex.back, tokens.back_row, ex.ones, y)
-        mark("combine")
-        return
     if groups == 1:
-        ex.dispatch(x, token, layout.offs, plan)
+        if tokens is not None:
+            ex.dispatch_once(x, tokens, plan, place, weight)
+        else:
+            ex.dispatch(x, token, layout.offs, plan)
         ex.wait(DISPATCH)
         mark("dispatch")
-        grouped_swiglu(ex.rows, plan.recv_offs, w13, layer.h)
+        grouped_swiglu(ex.rows, plan.recv_offs, w13, layer.h, rows=ex.gather_rows() if tokens is not None else None)
         mark("w13")
         grouped_gemm(layer.h, plan.recv_offs, w2, layer.out)
         mark("w2")
-        ex.send_back(layer.out, plan)
+        if tokens is not None:
+            ex.send_back_summed(layer.out)
+        else:
+            ex.send_back(layer.out, plan)
         ex.wait(COMBINE)
         mark("back")
     else:
         _overlapped(layer, x, token, layout.offs, plan, w13, w2, groups, per_group, sides)
         mark("experts")
-    combine(ex.back, place, weight, y)
+    if tokens is not None:  # a row from each owner, its picks there summed
+        combine(ex.back, tokens.back_row, ex.ones, y)
+    else:
+        combine(ex.back, place, weight, y)
     mark("combine")
 
 

@@ -51,9 +51,9 @@ def find_step(prog: Standalone) -> Place:
     """The loops of main() that issue device work run the step; when they only launch a CUDA graph, the step is
     the region captured into it."""
     top = [c for c in prog.main.child_by_field_name("body").named_children if c.type != "comment"]
-    loops = [s for s in top if s.type in LOOPS and prog.works(s) and not _allocating(prog, s)]
+    loops = [s for s in top if s.type in LOOPS and prog.works(s)]
     launching = [s for s in loops if prog.works(s, copies=False)]
-    if launching:  # loops of device copies or memsets only, before the first that launches work, set up
+    if launching:  # loops that only copy, zero or allocate, before the first that launches work, set up
         loops = [s for s in loops if s in launching or top.index(s) > top.index(launching[0])]
     if not loops:
         once = next((s for s in top if prog.works(s)), None)
@@ -74,14 +74,6 @@ def find_step(prog: Standalone) -> Place:
         varying.update(loop_counters(loop))
     return Place([_body(s) for s in loops], loops, top[:first], [s for s in top if s not in loops], varying,
                  f"the loop at {prog.at(line_of(loops[-1]))}")
-
-
-def _allocating(prog: Standalone, loop) -> bool:
-    """A loop that allocates device memory and launches nothing (`for (b...) { cudaMalloc(&bufs[b], ...);
-    cudaMemset(bufs[b], ...); }`) sets up; a step may not allocate, and one that does is refused as the step."""
-    kinds = {prog.kind(prog.unwrap(c)) for c in calls_in(loop)}
-    return "memory" in kinds and not kinds & WORK and not any(
-        prog.kind(prog.unwrap(c)) == "host_fn" and prog.issues_work(callee(prog.unwrap(c))) for c in calls_in(loop))
 
 
 def _captured(prog: Standalone, top: list, graphs: list) -> Place:
