@@ -456,6 +456,23 @@ def test_a_communicator_returned_by_a_helper_is_mains(tmp_path, returned):
             create_workload("w", tmp_path / "p.cu", tmp_path)
 
 
+@pytest.mark.parametrize("through", ["local", "pointer"])
+def test_a_communicator_a_helper_stores_through_a_pointer_is_mains(tmp_path, through):
+    """`init_comm(&comm, rank, world);` whose helper ends `*out = c;` (or hands `out` to ncclCommInitRank): written
+    out, c becoming main()'s comm, so the runner's communicator takes its place."""
+    helper = MAKE_COMM.replace("ncclComm_t make_comm(int rank, int world)",
+                               "void init_comm(ncclComm_t* out, int rank, int world)")
+    helper = helper.replace("  return comm;\n", "  *out = comm;\n") if through == "local" else \
+        helper.replace("  ncclComm_t comm;\n", "").replace("&comm,", "out,").replace("  return comm;\n", "")
+    src = STRUCT.read_text()
+    made = src[src.index("  ncclUniqueId id;\n"):src.index("  cudaStream_t stream;")]
+    _variant(tmp_path, (made, "  ncclComm_t comm;\n  init_comm(&comm, rank, world);\n"),
+             ("int main(", helper + "int main("))
+    made = create_workload("w", tmp_path / "p.cu", tmp_path)
+    assert _run_calls((made.root / "seed.cu").read_text()) == ["scale", "cudaGetLastError", "ncclAllReduce"]
+    assert any("init_comm()" in line for line in made.reading)
+
+
 @pytest.mark.nvcc
 def test_the_struct_seed_builds(tmp_path):
     from cuco.runner.build.cuda_checks import check_and_build

@@ -7,7 +7,8 @@ reads becomes the argument itself (in parentheses where it is an expression), on
 The body's lines keep their origins, so a refusal inside names the helper's own file and line. Inside a block the
 body is spliced in; as a loop's or a branch's only statement it is braced. A helper's local that would clash with
 a name of main() is renamed. A helper whose value declares a variable of main() (`ncclComm_t comm =
-make_comm(...);`) is written out too when it returns a local of its own, which becomes that variable. A helper that
+make_comm(...);`) is written out too when it returns a local of its own, which becomes that variable; so is a local
+a helper stores through a pointer parameter last (`*out = c;` for the call's `&comm`). A helper that
 returns early, has a template, or is called for its value otherwise stays a call (the step refuses it with the
 reason); the helpers it calls in turn are not written out.
 """
@@ -158,14 +159,38 @@ class _Inliner:
         top level without a value), which becomes v itself; None, with the reason kept, where there is none."""
         final = self.final_return(fname)
         value = final.named_children[0] if final is not None and final.named_children else None
-        body = self.functions[fname].child_by_field_name("body")
-        decl = next((d for d in body.named_children if value is not None and value.type == "identifier"
-                     and d.type == "declaration" and [text(x) for x in d.children_by_field_name("declarator")]
-                     == [text(value)]), None)
+        decl = self.top_local(fname, text(value)) if value is not None and value.type == "identifier" else None
         if decl is None or st.parent is None or st.parent.type != "compound_statement":
             self.why[fname] = "is called for its value, which is not a local it declares and returns"
             return None
         return decl
+
+    def top_local(self, fname: str, name: str):
+        """The helper's declaration of `name` at its top level, alone and without a value (`ncclComm_t c;`), or None."""
+        body = self.functions[fname].child_by_field_name("body")
+        return next((d for d in body.named_children if d.type == "declaration"
+                     and [text(x) for x in d.children_by_field_name("declarator")] == [name]), None)
+
+    def out_local(self, fname: str, param: _Param, arg):
+        """For a pointer parameter the call binds to `&v` and the helper's last word on it `*out = x;` (x a local
+        declared at its top level): (x's declaration, the assignment, v). x becomes v itself, as a returned local
+        does; None where the helper has no such assignment."""
+        target = arg.child_by_field_name("argument") if arg is not None and arg.type == "pointer_expression" and \
+            text(arg).startswith("&") else None
+        if target is None or target.type != "identifier":
+            return None
+        body = self.functions[fname].child_by_field_name("body")
+        for st in body.named_children:
+            expr = st.named_children[0] if st.type == "expression_statement" and st.named_children else None
+            left = expr.child_by_field_name("left") if expr is not None and expr.type == "assignment_expression" \
+                else None
+            right = expr.child_by_field_name("right") if left is not None else None
+            if left is not None and left.type == "pointer_expression" and text(left).startswith("*") and \
+                    text(left.child_by_field_name("argument")) == param.name and right.type == "identifier" and \
+                    text(expr.child_by_field_name("operator")) == "=":
+                decl = self.top_local(fname, text(right))
+                return (decl, st, text(target)) if decl is not None else None
+        return None
 
     def written_out(self, st, call) -> list[tuple[str, Origin]] | None:
         """The helper's body in place of the call statement, line by line with origins; None where it stays."""
@@ -193,6 +218,11 @@ class _Inliner:
             typed = st if text(st.child_by_field_name("type")) != "auto" else local  # `auto c = make_comm(...)`
             preamble.append(f"{text(typed.child_by_field_name('type'))} {text(var)};")
             drop.append(local)
+        for p, arg in zip(params, args):  # `init_comm(&comm, ...)` ending in `*out = c;`: c is main()'s comm
+            out = self.out_local(name, p, arg)
+            if out is not None:
+                rename[text(out[0].child_by_field_name("declarator"))] = (out[2], True)
+                drop += [out[0], out[1]]
         for p, value, arg in zip(params, values, args + [None] * len(params)):
             substitute = not _changed(body, p.name) and (p.reference or arg is None or not any(
                 n.type in ("assignment_expression", "update_expression", "call_expression") for n in walk(arg)))
