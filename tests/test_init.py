@@ -148,12 +148,12 @@ def test_plain_program_roles_from_host_copies(tmp_path):
     made = create_workload("plain", program, tmp_path)
     spec = load_workload(made.root)
     roles = {n: (b.role, b.dtype, tuple(b.shape), b.symmetric) for n, b in spec.buffers.items()}
-    assert roles == {"d_x": ("input", "f32", ("count",), True), "d_w": ("input", "f32", ("count",), False),
-                     "d_y": ("output", "f32", ("count",), True)}
+    assert roles == {"d_x": ("inout", "f32", ("count",), True), "d_w": ("input", "f32", ("count",), False),
+                     "d_y": ("output", "f32", ("count",), True)}  # d_x scaled in place, then all-reduced
     assert spec.shapes[0].params == {"count": 1 << 20}  # the program's own size
     assert spec.tolerance.rtol == 1e-4
     assert any("no cuco_run()" in w for w in made.warnings)
-    assert "scale (line 21) also writes it" in (made.root / "workload.toml").read_text()
+    assert "then written by scale (line 21): updated in place" in (made.root / "workload.toml").read_text()
 
 
 def test_cli_creates_the_directory_and_refuses_to_overwrite_it(tmp_path):
@@ -430,10 +430,11 @@ CUCO_EXPORT int cuco_run(cuco_ctx_t* ctx) {
 ''')
     made = create_workload("k", program, tmp_path)
     spec, todo = load_workload(made.root), _todo_keys((made.root / "workload.toml").read_text())
-    assert {n: b.role for n, b in spec.buffers.items()} == {"in": "input", "out": "output", "acc": "input",
+    # in: all-reduced in place, then read; acc: accumulated into (atomics read and write): both updated in place
+    assert {n: b.role for n, b in spec.buffers.items()} == {"in": "inout", "out": "output", "acc": "inout",
                                                             "odd": "output", "through": "input"}
-    assert "buffers.out.role" not in todo and "buffers.odd.role" not in todo
-    assert {"buffers.acc.role", "buffers.through.role"} <= todo  # accumulated into; passed on to helper()
+    assert "buffers.out.role" not in todo and "buffers.odd.role" not in todo and "buffers.acc.role" not in todo
+    assert "buffers.through.role" in todo  # passed on to helper(): read and written are assumed
     assert "tolerance.determinism" in todo  # atomicAdd: the order of the sums varies run to run
 
 

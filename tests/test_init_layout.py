@@ -415,15 +415,31 @@ def test_a_loop_of_memsets_before_the_step_is_set_up(tmp_path):
     assert _run_calls(seed) == ["scale", "cudaGetLastError", "ncclAllReduce"]
 
 
-def test_buffers_updated_in_place_after_the_step_reads_them_are_outputs(tmp_path):
-    """Each gradient scaled, then all-reduced in place: each one's last value leaves the step, so each is an output
-    the judge checks (with a TODO in case it is a workspace), not a scratch buffer it poisons and never reads."""
-    _variant(tmp_path, ("    ncclAllReduce(d_x, d_y, cfg.count, ncclFloat, ncclSum, comm, stream);\n",
-                        "    scale<<<256, 256, 0, stream>>>(d_y, 2.0f, cfg.count);\n"
-                        "    ncclAllReduce(d_x, d_x, cfg.count, ncclFloat, ncclSum, comm, stream);\n"
-                        "    ncclAllReduce(d_y, d_y, cfg.count, ncclFloat, ncclSum, comm, stream);\n"))
+def test_buffers_updated_in_place_are_inout(tmp_path):
+    """Gradients all-reduced in place (x), or scaled and then all-reduced in place (y, the kernel loading and storing
+    each element): what the step reads first is given fresh for every run and what it leaves there is verified, not
+    a poisoned output whose NaN the step would read, nor an input the run is said to change."""
+    _variant(tmp_path, ("__global__ void scale(float* x, float s, int n) { }",
+                        "__global__ void scale(float* x, float s, int n) {\n"
+                        "  int i = blockIdx.x * blockDim.x + threadIdx.x;\n  if (i < n) x[i] *= s;\n}"),
+             ("    ncclAllReduce(d_x, d_y, cfg.count, ncclFloat, ncclSum, comm, stream);\n",
+              "    scale<<<256, 256, 0, stream>>>(d_y, 2.0f, cfg.count);\n"
+              "    ncclAllReduce(d_x, d_x, cfg.count, ncclFloat, ncclSum, comm, stream);\n"
+              "    ncclAllReduce(d_y, d_y, cfg.count, ncclFloat, ncclSum, comm, stream);\n"),
+             ("    scale<<<256, 256, 0, stream>>>(d_x, 2.0f, cfg.count);\n", ""))
+    made = create_workload("w", tmp_path / "p.cu", tmp_path)
+    spec = load_workload(made.root)
+    assert {n: b.role for n, b in spec.buffers.items()} == {"x": "inout", "y": "inout"}
+    toml = (made.root / "workload.toml").read_text()
+    assert "# y: read by scale (" in toml and "TODO" not in toml.split("[buffers.y]")[1].split("\n")[1]
+
+
+def test_a_buffer_zeroed_before_the_loop_and_written_first_by_the_step_is_an_output(tmp_path):
+    """cudaMemset(d_y) in the set-up, then the all-reduce writes d_y before anything reads it: the step's result,
+    not an input, whatever the set-up put there."""
+    _variant(tmp_path, ("  for (int it = 0;", "  cudaMemset(d_y, 0, cfg.count * sizeof(float));\n  for (int it = 0;"))
     spec = load_workload(create_workload("w", tmp_path / "p.cu", tmp_path).root)
-    assert {n: b.role for n, b in spec.buffers.items()} == {"x": "output", "y": "output"}
+    assert spec.buffers["y"].role == "output"
 
 
 MAKE_COMM = "ncclComm_t make_comm(int rank, int world) {\n  ncclUniqueId id;\n" \

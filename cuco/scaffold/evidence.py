@@ -24,6 +24,8 @@ from cuco.scaffold.size_expr import constant, dims, tidy
 from cuco.scaffold.translate import Dim
 from cuco.workload.expr import ExprError, eval_expr, names_in
 
+SMALL_SIZE = 64  # the scaffold's small shapes' size (divisible by any world size up to 64)
+
 # Per NCCL call: the send buffer's and the receive buffer's elements as multiples of its count, and the elements
 # each rank must receive (C: the count), for the bound.
 NCCL_SIZES: dict[str, tuple[str | None, str | None, str]] = {
@@ -294,8 +296,12 @@ class Evidence:
         return min(offers, key=lambda o: o.rank) if offers else None
 
     def named(self, dim: Dim) -> Dim:
-        """A bare number becomes a named dimension with that value; every name is remembered."""
+        """A bare number becomes a named dimension with that value (a size the small shapes can shrink), unless it
+        is no larger than they are: a scalar (a loss, a flag) or a fixed count stays a number. Every name is
+        remembered."""
         value = constant(dim.expr)
+        if value is not None and value <= SMALL_SIZE:
+            return Dim(str(value), {})
         if value is not None:
             self.literals += 1
             name = "count" if self.literals == 1 else f"count{self.literals}"

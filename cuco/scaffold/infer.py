@@ -15,15 +15,15 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from cuco.fastpath.analyze import Analysis, Op
-from cuco.scaffold.evidence import Evidence, Product, Steps, gather, same, steps
+from cuco.scaffold.evidence import SMALL_SIZE, Evidence, Product, Steps, gather, same, steps
 from cuco.scaffold.kernel_access import uses_atomics
 from cuco.scaffold.program import Program
 from cuco.scaffold.size_expr import param_name, tidy
 from cuco.workload.expr import ExprError, eval_expr
+from cuco.workload.spec import VERIFIED
 
 RUN_FUNCTION = "cuco_run"  # the candidate ABI's timed entry point (cuco.h)
 FULL_SIZE = 4096  # placeholder of a named dimension at the timed shape
-SMALL_SIZE = 64  # and at the small one: divisible by any world size up to 64
 WORLD = 2  # the scaffold's world size
 RUNTIME_PREFIXES = ("cuda", "nccl")  # calls of the CUDA runtime and NCCL: they move data, they compute nothing
 
@@ -131,8 +131,9 @@ def _role(b: Buffer, events: list[Event]) -> None:
                             "make it an input if it changes from run to run")
         later = next((e for e in events[1 if from_host else 0:] if e.writes and not e.guess), None)
         if later is not None:
-            b.guess("role", f"{later.op.name} (line {later.op.line}) also writes it: an input is only given, so if "
-                            "the program updates it in place, make it an output and copy the input into it first")
+            b.role = "inout"
+            b.notes.append(f"then written by {later.op.name} (line {later.op.line}): updated in place, so the judge "
+                           "gives it fresh for every run and verifies what the run leaves in it")
     elif any(e.op.kind == "copy" and e.reads and not e.op.writes for e in events):
         b.role = "output"
         b.notes.append("copied back to the host: a result")
@@ -160,7 +161,7 @@ def assign_role(b: Buffer, scope: list[Op], guessed: dict[tuple[int, str], str] 
 
 def ensure_output(buffers: list[Buffer], scope: list[Op]) -> None:
     """The loader wants an output: without one, the buffer written last in the run is taken for it."""
-    if any(b.role == "output" for b in buffers) or not buffers:
+    if any(b.role in VERIFIED for b in buffers) or not buffers:
         return
     written = [(max(o.index for o in scope if b.source in o.writes), b) for b in buffers
                if any(b.source in o.writes for o in scope)]

@@ -13,6 +13,7 @@ from cuco.dtypes import DTYPES
 from cuco.fastpath.analyze import Op
 from cuco.scaffold.evidence import Factor
 from cuco.scaffold.infer import Buffer, Scaffold, computes
+from cuco.workload.spec import DELIVERED, VERIFIED
 
 REDUCE_OPS = {"ncclSum": "SUM", "ncclProd": "PRODUCT", "ncclMax": "MAX", "ncclMin": "MIN", "ncclAvg": "AVG"}
 
@@ -115,7 +116,7 @@ def _output_listing(buffers: list[Buffer]) -> list[str]:
 
 
 def _make_inputs(sc: Scaffold) -> list[str]:
-    inputs = [b for b in sc.buffers if b.role in ("input", "parameter")]  # the weights are drawn here too
+    inputs = [b for b in sc.buffers if b.role in (*DELIVERED, "parameter")]  # the weights are drawn here too
     first = inputs[0] if inputs else None
     example = (f"torch.randn({_py_shape(first)}, generator=gen, device=device).to({_torch_dtype(first)})"
                if first else "{}")
@@ -133,7 +134,7 @@ def _make_inputs(sc: Scaffold) -> list[str]:
 
 
 def _reference(sc: Scaffold) -> list[str]:
-    outputs = [b for b in sc.buffers if b.role == "output"]
+    outputs = [b for b in sc.buffers if b.role in VERIFIED]
     names = {b.source: b.name for b in sc.buffers}
     steps = [f"        {_step(o, names)}" for o in sc.steps if o.kind not in ("alloc", "free", "sync", "group")]
     return ["def reference(p, world, rank, inputs):",

@@ -12,7 +12,7 @@ import re
 
 from cuco.dtypes import DTYPES
 from cuco.scaffold.infer import WORLD, Buffer, Scaffold
-from cuco.workload.spec import Timing
+from cuco.workload.spec import VERIFIED, Timing
 
 # Elementwise and norm tolerances by the outputs' element type, loosest first: (rtol, atol, norm_rtol).
 TOLERANCES = {"bf16": (0.02, 0.02, 0.01), "f16": (0.005, 0.005, 0.002), "f32": (1e-4, 1e-4, 1e-5),
@@ -68,7 +68,7 @@ def _buffer_table(b: Buffer) -> list[str]:
 
 
 def _tolerance(sc: Scaffold) -> list[str]:
-    outs = [b.dtype for b in sc.buffers if b.role == "output"]
+    outs = [b.dtype for b in sc.buffers if b.role in VERIFIED]
     loosest = next((d for d in TOLERANCES if d in outs), None)
     rtol, atol, norm = TOLERANCES[loosest] if loosest else EXACT
     label = f"{loosest} outputs" if loosest else "integer outputs: exact"
@@ -94,8 +94,9 @@ def _bounds(sc: Scaffold) -> list[str]:
 
 def _hbm_line(sc: Scaffold) -> str:
     """hbm_bytes from the buffers' declarations; a guess wherever one of their shapes or dtypes is."""
-    moved = [b for b in sc.buffers if b.role in ("input", "parameter", "output")]
-    terms = [" * ".join([f"({d})" for d in b.shape] + [str(DTYPES[b.dtype].size)]) for b in moved]
+    moved = [b for b in sc.buffers if b.role in ("input", "inout", "parameter", "output")]
+    terms = [" * ".join([f"({d})" for d in b.shape] + [str(DTYPES[b.dtype].size * (2 if b.role == "inout" else 1))])
+             for b in moved]  # an inout buffer is read once and written once
     unsure = [b.name for b in moved if b.todo.get("shape") or b.todo.get("dtype") or b.todo.get("role")]
     todos = [f"rests on the guessed {', '.join(unsure)}"] if unsure else []
     return _todo(f"hbm_bytes = {_s(' + '.join(terms) or '0')}", todos)

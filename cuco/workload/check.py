@@ -22,7 +22,7 @@ from cuco.errors import CucoError
 from cuco.extras import install_hint
 from cuco.language import is_cuda
 from cuco.workload.reference import ReferenceMissing, load_reference
-from cuco.workload.spec import BufferSpec, Shape, WorkloadSpec, load_workload
+from cuco.workload.spec import DELIVERED, VERIFIED, BufferSpec, Shape, WorkloadSpec, load_workload
 
 ENTRY_POINTS = ("cuco_setup", "cuco_run", "cuco_teardown")  # what the runner looks up in a .cu candidate (cuco.h)
 # `cuco_buffer(ctx, "x")`, `cuco_param(ctx, "N")`: the name is the string the program looks up.
@@ -218,13 +218,13 @@ def _at_shape(mod, spec: WorkloadSpec, shape: Shape, index: int) -> list[str]:
     import torch
 
     world, env, path = spec.world_size, shape.env(spec.world_size), spec.reference_path
-    drawn = [(mod.make_inputs, "make_inputs", [b for b in spec.buffers.values() if b.role == "input"])]
+    drawn = [(mod.make_inputs, "make_inputs", [b for b in spec.buffers.values() if b.role in DELIVERED])]
     parameters = [b for b in spec.buffers.values() if b.role == "parameter"]
     if mod.make_parameters is not None:
         drawn.append((mod.make_parameters, "make_parameters", parameters))
     else:  # make_inputs draws the weights too
         drawn[0][2].extend(parameters)
-    outputs = [b for b in spec.buffers.values() if b.role == "output"]
+    outputs = [b for b in spec.buffers.values() if b.role in VERIFIED]
     everyone = []
     for rank in range(world):
         mine: dict[str, Any] = {}

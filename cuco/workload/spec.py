@@ -28,9 +28,12 @@ if sys.version_info >= (3, 11):
 else:  # pragma: no cover
     import tomli as tomllib
 
-# input: fresh every run, delivered inside the timed region; parameter: drawn once per shape (weights), never
-# poisoned, checked unchanged; output: poisoned, verified; scratch: poisoned.
-ROLES = ("input", "parameter", "output", "scratch")
+# input: fresh every run, delivered inside the timed region, checked unchanged; inout: delivered the same way,
+# updated in place by the run and verified (an in-place all-reduce's buffer); parameter: drawn once per shape
+# (weights), never poisoned, checked unchanged; output: poisoned, verified; scratch: poisoned.
+ROLES = ("input", "inout", "parameter", "output", "scratch")
+DELIVERED = ("input", "inout")  # drawn by make_inputs for every run, written into the buffer as its clock starts
+VERIFIED = ("output", "inout")  # what reference returns: compared after every run the judge checks
 ATOL_SCALES = ("tensor", "row")
 OUTPUT_TOLERANCE = ("rtol", "atol", "norm_rtol", "atol_scale")  # keys an output buffer may set for itself
 
@@ -377,8 +380,8 @@ def _load_buffer(sec: _Section, name: str, params: tuple[str, ...]) -> BufferSpe
                                     "be a window (copy it into a symmetric scratch buffer in setup)")
     tolerance = tuple((key, sec.get(key, str if key == "atol_scale" else float)) for key in OUTPUT_TOLERANCE
                       if key in sec.data)
-    if tolerance and role != "output":
-        raise sec.fail(tolerance[0][0], "only an output has a tolerance")
+    if tolerance and role not in VERIFIED:
+        raise sec.fail(tolerance[0][0], "only an output (or an inout buffer) has a tolerance")
     if dict(tolerance).get("atol_scale", "tensor") not in ATOL_SCALES:
         raise sec.fail("atol_scale", f"expected one of {', '.join(ATOL_SCALES)}")
     sec.done()
@@ -389,8 +392,8 @@ def _load_buffers(top: _Section, params: tuple[str, ...]) -> dict[str, BufferSpe
     bsec = top.table("buffers", required=True)
     buffers = {name: _load_buffer(bsec.table(name), name, params) for name in bsec.data}
     bsec.done()
-    if not any(b.role == "output" for b in buffers.values()):
-        raise top.fail("buffers", "at least one buffer must have role = \"output\"")
+    if not any(b.role in VERIFIED for b in buffers.values()):
+        raise top.fail("buffers", "at least one buffer must have role = \"output\" (or \"inout\": updated in place)")
     return buffers
 
 

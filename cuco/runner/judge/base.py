@@ -30,7 +30,7 @@ from cuco.runner.processes.progress import (
 )
 from cuco.runner.results.rank_report import RankReport, StageResult
 from cuco.workload.reference import ReferenceMissing, load_reference
-from cuco.workload.spec import load_workload
+from cuco.workload.spec import DELIVERED, VERIFIED, load_workload
 
 
 class StageFailed(Exception):
@@ -143,10 +143,12 @@ class Judge:
         return [b.name for b in self.spec.buffers.values() if b.role in roles]
 
     def outputs(self) -> list[str]:
-        return self.names("output")
+        """The buffers verified against the reference: outputs, and inputs the run updates in place."""
+        return self.names(*VERIFIED)
 
     def inputs(self) -> list[str]:
-        return self.names("input")
+        """The buffers given fresh for every run: inputs, and those the run updates in place."""
+        return self.names(*DELIVERED)
 
     def inputs_for(self, params: dict[str, int], seed: int,
                    ranks: range | list[int]) -> dict[int, dict[str, torch.Tensor]]:

@@ -33,6 +33,7 @@ from cuco.runner.processes.job import Job
 from cuco.runner.processes.pages import key_offset
 from cuco.runner.processes.progress import SETUP_LIMIT_S, STARTUP_LIMIT_S
 from cuco.runner.results.rank_report import CorrectnessStage, StageResult, TimingStage
+from cuco.workload.spec import DELIVERED
 
 # Runs that do nothing, timed like the candidate's (the runner's floor, for the clock cross-check and the impossible
 # rule): at least this many per shape, and one per timed run where there are more, spread between the timed runs so
@@ -113,7 +114,7 @@ class CandidateJudge(Judge):
         self.key_dev.fill_(_signed(self.run_key(self.seq + 1, self.rank)))
         stream = torch.cuda.current_stream(self.device).cuda_stream
         for n, lay in enumerate(self.layouts):
-            if lay.role == "input":
+            if lay.role in DELIVERED:
                 area = self.exchange[f"stage:{lay.name}"]
                 area.copy_(mine[lay.name])
                 self.harness.crypt(stream, area.data_ptr(), area.data_ptr(), lay.nbytes, self.key_dev.data_ptr(), n)
@@ -196,7 +197,8 @@ class CandidateJudge(Judge):
 
     # ---- runs -----------------------------------------------------------------------------------
     def snapshot(self, role: str) -> dict[str, torch.Tensor]:
-        names = self.outputs() if role == "output" else self.inputs()  # parameters: by digest (parameters_changed)
+        # inputs: those checked unchanged (an inout buffer is verified instead); parameters: by digest
+        names = self.outputs() if role == "output" else self.names("input")
         if self.cuda:
             key = "out" if role == "output" else "inputs_after"
             return {n: self.exchange[f"{key}:{n}"].clone() for n in names}

@@ -29,7 +29,7 @@ class Layout:
     """One buffer of one shape, as both processes see it."""
 
     name: str
-    role: str  # "input", "parameter", "output" or "scratch" (cuco.workload.spec.ROLES)
+    role: str  # "input", "inout", "parameter", "output" or "scratch" (cuco.workload.spec.ROLES)
     dtype: str
     shape: tuple[int, ...]
     symmetric: bool
@@ -138,7 +138,7 @@ def _slices(layouts: list[Layout]) -> tuple[dict[str, tuple[int, Layout]], int]:
     """Offsets of the exchange areas: staged inputs, output snapshots and input snapshots."""
     areas, off = {}, 0
     for lay in layouts:
-        keys = ["stage", "inputs_after"] if lay.role == "input" else ["out"] if lay.role == "output" else []
+        keys = {"input": ["stage", "inputs_after"], "inout": ["stage", "out"], "output": ["out"]}.get(lay.role, [])
         for key in keys:
             areas[f"{key}:{lay.name}"] = (off, lay)
             off += (lay.nbytes + ALIGN - 1) // ALIGN * ALIGN

@@ -29,6 +29,7 @@ from cuco.runner.processes.harness import Harness
 from cuco.runner.processes.loaded import CandidateError, CudaCandidate, PyContext, PythonCandidate
 from cuco.runner.processes.pages import Page, key_offset
 from cuco.runner.sandbox import confine, die_with_parent
+from cuco.workload.spec import DELIVERED, VERIFIED
 
 GATE_TIMEOUT_NS = 30_000_000_000  # a gate left closed this long means the judges never released it
 PROBE_TIMEOUT_NS = 2_000_000_000  # first gated run: detects a cuco_run that blocks the host
@@ -121,7 +122,7 @@ class CandidateProcess:
         """Each input's unsealing (its buffer, its staged copy, its bytes, its index as the keystream's), in device
         memory for the one kernel that unseals them all in a run; their count; the largest input's bytes."""
         jobs = [(bufs[lay.name].data_ptr(), exchange[f"stage:{lay.name}"].data_ptr(), lay.nbytes, n)
-                for n, lay in enumerate(layouts) if lay.role == "input"]
+                for n, lay in enumerate(layouts) if lay.role in DELIVERED]
         if any(dst % 16 or src % 16 for dst, src, _, _ in jobs):
             raise RuntimeError("an input or its staging area is not 16-byte aligned")
         table = torch.tensor(jobs or [(0, 0, 0, 0)], dtype=torch.int64, device=self.device)
@@ -237,8 +238,8 @@ class CandidateProcess:
         for e in ends[1:]:
             s.wait_event(e)
         for lay in sh["layouts"]:
-            if lay.role in ("output", "input"):
-                area = "out" if lay.role == "output" else "inputs_after"
+            if lay.role in (*VERIFIED, "input"):
+                area = "out" if lay.role in VERIFIED else "inputs_after"
                 dst, src = sh["exchange"][f"{area}:{lay.name}"], sh["bufs"][lay.name]
                 self.harness.snapshot(s.cuda_stream, dst.data_ptr(), src.data_ptr(), lay.nbytes)
         self.harness.signal(s.cuda_stream, self.done.dev_ptr, int(msg.data["seq"]))

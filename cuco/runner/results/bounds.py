@@ -23,7 +23,7 @@ from cuco.runner.judge.timing import REFERENCE_TIMING
 from cuco.runner.processes.job import Job, Stage
 from cuco.runner.results.rank_report import BoundsStage
 from cuco.workload.expr import eval_expr
-from cuco.workload.spec import Shape, WorkloadSpec
+from cuco.workload.spec import DELIVERED, Shape, WorkloadSpec
 
 # How far the library bound may sit under the speed of light before it is taken for one that leaves work out: the
 # ceilings are measured rates, a few percent under what the fastest library reaches on a good day.
@@ -49,7 +49,7 @@ def compute_bound(spec: WorkloadSpec, shape: Shape, world: int, device: str, com
     hbm_bytes = eval_expr(spec.bounds.hbm_bytes, env)
     # Every timed run starts by writing its fresh inputs into the candidate's buffers (read once, written once):
     # traffic inside the time that the workload's own hbm_bytes does not count.
-    inputs_bytes = sum(b.nbytes(env) for b in spec.buffers.values() if b.role == "input")
+    inputs_bytes = sum(b.nbytes(env) for b in spec.buffers.values() if b.role in DELIVERED)
     out = {
         "compute_ms": compute_ms,
         "compute_floor_ms": flops / (tflops * 1e12) * 1e3 if tflops and flops else None,

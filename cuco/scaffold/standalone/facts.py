@@ -6,16 +6,18 @@ from __future__ import annotations
 import re
 from dataclasses import dataclass, field
 
+from cuco.dtypes import DTYPES
 from cuco.fastpath.analyze import BLAS, COPIES, NCCL_SIGNATURES
 from cuco.fastpath.syntax import call_args, callee, text
 from cuco.scaffold.infer import Param, Scaffold, settle
 from cuco.scaffold.program import C_TYPES, dims, tidy
-from cuco.scaffold.size_expr import MAX_DEPTH
+from cuco.scaffold.size_expr import MAX_DEPTH, int_literal
 from cuco.scaffold.standalone.calls import GEMM_SIZES
 from cuco.scaffold.standalone.nodes import calls_in, idents, line_of
 from cuco.scaffold.standalone.seed import Seed
 from cuco.scaffold.standalone.sizes import Sizes
 from cuco.scaffold.standalone.step import Event
+from cuco.workload.spec import VERIFIED
 
 
 @dataclass
@@ -54,16 +56,18 @@ def _factors(node) -> list:
 
 def _role(var: str, events: list[Event], fill: tuple[str, int] | None, to_host: int | None, cite
           ) -> tuple[str, list[str], list[str]]:
-    """input: filled before the loop, or read by the step before it writes it; output: copied to the host, or not
-    read again after the step writes it; scratch: written, then read, within the step."""
+    """input: read by the step before it writes it, or filled before the loop and not written by the step first;
+    inout: the same, and then written by the step (updated in place); output: copied to the host, or not read again
+    after the step writes it; scratch: written, then read, within the step."""
     mine = [e for e in events if e.var == var]
     writes = [e for e in mine if e.mode == "w"]
-    if fill is not None or (mine and mine[0].mode == "r"):
+    if (fill is not None and not (mine and mine[0].mode == "w")) or (mine and mine[0].mode == "r"):
         why = (f"filled before the loop by {fill[0]} ({cite(fill[1])}): make_inputs gives it" if fill is not None
                else f"read by {mine[0].op} ({cite(mine[0].line)}) before the step writes it")
-        todos = [f"{writes[0].op} ({cite(writes[0].line)}) writes it too: an input is only given, so if the step "
-                 "updates it in place, make it an output and copy the input into it first"] if writes else []
-        return "input", [why], todos
+        if writes:
+            return "inout", [why, f"then written by {writes[0].op} ({cite(writes[0].line)}): updated in place, so the "
+                                  "judge gives it fresh for every run and verifies what the run leaves in it"], []
+        return "input", [why], []
     if to_host is not None:
         return "output", [f"copied to the host at {cite(to_host)}: the program's result"], []
     first = next((i for i, e in enumerate(mine) if e.mode == "w"), len(mine))
@@ -96,7 +100,8 @@ class Facts:
         return C_TYPES.get(" ".join(ctype.replace("const", " ").split()))
 
     def shape(self, var: str) -> tuple[list[str] | None, str | None, str]:
-        """A buffer's shape from its allocation's bytes (`n * sizeof(float)`: n elements of f32), and its type."""
+        """A buffer's shape from its allocation's bytes (`n * sizeof(float)`, or `n * 4` for a float*: n elements of
+        f32), and its type."""
         loc, call = self.prog.locals[var], self.seed.locs.allocs.get(var)
         elem = self.dtype(loc.base) if loc.pointers == 1 else None
         if call is None or len(call_args(call)) < 2:
@@ -109,6 +114,8 @@ class Facts:
             size = held.init
         factors = _factors(size)
         sizeofs = [f for f in factors if f.type == "sizeof_expression"]
+        if not sizeofs and elem is not None:  # `n * 4` for a float*: the element's size written as a number
+            sizeofs = [f for f in factors if f.type == "number_literal" and int_literal(text(f)) == DTYPES[elem].size]
         if len(sizeofs) != 1:
             return None, elem, ""
         named = sizeofs[0].child_by_field_name("type")
@@ -131,7 +138,7 @@ class Facts:
             notes.append(f"the program's {var}" + (f"; shape and type from the bytes of {alloc}" if alloc else ""))
             out[name] = BufferFact(name, var, dtype, shape, role, notes, todos)
         self.weights(out)
-        if out and not any(b.role == "output" for b in out.values()):
+        if out and not any(b.role in VERIFIED for b in out.values()):
             written = [e.var for e in self.seed.step.events if e.mode == "w"]
             chosen = out[self.seed.names[written[-1]]] if written else list(out.values())[-1]
             chosen.role = "output"

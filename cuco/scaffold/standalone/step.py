@@ -9,6 +9,8 @@ from cuco.errors import CucoError
 from cuco.fastpath.analyze import BLAS, COPIES, NCCL_SIGNATURES
 from cuco.fastpath.syntax import call_args, callee, walk
 from cuco.scaffold.c_expr import LOOPS
+from cuco.scaffold.declarations import parameters
+from cuco.scaffold.kernel_access import param_access
 from cuco.scaffold.size_expr import MAX_DEPTH
 from cuco.scaffold.standalone.blockers import Blocked
 from cuco.scaffold.standalone.calls import GEMM_SIZES, WORK
@@ -255,12 +257,19 @@ class Step:
         return found
 
     def keep_call(self, st, call, kind: str) -> None:
-        """A kept call, and what it reads and writes: a kernel writes through its non-const pointers."""
+        """A kept call, and what it reads and writes: a kernel of the program's what its body does through each
+        pointer (a load and a store: read, then written), one it does not define writes through its non-const
+        pointers."""
         name, args, line = callee(call), call_args(call), line_of(call)
         self.uses.append((st, idents(st)))
         if kind == "launch":
-            consts = self.prog.kernels.get(name, [])
-            modes = ["r" if i < len(consts) and consts[i] else "w" for i in range(len(args))]
+            fn = self.prog.functions.get(name)
+            if fn is not None:
+                uses = param_access(fn, parameters(fn))
+                modes = ["" if a is None else "r" * a.reads + "w" * a.writes for a in uses]
+            else:
+                consts = self.prog.kernels.get(name, [])
+                modes = ["r" if i < len(consts) and consts[i] else "w" for i in range(len(args))]
         elif kind == "nccl":
             self.nccl = True
             sig = NCCL_SIGNATURES[name]
@@ -277,10 +286,10 @@ class Step:
             modes = ["w" if i == wpos else "r" if i == rpos else "" for i in range(len(args))]
         else:
             modes = []
-        for arg, mode in zip(args, modes):
-            for var in sorted(self.devices_in(arg)) if mode else ():
+        for arg, modes_ in zip(args, modes):
+            for var in sorted(self.devices_in(arg)) if modes_ else ():
                 self.operands.add(var)
-                self.events.append(Event(var, mode, name, line))
+                self.events += [Event(var, mode, name, line) for mode in modes_]
 
     def live(self) -> None:
         """The step's declarations that kept statements use, directly or through one another; the rest go."""
