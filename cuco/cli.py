@@ -549,8 +549,10 @@ def init(name: str = typer.Argument(..., help="The new workload's name, and its 
     console.print(f"created {made.root}: seed.cu, workload.toml ({len(sc.buffers)} buffers over "
                   f"{', '.join(p.name for p in sc.params)}; {made.todos} lines marked TODO), reference.py (stubs)",
                   highlight=False, markup=False)
-    console.print(f"next: write reference.py's functions and settle workload.toml's TODOs, check them on the CPU: "
-                  f"cuco check {made.root}; then on the GPUs: cuco eval {made.root} seed", highlight=False,
+    first = "" if sc.abi else "write seed.cu's cuco_setup, cuco_run and cuco_teardown around the program's work (it " \
+                                  "has none: cuco check refuses it until then), "
+    console.print(f"next: {first}write reference.py's functions and settle workload.toml's TODOs, check them on the "
+                  f"CPU: cuco check {made.root}; then on the GPUs: cuco eval {made.root} seed", highlight=False,
                   markup=False)
 
 

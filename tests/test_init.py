@@ -176,14 +176,27 @@ def test_cli_malformed_program_names_file_and_line(tmp_path):
 
 
 @pytest.mark.parametrize("text,words", [
-    ("__global__ void k(float* x) { x[0] = 1.0f; }\n", "no NCCL call found"),
+    ("__global__ void k(float* x) { x[0] = 1.0f; }\n", "p.cu: no NCCL call, no main() and no cuco_run(): cuco init "
+                                                       "takes a program whose ranks communicate with NCCL from the "
+                                                       "host, its own main() with every file it needs"),
     (None, "no such file"),
 ])
 def test_cli_program_it_cannot_wrap_is_one_line(tmp_path, text, words):
     if text is not None:
         (tmp_path / "p.cu").write_text(text)
-    assert words in _one_error_line(_cuco("init", "w", "--from", "p.cu", cwd=tmp_path))
+    line = _one_error_line(_cuco("init", "w", "--from", "p.cu", cwd=tmp_path))
+    assert words in line and "transform" not in line, line
     assert not (tmp_path / "w").exists()
+
+
+def test_cli_says_a_scaffold_without_cuco_run_needs_it_first(tmp_path):
+    """A step function without main() or cuco_run() is scaffolded from its analysis; the next step named is to
+    write the entry points, which cuco check refuses the seed without."""
+    (tmp_path / "prog.cu").write_text(PLAIN)
+    proc = _cuco("init", "w", "--from", "prog.cu", cwd=tmp_path)
+    assert proc.returncode == 0, proc.stderr
+    nxt = " ".join(proc.stdout.split()).split("next: ")[1]
+    assert nxt.startswith("write seed.cu's cuco_setup, cuco_run and cuco_teardown around the program's work"), nxt
 
 
 def test_bad_names_are_refused(tmp_path):

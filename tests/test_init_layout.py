@@ -442,6 +442,31 @@ def test_a_buffer_zeroed_before_the_loop_and_written_first_by_the_step_is_an_out
     assert spec.buffers["y"].role == "output"
 
 
+ARRAY = ROOT / "tests" / "init_programs" / "buffer_array.cu"
+
+
+def test_buffers_in_an_array_and_a_size_at_file_scope_are_all_named_in_one_run(tmp_path):
+    """Three blockers of different kinds (a buffer chosen by the iteration, buffers held in an array, no size of
+    main()'s): one refusal lists them all, each at its line, so that one pass of edits can fix them."""
+    with pytest.raises(Blocked) as err:
+        create_workload("w", ARRAY, tmp_path)
+    lines = err.value.blockers
+    assert len(lines) == 3, lines
+    assert f"buffer_array.cu:{_line(ARRAY, 'scale<<<')}: " in lines[0] and "uses it, which changes" in lines[0]
+    assert f"buffer_array.cu:{_line(ARRAY, 'ncclAllReduce(')}: " in lines[1]
+    assert "an array of pointers (`float* bufs[2]`)" in lines[1] and "declare one per buffer" in lines[1]
+    assert "no size of the step is a variable of main()" in lines[2]
+
+
+def test_a_vector_of_device_pointers_is_named_as_one(tmp_path):
+    src = ARRAY.read_text().replace("  float* bufs[2];\n", "  std::vector<float*> bufs(2);\n")
+    (tmp_path / "p.cu").write_text(src.replace("bufs[it % 2]", "bufs[0]"))
+    with pytest.raises(Blocked) as err:
+        create_workload("w", tmp_path / "p.cu", tmp_path)
+    assert any("a host container of device pointers (`std::vector<float*>`)" in b for b in err.value.blockers), \
+        err.value.blockers
+
+
 MAKE_COMM = "ncclComm_t make_comm(int rank, int world) {\n  ncclUniqueId id;\n" \
             "  if (rank == 0) ncclGetUniqueId(&id);\n" \
             "  MPI_Bcast(&id, sizeof(id), MPI_BYTE, 0, MPI_COMM_WORLD);\n  ncclComm_t comm;\n" \

@@ -57,6 +57,10 @@ class AnalysisError(ValueError):
     pass
 
 
+class NoCommunication(AnalysisError):
+    """The program issues no NCCL call: nothing to co-design."""
+
+
 @dataclass
 class Op:
     index: int
@@ -437,6 +441,6 @@ def analyze(path: Path, source: bytes | None = None) -> Analysis:
     analysis = Analysis(str(path), calls.ops, _edges(calls.ops), buffers, warnings, raw, calls.scalars, pointers,
                         _carried(calls.ops), {function_name(fn): _body_end(fn) for fn in functions})
     if not analysis.nccl:
-        raise AnalysisError(f"{path}: no NCCL call found: nothing to move onto the GPU (cuco transform starts from "
-                            "a program whose communication is host-issued NCCL)")
+        raise NoCommunication(f"{path}: no NCCL call found: nothing to move onto the GPU (cuco starts from a program "
+                              "whose communication is host-issued NCCL)")
     return analysis

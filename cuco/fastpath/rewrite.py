@@ -16,7 +16,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from cuco.dtypes import NCCL_DTYPES
-from cuco.fastpath.analyze import NCCL_SIGNATURES, Analysis, AnalysisError, Op, analyze
+from cuco.fastpath.analyze import NCCL_SIGNATURES, Analysis, AnalysisError, NoCommunication, Op, analyze
 from cuco.fastpath.gemm_rows import Pieces
 from cuco.fastpath.peers import Call, PairingError, pair
 from cuco.fastpath.places import Unplaced
@@ -283,6 +283,8 @@ def no_host_collective_left(code: str) -> bool:
     """Re-analysis of the rewritten program finds no NCCL call."""
     try:
         analyze(Path("rewritten.cu"), code.encode())
-    except AnalysisError as exc:
-        return "no NCCL call found" in str(exc)
+    except NoCommunication:
+        return True
+    except AnalysisError:
+        return False
     return False

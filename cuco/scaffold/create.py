@@ -54,11 +54,19 @@ def read_program(program: Path) -> tuple[Program, bytes]:
     return parsed, raw
 
 
-def _analysis(program: Path, raw: bytes):
-    from cuco.fastpath.analyze import AnalysisError, analyze
+def _analysis(program: Path, raw: bytes, partial: bool = False):
+    """The program's analysis; `partial`: a file with neither main() nor cuco_run(), which may be one of several."""
+    from cuco.fastpath.analyze import AnalysisError, NoCommunication, analyze
 
     try:
         return analyze(program, raw)
+    except NoCommunication:
+        if not partial:
+            raise CucoError(str(program), "no NCCL call found: cuco init takes a program whose ranks communicate with "
+                                          "NCCL from the host") from None
+        raise CucoError(str(program), "no NCCL call, no main() and no cuco_run(): cuco init takes a program whose "
+                                      "ranks communicate with NCCL from the host, its own main() with every file it "
+                                      "needs (--from host.cpp --from kernels.cu), or a seed with cuco_run()") from None
     except AnalysisError as exc:
         raise CucoError("", str(exc)) from None
 
@@ -130,7 +138,7 @@ def create_workload(name: str, program: Path | list[Path], parent: Path, include
     conv, files = _standalone(files, list(include_dirs or []), list(defines or []))
     if conv is None:  # the program is a seed already: the scaffold is its analysis
         parsed, raw = read_program(files[0])
-        sc, seed = infer(name, files[0], _analysis(files[0], raw), parsed), None
+        sc, seed = infer(name, files[0], _analysis(files[0], raw, "cuco_run" not in parsed.functions), parsed), None
     else:
         sc, seed = _converted(name, files[-1], conv)
     with tempfile.TemporaryDirectory(prefix=f".{name}-", dir=parent) as tmp:

@@ -32,7 +32,7 @@ from cuco.scaffold.standalone.place import find_step
 from cuco.scaffold.standalone.program import Standalone
 from cuco.scaffold.standalone.seed import Seed
 from cuco.scaffold.standalone.sources import Unit, expand_macros, read_sources
-from cuco.scaffold.standalone.step import read_steps
+from cuco.scaffold.standalone.step import read_steps, refuse_all
 from cuco.scaffold.standalone.variables import Locals
 
 __all__ = ["Conversion", "convert", "read_program", "refine"]
@@ -71,13 +71,20 @@ def convert(path: Path, raw: bytes, root, unit: Unit | None = None) -> Conversio
         raise Blocked(path, blockers(prog, raw))
     place = find_step(prog)
     locs = Locals(prog, place.outside, place.setup)
-    step, kept = read_steps(prog, place)
-    seed = Seed(prog, place, locs, step, kept)
+    step, kept, refused = read_steps(prog, place)
+    try:
+        seed = Seed(prog, place, locs, step, kept)
+    except CucoError as exc:  # the set-up cuco_setup would take: named with what the step showed before it
+        refuse_all(prog, refused + [exc])
+        raise
+    refused += seed.refusals
     facts = Facts(seed)
     params = facts.params()
-    if not params:
-        raise prog.refuse(place.loops[-1], "no size of the step is a variable of main() (a size fixed at file scope "
-                                           "stays fixed in the seed): a workload needs one parameter at least; "
-                                           "declare the step's sizes in main() (const size_t n = ...)")
+    if not params and (not refused or not any(loc.kind == "param" for loc in prog.locals.values())):
+        refused.append(prog.refuse(place.loops[-1], "no size of the step is a variable of main() (a size fixed at "
+                                                    "file scope stays fixed in the seed): a workload needs one "
+                                                    "parameter at least; declare the step's sizes in main() (const "
+                                                    "size_t n = ...)"))
+    refuse_all(prog, refused)
     return Conversion(seed.source(), facts.buffers(), params, facts.flops(), prog.unit.warnings + seed.warnings(),
                       dict(prog.globals), prog.unit.reading())

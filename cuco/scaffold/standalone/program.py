@@ -276,6 +276,10 @@ def _global_constants(root) -> dict[str, int]:
     return out
 
 
+ONE_BUFFER = ("cuco carries each buffer as a pointer of main()'s own (`float* x;` allocated once), a workload buffer; "
+              "declare one per buffer")
+
+
 def declarators(decl, src: bytes) -> list[Local]:
     """The variables one declaration introduces, with the type and specifiers they are declared with."""
     typ = decl.child_by_field_name("type")
@@ -298,6 +302,9 @@ def declarators(decl, src: bytes) -> list[Local]:
             continue
         loc = Local(text(ident), line_of(d), d.start_byte, base, pointers, prefix, d, init)
         if target.type != "identifier":
-            loc.why = f"declared as `{' '.join(text(d).split())}`: cuco carries scalars, pointers and handles"
+            shown = " ".join(f"{base}{'' if text(d).startswith('*') else ' '}{text(d)}".split())
+            loc.why = f"an array of pointers (`{shown}`): {ONE_BUFFER}" if pointers and \
+                target.type == "array_declarator" else f"declared as `{shown}`: cuco carries scalars, pointers and " \
+                                                        "handles"
         out.append(loc)
     return out

@@ -6,6 +6,7 @@ from __future__ import annotations
 import re
 import textwrap
 
+from cuco.errors import CucoError
 from cuco.fastpath.analyze import ALLOCATORS
 from cuco.fastpath.syntax import call_args, callee, text
 from cuco.scaffold.program import param_name
@@ -45,6 +46,7 @@ class Seed:
 
     def __init__(self, prog: Standalone, place: Place, locs: Locals, step: Step, kept: list) -> None:
         self.prog, self.place, self.locs, self.step, self.kept = prog, place, locs, step, kept
+        self.refusals: list[CucoError] = []  # each local the step uses that cuco cannot carry, all of them
         self.run_locals = self.closure([(node, refs - step.declared - step.counters) for node, refs in step.uses])
         devices = [loc.name for loc in self.run_locals if loc.kind == "device"]
         self.buffers = [d for d in devices if d in step.operands]
@@ -69,13 +71,19 @@ class Seed:
         """The locals of main() these uses need, through the initialisers of the scalars among them, each one
         checked: the runner's objects, sizes, scalars, buffers and handles are carried; anything else is refused."""
         seen: dict[str, Local] = {}
+        refused: set[str] = set()
         todo = [(name, node) for node, refs in uses for name in sorted(refs)]
         while todo:
             name, node = todo.pop()
             loc = self.prog.locals.get(name)
-            if loc is None or name in seen:
+            if loc is None or name in seen or name in refused:
                 continue
-            self.carryable(loc, node)
+            try:
+                self.carryable(loc, node)
+            except CucoError as exc:
+                self.refusals.append(exc)
+                refused.add(name)
+                continue
             seen[name] = loc
             if loc.kind == "scalar" and loc.init is not None:
                 todo += [(r, loc.declarator.parent) for r in sorted(idents(loc.init))]

@@ -316,17 +316,16 @@ class Step:
                     return
 
 
-def read_steps(prog: Standalone, place: Place) -> tuple[Step, list]:
-    """The step as every loop that runs it issues it: a warm-up loop and a timed loop must issue the same."""
+def read_steps(prog: Standalone, place: Place) -> tuple[Step, list, list[CucoError]]:
+    """The step as every loop that runs it issues it (a warm-up loop and a timed loop must issue the same), and every
+    statement of every loop that cannot be kept (the step then is what is left of the last loop)."""
     done = []
     for body in place.bodies:
         step = Step(prog, place.varying)
         done.append((step, step.read(body)))
     refused = list({str(exc): exc for step, _ in done for exc in step.refusals}.values())
-    if len(refused) == 1:  # one line, naming file, line and statement
-        raise refused[0]
-    if refused:  # every statement of every loop that cannot be kept, in one run
-        raise Blocked(prog.path, [str(exc) for exc in refused])
+    if refused:
+        return *done[-1], refused
     shown = [step_lines(prog, step, kept) for step, kept in done]
     for loop, lines in zip(place.loops[1:], shown[1:]):
         if lines != shown[0]:
@@ -336,4 +335,13 @@ def read_steps(prog: Standalone, place: Place) -> tuple[Step, list]:
     if not step.nccl:
         raise prog.refuse(place.loops[-1], "the step issues no NCCL call: cuco co-designs a step's communication "
                                            "with its compute")
-    return step, kept
+    return step, kept, []
+
+
+def refuse_all(prog: Standalone, refused: list[CucoError]) -> None:
+    """Every blocker found, in one run: one line where there is one (file, line and statement), else all of them."""
+    refused = list({str(exc): exc for exc in refused}.values())
+    if len(refused) == 1:
+        raise refused[0]
+    if refused:
+        raise Blocked(prog.path, [str(exc) for exc in refused])

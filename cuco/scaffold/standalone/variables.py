@@ -7,7 +7,7 @@ from cuco.fastpath.analyze import ALLOCATORS
 from cuco.fastpath.syntax import call_args, callee, text, walk
 from cuco.scaffold.standalone.calls import COMM_INIT, DEFAULT_STREAMS, HANDLE_CREATE
 from cuco.scaffold.standalone.nodes import address_of, calls_in, idents, line_of, strings_in
-from cuco.scaffold.standalone.program import Local, Standalone, declarators
+from cuco.scaffold.standalone.program import ONE_BUFFER, Local, Standalone, declarators
 from cuco.scaffold.standalone.sizes import Sizes
 
 # Environment variables that launchers set, by what they tell.
@@ -94,7 +94,8 @@ class Locals:
         elif loc.init is None:
             loc.why = "declared without a value, and set in a way cuco does not follow"
         elif "<" in loc.base or loc.base.startswith("std::"):
-            loc.why = "host data"
+            loc.why = f"a host container of device pointers (`{loc.ctype}`): {ONE_BUFFER}" if "*" in loc.base else \
+                f"host data (`{loc.ctype}`): the runner gives the step its inputs, in the workload's buffers"
         elif self.reads_input(loc.init):
             loc.reads_input = True
             loc.kind = "param" if loc.base in INT_TYPES and not loc.pointers else "other"
