@@ -467,6 +467,40 @@ def test_a_vector_of_device_pointers_is_named_as_one(tmp_path):
         err.value.blockers
 
 
+CONTEXT = ROOT / "tests" / "init_programs" / "context_struct.cu"
+
+
+def test_a_context_struct_filled_by_a_helper_is_bound_field_by_field(tmp_path):
+    """`Context c; setup(c, argc, argv); ... step(c);`: the communicator, the stream, the rank, the size and the
+    buffers live in c's fields. cuco_run declares c and gives each field what the runner gives for it; the buffers
+    are the fields' names, x updated in place (scaled, then all-reduced) and y the all-reduce's result."""
+    made = create_workload("w", CONTEXT, tmp_path)
+    seed = (made.root / "seed.cu").read_text()
+    run = seed[seed.index("int cuco_run("):]
+    for bound in ("Context c;", "c.rank = (int)ctx->rank;", "c.comm = ctx->comm;", "c.stream = ctx->stream;",
+                  'c.x = (float*)cuco_buffer(ctx, "x")->ptr;', 'c.y = (float*)cuco_buffer(ctx, "y")->ptr;',
+                  'c.n = (size_t)cuco_param(ctx, "n");'):
+        assert bound in run, bound
+    assert _run_calls(seed) == ["scale", "cudaGetLastError", "ncclAllReduce"]
+    spec = load_workload(made.root)
+    assert {n: (b.role, b.shape) for n, b in spec.buffers.items()} == {"x": ("inout", ("n",)), "y": ("output", ("n",))}
+    assert spec.shapes[0].params == {"n": 1 << 20}
+
+
+def test_a_struct_field_cuco_setup_would_hold_is_refused_by_name(tmp_path):
+    """A cuBLAS handle the step uses would live in cuco_setup's state: held in a field of the context, it is refused
+    with its name, not left unset in cuco_run."""
+    src = CONTEXT.read_text() \
+        .replace("#include <cuda_runtime.h>\n", "#include <cuda_runtime.h>\n#include <cublas_v2.h>\n") \
+        .replace("  size_t n;\n", "  size_t n;\n  cublasHandle_t blas;\n") \
+        .replace("  cudaStreamCreate(&c.stream);\n", "  cudaStreamCreate(&c.stream);\n  cublasCreate(&c.blas);\n") \
+        .replace("  scale<<<(c.n + 255) / 256, 256, 0, c.stream>>>(c.x, 2.0f, c.n);\n",
+                 "  const float two = 2.0f;\n  cublasSscal(c.blas, c.n, &two, c.x, 1);\n")
+    (tmp_path / "p.cu").write_text(src)
+    with pytest.raises(CucoError, match=r"keeps c\.blas, which cuco_setup would make and hold, in a field of a struct"):
+        create_workload("w", tmp_path / "p.cu", tmp_path)
+
+
 MAKE_COMM = "ncclComm_t make_comm(int rank, int world) {\n  ncclUniqueId id;\n" \
             "  if (rank == 0) ncclGetUniqueId(&id);\n" \
             "  MPI_Bcast(&id, sizeof(id), MPI_BYTE, 0, MPI_COMM_WORLD);\n  ncclComm_t comm;\n" \

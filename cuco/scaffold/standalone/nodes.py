@@ -33,8 +33,9 @@ CASTS = ("static_cast", "reinterpret_cast", "const_cast")
 
 
 def address_of(arg) -> str | None:
-    """The variable `&x` names, the argument itself under casts and parentheses, or None: an address taken inside
-    it (`(&cfg)->rank`, a field read through a pointer to a struct) is not the argument's."""
+    """The variable `&x` names (or the field `&c.comm`, as `c.comm`), the argument itself under casts and
+    parentheses, or None: an address taken inside it (`(&cfg)->rank`, a field read through a pointer to a struct)
+    is not the argument's."""
     node = arg
     while node is not None:
         if node.type in ("cast_expression", "parenthesized_expression"):
@@ -46,6 +47,9 @@ def address_of(arg) -> str | None:
     if node is None or node.type != "pointer_expression" or not text(node).startswith("&"):
         return None
     target = node.child_by_field_name("argument")
+    if target is not None and target.type == "field_expression" and text(target.child_by_field_name("operator")) \
+            == "." and target.child_by_field_name("argument").type == "identifier":
+        return "".join(text(target).split())
     return text(target) if target is not None and target.type == "identifier" else None
 
 

@@ -231,10 +231,10 @@ def _type_aliases(root) -> dict[str, str]:
     return out
 
 
-def _structs(root) -> dict[str, list[tuple[str, str, object]]]:
-    """The program's structs with scalar fields (`struct Config { int tokens = 2048; ... };`, a typedef'd one too):
-    name -> each scalar field's (name, type, default member initializer or None)."""
-    out: dict[str, list[tuple[str, str, object]]] = {}
+def _structs(root) -> dict[str, list[tuple[str, str, int, object]]]:
+    """The program's structs with scalar or pointer fields (`struct Config { int tokens = 2048; float* x; };`, a
+    typedef'd one too): name -> each such field's (name, type, levels of `*`, default member initializer or None)."""
+    out: dict[str, list[tuple[str, str, int, object]]] = {}
     for node in root.children:
         spec = node if node.type == "struct_specifier" else node.child_by_field_name("type") \
             if node.type in ("type_definition", "declaration") else None
@@ -248,8 +248,12 @@ def _structs(root) -> dict[str, list[tuple[str, str, object]]]:
         for f in body.named_children:
             typ = f.child_by_field_name("type") if f.type == "field_declaration" else None
             for d in f.children_by_field_name("declarator") if typ is not None else []:
+                pointers = 0
+                while d.type == "pointer_declarator":
+                    pointers, d = pointers + 1, d.child_by_field_name("declarator")
                 if d.type == "field_identifier":
-                    fields.append((text(d), " ".join(text(typ).split()), f.child_by_field_name("default_value")))
+                    fields.append((text(d), " ".join(text(typ).split()), pointers,
+                                   f.child_by_field_name("default_value")))
         for name in names:
             out[name] = fields
     return out

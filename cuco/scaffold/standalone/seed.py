@@ -24,7 +24,9 @@ SUFFIXES = ("_d", "_dev", "_device", "_gpu")
 
 
 def buffer_name(var: str) -> str:
-    """A device pointer's name as a workload buffer's: `d_x`, `x_dev` and `dX` are x, x and X."""
+    """A device pointer's name as a workload buffer's: `d_x`, `x_dev`, `dX` and a struct's field `c.d_x` are x, x,
+    X and x."""
+    var = var.rsplit(".", 1)[-1]
     name = next((var[len(p):] for p in PREFIXES if var.startswith(p) and len(var) > len(p)), var)
     name = next((name[:-len(s)] for s in SUFFIXES if name.endswith(s) and len(name) > len(s)), name)
     if re.fullmatch(r"d[A-Z]\w*", name):
@@ -48,10 +50,12 @@ class Seed:
         self.prog, self.place, self.locs, self.step, self.kept = prog, place, locs, step, kept
         self.refusals: list[CucoError] = []  # each local the step uses that cuco cannot carry, all of them
         self.run_locals = self.closure([(node, refs - step.declared - step.counters) for node, refs in step.uses])
-        devices = [loc.name for loc in self.run_locals if loc.kind == "device"]
+        used = set().union(*(names_in(node) for node, _ in step.uses))
+        held = self.run_locals + [f for loc in self.run_locals for f in self.fields(loc) if f.name in used]
+        devices = [loc.name for loc in held if loc.kind == "device"]
         self.buffers = [d for d in devices if d in step.operands]
         wanted = [d for d in devices if d not in step.operands]
-        self.state, self.setup = self.setup_part(wanted + [loc.name for loc in self.run_locals if loc.kind == "handle"])
+        self.state, self.setup = self.setup_part(wanted + [loc.name for loc in held if loc.kind == "handle"])
         runner = {n for n, loc in prog.locals.items() if loc.kind in ("stream", "comm")}
         self.setup_locals = self.closure([(st, idents(st) - set(self.state) - runner) for st in self.setup])
         self.demote()
@@ -148,6 +152,10 @@ class Seed:
                                                    "cuco cannot split it between the runner and cuco_setup")
                     todo.append(ref)
         created = {**self.locs.allocs, **self.locs.creates}
+        for name in sorted(n for n in state if "." in n):
+            raise self.prog.refuse(created.get(name, self.prog.main), f"keeps {name}, which cuco_setup would make and "
+                                   "hold, in a field of a struct: cuco_setup holds what the step needs besides the "
+                                   "workload's buffers as locals of main(); declare it as one")
         for name in sorted(state):
             if not any(_is_creation(self.prog, st, name) for st in picked.values()):
                 raise self.prog.refuse(created.get(name, self.prog.main), f"makes {name} after the step begins: "
@@ -189,9 +197,19 @@ class Seed:
                  "param": f"const {base} {n} = ({base})cuco_param(ctx, \"{self.prog.param_label(n)}\");",
                  "device": f"{loc.ctype} {n} = s->{n};", "handle": f"{loc.ctype} {n} = s->{n};"}
         declared = bound.get(loc.kind) or f"{loc.prefix}{render(loc.declarator)};"
-        # a struct's fields that are the workload's parameters: its other fields keep their default values
-        return "\n  ".join([declared] + [f"{f.name} = ({f.base})cuco_param(ctx, \"{self.prog.param_label(f.name)}\");"
-                                        for f in self.fields(loc) if f.kind == "param"])
+        # a struct's fields that are the runner's or the workload's: its other fields keep their default values
+        return "\n  ".join([declared] + [f"{f.name} = {value};" for f in self.fields(loc)
+                                        if (value := self.field_value(f)) is not None])
+
+    def field_value(self, f: Local) -> str | None:
+        """What the runner gives for a struct's field (`c.comm = ctx->comm;`), None for a field it does not."""
+        if f.kind == "device":
+            return f"({f.base}{'*' * f.pointers})cuco_buffer(ctx, \"{self.names[f.name]}\")->ptr" \
+                if f.name in self.names else None
+        values = {"comm": "ctx->comm", "stream": "ctx->stream", "world": f"({f.base})ctx->nRanks",
+                  "rank": f"({f.base})ctx->rank",
+                  "param": f"({f.base})cuco_param(ctx, \"{self.prog.param_label(f.name)}\")"}
+        return values.get(f.kind)
 
     def run_lines(self) -> list[str]:
         render = Render(self.prog)

@@ -14,7 +14,7 @@ from cuco.scaffold.kernel_access import param_access
 from cuco.scaffold.size_expr import MAX_DEPTH
 from cuco.scaffold.standalone.blockers import Blocked
 from cuco.scaffold.standalone.calls import GEMM_SIZES, WORK
-from cuco.scaffold.standalone.nodes import address_of, idents, line_of, root_name
+from cuco.scaffold.standalone.nodes import address_of, idents, line_of, names_in, root_name
 from cuco.scaffold.standalone.place import Place, loop_counters
 from cuco.scaffold.standalone.program import Standalone, declarators
 from cuco.scaffold.standalone.render import step_lines
@@ -244,7 +244,7 @@ class Step:
     def devices_in(self, node, depth: int = 0) -> set[str]:
         """The device buffers an argument points into, through the pointers the step or the set-up derive."""
         found = set()
-        for name in idents(node):
+        for name in names_in(node):
             loc = self.prog.locals.get(name)
             if name in self.alias:
                 found |= self.alias[name]

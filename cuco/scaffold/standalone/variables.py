@@ -57,15 +57,16 @@ class Locals:
                 loc.value = self.value(loc)
 
     def fields_of(self, loc: Local) -> None:
-        """A struct of the program's, declared in main() without a value (`Config cfg;`): its scalar fields become
-        locals of their own (`cfg.tokens`, from their default member initializers), read and set like any size."""
+        """A struct of the program's, declared in main() without a value (`Config cfg;`, a context `Ctx c;`): its
+        scalar and pointer fields become locals of their own (`cfg.tokens`, from their default member initializers),
+        read and set like any local: a size, the communicator, a stream, a buffer."""
         fields = self.prog.structs.get(loc.base.removeprefix("struct ").strip())
         if fields is None or loc.pointers or loc.why or (loc.init is not None and text(loc.init) != "{}"):
             return
         loc.kind = "struct"
-        for i, (name, base, default) in enumerate(fields):
-            self.prog.locals[f"{loc.name}.{name}"] = Local(f"{loc.name}.{name}", loc.line, loc.order + i, base, 0, "",
-                                                           None, default)
+        for i, (name, base, pointers, default) in enumerate(fields):
+            self.prog.locals[f"{loc.name}.{name}"] = Local(f"{loc.name}.{name}", loc.line, loc.order + i, base,
+                                                           pointers, "", None, default)
 
     def reads_input(self, node) -> bool:
         """Whether an expression reads argv or the environment, itself or through a variable that holds the text
@@ -159,6 +160,11 @@ class Locals:
             if loc is None or loc.kind not in ("param", "scalar", "other"):
                 continue
             value = node.child_by_field_name("right")
+            if "." in loc.name and loc.init is None and value is not None and \
+                    text(node.child_by_field_name("operator")) == "=":  # a field's first value: `c.n = 1 << 20;`
+                loc.init, loc.why = value, ""
+                self.first_kind(loc)
+                continue
             envs = strings_in(value) if value is not None else set()
             if envs & (RANK_ENV | WORLD_ENV | LOCAL_ENV):
                 loc.kind = "rank" if envs & RANK_ENV else "world" if envs & WORLD_ENV else "local_rank"
