@@ -20,6 +20,7 @@ from cuco.scaffold import create_workload
 from cuco.scaffold.standalone import read_program, sources
 from cuco.scaffold.standalone.blockers import Blocked
 from cuco.scaffold.standalone.sources import Unit, expand_macros, read_sources
+from cuco.workload.check import check_workload
 from cuco.workload.expr import eval_expr
 from cuco.workload.spec import load_workload
 
@@ -485,6 +486,45 @@ def test_a_context_struct_filled_by_a_helper_is_bound_field_by_field(tmp_path):
     spec = load_workload(made.root)
     assert {n: (b.role, b.shape) for n, b in spec.buffers.items()} == {"x": ("inout", ("n",)), "y": ("output", ("n",))}
     assert spec.shapes[0].params == {"n": 1 << 20}
+    (made.root / "reference.py").write_text(CONTEXT_REFERENCE)  # make_inputs gives x, reference returns x and y
+    assert check_workload(made.root) == []
+
+
+CONTEXT_REFERENCE = """\
+import torch
+
+
+def make_inputs(p, world, rank, gen, device):
+    return {"x": torch.randn(p["n"], generator=gen, device=device)}
+
+
+def reference(p, world, rank, inputs):
+    scaled = [2.0 * inp["x"].double() for inp in inputs]
+    return {"x": scaled[rank], "y": sum(scaled)}
+
+
+def comm_alone(view):
+    import torch.distributed as dist
+
+    y = view.bufs["y"]
+    return lambda: dist.all_reduce(y, group=view.group)
+"""
+
+
+@pytest.mark.gpu(1)
+@pytest.mark.nvcc
+def test_the_context_struct_seed_passes_the_judge_on_a_gpu(tmp_path):
+    """The converted seed, its reference written, evaluated at world 1 through L4: its fields bound to the runner's
+    communicator, stream, buffers and size, x (scaled in place) delivered and verified as inout."""
+    from cuco.runner.cascade import EvalOptions, evaluate
+
+    root = create_workload("ctx", CONTEXT, tmp_path).root
+    toml = (root / "workload.toml").read_text()
+    (root / "workload.toml").write_text(toml.replace("world_size = 2", "world_size = 1").replace("n = 64", "n = 37"))
+    (root / "reference.py").write_text(CONTEXT_REFERENCE)
+    rec = evaluate(load_workload(root), root / "seed.cu", EvalOptions(device="cuda", gpus=[0], timeout_s=120,
+                                                                       work_dir=tmp_path / "w"))
+    assert rec.ok and rec.level_reached == "L4", rec.error
 
 
 def test_a_struct_field_cuco_setup_would_hold_is_refused_by_name(tmp_path):
