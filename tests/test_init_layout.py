@@ -15,6 +15,8 @@ import pytest
 from conftest import ROOT
 
 from cuco.errors import CucoError
+from cuco.fastpath.analyze import analyze
+from cuco.fastpath.rewrite import rewrite
 from cuco.fastpath.syntax import blank_macros, function_name, parser, text, walk
 from cuco.scaffold import create_workload
 from cuco.scaffold.standalone import read_program, sources
@@ -488,6 +490,10 @@ def test_a_context_struct_filled_by_a_helper_is_bound_field_by_field(tmp_path):
     assert spec.shapes[0].params == {"n": 1 << 20}
     (made.root / "reference.py").write_text(CONTEXT_REFERENCE)  # make_inputs gives x, reference returns x and y
     assert check_workload(made.root) == []
+    # cuco transform follows the fields to the buffers they were given: the all-reduce runs on their windows
+    code = rewrite(analyze(made.root / "seed.cu"), spec).code
+    assert ('cuco::allReduce<float>(ctx, cuco_buffer(ctx, "x")->window, 0, cuco_buffer(ctx, "y")->window, 0, c.n, '
+            "c.stream)") in code
 
 
 CONTEXT_REFERENCE = """\

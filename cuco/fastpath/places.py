@@ -58,6 +58,8 @@ class Pointers:
                 self._declare(node)
             elif node.type == "declaration":
                 self._learn_types(node)
+            elif node.type == "assignment_expression" and _field_key(node.child_by_field_name("left")):
+                self._assign_field(node)
             elif node.type == "assignment_expression":
                 target = node.child_by_field_name("left")
                 if target is not None and target.type == "subscript_expression":
@@ -72,6 +74,19 @@ class Pointers:
                 if target is not None and text(target) in self.known:
                     self._changes(text(target), f"`{text(target)}` is written through its address at line "
                                                 f"{node.start_point.row + 1}")
+
+    def _assign_field(self, node) -> None:
+        """`c.x = (float*)cuco_buffer(ctx, "x")->ptr;`: a struct's field holding a buffer, as a pointer declared from
+        one would; assigned again, which buffer it names changes."""
+        key = _field_key(node.child_by_field_name("left"))
+        if key in self.known:
+            self._changes(key, f"`{key}` is assigned again at line {node.start_point.row + 1}: which buffer it names "
+                               "changes")
+            return
+        op = node.child_by_field_name("operator")
+        place = self.place(node.child_by_field_name("right")) if op is not None and text(op) == "=" else None
+        if place is not None:
+            self.known[key] = place
 
     def _changes(self, name: str, reason: str) -> None:
         self.known[name] = Unplaced(reason)
@@ -116,6 +131,8 @@ class Pointers:
         key = text(node).replace(" ", "")
         if key in self.allocated:
             return Place(key, None)
+        if node.type == "field_expression" and key in self.known:  # a field assigned a buffer (`c.x`)
+            return self.known[key]
         if node.type == "identifier" and text(node) in self.params:
             return Unplaced(f"`{text(node)}` is a parameter of {self.function}(): the rules do not follow buffers "
                             "into the functions they are passed to (call the collective where the buffer is known)")
@@ -165,6 +182,14 @@ class Pointers:
     def same_on_every_rank(self, offset: str) -> str | None:
         """None if the offset is the same on every rank, else why the rules cannot show it."""
         return why_offset_varies(offset, self.scalars, self.handles)
+
+
+def _field_key(node) -> str | None:
+    """`c.x` for the field of a struct variable (not through a pointer), as its key among the known pointers."""
+    if node is None or node.type != "field_expression" or text(node.child_by_field_name("operator")) != "." or \
+            node.child_by_field_name("argument").type != "identifier":
+        return None
+    return "".join(text(node).split())
 
 
 def fixed_index(node) -> int | None:
