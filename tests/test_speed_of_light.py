@@ -147,10 +147,13 @@ def test_beating_the_library_is_a_finding_and_only_the_speed_of_light_rejects():
     assert _judged("cuda", median=0.68, library=1.00, light=0.70)[0] == []
 
 
-def test_where_no_ceilings_were_measured_the_library_bound_stands_in():
+def test_where_no_ceilings_were_measured_the_library_bound_stands_in_on_the_cpu_alone():
     problems, _ = _judged("cpu", median=0.20, library=1.00, light=None)  # the CPU's slack: 72%, from its noise
     assert len(problems) == 1 and "below the library bound (no speed of light measured here)" in problems[0]
     assert _judged("cpu", median=0.50, library=1.00, light=None)[0] == []
+    # a GPU whose ceilings were never measured: a decode program 25% under cuBLAS + NCCL alone is a finding
+    problems, shape = _judged("cuda", median=0.030, library=0.040, light=None)
+    assert problems == [] and shape.beats_library
 
 
 def _against_null(device: str, times: list[float], null: list[float], work: bool = True,

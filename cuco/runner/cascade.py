@@ -271,7 +271,7 @@ def _l4_problems(spec, record: EvalRecord, opts) -> tuple[list[str], str]:
         if not t:
             continue
         bound = record.bound_ms(name)
-        limit, what = physical_limit(shape_rec, bound)
+        limit, what = physical_limit(shape_rec, bound, opts.device)
         if not bound:
             why = (shape_rec.bound and shape_rec.bound.library_refused) or record.bounds_error or \
                 "the workload's reference defines neither compute_alone nor comm_alone"
@@ -281,7 +281,7 @@ def _l4_problems(spec, record: EvalRecord, opts) -> tuple[list[str], str]:
             problems.append(f"impossible: shape {name} median {t.median_ms:.4f} ms is below {what} {limit:.4f} ms "
                             f"by more than {slack:.0%}: work was skipped or the timing is broken")
         elif does_work(shape_rec.bound) and (floor := null_floor_ms(t, opts.device)) and t.median_ms < floor[0] \
-                and floor[0] - floor[1] < limit:  # where the noise hides less than the work's least time
+                and floor[0] - floor[1] < (limit or bound):  # where the noise hides less than the work's least time
             problems.append(f"impossible: shape {name} median {t.median_ms:.4f} ms is within noise of a run that does "
                             f"nothing ({floor[1]:.4f} ms)")
         if t.final_output_errors:
@@ -291,13 +291,17 @@ def _l4_problems(spec, record: EvalRecord, opts) -> tuple[list[str], str]:
     return problems, fault
 
 
-def physical_limit(shape_rec: ShapeResult, bound: float | None) -> tuple[float | None, str]:
-    """What a time may not beat: the speed of light (the machine's ceilings, no library in it); where no ceilings
-    were measured (the CPU), the library bound stands in, with the slack its own noise needs."""
+def physical_limit(shape_rec: ShapeResult, bound: float | None, device: str) -> tuple[float | None, str]:
+    """What a time may not beat: the speed of light (the machine's ceilings, no library in it). On the CPU, which has
+    no ceilings, the library bound stands in, with the slack its own noise needs; on a GPU whose ceilings were not
+    measured (`cuco doctor`) nothing does: a time under the library's is a finding there, never a rejection, and the
+    verification of every timed run is what stands between a skipped run and a score."""
     light = shape_rec.bound.speed_of_light_ms if shape_rec.bound else None
     if light:
         return light, "the speed of light"
-    return bound, "the library bound (no speed of light measured here)"
+    if device == "cpu":
+        return bound, "the library bound (no speed of light measured here)"
+    return None, ""
 
 
 def does_work(bound: Bound | None) -> bool:
