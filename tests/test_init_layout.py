@@ -491,7 +491,10 @@ def test_a_context_struct_filled_by_a_helper_is_bound_field_by_field(tmp_path):
     (made.root / "reference.py").write_text(CONTEXT_REFERENCE)  # make_inputs gives x, reference returns x and y
     assert check_workload(made.root) == []
     # cuco transform follows the fields to the buffers they were given: the all-reduce runs on their windows
-    code = rewrite(analyze(made.root / "seed.cu"), spec).code
+    analysis = analyze(made.root / "seed.cu")
+    [reduce] = [op for op in analysis.ops if op.kind == "collective"]
+    assert (reduce.reads, reduce.writes) == (["x"], ["y"])  # what the knobs' overlap and fusion analyses read
+    code = rewrite(analysis, spec).code
     assert ('cuco::allReduce<float>(ctx, cuco_buffer(ctx, "x")->window, 0, cuco_buffer(ctx, "y")->window, 0, c.n, '
             "c.stream)") in code
 

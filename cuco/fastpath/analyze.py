@@ -154,10 +154,20 @@ class _Resolver:
                     if src:
                         self.alias[text(ident)] = src
 
+    def learn_field(self, node) -> None:
+        """`c.x = (float*)cuco_buffer(ctx, "x")->ptr;`: a struct's field given a buffer is that buffer."""
+        target, op = node.child_by_field_name("left"), node.child_by_field_name("operator")
+        if target is not None and target.type == "field_expression" and op is not None and text(op) == "=":
+            src = self.buffer_of(node.child_by_field_name("right"))
+            if src:
+                self.alias.setdefault(text(target).replace(" ", ""), src)
+
     def buffer_of(self, expr) -> str | None:
         for n in walk(expr):
             if n.type == "field_expression" and text(n).replace(" ", "") in self.allocated:  # s->buf
                 return text(n).replace(" ", "")
+            if n.type == "field_expression" and text(n).replace(" ", "") in self.alias:  # c.x, given a buffer
+                return self.alias[text(n).replace(" ", "")]
             if n.type == "call_expression":
                 fn = n.child_by_field_name("function")
                 if fn is not None and text(fn) == "cuco_buffer":
@@ -269,6 +279,8 @@ class _Calls:
         for node in walk(fn):
             if node.type == "declaration":
                 self.res.learn_declaration(node)
+            elif node.type == "assignment_expression":
+                self.res.learn_field(node)
             _learn_scalars(node, scalars)
             callee, arg_list = node.child_by_field_name("function"), node.child_by_field_name("arguments")
             if node.type == "call_expression" and callee is not None and arg_list is not None:

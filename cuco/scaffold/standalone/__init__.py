@@ -23,7 +23,7 @@ from pathlib import Path
 from cuco.errors import CucoError
 from cuco.fastpath.syntax import blank_macros, callee, parser
 from cuco.scaffold.program import first_syntax_error
-from cuco.scaffold.standalone.blockers import Blocked, blockers
+from cuco.scaffold.standalone.blockers import Blocked, blockers, refuse_all
 from cuco.scaffold.standalone.calls import COMM_INIT
 from cuco.scaffold.standalone.facts import Conversion, Facts, refine
 from cuco.scaffold.standalone.inline import inline_helpers
@@ -32,7 +32,7 @@ from cuco.scaffold.standalone.place import find_step
 from cuco.scaffold.standalone.program import Standalone
 from cuco.scaffold.standalone.seed import Seed
 from cuco.scaffold.standalone.sources import Unit, expand_macros, read_sources
-from cuco.scaffold.standalone.step import read_steps, refuse_all
+from cuco.scaffold.standalone.step import read_steps
 from cuco.scaffold.standalone.variables import Locals
 
 __all__ = ["Conversion", "convert", "read_program", "refine"]

@@ -32,6 +32,15 @@ class Blocked(CucoError):
                                     "below); nothing was written\n" + "\n".join(f"  {b}" for b in blockers))
 
 
+def refuse_all(prog: Standalone, refused: list[CucoError]) -> None:
+    """Every blocker found, in one run: one line where there is one (file, line and statement), else all of them."""
+    refused = list({str(exc): exc for exc in refused}.values())
+    if len(refused) == 1:
+        raise refused[0]
+    if refused:
+        raise Blocked(prog.path, [str(exc) for exc in refused])
+
+
 def _line(prog: Standalone, line: int, what: str, why: str) -> str:
     what = " ".join(what.split())
     return f"{prog.origin(line)}: `{what if len(what) <= 80 else what[:77] + '...'}`: {why}"

@@ -152,9 +152,10 @@ class Seed:
                                                    "cuco cannot split it between the runner and cuco_setup")
                     todo.append(ref)
         created = {**self.locs.allocs, **self.locs.creates}
-        for name in sorted(n for n in state if "." in n):
-            raise self.prog.refuse(created.get(name, self.prog.main), f"keeps {name}, which cuco_setup would make and "
-                                   "hold, in a field of a struct: cuco_setup holds what the step needs besides the "
+        field = next((n for n in sorted(state) if "." in n), None)
+        if field is not None:
+            raise self.prog.refuse(created.get(field, self.prog.main), f"keeps {field}, which cuco_setup would make "
+                                   "and hold, in a field of a struct: cuco_setup holds what the step needs besides the "
                                    "workload's buffers as locals of main(); declare it as one")
         for name in sorted(state):
             if not any(_is_creation(self.prog, st, name) for st in picked.values()):

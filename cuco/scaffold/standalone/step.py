@@ -12,7 +12,6 @@ from cuco.scaffold.c_expr import LOOPS
 from cuco.scaffold.declarations import parameters
 from cuco.scaffold.kernel_access import param_access
 from cuco.scaffold.size_expr import MAX_DEPTH
-from cuco.scaffold.standalone.blockers import Blocked
 from cuco.scaffold.standalone.calls import GEMM_SIZES, WORK
 from cuco.scaffold.standalone.nodes import address_of, idents, line_of, names_in, root_name
 from cuco.scaffold.standalone.place import Place, loop_counters
@@ -286,10 +285,10 @@ class Step:
             modes = ["w" if i == wpos else "r" if i == rpos else "" for i in range(len(args))]
         else:
             modes = []
-        for arg, modes_ in zip(args, modes):
-            for var in sorted(self.devices_in(arg)) if modes_ else ():
+        for arg, access in zip(args, modes):
+            for var in sorted(self.devices_in(arg)) if access else ():
                 self.operands.add(var)
-                self.events += [Event(var, mode, name, line) for mode in modes_]
+                self.events += [Event(var, mode, name, line) for mode in access]
 
     def live(self) -> None:
         """The step's declarations that kept statements use, directly or through one another; the rest go."""
@@ -337,11 +336,3 @@ def read_steps(prog: Standalone, place: Place) -> tuple[Step, list, list[CucoErr
                                            "with its compute")
     return step, kept, []
 
-
-def refuse_all(prog: Standalone, refused: list[CucoError]) -> None:
-    """Every blocker found, in one run: one line where there is one (file, line and statement), else all of them."""
-    refused = list({str(exc): exc for exc in refused}.values())
-    if len(refused) == 1:
-        raise refused[0]
-    if refused:
-        raise Blocked(prog.path, [str(exc) for exc in refused])
