@@ -435,6 +435,8 @@ def test_buffers_updated_in_place_are_inout(tmp_path):
     assert {n: b.role for n, b in spec.buffers.items()} == {"x": "inout", "y": "inout"}
     toml = (made.root / "workload.toml").read_text()
     assert "# y: read by scale (" in toml and "TODO" not in toml.split("[buffers.y]")[1].split("\n")[1]
+    reference = (made.root / "reference.py").read_text()  # both are among what reference returns, so described
+    assert reference.count("updated in place: what the run leaves in it, from the value make_inputs gives it") == 2
 
 
 def test_a_buffer_zeroed_before_the_loop_and_written_first_by_the_step_is_an_output(tmp_path):

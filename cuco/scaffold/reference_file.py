@@ -111,7 +111,9 @@ def _output_listing(buffers: list[Buffer]) -> list[str]:
             kind = "torch.float64 or torch.float32"
         else:
             kind = "an integer dtype"
-        lines.append(f'        "{b.name}": shape {_py_shape(b)}, {kind} (the program writes {_torch_dtype(b)})')
+        inout = ", updated in place: what the run leaves in it, from the value make_inputs gives it" \
+            if b.role == "inout" else ""
+        lines.append(f'        "{b.name}": shape {_py_shape(b)}, {kind} (the program writes {_torch_dtype(b)}{inout})')
     return lines
 
 
