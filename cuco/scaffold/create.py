@@ -39,7 +39,7 @@ class Created:
 def read_program(program: Path) -> tuple[Program, bytes]:
     """The program parsed, or one line naming the file and the line the grammar stops at."""
     if not program.is_file():
-        raise CucoError(str(program), "no such file")
+        raise CucoError(str(program), "a folder, not a program's file" if program.is_dir() else "no such file")
     if not is_cuda(program):
         raise CucoError(str(program), "cuco init wraps a CUDA C++ (.cu) program")
     raw = program.read_bytes()

@@ -94,7 +94,7 @@ class Unit:
 
 def _read(path: Path) -> list[str]:
     if not path.is_file():
-        raise CucoError(str(path), "no such file")
+        raise CucoError(str(path), "a folder, not a program's file" if path.is_dir() else "no such file")
     if path.suffix.lower() not in HEADERS + SOURCES:
         raise CucoError(str(path), f"cuco init reads CUDA C++ sources ({', '.join(SOURCES + HEADERS)}), not "
                                    f"{path.suffix or 'a file without a suffix'}")
