@@ -87,6 +87,31 @@ def test_grouped_send_recv():
     assert (recv.index, acc.index, "recv") in a.edges
 
 
+def test_a_function_the_entry_points_never_reach_is_no_part_of_the_program(tmp_path):
+    """A class kept for its fields whose method all-reduces a buffer it is given, never called: only what
+    cuco_run reaches is analysed, so the method's collective neither appears nor blocks the rewrite."""
+    src = tmp_path / "unused.cu"
+    src.write_text("""#include "cuco.h"
+struct Comm {
+  ncclComm_t comm;
+  void reduce(float* buf, size_t n, cudaStream_t s) { ncclAllReduce(buf, buf, n, ncclFloat, ncclSum, comm, s); }
+};
+static void used(float* x, float* y, size_t n, cuco_ctx_t* ctx) {
+  ncclAllReduce(x, y, n, ncclFloat, ncclSum, ctx->comm, ctx->stream);
+}
+CUCO_EXPORT int cuco_setup(cuco_ctx_t* ctx) { return 0; }
+CUCO_EXPORT int cuco_run(cuco_ctx_t* ctx) {
+  Comm c;
+  c.comm = ctx->comm;
+  const size_t n = (size_t)cuco_param(ctx, "N");
+  used((float*)cuco_buffer(ctx, "x")->ptr, (float*)cuco_buffer(ctx, "y")->ptr, n, ctx);
+  return 0;
+}
+CUCO_EXPORT int cuco_teardown(cuco_ctx_t* ctx) { return 0; }
+""")
+    assert [(op.name, op.function) for op in analyze(src).ops] == [("ncclAllReduce", "used")]
+
+
 def test_program_without_nccl_is_refused(tmp_path):
     src = tmp_path / "plain.cu"
     src.write_text("__global__ void k(float* x) { x[0] = 1; }\nint main() { k<<<1, 1>>>(nullptr); return 0; }\n")

@@ -552,6 +552,34 @@ def test_a_struct_field_cuco_setup_would_hold_is_refused_by_name(tmp_path):
         create_workload("w", tmp_path / "p.cu", tmp_path)
 
 
+def test_buffers_swapped_at_the_end_of_each_iteration_are_refused(tmp_path):
+    """`std::swap(d_x, d_y);` closing the loop: each iteration works on other buffers, which one cuco_run cannot
+    issue; refused as the same swap written by hand is, not dropped."""
+    _variant(tmp_path, ("  }\n  cudaStreamSynchronize", "    std::swap(d_x, d_y);\n  }\n  cudaStreamSynchronize"))
+    with pytest.raises(CucoError, match=r"uses d_\w, which changes from one iteration to the next \(line \d+\)"):
+        create_workload("w", tmp_path / "p.cu", tmp_path)
+
+
+def test_a_buffer_copied_from_the_host_in_the_step_is_a_delivered_input_of_its_own_size(tmp_path):
+    """The step's cudaMemcpyAsync from the host is what the judge's delivery of the inputs stands for: left out,
+    and said so; the buffer's size, which cuco_run never reads, stays the program's (1024), not a placeholder."""
+    _variant(tmp_path,
+             ("__global__ void scale(", "__global__ void add(const float* b, float* y, int n) {\n"
+                                        "  int i = threadIdx.x;\n  if (i < n) y[i] += b[i % 1024];\n}\n"
+                                        "__global__ void scale("),
+             ("  float *d_x, *d_y;\n", "  const int batch = 1024;\n  float *d_b, *h_b;\n"
+                                      "  cudaMallocHost(&h_b, batch * sizeof(float));\n"
+                                      "  cudaMalloc(&d_b, batch * sizeof(float));\n  float *d_x, *d_y;\n"),
+             ("    scale<<<", "    cudaMemcpyAsync(d_b, h_b, batch * sizeof(float), cudaMemcpyHostToDevice, stream);\n"
+                            "    add<<<1, 256, 0, stream>>>(d_b, d_x, cfg.count);\n    scale<<<"))
+    made = create_workload("w", tmp_path / "p.cu", tmp_path)
+    spec = load_workload(made.root)
+    assert (spec.buffers["b"].role, spec.buffers["b"].shape) == ("input", ("1024",))
+    assert "batch" not in spec.params
+    assert "cudaMemcpyAsync" not in (made.root / "seed.cu").read_text().split("int cuco_run(")[1]
+    assert "copied from the host in the step (original.cu:" in (made.root / "workload.toml").read_text()
+
+
 MAKE_COMM = "ncclComm_t make_comm(int rank, int world) {\n  ncclUniqueId id;\n" \
             "  if (rank == 0) ncclGetUniqueId(&id);\n" \
             "  MPI_Bcast(&id, sizeof(id), MPI_BYTE, 0, MPI_COMM_WORLD);\n  ncclComm_t comm;\n" \

@@ -32,6 +32,7 @@ NCCL_SIGNATURES: dict[str, tuple[str, ...]] = {
 ALLOCATORS = {"cudaMalloc": "cudaMalloc", "cudaMallocAsync": "cudaMalloc", "ncclMemAlloc": "ncclMemAlloc",
               "cudaMallocManaged": "cudaMallocManaged"}
 FREES = ("cudaFree", "cudaFreeAsync", "ncclMemFree")
+ENTRY_POINTS = ("cuco_setup", "cuco_run", "cuco_teardown")  # what the runner calls in a candidate (cuco.h)
 # Memory copies and fills: (written position, read position or None, stream position or None).
 COPIES: dict[str, tuple[int, int | None, int | None]] = {
     "cudaMemcpy": (0, 1, None), "cudaMemcpyAsync": (0, 1, 4), "cudaMemcpyPeerAsync": (0, 2, 5),
@@ -439,9 +440,30 @@ def _unsure_pointers(ops: list[Op], pointers: dict[str, Pointers]) -> list[str]:
     return out
 
 
+def _reachable(functions: list) -> list:
+    """A candidate's functions that its entry points reach, by any name they use (a call, a launch, a method, a
+    function handed on); a program without cuco_run keeps them all. A method of a kept class that nothing calls is
+    no part of what the runner runs."""
+    by_name: dict[str, list] = {}
+    for fn in functions:
+        by_name.setdefault(function_name(fn).split("::")[-1], []).append(fn)
+    if "cuco_run" not in by_name:
+        return functions
+    todo = [fn for name in ENTRY_POINTS for fn in by_name.get(name, [])]
+    seen: set[int] = set()
+    while todo:
+        fn = todo.pop()
+        if fn.id in seen:
+            continue
+        seen.add(fn.id)
+        todo += [f for n in walk(fn) if n.type in ("identifier", "field_identifier") for f in by_name.get(text(n), [])]
+    return [fn for fn in functions if fn.id in seen]
+
+
 def analyze(path: Path, source: bytes | None = None) -> Analysis:
     raw = source if source is not None else Path(path).read_bytes()
     functions, warnings = _parse(path, raw)
+    functions = _reachable(functions)
     calls = _Calls(functions)
     for fn in functions:
         calls.function(fn)

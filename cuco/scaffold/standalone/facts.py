@@ -14,6 +14,7 @@ from cuco.scaffold.program import C_TYPES, dims, tidy
 from cuco.scaffold.size_expr import MAX_DEPTH, int_literal
 from cuco.scaffold.standalone.calls import GEMM_SIZES
 from cuco.scaffold.standalone.nodes import calls_in, idents, line_of
+from cuco.scaffold.standalone.program import Local
 from cuco.scaffold.standalone.seed import Seed
 from cuco.scaffold.standalone.sizes import Sizes
 from cuco.scaffold.standalone.step import Event
@@ -123,6 +124,10 @@ class Facts:
         parts = [self.sizes.expr(f) for f in factors if f is not sizeofs[0]]
         if any(p is None for p in parts):
             return None, dtype or elem, ""
+        read = self.params()  # a size cuco_run never reads cannot change with the shape: its value stays
+        for label, loc in self.sized().items():
+            if label not in read and loc.value is not None:
+                parts = [re.sub(rf"\b{re.escape(label)}\b", str(loc.value), p) for p in parts]
         shape = dims(tidy(" * ".join(parts) or "1"))
         where = f"{callee(call)} ({self.prog.cite(line_of(call))})"
         return sorted(shape, key=lambda d: d != "world"), dtype or elem, where
@@ -136,6 +141,10 @@ class Facts:
             role, notes, todos = _role(var, self.seed.step.events, fills.get(var), to_host.get(var),
                                        self.prog.cite)
             notes.append(f"the program's {var}" + (f"; shape and type from the bytes of {alloc}" if alloc else ""))
+            if var in self.seed.step.from_host:
+                at = self.prog.cite(self.seed.step.from_host[var])
+                notes.append(f"copied from the host in the step ({at}): left out of cuco_run, where the judge delivers "
+                             "each run's inputs instead, inside the timed region")
             out[name] = BufferFact(name, var, dtype, shape, role, notes, todos)
         self.weights(out)
         if out and not any(b.role in VERIFIED for b in out.values()):
@@ -196,6 +205,10 @@ class Facts:
                 for var in sorted(idents(source) & self.prog.devices()):
                     out.setdefault(var, line_of(call))
         return out
+
+    def sized(self) -> dict[str, Local]:
+        """main()'s locals that are sizes (kind param), by their workload names."""
+        return {self.prog.param_label(n): loc for n, loc in self.prog.locals.items() if loc.kind == "param"}
 
     def params(self) -> dict[str, int | None]:
         held = self.seed.run_locals + self.seed.setup_locals

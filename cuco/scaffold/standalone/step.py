@@ -21,6 +21,9 @@ from cuco.scaffold.standalone.render import step_lines
 JUMPS = ("return_statement", "break_statement", "continue_statement", "goto_statement")
 
 
+SWAPS = frozenset({"swap", "exchange", "iter_swap"})  # std:: functions that change the variables they are given
+
+
 @dataclass
 class Event:
     """A buffer read ("r") or written ("w") by a call."""
@@ -48,6 +51,7 @@ class Step:
         self.events: list[Event] = []
         self.operands: set[str] = set()  # device pointers the step's work reads or writes as data
         self.counts: list = []  # the NCCL calls' count arguments
+        self.from_host: dict[str, int] = {}  # device buffer -> the line of the step's copy into it from the host
         self.gemms: list = []  # (call, inside an inner loop)
         self.nccl = False
         self.depth = 0
@@ -172,6 +176,9 @@ class Step:
             target = root_name(call_args(call)[0]) if call_args(call) else None
             if target is not None:
                 self.tainted[target] = line_of(call)
+        if way == "h2d" and call_args(call):  # the judge delivers the inputs in its place
+            for var in self.devices_in(call_args(call)[0]):
+                self.from_host.setdefault(var, line_of(call))
         return False
 
     def mark_writes(self, node) -> None:
@@ -183,7 +190,11 @@ class Step:
                 if self.prog.kind(call) == "copy" and self.prog.direction(call) == "d2h" and call_args(call):
                     self.tainted.setdefault(root_name(call_args(call)[0]) or "", line_of(call))
                 elif self.prog.kind(call) in ("mpi", "host", "host_fn"):
-                    for name in filter(None, map(address_of, call_args(call))):
+                    # what a call is given by address changes; std::swap and its kind take their arguments by
+                    # reference (ping-pong buffers swapped at the end of each iteration)
+                    swaps = callee(call).split("::")[-1] in SWAPS
+                    changed = map(root_name if swaps else address_of, call_args(call))
+                    for name in filter(None, changed):
                         self.varying.setdefault(name, line_of(call))
             elif n.type in ("assignment_expression", "update_expression"):
                 target = n.child_by_field_name("left") or n.child_by_field_name("argument")
