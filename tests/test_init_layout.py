@@ -81,6 +81,9 @@ def test_the_workload_is_what_the_three_files_say(mlp):
     env = {"tokens": 24, "hidden": 40, "ffn": 96, "world": 2}
     assert eval_expr(spec.bounds.flops, env) == 2 * 2 * 24 * 40 * 48
     toml = (mlp / "workload.toml").read_text()
+    # y is all-reduced in place, then read by the residual's kernel: an intermediate, unless the program uses the
+    # all-reduce's result after the step
+    assert 'role = "scratch"  # TODO: ncclAllReduce (original/host.cpp:' in toml
     # notes cite the file and line each fact comes from, in the copies kept beside the seed
     assert f"cudaMalloc (original/host.cpp:{_line(FILES[0], 'cudaMalloc(&d_w1')})" in toml
     assert f"bias_residual_kernel (original/kernels.cu:{_line(FILES[1], 'bias_residual_kernel<<<')})" in toml

@@ -74,8 +74,12 @@ def _role(var: str, events: list[Event], fill: tuple[str, int] | None, to_host: 
     first = next((i for i, e in enumerate(mine) if e.mode == "w"), len(mine))
     read_after = [e for e in mine[first + 1:] if e.mode == "r"]
     if read_after and mine[-1].mode == "r":
-        return "scratch", [f"written by {writes[0].op} ({cite(writes[0].line)}), then read by "
-                           f"{read_after[-1].op} ({cite(read_after[-1].line)}): an intermediate of the step"], []
+        reduced = [e for e in writes[1:] if e.op.startswith("nccl")]  # a collective's result, then read
+        through = f", then by {reduced[-1].op} ({cite(reduced[-1].line)})" if reduced else ""
+        todos = [f"{reduced[-1].op} ({cite(reduced[-1].line)}) leaves its result in it: if the program uses it "
+                 "after the step, make it an output"] if reduced else []
+        return "scratch", [f"written by {writes[0].op} ({cite(writes[0].line)}){through}, then read by "
+                           f"{read_after[-1].op} ({cite(read_after[-1].line)}): an intermediate of the step"], todos
     if read_after:  # updated in place after the step reads it (an in-place all-reduce): its last value leaves
         last = writes[-1]
         return "output", [f"written by {writes[0].op} ({cite(writes[0].line)}), read by {read_after[0].op} "
