@@ -493,6 +493,9 @@ def test_a_context_struct_filled_by_a_helper_is_bound_field_by_field(tmp_path):
     spec = load_workload(made.root)
     assert {n: (b.role, b.shape) for n, b in spec.buffers.items()} == {"x": ("inout", ("n",)), "y": ("output", ("n",))}
     assert spec.shapes[0].params == {"n": 1 << 20}
+    toml = (made.root / "workload.toml").read_text()  # every line cited says which file: the seed's, or the original's
+    launch = _line(made.root / "seed.cu", "scale<<<")
+    assert "(line " not in toml and f'flops = "0"  # TODO: scale (seed.cu:{launch})' in toml
     (made.root / "reference.py").write_text(CONTEXT_REFERENCE)  # make_inputs gives x, reference returns x and y
     assert check_workload(made.root) == []
     # cuco transform follows the fields to the buffers they were given: the all-reduce runs on their windows

@@ -231,11 +231,21 @@ class Facts:
         return tidy(" + ".join(terms)) if terms else None
 
 
+def _in_seed(words: str) -> str:
+    """`scale (line 28)`, of the seed the analysis read, as `scale (seed.cu:28)`."""
+    return re.sub(r"\(line (\d+)\)", r"(seed.cu:\1)", words)
+
+
 def refine(sc: Scaffold, conv: Conversion) -> None:
     """The scaffold of the converted seed, told what the original program shows and the seed no longer does: each
     buffer's role (the set-up's fills, the copies to the host), shape and type (its allocation), the GEMMs' flops
     and the sizes the program fixes. What the original settles is no longer a guess."""
+    # what the analysis of the seed says cites the seed's lines: named as seed.cu's, beside original.cu's
+    sc.bound_todos = {k: [_in_seed(t) for t in v] for k, v in sc.bound_todos.items()}
+    sc.determinism_todos = [_in_seed(t) for t in sc.determinism_todos]
     for b in sc.buffers:
+        b.notes = [_in_seed(n) for n in b.notes]
+        b.todo = {k: [_in_seed(t) for t in v] for k, v in b.todo.items()}
         fact = conv.buffers.get(b.source)
         if fact is None:
             continue
