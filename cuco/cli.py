@@ -553,7 +553,7 @@ def init(name: str = typer.Argument(..., help="The new workload's name, and its 
                                   "has none: cuco check refuses it until then), "
     console.print(f"next: {first}write reference.py's functions and settle workload.toml's TODOs, check them on the "
                   f"CPU: cuco check {made.root}; then on the GPUs: cuco eval {made.root} seed", highlight=False,
-                  markup=False)
+                  markup=False, soft_wrap=True)  # a command split across lines cannot be pasted
 
 
 @app.command()

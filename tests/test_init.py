@@ -197,6 +197,10 @@ def test_cli_says_a_scaffold_without_cuco_run_needs_it_first(tmp_path):
     assert proc.returncode == 0, proc.stderr
     nxt = " ".join(proc.stdout.split()).split("next: ")[1]
     assert nxt.startswith("write seed.cu's cuco_setup, cuco_run and cuco_teardown around the program's work"), nxt
+    narrow = subprocess.run([sys.executable, "-m", "cuco", "init", "v", "--from", "prog.cu"], capture_output=True,
+                            text=True, cwd=tmp_path, env={**os.environ, "COLUMNS": "60", "NO_COLOR": "1"}, timeout=120)
+    line = next(ln for ln in narrow.stdout.splitlines() if ln.startswith("next: "))
+    assert line.endswith(f"cuco eval {tmp_path / 'v'} seed"), narrow.stdout  # one line, to paste on a narrow terminal
 
 
 def test_bad_names_are_refused(tmp_path):

@@ -458,12 +458,13 @@ def test_buffers_in_an_array_and_a_size_at_file_scope_are_all_named_in_one_run(t
     main()'s): one refusal lists them all, each at its line, so that one pass of edits can fix them."""
     with pytest.raises(Blocked) as err:
         create_workload("w", ARRAY, tmp_path)
-    lines = err.value.blockers
+    lines = err.value.blockers  # in the order of the program's lines
     assert len(lines) == 3, lines
-    assert f"buffer_array.cu:{_line(ARRAY, 'scale<<<')}: " in lines[0] and "uses it, which changes" in lines[0]
-    assert f"buffer_array.cu:{_line(ARRAY, 'ncclAllReduce(')}: " in lines[1]
-    assert "an array of pointers (`float* bufs[2]`)" in lines[1] and "declare one per buffer" in lines[1]
-    assert "no size of the step is a variable of main()" in lines[2]
+    assert f"buffer_array.cu:{_line(ARRAY, 'for (int it')}: " in lines[0]
+    assert "no size of the step is a variable of main()" in lines[0]
+    assert f"buffer_array.cu:{_line(ARRAY, 'scale<<<')}: " in lines[1] and "uses it, which changes" in lines[1]
+    assert f"buffer_array.cu:{_line(ARRAY, 'ncclAllReduce(')}: " in lines[2]
+    assert "an array of pointers (`float* bufs[2]`)" in lines[2] and "declare one per buffer" in lines[2]
 
 
 def test_a_vector_of_device_pointers_is_named_as_one(tmp_path):

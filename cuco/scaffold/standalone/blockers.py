@@ -33,8 +33,9 @@ class Blocked(CucoError):
 
 
 def refuse_all(prog: Standalone, refused: list[CucoError]) -> None:
-    """Every blocker found, in one run: one line where there is one (file, line and statement), else all of them."""
-    refused = list({str(exc): exc for exc in refused}.values())
+    """Every blocker found, in one run: one line where there is one (file, line and statement), else all of them in
+    the order of the program as read (its helpers' lines where main() calls them)."""
+    refused = sorted({str(exc): exc for exc in refused}.values(), key=lambda exc: getattr(exc, "line_read", 0))
     if len(refused) == 1:
         raise refused[0]
     if refused:

@@ -89,7 +89,9 @@ class Standalone:
         return param_name(name.replace(".", "_") if taken else field)
 
     def refuse(self, node, why: str) -> CucoError:
-        return CucoError(str(self.origin(line_of(node))), f"`{self.head(node)}`: {why}")
+        exc = CucoError(str(self.origin(line_of(node))), f"`{self.head(node)}`: {why}")
+        exc.line_read = line_of(node)  # its place in the program as read, which orders the blockers of one run
+        return exc
 
     def head(self, node) -> str:
         """A statement in one short line, as the user wrote it where that is one line the reading changed (a macro
