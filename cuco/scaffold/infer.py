@@ -248,7 +248,7 @@ def _atomics(program: Program, scope: list[Op]) -> list[str]:
     """The run's kernels that accumulate with atomics: their results may differ in the last bits run to run."""
     return [f"{o.name} (line {o.line}) accumulates with atomics: if two runs can differ in the last bits, "
             '"tolerance"' for o in scope if o.kind == "kernel" and o.name in program.kernels
-            and uses_atomics(program.functions[o.name])]
+            and uses_atomics(program.functions[o.name], program.kernels[o.name])]
 
 
 def infer(name: str, path: Path, analysis: Analysis, program: Program) -> Scaffold:

@@ -136,6 +136,15 @@ def _pointer_use(fn, param: str) -> Access:
     return Access(loads or call_reads, writes or call_writes)
 
 
-def uses_atomics(fn) -> bool:
-    """The function accumulates with atomics: the order of its updates, and so its rounding, varies run to run."""
-    return any(n.type == "call_expression" and callee(n).split("::")[-1].startswith("atomic") for n in walk(fn))
+INTEGERS = frozenset({"int", "unsigned", "unsigned int", "long long", "unsigned long long", "int32_t", "uint32_t",
+                      "int64_t", "uint64_t", "long", "unsigned long", "size_t"})
+
+
+def uses_atomics(fn, params: list[KernelParam] | None = None) -> bool:
+    """The function accumulates in floating point with atomics: the order of its updates, and so its rounding,
+    varies run to run. Atomics into a pointer parameter of an integer type (a count, a histogram) are exact in any
+    order; any other target is assumed to round."""
+    ints = {p.name for p in params or [] if p.pointer and p.ctype in INTEGERS}
+    return any(n.type == "call_expression" and callee(n).split("::")[-1].startswith("atomic") and not (
+        (args := n.child_by_field_name("arguments")) is not None and args.named_children
+        and _base(args.named_children[0]) in ints) for n in walk(fn))
