@@ -468,6 +468,7 @@ CUCO_EXPORT int cuco_run(cuco_ctx_t* ctx) {
   const int64_t n = cuco_param(ctx, "N");
   float* x = (float*)cuco_buffer(ctx, "x")->ptr;
   int* hist = (int*)cuco_buffer(ctx, "hist")->ptr;
+  CUCO_CUDA(ctx, cudaMemsetAsync(hist, 0, 2 * sizeof(int), ctx->stream));
   count<<<1, 256, 0, ctx->stream>>>(x, hist, n);
   CUCO_NCCL(ctx, ncclAllReduce(hist, hist, 2, ncclInt32, ncclSum, ctx->comm, ctx->stream));
   return 0;
@@ -475,6 +476,7 @@ CUCO_EXPORT int cuco_run(cuco_ctx_t* ctx) {
 ''')
     made = create_workload("h", program, tmp_path)
     assert "tolerance.determinism" not in _todo_keys((made.root / "workload.toml").read_text())
+    assert "cudaMemsetAsync (fills hist)" in (made.root / "reference.py").read_text()  # the step, as listed
 
 
 def test_a_pointer_cast_to_const_under_parentheses_is_only_read(tmp_path):

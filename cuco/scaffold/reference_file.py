@@ -34,6 +34,8 @@ def _torch_dtype(b: Buffer) -> str:
 
 
 def _step(op: Op, names: dict[str, str]) -> str:
+    if op.name.startswith("cudaMemset") and op.writes:  # a fill: no source
+        return f"line {op.line}: {op.name} (fills {', '.join(names.get(b, b) for b in op.writes)})"
     reads = ", ".join(names.get(b, b) for b in op.reads) or ("host" if op.kind == "copy" else "")
     writes = ", ".join(names.get(b, b) for b in op.writes) or ("host" if op.kind == "copy" else "")
     flow = f"{reads} -> {writes}"
