@@ -112,6 +112,23 @@ CUCO_EXPORT int cuco_teardown(cuco_ctx_t* ctx) { return 0; }
     assert [(op.name, op.function) for op in analyze(src).ops] == [("ncclAllReduce", "used")]
 
 
+def test_a_templated_kernel_is_the_kernel_it_instantiates(tmp_path):
+    """`scale<float><<<...>>>(in, out, n)`: the kernel scale, whose const parameter it only reads."""
+    src = tmp_path / "t.cu"
+    src.write_text("""#include "cuco.h"
+template <typename T> __global__ void scale(const T* in, T* out, int64_t n) { out[0] = in[0]; }
+CUCO_EXPORT int cuco_run(cuco_ctx_t* ctx) {
+  float* x = (float*)cuco_buffer(ctx, "x")->ptr;
+  float* y = (float*)cuco_buffer(ctx, "y")->ptr;
+  scale<float><<<1, 1, 0, ctx->stream>>>(x, y, 1);
+  ncclAllReduce(y, y, 1, ncclFloat, ncclSum, ctx->comm, ctx->stream);
+  return 0;
+}
+""")
+    kernel = analyze(src).ops[0]
+    assert (kernel.name, kernel.reads, kernel.writes) == ("scale", ["x", "y"], ["y"])
+
+
 def test_program_without_nccl_is_refused(tmp_path):
     src = tmp_path / "plain.cu"
     src.write_text("__global__ void k(float* x) { x[0] = 1; }\nint main() { k<<<1, 1>>>(nullptr); return 0; }\n")

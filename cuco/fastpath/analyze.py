@@ -14,7 +14,7 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
 from cuco.fastpath.places import Pointers, fixed_index, pointer_params
-from cuco.fastpath.syntax import blank_macros, function_name, parser, text, walk
+from cuco.fastpath.syntax import blank_macros, callee, function_name, parser, text, walk
 
 # Argument names by position, from nccl.h (2.28).
 NCCL_SIGNATURES: dict[str, tuple[str, ...]] = {
@@ -283,9 +283,9 @@ class _Calls:
             elif node.type == "assignment_expression":
                 self.res.learn_field(node)
             _learn_scalars(node, scalars)
-            callee, arg_list = node.child_by_field_name("function"), node.child_by_field_name("arguments")
-            if node.type == "call_expression" and callee is not None and arg_list is not None:
-                self.call(node, text(callee), [a for a in arg_list.named_children if a.type != "comment"], fname)
+            fn, arg_list = node.child_by_field_name("function"), node.child_by_field_name("arguments")
+            if node.type == "call_expression" and fn is not None and arg_list is not None:  # `k<float>` is k
+                self.call(node, callee(node), [a for a in arg_list.named_children if a.type != "comment"], fname)
         # Streams and handles by what they hold: `cudaStream_t stream = ctx->stream;` is ctx->stream (a variable
         # given one value in the whole function: _learn_scalars forgets one assigned again), so calls on either
         # name are on one stream. A GEMM's stream is its handle's (cublasSetStream).
