@@ -587,6 +587,15 @@ def test_a_buffer_copied_from_the_host_in_the_step_is_a_delivered_input_of_its_o
     assert "copied from the host in the step (original.cu:" in (made.root / "workload.toml").read_text()
 
 
+def test_a_split_communicator_is_refused_as_one(tmp_path):
+    split = "  ncclComm_t sub;\n  ncclCommSplit(comm, rank % 2, rank, &sub, NULL);\n"
+    _variant(tmp_path, ("  cudaStream_t stream;\n", split + "  cudaStream_t stream;\n"),
+             ("ncclSum, comm, stream)", "ncclSum, sub, stream)"))
+    with pytest.raises(CucoError, match=r"uses sub \(line \d+\), a communicator split from another \(ncclCommSplit, "
+                                        r"line \d+\): cuco runs the step on the runner's one communicator"):
+        create_workload("w", tmp_path / "p.cu", tmp_path)
+
+
 MAKE_COMM = "ncclComm_t make_comm(int rank, int world) {\n  ncclUniqueId id;\n" \
             "  if (rank == 0) ncclGetUniqueId(&id);\n" \
             "  MPI_Bcast(&id, sizeof(id), MPI_BYTE, 0, MPI_COMM_WORLD);\n  ncclComm_t comm;\n" \

@@ -136,6 +136,12 @@ class Locals:
         elif name in HANDLE_CREATE and first in self.prog.locals:
             self.mark(first, "handle")
             self.creates[first] = call
+        elif name == "ncclCommSplit" and len(args) >= 4 and address_of(args[3]) in self.prog.locals:
+            loc = self.prog.locals[address_of(args[3])]
+            loc.kind, loc.why = "other", (f"a communicator split from another ({name}, {self.prog.at(line_of(call))}): "
+                                          "cuco runs the step on the runner's one communicator of every rank "
+                                          "(ctx->comm), so a program on sub-communicators (2-D parallelism) is not "
+                                          "one it converts")
         elif before:
             self.written_by(call, name)
 
