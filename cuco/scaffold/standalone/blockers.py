@@ -18,7 +18,7 @@ from cuco.fastpath.places import Place, Pointers, Unplaced
 from cuco.fastpath.syntax import callee
 from cuco.scaffold.standalone.calls import COMM_INIT
 from cuco.scaffold.standalone.nodes import calls_in
-from cuco.scaffold.standalone.program import Standalone
+from cuco.scaffold.standalone.program import Refusal, Standalone
 
 CREATES_COMM = COMM_INIT | {"ncclCommInitAll"}
 
@@ -35,7 +35,8 @@ class Blocked(CucoError):
 def refuse_all(prog: Standalone, refused: list[CucoError]) -> None:
     """Every blocker found, in one run: one line where there is one (file, line and statement), else all of them in
     the order of the program as read (its helpers' lines where main() calls them)."""
-    refused = sorted({str(exc): exc for exc in refused}.values(), key=lambda exc: getattr(exc, "line_read", 0))
+    refused = sorted({str(exc): exc for exc in refused}.values(),
+                     key=lambda exc: exc.line_read if isinstance(exc, Refusal) else 0)
     if len(refused) == 1:
         raise refused[0]
     if refused:

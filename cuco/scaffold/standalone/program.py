@@ -31,6 +31,15 @@ def _head(node) -> str:
     return one if len(one) <= 80 else one[:77] + "..."
 
 
+class Refusal(CucoError):
+    """A statement cuco cannot convert, named where it was written; `line_read` is its place in the program as read
+    (its helpers' lines where main() calls them), which orders the blockers of one run."""
+
+    def __init__(self, where: str, message: str, line_read: int) -> None:
+        super().__init__(where, message)
+        self.line_read = line_read
+
+
 @dataclass
 class Local:
     """A variable main() declares outside the step, and what it is to the runner."""
@@ -88,10 +97,8 @@ class Standalone:
         taken = field in self.locals or sum(n.rsplit(".", 1)[-1] == field for n in self.locals if "." in n) > 1
         return param_name(name.replace(".", "_") if taken else field)
 
-    def refuse(self, node, why: str) -> CucoError:
-        exc = CucoError(str(self.origin(line_of(node))), f"`{self.head(node)}`: {why}")
-        exc.line_read = line_of(node)  # its place in the program as read, which orders the blockers of one run
-        return exc
+    def refuse(self, node, why: str) -> Refusal:
+        return Refusal(str(self.origin(line_of(node))), f"`{self.head(node)}`: {why}", line_of(node))
 
     def head(self, node) -> str:
         """A statement in one short line, as the user wrote it where that is one line the reading changed (a macro
