@@ -135,6 +135,9 @@ LIBRARY_PLANTED = [
      "candidate.so: imports std::thread::"),
     ("raw_syscall", "", 'long r; asm volatile("syscall" : "=a"(r) : "a"(39L) : "rcx", "r11", "memory"); (void)r;',
      "candidate.so: contains a 'syscall' instruction: raw system calls"),
+    # exit under another name, reached from cuco_run: the linker keeps what the entry points reach
+    ("exit_by_label", 'extern "C" void leave(int) __asm__("ex" "it");\n', "if (ctx->rank < 0) leave(1);",
+     "candidate.so: imports exit: a candidate may not end the process"),
 ]
 
 
@@ -147,6 +150,16 @@ def test_planted_candidate_is_refused_after_compiling(tmp_path, name, before, bo
     assert not built.ok and built.library is None and built.command
     plain = b.build(src)  # the build alone hands the library out: the caller runs the checks
     assert plain.ok and check_library_symbols(plain.library).problems == problems
+
+
+def test_a_device_function_is_not_the_candidate_ending_the_process(tmp_path):
+    """nvcc gives every __device__ function a host stub that calls exit(); nothing on the host calls it, so the
+    library keeps none of it, and an honest candidate with a device helper passes."""
+    src = _candidate(tmp_path, "device_fn", "__device__ float twice(float v) { return 2.0f * v; }\n"
+                                            "__global__ void k(float* x) { x[threadIdx.x] = twice(x[threadIdx.x]); }\n",
+                     "k<<<1, 32, 0, ctx->stream>>>((float*)0);")
+    built, problems = check_and_build(src)
+    assert problems == [] and built.ok, (problems, built.log)
 
 
 def _honest() -> list[tuple[Path, tuple[Path, ...]]]:

@@ -118,9 +118,13 @@ def cudart_dir(nvcc: Path) -> Path | None:
 
 
 def nvcc_command(src: Path, out: Path, tc: Toolchain, arch: str, includes: tuple[Path, ...] = ()) -> list[str]:
-    """includes: a workload's own header folders, searched after cuco's."""
+    """includes: a workload's own header folders, searched after cuco's. Each host function in a section of its
+    own, and the linker keeps only what the exported entry points reach: nvcc writes a host stub that calls exit()
+    for every __device__ function, which nothing on the host calls, and which the library's symbol check would
+    otherwise read as the candidate ending the process."""
     cmd = [str(tc.nvcc), "-O3", "-std=c++17", "-lineinfo", "-shared", "-cudart", "shared", "-Xcompiler",
-           "-fPIC,-fvisibility=hidden", f"-gencode=arch=compute_{arch},code=sm_{arch}", "-I", str(INCLUDE_DIR)]
+           "-fPIC,-fvisibility=hidden,-ffunction-sections", "-Xlinker=--gc-sections",
+           f"-gencode=arch=compute_{arch},code=sm_{arch}", "-I", str(INCLUDE_DIR)]
     for inc in (*includes, tc.nccl_include, tc.cublas_include):
         if inc:
             cmd += ["-I", str(inc)]
