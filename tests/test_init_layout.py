@@ -186,6 +186,29 @@ def test_every_blocker_of_the_step_in_one_run_across_the_files(tmp_path):
     assert f"it returns before its end (host.cpp:{_line(host, 'if (rows == 0) return;')})" in lines[1]
 
 
+@needs_cpp
+def test_a_launcher_whose_file_is_not_given_is_refused_not_dropped(tmp_path):
+    """host.cpp and kernels.cuh without kernels.cu: bias_gelu() is declared, defined nowhere given; a seed without
+    its launch would do less than the program, so each call is refused, naming the declaration."""
+    with pytest.raises(CucoError) as err:
+        create_workload("w", [FILES[0], FILES[2]], tmp_path)
+    assert f"calls bias_gelu(), which the program declares (kernels.cuh:{_line(FILES[2], 'void bias_gelu(')}) but " \
+           "none of the files given defines" in str(err.value), str(err.value)
+    assert not (tmp_path / "w").exists()
+
+
+def test_a_communicator_made_in_a_file_not_given_is_named(tmp_path):
+    src = STRUCT.read_text()
+    made = src[src.index("  ncclUniqueId id;\n"):src.index("  cudaStream_t stream;")]
+    _variant(tmp_path, (made, "  ncclComm_t comm;\n  init_comm(&comm, rank, world);\n"))
+    with pytest.raises(Blocked) as err:
+        create_workload("w", tmp_path / "p.cu", tmp_path)
+    at = f"{tmp_path / 'p.cu'}:{_line(tmp_path / 'p.cu', 'init_comm(')}"
+    assert err.value.blockers == [f"{at}: `init_comm(&comm, rank, world);`: calls init_comm(), given the "
+                                  "communicator's address, which none of the files given defines: if it creates the "
+                                  "communicator, give its file too (--from)"]
+
+
 def test_files_that_cannot_be_one_program_are_refused(tmp_path):
     (tmp_path / "a").mkdir()
     (tmp_path / "b").mkdir()

@@ -15,9 +15,9 @@ from pathlib import Path
 from cuco.errors import CucoError
 from cuco.fastpath.analyze import AnalysisError, analyze
 from cuco.fastpath.places import Place, Pointers, Unplaced
-from cuco.fastpath.syntax import callee
+from cuco.fastpath.syntax import call_args, callee, text, walk
 from cuco.scaffold.standalone.calls import COMM_INIT
-from cuco.scaffold.standalone.nodes import calls_in
+from cuco.scaffold.standalone.nodes import address_of, calls_in
 from cuco.scaffold.standalone.program import Refusal, Standalone
 
 CREATES_COMM = COMM_INIT | {"ncclCommInitAll"}
@@ -69,10 +69,22 @@ def _communicator(prog: Standalone) -> list[str]:
                                    ": cuco takes over the communicator main() creates (it becomes ctx->comm); create "
                                    "it in main(), or in a helper main() calls that returns it or takes its address"))
     if not found and not any(callee(c) in CREATES_COMM for c in calls_in(prog.root)):
-        main = prog.main
-        found.append(_line(prog, main.start_point.row + 1, "int main(...)",
-                           f"creates no communicator ({', '.join(sorted(COMM_INIT))}): cuco takes over the one main() "
-                           "creates (it becomes ctx->comm)"))
+        comms = {text(d) for n in walk(prog.main) if n.type == "declaration" and "ncclComm_t" in text(
+            n.child_by_field_name("type") or n) for d in walk(n) if d.type == "identifier"}
+        unseen = [c for c in calls_in(prog.main) if callee(c) in prog.undefined or (
+            callee(c) not in prog.functions and any(address_of(a) in comms for a in call_args(c)))]
+        for call in unseen:  # where the communicator may be made, out of sight
+            st, name = _statement(call), callee(call)
+            where = f"which the program declares ({prog.at(prog.undefined[name])}) but" if name in prog.undefined \
+                else "given the communicator's address, which"
+            found.append(_line(prog, st.start_point.row + 1, st.text.decode(errors="replace"),
+                               f"calls {name}(), {where} none of the files given defines: if it creates the "
+                               "communicator, give its file too (--from)"))
+        if not unseen:
+            main = prog.main
+            found.append(_line(prog, main.start_point.row + 1, "int main(...)",
+                               f"creates no communicator ({', '.join(sorted(COMM_INIT))}): cuco takes over the one "
+                               "main() creates (it becomes ctx->comm)"))
     return found
 
 

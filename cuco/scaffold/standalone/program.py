@@ -87,6 +87,7 @@ class Standalone:
         self.structs = _structs(self.root)
         self.locals: dict[str, Local] = {}
         self.lambdas = _lambdas(self.main) if self.main is not None else {}
+        self.undefined = {name: line for name, line in _prototypes(self.root).items() if name not in self.functions}
 
     def param_label(self, name: str) -> str:
         """A parameter's name in the workload: a local's own, a struct field's (`cfg.tokens`) its field's, or
@@ -205,6 +206,23 @@ class Standalone:
     def issues_work(self, fname: str, seen: frozenset[str] = frozenset()) -> bool:
         fn = self.functions.get(fname)
         return fn is not None and self.works(fn.child_by_field_name("body"), seen | {fname})
+
+
+def _prototypes(root) -> dict[str, int]:
+    """The functions the program's own files declare (`void launch_gelu(bf16* x, int n, cudaStream_t s);`), with the
+    line of each declaration; the headers of CUDA, NCCL and the system are not among its files."""
+    out = {}
+    for node in walk(root):
+        if node.type not in ("declaration", "field_declaration") or node.parent is None or \
+                node.parent.type not in ("translation_unit", "declaration_list", "linkage_specification"):
+            continue
+        for d in node.children_by_field_name("declarator"):
+            while d is not None and d.type in ("pointer_declarator", "reference_declarator"):
+                d = d.child_by_field_name("declarator")
+            name = d.child_by_field_name("declarator") if d is not None and d.type == "function_declarator" else None
+            if name is not None and name.type == "identifier":
+                out.setdefault(text(name), line_of(node))
+    return out
 
 
 def _lambdas(main) -> dict[str, object]:

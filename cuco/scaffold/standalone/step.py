@@ -139,6 +139,11 @@ class Step:
                                                      "level of the program's helpers, where main() calls them)")
             raise self.prog.refuse(st, f"calls {name}(), a function of the program that issues device work and "
                                        f"that cuco cannot write out in place: it {why}; write its calls into the loop")
+        if kind == "host" and name in self.prog.undefined:
+            raise self.prog.refuse(st, f"calls {name}(), which the program declares "
+                                       f"({self.prog.at(self.prog.undefined[name])}) but none of the files given "
+                                       "defines: cuco cannot see whether it issues device work; give the file that "
+                                       "defines it too (--from)")
         if name in self.prog.lambdas and self.prog.works(self.prog.lambdas[name]):
             raise self.prog.refuse(st, f"calls {name}(), a lambda of main() that issues device work: cuco writes out "
                                        "the program's own functions where main() calls them, not lambdas; make it a "
