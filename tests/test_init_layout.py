@@ -619,6 +619,18 @@ def test_a_split_communicator_is_refused_as_one(tmp_path):
         create_workload("w", tmp_path / "p.cu", tmp_path)
 
 
+@pytest.mark.parametrize("clamp", ["if (blocks > 65535) blocks = 65535;", "blocks = std::min(blocks, 65535);"])
+def test_a_launch_configuration_the_step_clamps_is_kept(tmp_path, clamp):
+    """The step's own local, computed and clamped the same way on every iteration, is no value that changes from one
+    iteration to the next: the clamp stays in cuco_run, before the launch it sizes."""
+    _variant(tmp_path, ("    scale<<<256, 256, 0, stream>>>(d_x, 2.0f, cfg.count);\n",
+                        f"    int blocks = (cfg.count + 255) / 256;\n    {clamp}\n"
+                        "    scale<<<blocks, 256, 0, stream>>>(d_x, 2.0f, cfg.count);\n"))
+    seed = (create_workload("w", tmp_path / "p.cu", tmp_path).root / "seed.cu").read_text()
+    run = seed[seed.index("int cuco_run("):]
+    assert run.index("int blocks =") < run.index(clamp) < run.index("scale<<<blocks"), run
+
+
 MAKE_COMM = "ncclComm_t make_comm(int rank, int world) {\n  ncclUniqueId id;\n" \
             "  if (rank == 0) ncclGetUniqueId(&id);\n" \
             "  MPI_Bcast(&id, sizeof(id), MPI_BYTE, 0, MPI_COMM_WORLD);\n  ncclComm_t comm;\n" \

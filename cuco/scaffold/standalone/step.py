@@ -7,7 +7,7 @@ from dataclasses import dataclass
 
 from cuco.errors import CucoError
 from cuco.fastpath.analyze import BLAS, COPIES, NCCL_SIGNATURES
-from cuco.fastpath.syntax import call_args, callee, walk
+from cuco.fastpath.syntax import call_args, callee, text, walk
 from cuco.scaffold.c_expr import LOOPS
 from cuco.scaffold.declarations import parameters
 from cuco.scaffold.kernel_access import param_access
@@ -19,6 +19,7 @@ from cuco.scaffold.standalone.program import Standalone, declarators
 from cuco.scaffold.standalone.render import step_lines
 
 JUMPS = ("return_statement", "break_statement", "continue_statement", "goto_statement")
+PURE = frozenset({"min", "max", "std::min", "std::max", "abs", "std::abs", "fmin", "fmax", "fminf", "fmaxf"})
 
 
 SWAPS = frozenset({"swap", "exchange", "iter_swap"})  # std:: functions that change the variables they are given
@@ -128,8 +129,30 @@ class Step:
         if self.prog.works(expr):
             raise self.prog.refuse(st, "issues device work inside an expression cuco does not take apart: write the "
                                        "call as a statement of its own (CHECK(call);)")
+        if self.local_update(st):
+            return True
         self.mark_writes(expr)
         return False
+
+    def local_update(self, st) -> bool:
+        """A host statement that only changes locals the step itself declares (`blocks = std::min(blocks, 65535);`,
+        `if (blocks > 65535) blocks = 65535;` in a launcher written out in place): computed alike on every
+        iteration, kept as written where a kept statement uses what it changes."""
+        targets = set()
+        for n in walk(st):
+            if n.type in ("assignment_expression", "update_expression"):
+                target = n.child_by_field_name("left") or n.child_by_field_name("argument")
+                if target is None or target.type != "identifier" or text(target) not in self.declared:
+                    return False
+                targets.add(text(target))
+            elif (n.type == "call_expression" and callee(n) not in PURE) or n.type in JUMPS:
+                return False
+        if not targets:
+            return False
+        for name in targets:
+            self.follow(name, idents(st))
+        self.decls.append((st, targets, idents(st)))
+        return True
 
     def call(self, st, expr) -> bool:
         call = self.prog.unwrap(expr)
@@ -214,6 +237,8 @@ class Step:
         """An `if` without device work is a check or a print, left out; one with device work is kept only where
         its condition is the same on every iteration and known without waiting for the device."""
         if not self.prog.works(st):
+            if self.local_update(st):
+                return True
             self.mark_writes(st)
             return False
         refs = idents(st.child_by_field_name("condition"))
