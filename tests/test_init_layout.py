@@ -568,6 +568,28 @@ def test_the_context_struct_seed_passes_the_judge_on_a_gpu(tmp_path):
     assert rec.ok and rec.level_reached == "L4", rec.error
 
 
+def test_a_context_struct_filled_through_a_pointer_with_a_size_from_main(tmp_path):
+    """`setup(&c, n, ...)` whose body writes `c->comm`, `c->x`, `c->n = n` (n read from argv by main()): the pointer
+    to main()'s struct is the struct itself, and c.n is given n, the workload's parameter, in cuco_run."""
+    src = CONTEXT.read_text()
+    setup = src[src.index("void setup("):src.index("void step(")]
+    through = setup.replace("void setup(Context& c, int argc, char** argv)", "void setup(Context* c, size_t n)") \
+        .replace("  MPI_Init(&argc, &argv);\n", "").replace("c.", "c->").replace("c->n = 1 << 20;", "c->n = n;")
+    src = src.replace(setup, through).replace(
+        "  Context c;\n  setup(c, argc, argv);\n",
+        "  MPI_Init(&argc, &argv);\n  const size_t n = argc > 1 ? atol(argv[1]) : 4096;\n  Context c;\n"
+        "  setup(&c, n);\n")
+    assert "c->n = n;" in src and "setup(&c, n);" in src
+    (tmp_path / "p.cu").write_text(src)
+    made = create_workload("w", tmp_path / "p.cu", tmp_path)
+    run = (made.root / "seed.cu").read_text().split("int cuco_run(")[1]
+    for bound in ('const size_t n = (size_t)cuco_param(ctx, "n");', "c.comm = ctx->comm;", "c.n = n;",
+                  'c.x = (float*)cuco_buffer(ctx, "x")->ptr;'):
+        assert bound in run, (bound, run)
+    assert run.index('cuco_param(ctx, "n")') < run.index("c.n = n;")
+    assert load_workload(made.root).shapes[0].params == {"n": 4096}
+
+
 def test_a_struct_field_cuco_setup_would_hold_is_refused_by_name(tmp_path):
     """A cuBLAS handle the step uses would live in cuco_setup's state: held in a field of the context, it is refused
     with its name, not left unset in cuco_run."""
@@ -686,19 +708,25 @@ def test_the_struct_seed_builds(tmp_path):
     assert problems == [] and built.ok, built.log[-3000:]
 
 
-def test_a_helper_inside_a_helper_stays_a_call_and_says_why(tmp_path):
-    """One level is written out: a helper that a written-out helper calls (or a template) stays a call, and the
-    refusal says which."""
+def test_helpers_are_written_out_three_levels_deep_and_no_deeper(tmp_path):
+    """main() -> a step function -> a launcher -> what it calls: each written out in place (the common layout's
+    step() in host.cpp calling kernels.cu's launchers); a fourth level (or a template) stays a call, and the refusal
+    says which."""
     host = tmp_path / "main.cu"
     host.write_text(
         "static void reduce(float* x, int n, ncclComm_t c, cudaStream_t s) {\n"
         "  ncclAllReduce(x, x, n, ncclFloat, ncclSum, c, s);\n}\n"
-        "static void step(float* x, int n, ncclComm_t c, cudaStream_t s) { reduce(x, n, c, s); }\n"
+        "static void l3(float* x, int n, ncclComm_t c, cudaStream_t s) { reduce(x, n, c, s); }\n"
+        "static void l2(float* x, int n, ncclComm_t c, cudaStream_t s) { l3(x, n, c, s); }\n"
+        "static void step(float* x, int n, ncclComm_t c, cudaStream_t s) { l2(x, n, c, s); }\n"
+        "static void shallow(float* x, int n, ncclComm_t c, cudaStream_t s) { reduce(x, n, c, s); }\n"
         "template <typename T> void twice(T* x, int n, ncclComm_t c, cudaStream_t s) { reduce(x, n, c, s); }\n"
         "int main() {\n  float* d; ncclComm_t comm; cudaStream_t st;\n"
-        "  for (int i = 0; i < 3; ++i) { step(d, 8, comm, st); twice(d, 8, comm, st); }\n}\n")
+        "  for (int i = 0; i < 3; ++i) { step(d, 8, comm, st); shallow(d, 4, comm, st); twice(d, 8, comm, st); }\n}\n")
     unit, _ = read_program([host], [], [])
-    assert unit.unwritten == {"twice": "is a template", "reduce": "is called inside step(), itself written out in "
-                                                                  "place: cuco writes out one level of the program's "
-                                                                  "helpers"}
-    assert any("reduce(d, 8, comm, st);" in ln for ln in unit.lines)
+    assert unit.written_out == ["step", "shallow", "l2", "reduce", "l3"]  # reduce: shallow's, two levels down
+    assert unit.unwritten == {"twice": "is a template", "reduce": "is called inside l3(), itself written out in place "
+                                                                  "3 levels below main(): cuco writes out 3 levels of "
+                                                                  "the program's helpers"}
+    main = "".join(unit.lines[unit.lines.index("int main() {"):])
+    assert "ncclAllReduce(d, d, 4," in main.replace("(d)", "d") and "reduce(d, 8, comm, st);" in main

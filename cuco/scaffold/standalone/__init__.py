@@ -26,7 +26,7 @@ from cuco.scaffold.program import first_syntax_error
 from cuco.scaffold.standalone.blockers import Blocked, blockers, refuse_all
 from cuco.scaffold.standalone.calls import COMM_INIT
 from cuco.scaffold.standalone.facts import Conversion, Facts, refine
-from cuco.scaffold.standalone.inline import inline_helpers
+from cuco.scaffold.standalone.inline import HELPER_DEPTH, inline_helpers
 from cuco.scaffold.standalone.nodes import calls_in
 from cuco.scaffold.standalone.place import find_step
 from cuco.scaffold.standalone.program import Standalone
@@ -51,8 +51,14 @@ def read_program(files: list[Path], include_dirs: list[Path], defines: list[str]
     """The program's files as one unit, its macros expanded and main()'s helpers written out, and its syntax tree;
     a place the grammar cannot read is refused with the file and line it was written at."""
     unit = expand_macros(read_sources(files), include_dirs, defines)
-    unit = inline_helpers(unit, _parsed(unit))
-    return unit, _parsed(unit)
+    root = _parsed(unit)
+    for _ in range(HELPER_DEPTH):  # a level more each time, while there is one
+        deeper = inline_helpers(unit, root)
+        changed, unit = deeper.lines != unit.lines, deeper
+        if not changed:
+            break
+        root = _parsed(unit)
+    return unit, root
 
 
 def convert(path: Path, raw: bytes, root, unit: Unit | None = None) -> Conversion | None:

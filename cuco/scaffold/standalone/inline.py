@@ -24,6 +24,7 @@ from cuco.scaffold.standalone.sources import Origin, Unit
 PRIMARY = frozenset({"identifier", "number_literal", "string_literal", "true", "false", "null", "nullptr",
                      "field_expression", "call_expression", "subscript_expression", "parenthesized_expression",
                      "qualified_identifier"})
+HELPER_DEPTH = 3  # main() -> a step function -> a launcher -> what it calls: the levels written out
 DEVICE_API = re.compile(r"^(cuda|cu[A-Z]|nccl|cublas|MPI_)")  # calls that make a helper worth writing out
 
 
@@ -231,8 +232,8 @@ class _Inliner:
             else:
                 preamble.append(p.declared_as(rename.get(p.name, (p.name, True))[0], value))
         for inner in {callee(c) for c in walk(body) if c.type == "call_expression"} & set(self.helpers):
-            self.why.setdefault(inner, f"is called inside {name}(), itself written out in place: cuco writes out one "
-                                       "level of the program's helpers")
+            self.why.setdefault(inner, f"is called inside {name}(), itself written out in place {HELPER_DEPTH} levels "
+                                       f"below main(): cuco writes out {HELPER_DEPTH} levels of the program's helpers")
         return self.lines(st, body, final, rename, preamble, spliced, drop)
 
     def renames(self, body, params: list[_Param], args: list, block: set[str]) -> dict[str, tuple[str, bool]]:
@@ -272,12 +273,22 @@ class _Inliner:
 
     @staticmethod
     def substitutions(node, rename: dict[str, tuple[str, bool]]) -> list[tuple[int, int, str]]:
-        """Each use of a renamed name: an expression in parentheses, unless it is a whole argument."""
+        """Each use of a renamed name: an expression in parentheses, unless it is a whole argument. A pointer
+        parameter given `&v` is v where the body goes through it: `p->n` is `v.n`, `*p` is v."""
         out = []
         for n in walk(node):
             if n.type == "identifier" and text(n) in rename:
                 value, primary = rename[text(n)]
-                bare = primary or (n.parent is not None and n.parent.type == "argument_list")
+                pointee, up = value[1:] if value.startswith("&") and value[1:].isidentifier() else None, n.parent
+                arrow = up.child_by_field_name("operator") if up is not None and up.type == "field_expression" else None
+                through = arrow is not None and text(arrow) == "->" and up.child_by_field_name("argument").id == n.id
+                if pointee and through:
+                    out.append((n.start_byte, arrow.end_byte, f"{pointee}."))
+                    continue
+                if pointee and up is not None and up.type == "pointer_expression" and text(up).startswith("*"):
+                    out.append((up.start_byte, up.end_byte, pointee))
+                    continue
+                bare = primary or (up is not None and up.type == "argument_list")
                 out.append((n.start_byte, n.end_byte, value if bare else f"({value})"))
         return out
 
@@ -291,7 +302,8 @@ class _Inliner:
 
 
 def inline_helpers(unit: Unit, root) -> Unit:
-    """The unit with main()'s calls of the program's helpers that issue device work written out (one level)."""
+    """The unit with main()'s calls of the program's helpers that issue device work written out, one level more than
+    it had (read_program calls it again for the next, up to HELPER_DEPTH levels)."""
     inliner = _Inliner(unit, root)
     if inliner.main is None:
         return unit
@@ -310,5 +322,8 @@ def inline_helpers(unit: Unit, root) -> Unit:
         texts[-1] = texts[-1] + tail
         lines[rs:re_ + 1] = texts
         origins[rs:re_ + 1] = [o for _, o in new]
-    return unit.changed(lines=[ln.decode(errors="replace") for ln in lines], origins=origins,
-                        unwritten={**unit.unwritten, **inliner.why}, written_out=list(dict.fromkeys(done)))
+    written = list(dict.fromkeys(unit.written_out + done))
+    # why a helper stays a call: this level's reasons, and the earlier ones this level did not settle
+    why = {**{name: w for name, w in unit.unwritten.items() if name not in done}, **inliner.why}
+    return unit.changed(lines=[ln.decode(errors="replace") for ln in lines], origins=origins, unwritten=why,
+                        written_out=written)

@@ -91,6 +91,9 @@ class Seed:
             seen[name] = loc
             if loc.kind == "scalar" and loc.init is not None:
                 todo += [(r, loc.declarator.parent) for r in sorted(idents(loc.init))]
+            for f in self.fields(loc):  # a struct's field given a local's value (`c.n = n;`): that local too
+                if f.kind == "scalar" and f.init is not None and f.name in names_in(node):
+                    todo += [(r, node) for r in sorted(idents(f.init))]
         return sorted(seen.values(), key=lambda loc: loc.order)
 
     def fields(self, loc: Local) -> list[Local]:
@@ -198,12 +201,15 @@ class Seed:
                  "param": f"const {base} {n} = ({base})cuco_param(ctx, \"{self.prog.param_label(n)}\");",
                  "device": f"{loc.ctype} {n} = s->{n};", "handle": f"{loc.ctype} {n} = s->{n};"}
         declared = bound.get(loc.kind) or f"{loc.prefix}{render(loc.declarator)};"
-        # a struct's fields that are the runner's or the workload's: its other fields keep their default values
+        # a struct's fields that are the runner's or the workload's, or set from them: the others keep their defaults
         return "\n  ".join([declared] + [f"{f.name} = {value};" for f in self.fields(loc)
-                                        if (value := self.field_value(f)) is not None])
+                                        if (value := self.field_value(f, render)) is not None])
 
-    def field_value(self, f: Local) -> str | None:
-        """What the runner gives for a struct's field (`c.comm = ctx->comm;`), None for a field it does not."""
+    def field_value(self, f: Local, render: Render) -> str | None:
+        """What the runner gives for a struct's field (`c.comm = ctx->comm;`), or the value the set-up gives it
+        (`c.n = n;`, n a parameter declared before), None for a field it does neither."""
+        if f.kind == "scalar" and f.init is not None and f.declarator is None:  # set by its first assignment
+            return render(f.init)
         if f.kind == "device":
             return f"({f.base}{'*' * f.pointers})cuco_buffer(ctx, \"{self.names[f.name]}\")->ptr" \
                 if f.name in self.names else None
