@@ -21,7 +21,7 @@ from __future__ import annotations
 from pathlib import Path
 
 from cuco.errors import CucoError
-from cuco.fastpath.syntax import blank_macros, callee, parser
+from cuco.fastpath.syntax import blank_macros, callee, parser, text, walk
 from cuco.scaffold.program import first_syntax_error
 from cuco.scaffold.standalone.blockers import Blocked, blockers, refuse_all
 from cuco.scaffold.standalone.calls import COMM_INIT
@@ -37,6 +37,8 @@ from cuco.scaffold.standalone.variables import Locals
 
 __all__ = ["Conversion", "convert", "read_program", "refine"]
 
+RESERVED = ("ctx", "s")  # the seed's own names: cuco_run's context (cuco.h), and cuco_setup's state
+
 
 def _parsed(unit: Unit):
     root = parser().parse(blank_macros(unit.raw)).root_node
@@ -47,10 +49,31 @@ def _parsed(unit: Unit):
     return root
 
 
+def _clear_reserved(unit: Unit, root) -> Unit:
+    """The program's own names that the seed's entry points use (RESERVED) renamed throughout (`ctx` -> `ctx_`), so
+    that a local called ctx or s never hides cuco_run's context or cuco_setup's state."""
+    found = [n for n in walk(root) if n.type == "identifier" and text(n) in RESERVED]
+    if not found:
+        return unit
+    taken = {text(n) for n in walk(root) if n.type == "identifier"}
+    fresh = {}
+    for name in RESERVED:
+        new, i = f"{name}_", 2
+        while new in taken:
+            new, i = f"{name}_{i}", i + 1
+        fresh[name] = new
+    lines = [ln.encode() for ln in unit.lines]
+    for n in sorted(found, key=lambda n: n.start_byte, reverse=True):
+        row, start, end = n.start_point.row, n.start_point.column, n.end_point.column
+        lines[row] = lines[row][:start] + fresh[text(n)].encode() + lines[row][end:]
+    return unit.changed(lines=[ln.decode(errors="replace") for ln in lines])
+
+
 def read_program(files: list[Path], include_dirs: list[Path], defines: list[str]) -> tuple[Unit, object]:
     """The program's files as one unit, its macros expanded and main()'s helpers written out, and its syntax tree;
     a place the grammar cannot read is refused with the file and line it was written at."""
     unit = expand_macros(read_sources(files), include_dirs, defines)
+    unit = _clear_reserved(unit, _parsed(unit))
     root = _parsed(unit)
     for _ in range(HELPER_DEPTH):  # a level more each time, while there is one
         deeper = inline_helpers(unit, root)

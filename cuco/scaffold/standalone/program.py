@@ -56,6 +56,7 @@ class Local:
     why: str = ""  # for kind "other": what the program does with it that cuco cannot carry
     reads_input: bool = False  # from argv or the environment: a size the program is given
     value: int | None = None  # a parameter's value in the program (its default, where it reads one)
+    set_at: int | None = None  # a struct field's first assignment in the set-up, which gives it its value (init)
 
     @property
     def ctype(self) -> str:

@@ -208,7 +208,7 @@ class Seed:
     def field_value(self, f: Local, render: Render) -> str | None:
         """What the runner gives for a struct's field (`c.comm = ctx->comm;`), or the value the set-up gives it
         (`c.n = n;`, n a parameter declared before), None for a field it does neither."""
-        if f.kind == "scalar" and f.init is not None and f.declarator is None:  # set by its first assignment
+        if f.kind == "scalar" and f.set_at is not None:  # given its value by an assignment in the set-up
             return render(f.init)
         if f.kind == "device":
             return f"({f.base}{'*' * f.pointers})cuco_buffer(ctx, \"{self.names[f.name]}\")->ptr" \

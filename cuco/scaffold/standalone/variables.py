@@ -168,7 +168,7 @@ class Locals:
             value = node.child_by_field_name("right")
             if "." in loc.name and loc.init is None and value is not None and \
                     text(node.child_by_field_name("operator")) == "=":  # a field's first value: `c.n = 1 << 20;`
-                loc.init, loc.why = value, ""
+                loc.init, loc.why, loc.set_at = value, "", line_of(node)
                 self.first_kind(loc)
                 continue
             envs = strings_in(value) if value is not None else set()
