@@ -653,6 +653,20 @@ def test_a_launch_configuration_the_step_clamps_is_kept(tmp_path, clamp):
     assert run.index("int blocks =") < run.index(clamp) < run.index("scale<<<blocks"), run
 
 
+def test_a_size_divided_as_c_integers_divide_rounds_down(tmp_path):
+    """`(cfg.count + world - 1) / world` floats: C's integer division, which need not divide exactly: the shape
+    rounds down as the program does (`//`), not a placeholder."""
+    part = "  cudaMalloc(&d_part, (cfg.count + world - 1) / world * sizeof(float));\n"
+    _variant(tmp_path, ("  float *d_x, *d_y;\n", "  float *d_x, *d_y, *d_part;\n" + part),
+             ("    scale<<<256, 256, 0, stream>>>(d_x, 2.0f, cfg.count);\n",
+              "    scale<<<256, 256, 0, stream>>>(d_x, 2.0f, cfg.count);\n"
+              "    add_part<<<256, 256, 0, stream>>>(d_part, d_x, cfg.count);\n"),
+             ("__global__ void scale(", "__global__ void add_part(const float* p, float* x, int n) { x[0] += p[0]; }\n"
+                                        "__global__ void scale("))
+    spec = load_workload(create_workload("w", tmp_path / "p.cu", tmp_path).root)
+    assert spec.buffers["part"].shape == ("(count + world - 1) // world",)
+
+
 MAKE_COMM = "ncclComm_t make_comm(int rank, int world) {\n  ncclUniqueId id;\n" \
             "  if (rank == 0) ncclGetUniqueId(&id);\n" \
             "  MPI_Bcast(&id, sizeof(id), MPI_BYTE, 0, MPI_COMM_WORLD);\n  ncclComm_t comm;\n" \

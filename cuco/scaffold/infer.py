@@ -310,6 +310,10 @@ def settle(sc: Scaffold, values: dict[str, int | None]) -> None:
 
     for b in sc.buffers:
         why = _evaluates(b.shape, params_for(b.shape))
+        floor = [re.sub(r"(?<!/)/(?!/)", "//", d) for d in b.shape]  # C's integer division rounds down
+        if why is not None and floor != b.shape and _evaluates(floor, params_for(floor)) is None:
+            b.notes.append(f"its size divides as C's integers do, rounding down: {', '.join(floor)}")
+            b.shape, why = floor, None
         if why is not None:
             b.guess("shape", f"its size from the program ({', '.join(b.shape)}) does not fit the sizes here ({why}); "
                              f"{_placeholder(b.name)} is a placeholder")
