@@ -209,6 +209,14 @@ def test_a_communicator_made_in_a_file_not_given_is_named(tmp_path):
                                   "communicator, give its file too (--from)"]
 
 
+def test_two_files_that_each_define_main_are_refused(tmp_path):
+    other = tmp_path / "other.cu"
+    other.write_text(STRUCT.read_text())
+    with pytest.raises(CucoError, match=r"main\(\) is defined 2 times \(.*struct_sizes\.cu:\d+, .*other\.cu:\d+\): "
+                                        r"give the files of one program"):
+        create_workload("w", [STRUCT, other], tmp_path)
+
+
 def test_files_that_cannot_be_one_program_are_refused(tmp_path):
     (tmp_path / "a").mkdir()
     (tmp_path / "b").mkdir()

@@ -21,7 +21,7 @@ from __future__ import annotations
 from pathlib import Path
 
 from cuco.errors import CucoError
-from cuco.fastpath.syntax import blank_macros, callee, parser, text, walk
+from cuco.fastpath.syntax import blank_macros, callee, function_name, parser, text, walk
 from cuco.scaffold.program import first_syntax_error
 from cuco.scaffold.standalone.blockers import Blocked, blockers, refuse_all
 from cuco.scaffold.standalone.calls import COMM_INIT
@@ -73,7 +73,13 @@ def read_program(files: list[Path], include_dirs: list[Path], defines: list[str]
     """The program's files as one unit, its macros expanded and main()'s helpers written out, and its syntax tree;
     a place the grammar cannot read is refused with the file and line it was written at."""
     unit = expand_macros(read_sources(files), include_dirs, defines)
-    unit = _clear_reserved(unit, _parsed(unit))
+    root = _parsed(unit)
+    mains = [unit.origin(f.start_point.row + 1) for f in walk(root)
+             if f.type == "function_definition" and function_name(f) == "main"]
+    if len(mains) > 1:
+        raise CucoError(str(mains[0].path), f"main() is defined {len(mains)} times ({', '.join(map(str, mains))}): "
+                                            "give the files of one program")
+    unit = _clear_reserved(unit, root)
     root = _parsed(unit)
     for _ in range(HELPER_DEPTH):  # a level more each time, while there is one
         deeper = inline_helpers(unit, root)
