@@ -1,4 +1,4 @@
-"""One level of the program's own host functions written out where main() calls them.
+"""The program's own host functions written out where main() calls them, a level at a time (HELPER_DEPTH deep).
 
 Programs put their device work in helpers: a launcher in the kernels' file (a .cpp host cannot write `<<<>>>`), a
 step function, the communicator's creation. The conversion reads main()'s statements, so a call statement of such a
@@ -8,9 +8,10 @@ The body's lines keep their origins, so a refusal inside names the helper's own 
 body is spliced in; as a loop's or a branch's only statement it is braced. A helper's local that would clash with
 a name of main() is renamed. A helper whose value declares a variable of main() (`ncclComm_t comm =
 make_comm(...);`) is written out too when it returns a local of its own, which becomes that variable; so is a local
-a helper stores through a pointer parameter last (`*out = c;` for the call's `&comm`). A helper that
-returns early, has a template, or is called for its value otherwise stays a call (the step refuses it with the
-reason); the helpers it calls in turn are not written out.
+a helper stores through a pointer parameter last (`*out = c;` for the call's `&comm`). A pointer parameter given
+`&v` is v where the body goes through it (`p->n` is `v.n`). A helper that returns early, has a template, or is called
+for its value otherwise stays a call (the step refuses it with the reason); the helpers it calls in turn are written
+out at the next level, down to HELPER_DEPTH.
 """
 
 from __future__ import annotations
