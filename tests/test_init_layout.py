@@ -675,6 +675,18 @@ def test_a_size_divided_as_c_integers_divide_rounds_down(tmp_path):
     assert spec.buffers["part"].shape == ("(count + world - 1) // world",)
 
 
+@needs_cpp
+def test_a_size_from_a_header_not_given_is_read_from_it(tmp_path):
+    """`#include "sizes.h"` beside the program, not given with --from: its integer #defines are the sizes the program
+    starts from (the header stays an include of the seed, with the warning to paste it)."""
+    (tmp_path / "sizes.h").write_text("#pragma once\n#define DEFAULT_COUNT (1 << 16)\n")
+    _variant(tmp_path, ("#include <cuda_runtime.h>\n", '#include <cuda_runtime.h>\n#include "sizes.h"\n'),
+             ("  int count = 1 << 20;\n", "  int count = DEFAULT_COUNT;\n"))
+    made = create_workload("w", tmp_path / "p.cu", tmp_path)
+    assert load_workload(made.root).shapes[0].params == {"count": 1 << 16}
+    assert any('keeps #include "sizes.h"' in w for w in made.warnings)
+
+
 MAKE_COMM = "ncclComm_t make_comm(int rank, int world) {\n  ncclUniqueId id;\n" \
             "  if (rank == 0) ncclGetUniqueId(&id);\n" \
             "  MPI_Bcast(&id, sizeof(id), MPI_BYTE, 0, MPI_COMM_WORLD);\n  ncclComm_t comm;\n" \

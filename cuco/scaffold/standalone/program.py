@@ -84,7 +84,7 @@ class Standalone:
         self.env_functions = {name for name, f in self.functions.items()
                               if any(callee(c) in ("getenv", "secure_getenv", "std::getenv") for c in calls_in(f))}
         self.aliases = _type_aliases(self.root)
-        self.globals = _global_constants(self.root)
+        self.globals = {**self.unit.constants, **_global_constants(self.root)}
         self.structs = _structs(self.root)
         self.locals: dict[str, Local] = {}
         self.lambdas = _lambdas(self.main) if self.main is not None else {}

@@ -57,6 +57,7 @@ class Unit:
     unwritten: dict[str, str] = field(default_factory=dict)  # helpers main() calls that stay calls: why
     written: dict[Path, list[str]] = field(default_factory=dict)  # each file's lines as the user wrote them
     written_out: list[str] = field(default_factory=list)  # helpers written out where main() calls them
+    constants: dict[str, int] = field(default_factory=dict)  # integer #defines of the headers it includes, not given
 
     def reading(self) -> list[str]:
         """How the program was read, where that is more than one file as written: for the user, one line each."""
@@ -294,6 +295,7 @@ def expand_macros(unit: Unit, include_dirs: list[Path], defines: list[str]) -> U
         command = [cpp, "-C", "-x", "c++", "-std=c++17", "-nostdinc", "-w", "-D__CUDACC__", "-D__NVCC__",
                    *[f"-I{d}" for d in include_dirs], *[f"-D{d}" for d in defines], str(source)]
         output, entered = _by_line(_run(command, unit, name), name, len(lines))
+        constants = _constants(list(pre.headers.values()))
     expanded, i = [], 0
     while i < len(lines):
         original, got = unit.lines[i], output[i]
@@ -310,7 +312,23 @@ def expand_macros(unit: Unit, include_dirs: list[Path], defines: list[str]) -> U
         else:
             expanded.append(original[:len(original) - len(original.lstrip())] + got.strip())
         i += 1
-    return unit.changed(lines=[_dim3(ln) for ln in expanded])
+    return unit.changed(lines=[_dim3(ln) for ln in expanded], constants=constants)
+
+
+def _constants(texts: list[list[str]]) -> dict[str, int]:
+    """The integer constants the headers #define (`#define DEFAULT_TOKENS 2048`): sizes the program starts from."""
+    out = {}
+    for lines in texts:
+        for i, ln in enumerate(lines):
+            m = DEFINE.match(_directive(lines, i)) if DEFINE.match(ln) else None
+            if m is None or m.group(3) is not None:
+                continue
+            value = m.group(4).strip()
+            shift = re.fullmatch(r"\(?\s*(\d+)\s*<<\s*(\d+)\s*\)?", value)
+            found = (int(shift.group(1)) << int(shift.group(2))) if shift else constant(value.rstrip("uUlL") or "x")
+            if found is not None:
+                out[m.group(1)] = found
+    return out
 
 
 def _dim3(line: str) -> str:
