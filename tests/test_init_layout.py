@@ -687,6 +687,19 @@ def test_a_size_from_a_header_not_given_is_read_from_it(tmp_path):
     assert any('keeps #include "sizes.h"' in w for w in made.warnings)
 
 
+def test_what_the_step_leaves_to_the_runner_is_listed(tmp_path):
+    """A host sync and a progress print inside the loop are the runner's part, left out of cuco_run: said so, with
+    their lines, not dropped without a word."""
+    program = _variant(tmp_path, ("    ncclAllReduce(d_x, d_y, cfg.count, ncclFloat, ncclSum, comm, stream);\n",
+                                  "    ncclAllReduce(d_x, d_y, cfg.count, ncclFloat, ncclSum, comm, stream);\n"
+                                  "    cudaStreamSynchronize(stream);\n"
+                                  '    if (it % 10 == 0) printf("step %d\\n", it);\n'))
+    made = create_workload("w", program, tmp_path)
+    sync, prints = _line(program, "    cudaStreamSynchronize"), _line(program, "if (it % 10")
+    assert f"left out of cuco_run, the runner's part: cudaStreamSynchronize (line {sync}), `if (it % 10 == 0)` and " \
+           f"its host work (line {prints})" in made.reading, made.reading
+
+
 MAKE_COMM = "ncclComm_t make_comm(int rank, int world) {\n  ncclUniqueId id;\n" \
             "  if (rank == 0) ncclGetUniqueId(&id);\n" \
             "  MPI_Bcast(&id, sizeof(id), MPI_BYTE, 0, MPI_COMM_WORLD);\n  ncclComm_t comm;\n" \

@@ -121,5 +121,7 @@ def convert(path: Path, raw: bytes, root, unit: Unit | None = None) -> Conversio
                                                     "parameter at least; declare the step's sizes in main() (const "
                                                     "size_t n = ...)"))
     refuse_all(prog, refused)
+    left = [f"{what} ({prog.at(line)})" for line, what in step.left]
+    reading = prog.unit.reading() + ([f"left out of cuco_run, the runner's part: {', '.join(left)}"] if left else [])
     return Conversion(seed.source(), facts.buffers(), params, facts.flops(), prog.unit.warnings + seed.warnings(),
-                      dict(prog.globals), prog.unit.reading())
+                      dict(prog.globals), reading)

@@ -53,6 +53,7 @@ class Step:
         self.operands: set[str] = set()  # device pointers the step's work reads or writes as data
         self.counts: list = []  # the NCCL calls' count arguments
         self.from_host: dict[str, int] = {}  # device buffer -> the line of the step's copy into it from the host
+        self.left: list[tuple[int, str]] = []  # the host's calls the step leaves to the runner (syncs, copies, prints)
         self.gemms: list = []  # (call, inside an inner loop)
         self.nccl = False
         self.depth = 0
@@ -192,6 +193,8 @@ class Step:
         if kind in refusals or kind in ("nccl_admin", "cuda"):
             raise self.prog.refuse(st, refusals.get(kind, f"{name} in the step: cuco does not know whether it "
                                                           "belongs to cuco_setup, cuco_run or the runner"))
+        if kind in ("sync", "mpi", "host", "host_fn"):
+            self.left.append((line_of(call), name))
         self.mark_writes(expr)
         return False
 
@@ -200,6 +203,7 @@ class Step:
         if way in ("d2d", "set"):
             self.keep_call(st, call, "copy")
             return True
+        self.left.append((line_of(call), f"{callee(call)} ({'to' if way == 'd2h' else 'from'} the host)"))
         if way == "d2h":
             target = root_name(call_args(call)[0]) if call_args(call) else None
             if target is not None:
@@ -239,6 +243,7 @@ class Step:
         if not self.prog.works(st):
             if self.local_update(st):
                 return True
+            self.left.append((line_of(st), f"`{self.prog.head(st)}` and its host work"))
             self.mark_writes(st)
             return False
         refs = idents(st.child_by_field_name("condition"))
