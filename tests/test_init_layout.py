@@ -700,6 +700,32 @@ def test_what_the_step_leaves_to_the_runner_is_listed(tmp_path):
            f"its host work (line {prints})" in made.reading, made.reading
 
 
+def test_cublaslt_descriptors_and_layouts_are_cuco_setups_state(tmp_path):
+    """A cuBLASLt handle, a matmul descriptor set through an attribute and a matrix layout, made before the loop:
+    cuco_setup makes them (the attribute's value with them), cuco_run uses them, cuco_teardown destroys them."""
+    setup = ("  cublasLtHandle_t lt;\n  cublasLtCreate(&lt);\n  cublasLtMatmulDesc_t desc;\n"
+             "  cublasLtMatmulDescCreate(&desc, CUBLAS_COMPUTE_32F, CUDA_R_32F);\n"
+             "  cublasOperation_t opT = CUBLAS_OP_T;\n"
+             "  cublasLtMatmulDescSetAttribute(desc, CUBLASLT_MATMUL_DESC_TRANSB, &opT, sizeof(opT));\n"
+             "  cublasLtMatrixLayout_t lay;\n  cublasLtMatrixLayoutCreate(&lay, CUDA_R_32F, 64, 64, 64);\n"
+             "  const float one = 1.0f, zero = 0.0f;\n")
+    _variant(tmp_path, ("#include <cuda_runtime.h>\n", "#include <cuda_runtime.h>\n#include <cublasLt.h>\n"),
+             ("  for (int it = 0;", setup + "  for (int it = 0;"),
+             ("    scale<<<256, 256, 0, stream>>>(d_x, 2.0f, cfg.count);\n",
+              "    cublasLtMatmul(lt, desc, &one, d_x, lay, d_x, lay, &zero, d_y, lay, d_y, lay, nullptr, nullptr, 0, "
+              "stream);\n"))
+    seed = (create_workload("w", tmp_path / "p.cu", tmp_path).root / "seed.cu").read_text()
+    setup_fn, rest = seed.split("int cuco_setup(")[1].split("int cuco_run(")
+    run, teardown = rest.split("int cuco_teardown(")
+    for made in ("cublasLtCreate(&s->lt)", "cublasLtMatmulDescCreate(&s->desc,", "cublasOperation_t opT = CUBLAS_OP_T;",
+                 "cublasLtMatmulDescSetAttribute(s->desc, CUBLASLT_MATMUL_DESC_TRANSB, &opT, sizeof(opT))",
+                 "cublasLtMatrixLayoutCreate(&s->lay,"):
+        assert made in setup_fn, (made, setup_fn)
+    assert "cublasLtMatmul(lt, desc, &one, d_x, lay" in run and "cublasLtMatmulDesc_t desc = s->desc;" in run
+    for gone in ("cublasLtMatrixLayoutDestroy(s->lay)", "cublasLtMatmulDescDestroy(s->desc)", "cublasLtDestroy(s->lt)"):
+        assert gone in teardown, (gone, teardown)
+
+
 MAKE_COMM = "ncclComm_t make_comm(int rank, int world) {\n  ncclUniqueId id;\n" \
             "  if (rank == 0) ncclGetUniqueId(&id);\n" \
             "  MPI_Bcast(&id, sizeof(id), MPI_BYTE, 0, MPI_COMM_WORLD);\n  ncclComm_t comm;\n" \

@@ -2,8 +2,11 @@
 checks, which GEMMs have sizes, and which kinds of call are device work."""
 
 COMM_INIT = frozenset({"ncclCommInitRank", "ncclCommInitRankConfig", "ncclCommInitRankScalable"})
+# What cuco_setup creates and cuco_teardown destroys: cuBLAS handles, and cuBLASLt's handle, descriptors and layouts.
 HANDLE_CREATE = {"cublasCreate": "cublasDestroy", "cublasCreate_v2": "cublasDestroy_v2",
-                 "cublasLtCreate": "cublasLtDestroy"}
+                 "cublasLtCreate": "cublasLtDestroy", "cublasLtMatmulDescCreate": "cublasLtMatmulDescDestroy",
+                 "cublasLtMatrixLayoutCreate": "cublasLtMatrixLayoutDestroy",
+                 "cublasLtMatmulPreferenceCreate": "cublasLtMatmulPreferenceDestroy"}
 CHECKS = frozenset({"cudaGetLastError", "cudaPeekAtLastError"})
 DEFAULT_STREAMS = frozenset({"0", "NULL", "nullptr", "cudaStreamDefault", "cudaStreamLegacy", "cudaStreamPerThread"})
 GEMM_SIZES = {name: (3, 4, 5) for name in ("cublasGemmEx", "cublasSgemm", "cublasSgemm_v2", "cublasHgemm",

@@ -141,7 +141,7 @@ class Standalone:
             return "nccl"
         if name.startswith("cublas"):
             return "blas_setup" if re.match(r"cublas\w*(Create|Destroy)", name) else \
-                "blas_config" if re.match(r"cublas(Lt)?(Set|Get)", name) else "blas"
+                "blas_config" if re.match(r"cublas(Lt)?\w*?(Set|Get)", name) else "blas"
         table = (("copy", COPIES), ("check", CHECKS), ("sync", SYNCS), ("graph", GRAPH), ("memory", MEMORY))
         found = next((k for k, names in table if name in names), None)
         if found is not None:

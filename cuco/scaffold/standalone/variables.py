@@ -142,7 +142,7 @@ class Locals:
                                           "cuco runs the step on the runner's one communicator of every rank "
                                           "(ctx->comm), so a program on sub-communicators (2-D parallelism) is not "
                                           "one it converts")
-        elif before:
+        elif before and not (self.prog.kind(call) == "blas_config" and "Set" in name):  # a setter reads &value
             self.written_by(call, name)
 
     def written_by(self, call, name: str) -> None:
