@@ -286,5 +286,5 @@ def no_host_collective_left(code: str) -> bool:
     except NoCommunication:
         return True
     except AnalysisError:
-        return False
+        pass
     return False

@@ -17,8 +17,9 @@ from cuco.scaffold.c_expr import cast_call
 C_TYPES = {**{d.c_type: d.name for d in DTYPES.values()}, "nv_bfloat16": "bf16", "bfloat16": "bf16", "half": "f16",
            "int": "i32", "long long": "i64", "char": "i8", "signed char": "i8", "unsigned char": "u8"}
 BYTE_VIEWS = frozenset({"char", "signed char", "unsigned char", "void"})  # a pointer cast for byte arithmetic
-INTEGER_TYPES = frozenset({"size_t", "int", "long", "unsigned", "int64_t", "int32_t", "uint64_t", "uint32_t",
-                           "ptrdiff_t", "ssize_t", "long long", "unsigned long", "unsigned long long", "long int"})
+INTEGER_TYPES = frozenset({"size_t", "int", "long", "unsigned", "unsigned int", "int64_t", "int32_t", "uint64_t",
+                           "uint32_t", "ptrdiff_t", "ssize_t", "long long", "unsigned long", "unsigned long long",
+                           "long int"})
 
 
 @dataclass(frozen=True)

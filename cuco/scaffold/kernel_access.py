@@ -12,7 +12,7 @@ from dataclasses import dataclass
 
 from cuco.fastpath.syntax import callee, text, walk
 from cuco.scaffold.c_expr import cast_call, strip
-from cuco.scaffold.declarations import KernelParam, declared_name
+from cuco.scaffold.declarations import INTEGER_TYPES, KernelParam, declared_name
 
 READ_INTRINSICS = ("__ldg", "__ldca", "__ldcg", "__ldcs", "__ldlu", "__ldcv")
 WRITE_INTRINSICS = ("__stwb", "__stcg", "__stcs", "__stwt")
@@ -136,15 +136,11 @@ def _pointer_use(fn, param: str) -> Access:
     return Access(loads or call_reads, writes or call_writes)
 
 
-INTEGERS = frozenset({"int", "unsigned", "unsigned int", "long long", "unsigned long long", "int32_t", "uint32_t",
-                      "int64_t", "uint64_t", "long", "unsigned long", "size_t"})
-
-
-def uses_atomics(fn, params: list[KernelParam] | None = None) -> bool:
+def uses_atomics(fn, params: list[KernelParam]) -> bool:
     """The function accumulates in floating point with atomics: the order of its updates, and so its rounding,
     varies run to run. Atomics into a pointer parameter of an integer type (a count, a histogram) are exact in any
     order; any other target is assumed to round."""
-    ints = {p.name for p in params or [] if p.pointer and p.ctype in INTEGERS}
+    ints = {p.name for p in params if p.pointer and p.ctype in INTEGER_TYPES}
     return any(n.type == "call_expression" and callee(n).split("::")[-1].startswith("atomic") and not (
         (args := n.child_by_field_name("arguments")) is not None and args.named_children
         and _base(args.named_children[0]) in ints) for n in walk(fn))

@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import ast
 import keyword
+import re
 
 from cuco.fastpath.syntax import text
 
@@ -41,6 +42,13 @@ def constant(expr: str) -> int | None:
         return eval_expr(expr, {}) if not names_in(expr) else None
     except ExprError:
         return None
+
+
+def define_value(raw: str) -> int | None:
+    """The integer a `#define`'s text stands for (`2048`, `8ul`, `(1 << 20)`), else None."""
+    raw = " ".join(raw.split())
+    shift = re.fullmatch(r"\(?\s*(\d+)\s*<<\s*(\d+)\s*\)?", raw)
+    return (int(shift.group(1)) << int(shift.group(2))) if shift else constant(raw.rstrip("uUlL") or "x")
 
 
 class SizeWriter:

@@ -114,7 +114,7 @@ def convert(path: Path, raw: bytes, root, unit: Unit | None = None) -> Conversio
         raise
     refused += seed.refusals
     facts = Facts(seed)
-    params = facts.params()
+    params = facts.params
     if not params and (not refused or not any(loc.kind == "param" for loc in prog.locals.values())):
         refused.append(prog.refuse(place.loops[-1], "no size of the step is a variable of main() (a size fixed at "
                                                     "file scope stays fixed in the seed): a workload needs one "

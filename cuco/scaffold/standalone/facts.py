@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import re
 from dataclasses import dataclass, field
+from functools import cached_property
 
 from cuco.dtypes import DTYPES
 from cuco.fastpath.analyze import BLAS, COPIES, NCCL_SIGNATURES
@@ -128,7 +129,7 @@ class Facts:
         parts = [self.sizes.expr(f) for f in factors if f is not sizeofs[0]]
         if any(p is None for p in parts):
             return None, dtype or elem, ""
-        read = self.params()  # a size cuco_run never reads cannot change with the shape: its value stays
+        read = self.params  # a size cuco_run never reads cannot change with the shape: its value stays
         for label, loc in self.sized().items():
             if label not in read and loc.value is not None:
                 parts = [re.sub(rf"\b{re.escape(label)}\b", str(loc.value), p) for p in parts]
@@ -214,7 +215,9 @@ class Facts:
         """main()'s locals that are sizes (kind param), by their workload names."""
         return {self.prog.param_label(n): loc for n, loc in self.prog.locals.items() if loc.kind == "param"}
 
+    @cached_property
     def params(self) -> dict[str, int | None]:
+        """The parameters cuco_run reads, by their workload names, with the program's values."""
         held = self.seed.run_locals + self.seed.setup_locals
         locs = {loc.name: loc for loc in held + [f for loc in held for f in self.seed.fields(loc)]
                 if loc.kind == "param"}

@@ -10,7 +10,7 @@ from pathlib import Path
 from cuco.errors import CucoError
 from cuco.fastpath.analyze import ALLOCATORS, COPIES, FREES, NCCL_SIGNATURES, const_params
 from cuco.fastpath.syntax import blank_macros, call_args, callee, function_name, text, walk
-from cuco.scaffold.size_expr import constant, int_literal, param_name
+from cuco.scaffold.size_expr import define_value, int_literal, param_name
 from cuco.scaffold.standalone.calls import CHECKS, WORK
 from cuco.scaffold.standalone.nodes import calls_in, idents, is_launch, line_of
 from cuco.scaffold.standalone.sources import Origin, Unit
@@ -292,9 +292,7 @@ def _global_constants(root) -> dict[str, int]:
     out = {}
     for node in root.children:
         if node.type == "preproc_def" and node.child_by_field_name("value") is not None:
-            raw = " ".join(text(node.child_by_field_name("value")).split())
-            shift = re.fullmatch(r"\(?\s*(\d+)\s*<<\s*(\d+)\s*\)?", raw)
-            value = (int(shift.group(1)) << int(shift.group(2))) if shift else constant(raw.rstrip("uUlL"))
+            value = define_value(text(node.child_by_field_name("value")))
             if value is not None:
                 out[text(node.child_by_field_name("name"))] = value
         elif node.type == "declaration" and {text(c) for c in node.children if c.type == "type_qualifier"} & {

@@ -23,7 +23,7 @@ from dataclasses import dataclass, field, replace
 from pathlib import Path
 
 from cuco.errors import CucoError
-from cuco.scaffold.size_expr import constant
+from cuco.scaffold.size_expr import define_value
 
 HEADERS = (".h", ".hh", ".hpp", ".hxx", ".cuh")
 SOURCES = (".cu", ".cpp", ".cc", ".cxx", ".c++", ".c")
@@ -152,8 +152,7 @@ def _kept_as_written(texts: list[list[str]]) -> set[str]:
                 continue
             name, params, value = m.group(1), m.group(3), m.group(4).strip()
             if params is None:
-                shift = re.fullmatch(r"\(?\s*(\d+)\s*<<\s*(\d+)\s*\)?", value)
-                if shift or constant(value.rstrip("uUlL") or "x") is not None:
+                if define_value(value) is not None:
                     out.add(name)
             elif len([p for p in params.split(",") if p.strip()]) == 1 and \
                     re.search(rf"\b{name}\s*\(\s*[A-Za-z_][\w:]*\s*\(", body):
@@ -323,9 +322,7 @@ def _constants(texts: list[list[str]]) -> dict[str, int]:
             m = DEFINE.match(_directive(lines, i)) if DEFINE.match(ln) else None
             if m is None or m.group(3) is not None:
                 continue
-            value = m.group(4).strip()
-            shift = re.fullmatch(r"\(?\s*(\d+)\s*<<\s*(\d+)\s*\)?", value)
-            found = (int(shift.group(1)) << int(shift.group(2))) if shift else constant(value.rstrip("uUlL") or "x")
+            found = define_value(m.group(4))
             if found is not None:
                 out[m.group(1)] = found
     return out
