@@ -37,7 +37,9 @@ CAUGHT = {
     "exit_zero": (("L2", ["exited with status 0", "a candidate may not end its process"]),
                   ("L2", ["exited with status 0"])),
     "detached_process": (("L0", ["forbidden"]), None),  # with the checks off it passes: see its own test
-    "work_in_the_gap": (("L0", ["forbidden"]), ("L2", ["out of tolerance"])),
+    # its thread races the judge's delivery: a run where it sees the poison before the inputs land is computed from
+    # stale inputs and fails; on a loaded machine the first such run may come at a later level
+    "work_in_the_gap": (("L0", ["forbidden"]), ("L2|L3|L4", ["out of tolerance", "a timed run's output is wrong"])),
     "write_parameter": (("L2", ["parameter changed by the runs"]), ("L2", ["parameter changed by the runs"])),
     "zero_weights_for_reference": (("L2", ["parameter changed by the runs"]),
                                    ("L2", ["parameter changed by the runs"])),
