@@ -49,10 +49,12 @@ CORPUS = {
                                "line 25: ncclAllGather's receive buffer: `s->gathered + (s->runs++ % 2) * n` lies at "
                                "an offset that depends on `s->runs`, which the rules cannot follow to one value on "
                                "every rank"),
-    "pairwise_loop": ("alltoall_bf16", "refused",
-                      "line 12: peer `p` depends on `p`, which the program assigns more than once (a loop or a "
-                      "reassignment)"),
-    "alltoallv_seed": ("alltoallv_bf16", "refused", "line 32: peer `(int)p` depends on `p`, which the program assigns"),
+    "pairwise_loop": ("alltoall_bf16", "rewritten",
+                      "CUCO_CUDA(ctx, cuco::allToAll(ctx, cuco_buffer(ctx, \"y\")->window, 0, x, (block) * "
+                      "sizeof(__nv_bfloat16), ctx->stream));"),
+    "alltoallv_seed": ("alltoallv_bf16", "refused", "the ncclSend of line 35 sends `out` and the ncclRecv of line 36 "
+                       "receives `in`: blocks of one size are an all-to-all; a size per peer (an all-to-allv) is not "
+                       "covered by the rules"),
 }
 REWRITTEN = sorted(n for n, (_, outcome, _) in CORPUS.items() if outcome == "rewritten")
 

@@ -14,7 +14,7 @@ from conftest import ROOT, WORKLOADS
 
 from cuco.evolve.strategy import materialize, prebuild
 from cuco.fastpath.analyze import analyze
-from cuco.fastpath.knobs import CE_CTAS, CTAS, ISSUERS, MAX_SITES, PIECES, derive
+from cuco.fastpath.knobs import CE_CTAS, CTAS, EVERY_PEER, GROUP, ISSUERS, MAX_SITES, PIECES, derive
 from cuco.runner.build.nvcc import build
 from cuco.runner.build.static_checks import check_source
 from cuco.runner.cascade import EvalOptions, evaluate
@@ -34,6 +34,7 @@ PROGRAMS = {
     "gemm_rs_scratch": ("gemm_reducescatter", HERE / "corpus" / "gemm_rs_scratch.cu", [CHUNKED]),
     "gemm_ar_macros": ("gemm_allreduce", HERE / "corpus" / "gemm_ar_macros.cu", [CHUNKED]),
     "inplace_allgather": ("allgather_bf16", HERE / "corpus" / "inplace_allgather.cu", [("deferred",)]),
+    "pairwise_loop": ("alltoall_bf16", HERE / "corpus" / "pairwise_loop.cu", [("deferred",)]),
     "host_allreduce_scratch": ("allreduce_sum", HERE / "host_allreduce_scratch.cu", [("deferred",)]),
     "host_halo_exchange": ("sendrecv_ring", HERE / "host_halo_exchange.cu", [("deferred",)]),
     "overlap_beside": ("allgather_bf16", HERE / "knobs" / "overlap_beside.cu", [("deferred", OVERLAP)]),
@@ -44,7 +45,7 @@ PROGRAMS = {
     **{f"{wl}_seed": (wl, WORKLOADS / wl / "seed.cu", [("deferred",)])
        for wl in ("allreduce_sum", "reducescatter_sum", "allgather_bf16", "alltoall_bf16", "sendrecv_ring")},
 }
-COPIES = ("ncclAllGather", "ncclAlltoAll", "group of ncclSend/ncclRecv")  # what the copy engine can move
+COPIES = ("ncclAllGather", "ncclAlltoAll", GROUP, EVERY_PEER)  # what the copy engine can move
 
 
 def _knobs(name, world=None):

@@ -119,8 +119,9 @@ def test_send_recv_groups_the_rules_cannot_pair(edit, message, tmp_path):
 
 def test_uneven_all_to_all_through_host_counts_is_left_to_the_llm_loop():
     wl = ROOT / "cuco" / "builtin" / "alltoallv_bf16"
-    with pytest.raises(RewriteError, match=r"line 32: peer `\(int\)p` depends on `p`, which the program assigns more "
-                                           r"than once \(a loop or a reassignment\)"):
+    with pytest.raises(RewriteError, match=r"the ncclSend of line 35 sends `out` and the ncclRecv of line 36 receives "
+                                           r"`in`: blocks of one size are an all-to-all; a size per peer \(an "
+                                           r"all-to-allv\) is not covered by the rules"):
         rewrite(wl / "seed.cu", load_workload(wl))
 
 

@@ -31,6 +31,7 @@ from pathlib import Path
 from cuco.fastpath.analyze import Analysis, Op
 from cuco.fastpath.annotate import ENTRY_POINTS, annotate
 from cuco.fastpath.gemm_rows import ColumnSplit, Pieces, column_split, output_split, row_split
+from cuco.fastpath.peer_loops import proven
 from cuco.fastpath.places import Place
 from cuco.fastpath.rewrite import rewrite
 from cuco.workload.spec import Requirements, StrategySpec, WorkloadSpec
@@ -40,6 +41,7 @@ CE_CTAS = 64  # the copy engine's points are given once, with the rules' own CTA
 ISSUERS = ("cta", "warp")
 PIECES = (1, 2, 4)  # sync chunk: pieces of each rank's block (CUCO_CHUNKS)
 MAX_SITES = 4  # collectives of one program with a consumer that waits per piece (CUCO_COLL_MAX_SITES)
+GROUP, EVERY_PEER = "group of ncclSend/ncclRecv", "ncclSend/ncclRecv to every peer (an all-to-all)"
 COPIES = ("ncclAllGather", "ncclAlltoAll")  # collectives that only copy (and send/recv groups): the copy engine's
 ONLY_GATHER = "only an all-gather's consumer and a reduce-scatter's or all-reduce's producer are cut into pieces"
 PRODUCED = ("ncclReduceScatter", "ncclAllReduce")  # collectives whose producing GEMM is cut (the others' consumer)
@@ -137,12 +139,13 @@ def derive(analysis: Analysis, spec: WorkloadSpec) -> Knobs:
     adds)."""
     offers = []
     group: Op | None = None
-    for op in analysis.nccl:
+    calls, every_peer = analysis.nccl, proven(analysis)
+    for i, op in enumerate(calls):
         if op.kind == "group":
             group = op if op.name == "ncclGroupStart" else None
             if op.name == "ncclGroupEnd":
                 continue
-            offers.append(Offer(op.line, "group of ncclSend/ncclRecv",
+            offers.append(Offer(op.line, EVERY_PEER if calls[i + 1].index in every_peer else GROUP,
                                 {"stream_overlap": "a send/recv group's side-stream placement is not derived",
                                  "sync chunk": ONLY_GATHER}, copies=True))
         elif group is None:

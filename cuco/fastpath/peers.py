@@ -11,6 +11,7 @@ refused with the reason.
 from __future__ import annotations
 
 import ast
+import keyword
 import re
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -21,6 +22,8 @@ WORLDS = range(2, 17)  # world sizes the pairing is checked at: every size up to
 # Integer casts the rules look through: `(int)p` is p (ranks fit every integer type).
 CAST = re.compile(r"\(\s*(?:const\s+)?(?:unsigned\s+|signed\s+)?"
                   r"(?:int|long|long long|short|size_t|u?int(?:8|16|32|64)_t)\s*\)")
+KEYWORD = re.compile(rf"(?<![\w.])({'|'.join(keyword.kwlist)})\b")
+KEPT = "cuco_kw_"  # the prefix a keyword's name is read under
 MAX_DEPTH = 16  # definitions followed through at most this many names (a cycle is refused, not followed forever)
 
 
@@ -51,19 +54,23 @@ ARITHMETIC = "integers, + - * / % ^ & |, parentheses"
 
 
 class PeerExpression:
-    """A peer expression of the program, evaluated for a rank and a world size."""
+    """A peer expression of the program, evaluated for a rank and a world size (and the loop variables BOUND, where
+    the expression stands in a loop over peers)."""
 
     def __init__(self, text: str, scalars: dict[str, str | None]) -> None:
         self.text, self.scalars = text, scalars
 
-    def __call__(self, rank: int, world: int) -> int:
-        return self._eval(self.text, {"rank": rank, "nRanks": world}, 0)
+    def __call__(self, rank: int, world: int, bound: dict[str, int] | None = None) -> int:
+        return self._eval(self.text, {"ctx.rank": rank, "ctx.nRanks": world, **(bound or {})}, 0)
 
     def _eval(self, text: str, env: dict[str, int], depth: int) -> int:
         if depth > MAX_DEPTH:
             raise PairingError(f"peer `{self.text}`: its definitions refer to each other")
-        try:  # `ctx->rank` reads as the attribute `ctx.rank`; C's `.` on anything else is refused below
-            tree = ast.parse(CAST.sub("", re.sub(r"\s*->\s*", ".", text)).strip(), mode="eval")
+        # `ctx->rank` reads as the attribute `ctx.rank` (C's `.` on anything else is refused below); a C name that is
+        # a Python keyword (`from`, `in`) is read under another name
+        python = KEYWORD.sub(lambda m: KEPT + m.group(1), CAST.sub("", re.sub(r"\s*->\s*", ".", text))).strip()
+        try:
+            tree = ast.parse(python, mode="eval")
         except SyntaxError:
             raise PairingError(f"peer `{self.text}`: `{text.strip()}` is not arithmetic the rules can evaluate "
                                f"({ARITHMETIC})") from None
@@ -74,7 +81,7 @@ class PeerExpression:
             return node.value
         if isinstance(node, ast.Attribute) and isinstance(node.value, ast.Name) and node.value.id == "ctx" \
                 and node.attr in CONTEXT_FIELDS:
-            return env[node.attr]
+            return env[f"ctx.{node.attr}"]
         if isinstance(node, ast.Name):
             return self._name(node.id, env, depth)
         if isinstance(node, ast.UnaryOp) and isinstance(node.op, (ast.USub, ast.UAdd)):
@@ -83,12 +90,15 @@ class PeerExpression:
         if isinstance(node, ast.BinOp) and type(node.op) in _OPS:
             a, b = self._node(node.left, env, depth), self._node(node.right, env, depth)
             if isinstance(node.op, (ast.Div, ast.Mod)) and b == 0:
-                raise PairingError(f"peer `{self.text}` divides by zero at world {env['nRanks']}")
+                raise PairingError(f"peer `{self.text}` divides by zero at world {env['ctx.nRanks']}")
             return _OPS[type(node.op)](a, b)
         raise PairingError(f"peer `{self.text}`: `{ast.unparse(node)}` is not arithmetic the rules can evaluate "
                            f"({ARITHMETIC})")
 
     def _name(self, name: str, env: dict[str, int], depth: int) -> int:
+        name = name.removeprefix(KEPT)
+        if name in env:
+            return env[name]
         if name not in self.scalars:
             raise PairingError(f"peer `{self.text}` depends on `{name}`, which the program does not define from "
                                "ctx->rank and ctx->nRanks where the rules can see it")

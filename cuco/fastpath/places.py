@@ -121,7 +121,7 @@ class Pointers:
 
     def place(self, node) -> Place | Unplaced | None:
         """The place an expression points to; None where it is not a pointer into a known buffer."""
-        node = _strip(node)
+        node = strip(node)
         if node.type == "field_expression" and text(node).replace(" ", "").endswith("->ptr"):
             handle = node.child_by_field_name("argument")
             if text(handle) in self.handles:
@@ -164,7 +164,7 @@ class Pointers:
         base = self.place(left)
         if not isinstance(base, Place):
             return base
-        elem = _element_type(_strip_parens(left), self.types)
+        elem = element_type(strip_parens(left), self.types)
         if elem is None:
             moving = self.same_on_every_rank(text(right))
             return Unplaced(f"`{text(node)}` lies at an offset that depends on {moving}" if moving else
@@ -216,27 +216,28 @@ def _buffer_call(node) -> str | None:
     return text(lit) if lit is not None else None
 
 
-def _strip_parens(node):
+def strip_parens(node):
     while node.type == "parenthesized_expression" and node.named_child_count == 1:
         node = node.named_children[0]
     return node
 
 
-def _strip(node):
+def strip(node):
     """Parentheses and casts around a pointer: `(T*)(x->ptr)` is x->ptr."""
     while True:
-        node = _strip_parens(node)
+        node = strip_parens(node)
         if node.type != "cast_expression":
             return node
         node = node.child_by_field_name("value")
 
 
-def _element_type(node, types: dict[str, str]) -> str | None:
+def element_type(node, types: dict[str, str]) -> str | None:
     """The element type pointer arithmetic on `node` steps by: the cast's (`(T*)p` steps by T), a typed local's."""
     if node.type == "cast_expression":
         typ = node.child_by_field_name("type")
-        t = text(typ).replace(" ", "") if typ is not None else ""
-        return t[:-1] if t.endswith("*") and t.count("*") == 1 and t[:-1] not in ("void", "constvoid") else None
+        t = " ".join(re.sub(r"\bconst\b", " ", text(typ)).split()) if typ is not None else ""
+        elem = t[:-1].strip()
+        return elem if t.endswith("*") and t.count("*") == 1 and elem != "void" else None
     if node.type == "identifier" and node.text.decode() in types:
         return types[text(node)].replace("const ", "").strip()
     return None

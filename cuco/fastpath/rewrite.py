@@ -18,6 +18,7 @@ from pathlib import Path
 from cuco.dtypes import NCCL_DTYPES
 from cuco.fastpath.analyze import NCCL_SIGNATURES, Analysis, AnalysisError, NoCommunication, Op, analyze
 from cuco.fastpath.gemm_rows import Pieces
+from cuco.fastpath.peer_loops import all_to_all
 from cuco.fastpath.peers import Call, PairingError, pair
 from cuco.fastpath.places import Unplaced
 from cuco.workload.spec import WorkloadSpec
@@ -138,18 +139,21 @@ def _replacement(op: Op, window: _Windows, stream: str | None = None) -> str:
                        "all-reduce, all-to-all and grouped send/recv are)")
 
 
-def _group(ops: list[Op], number: int, window: _Windows, scalars: dict[str, str | None]
-           ) -> list[tuple[Op, str, bool]]:
+def _group(ops: list[Op], number: int, window: _Windows, analysis: Analysis) -> list[tuple[Op, str, bool]]:
     """ncclGroupStart, sends and receives, ncclGroupEnd -> one cuco::sendBatch. Each send writes the buffer of the
     receive NCCL would match it with on its peer, proved from the peer expressions for every rank and world size
-    (peers.pair), or the group is refused with the reason."""
+    (peers.pair), or the group is refused with the reason. Sends and receives in loops over every peer are an
+    all-to-all (peer_loops)."""
     start, members, end = ops[0], ops[1:-1], ops[-1]
+    scalars = analysis.scalars.get(start.function, {})
     if any(o.kind != "p2p" for o in members):
         other = next(o for o in members if o.kind != "p2p")
         raise RewriteError(f"line {other.line}: {other.name} inside the group of line {start.line}: groups of "
                            "collectives are not covered by the rules (groups of ncclSend/ncclRecv are)")
     sends = [o for o in members if o.name == "ncclSend"]
     recvs = [o for o in members if o.name == "ncclRecv"]
+    if any(len(o.loops) > len(start.loops) for o in members):
+        return _peer_loop(start, sends, recvs, end, window, analysis)
     if not sends or len(sends) != len(recvs):
         raise RewriteError(f"line {start.line}: the group has {len(sends)} ncclSend and {len(recvs)} ncclRecv; the "
                            "rules pair them one to one")
@@ -175,6 +179,30 @@ def _group(ops: list[Op], number: int, window: _Windows, scalars: dict[str, str 
         out.append((rcv, f"(void)0 /* ncclRecv: filled by the peer's {batch} */", False))
     out.append((end, f"cuco::sendBatch(ctx, {batch}, {streams.pop()})", True))
     return out
+
+
+def _peer_loop(start: Op, sends: list[Op], recvs: list[Op], end: Op, window: _Windows, analysis: Analysis
+               ) -> list[tuple[Op, str, bool]]:
+    """A group of one send and one receive in loops over every peer -> cuco::allToAll in place of ncclGroupStart,
+    the loops removed, ncclGroupEnd a no-op."""
+    if len(sends) != 1 or len(recvs) != 1:
+        raise RewriteError(f"line {start.line}: the group's loops hold {len(sends)} ncclSend and {len(recvs)} "
+                           "ncclRecv; the rules read one of each to every peer as an all-to-all")
+    send, recv = sends[0], recvs[0]
+    pointers = analysis.pointers.get(start.function)
+    try:
+        found = all_to_all(analysis.source, send, recv, analysis.scalars.get(start.function, {}),
+                           pointers.types if pointers is not None else {})
+    except PairingError as exc:
+        raise RewriteError(str(exc)) from None
+    if found.loops[0][0] < start.span[1] or found.loops[-1][1] > end.span[0]:
+        raise RewriteError(f"line {start.line}: the loop of line {found.lines[0]} is not inside the group")
+    win, off = window(found.recv, "receive", recv)
+    size = f"({send.args['count']}) * sizeof({COPY_ELEMENT[send.args['dtype']]})"
+    out = [(start, f"cuco::allToAll(ctx, {win}, {off}, {found.send}, {size}, {send.args['stream']})", True)]
+    out += [(Op(-1, "loop", "loop", line, start.function, span=span), f"/* the loop over peers of line {line}: "
+             "cuco::allToAll above */", False) for span, line in zip(found.loops, found.lines)]
+    return out + [(end, "(void)0 /* ncclGroupEnd: the group is cuco::allToAll */", False)]
 
 
 def _overlapped(op: Op, window: _Windows, site: int, join: int, src: bytes) -> tuple[str, tuple[tuple[int, int], str]]:
@@ -238,9 +266,10 @@ def rewrite(program: Path | Analysis, spec: WorkloadSpec, overlap: dict[int, int
         elif op.name == "ncclGroupEnd":
             if group is None:
                 raise RewriteError(f"line {op.line}: ncclGroupEnd without ncclGroupStart")
-            calls += _group(group + [op], len(replaced) + 1, window, analysis.scalars.get(op.function, {}))
-            replaced.append(f"lines {group[0].line}-{op.line}: group of {(len(group) - 1) // 2} ncclSend/ncclRecv "
-                            "-> cuco::sendBatch")
+            calls += _group(group + [op], len(replaced) + 1, window, analysis)
+            what = ("ncclSend/ncclRecv to every peer -> cuco::allToAll" if "cuco::allToAll" in calls[-1][1] else
+                    f"group of {(len(group) - 1) // 2} ncclSend/ncclRecv -> cuco::sendBatch")
+            replaced.append(f"lines {group[0].line}-{op.line}: {what}")
             group = None
         elif group is not None:
             group.append(op)

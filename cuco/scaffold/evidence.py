@@ -16,6 +16,7 @@ from dataclasses import dataclass, field, replace
 
 from cuco.dtypes import DTYPES, NCCL_DTYPES
 from cuco.fastpath.analyze import ALLOCATORS, BLAS, COPIES, FREES, NCCL_SIGNATURES, SYNCS, Analysis, Op
+from cuco.fastpath.peer_loops import block
 from cuco.fastpath.syntax import text, walk
 from cuco.scaffold.c_expr import strip
 from cuco.scaffold.declarations import dtype_of
@@ -364,6 +365,25 @@ class Evidence:
             elif self.countable(call, count, "comm_bytes", where):
                 self.received.append(sizes[2].replace("C", f"({count.expr}) * {size}"))
 
+    def every_peer(self, op: Op, timed: bool) -> None:
+        """A send or receive of a loop over every peer that is one all-to-all (fastpath.peer_loops): its buffer is
+        world blocks of its count, and the receive brings in all of them but its own."""
+        call = self.program.call(op.line, op.name)
+        count = self.program.dim(call, 1) if call is not None else None
+        if count is None:
+            return
+        count = self.named(count)
+        where = f"the {op.name} to every peer (line {op.line})"
+        ref = self.program.pointers.ref(call.function, block(call.args[0], op)[0])
+        nccl_type = getattr(NCCL_DTYPES.get(op.args.get("dtype", "")), "name", None)
+        if ref is not None:
+            self.offer_dtype(ref.buffer, NCCL_RANK, nccl_type, f"the type of {where}")
+            if ref.whole:
+                self.offer_shape(ref.buffer, NCCL_RANK, [Dim(tidy(f"world * ({count.expr})"), count.params,
+                                                             count.unsure)], f"the count of {where}")
+        if timed and op.name == "ncclRecv" and nccl_type is not None:
+            self.received.append(f"(world - 1) * ({count.expr}) * {DTYPES[nccl_type].size}")
+
     # ---- GEMMs ---------------------------------------------------------------------------------------------
     def gemm(self, op: Op, timed: bool) -> None:
         call = self.program.call(op.line, op.name)
@@ -550,11 +570,14 @@ def _shared_k(layouts) -> Dim | None:
     return shared[0]
 
 
-def gather(ops: list[Op], program: Program, timed: set[int]) -> Evidence:
-    """Every call's evidence, in program order; costs count only the calls of the timed part."""
+def gather(ops: list[Op], program: Program, timed: set[int], every_peer: set[int] = frozenset()) -> Evidence:
+    """Every call's evidence, in program order; costs count only the calls of the timed part. EVERY_PEER: the sends
+    and receives of loops over every peer that are one all-to-all."""
     ev = Evidence(program)
     for op in ops:
-        if op.kind in ("collective", "p2p"):
+        if op.index in every_peer:
+            ev.every_peer(op, op.index in timed)
+        elif op.kind in ("collective", "p2p"):
             ev.nccl(op, op.index in timed)
         elif op.kind == "blas":
             ev.gemm(op, op.index in timed)

@@ -15,6 +15,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from cuco.fastpath.analyze import Analysis, Op
+from cuco.fastpath.peer_loops import proven
 from cuco.scaffold.evidence import SMALL_SIZE, Evidence, Product, Steps, gather, same, steps
 from cuco.scaffold.kernel_access import uses_atomics
 from cuco.scaffold.program import Program
@@ -257,7 +258,7 @@ def infer(name: str, path: Path, analysis: Analysis, program: Program) -> Scaffo
     found: Steps = steps(analysis, program)
     scope = [o for o in found.ops if o.function == RUN_FUNCTION] if abi else list(found.ops)
     chosen = _chosen(analysis, program, abi, found.ops)
-    ev = gather(found.ops, program, {o.index for o in scope})
+    ev = gather(found.ops, program, {o.index for o in scope}, set(proven(analysis)))
     taken: set[str] = set()
     buffers = [Buffer(_key(b, taken, abi), b) for b in chosen]
     collective = {b for o in found.ops if o.kind in ("collective", "p2p") for b in o.reads + o.writes}

@@ -1,0 +1,202 @@
+"""A group whose one ncclSend and one ncclRecv stand in loops over every peer is an all-to-all, proved for every rank
+at every world size checked, or refused with the reason.
+
+This is how hand-written all-to-alls look (`for (p = 0; p < nRanks; p++) { ncclSend(x + p * n, n, .., p, ..);
+ncclRecv(y + p * n, n, .., p, ..); }`, or with the peer rotated by the rank to spread the links' load). NCCL matches
+rank r's send to q with q's receive from r; when each loop reaches every rank exactly once, and each call's buffer
+sits at block `peer` of one buffer, block q of r's send lands in block r of q's receive: cuco::allToAll. Each
+condition is checked, not assumed: the loop counts 0 .. nRanks - 1, each peer expression is a permutation of the
+ranks (evaluated with the program's own definitions, peers.PeerExpression), each offset is that peer times the
+count in elements of the count's type, and the loop does nothing else.
+"""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass
+
+from cuco.dtypes import NCCL_DTYPES
+from cuco.fastpath.analyze import Analysis, Op
+from cuco.fastpath.peers import WORLDS, PairingError, PeerExpression
+from cuco.fastpath.places import element_type, strip, strip_parens
+from cuco.fastpath.syntax import blank_macros, call_args, callee, parser, text, walk
+
+# Bytes of the element types a pointer may step by, beside the workload's own (cuco.dtypes).
+C_SIZES = {**{d.c_type: d.size for d in NCCL_DTYPES.values()}, "char": 1, "unsigned char": 1, "signed char": 1,
+           "int": 4, "unsigned": 4, "unsigned int": 4, "uint32_t": 4, "uint64_t": 8, "half": 2, "long long": 8,
+           "size_t": 8, "uint16_t": 2, "int16_t": 2, "short": 2, "float2": 8, "float4": 16, "int4": 16}
+COUNTS = (3, 1009)  # values the count stands for while an offset is checked: any two that no peer arithmetic hits
+STATEMENTS = ("expression_statement", "declaration", "comment")  # what a loop over peers may hold
+
+
+@dataclass(frozen=True)
+class AllToAll:
+    """What replaces the group: the loops' bytes (removed), the two buffers' starts as written."""
+
+    loops: tuple[tuple[int, int], ...]
+    lines: tuple[int, ...]
+    send: str
+    recv: str
+
+
+def all_to_all(source: bytes, send: Op, recv: Op, scalars: dict[str, str | None],
+               types: dict[str, str]) -> AllToAll:
+    """SEND and RECV (the group's only calls) read as one all-to-all; TYPES: the function's pointers' element types."""
+    if send.args.get("count") != recv.args.get("count"):
+        raise PairingError(f"the ncclSend of line {send.line} sends `{send.args.get('count')}` and the ncclRecv of "
+                           f"line {recv.line} receives `{recv.args.get('count')}`: blocks of one size are an "
+                           "all-to-all; a size per peer (an all-to-allv) is not covered by the rules")
+    if send.args.get("dtype") != recv.args.get("dtype"):
+        raise PairingError(f"the ncclSend of line {send.line} and the ncclRecv of line {recv.line} differ in type")
+    dtype = NCCL_DTYPES.get(send.args.get("dtype", ""))
+    if dtype is None:
+        raise PairingError(f"line {send.line}: ncclSend on {send.args.get('dtype')} is not covered by the rules")
+    root = parser().parse(blank_macros(source)).root_node
+    loops, bases = {}, []
+    for op in (send, recv):
+        loop = _loop_of(root, op)
+        var = _counter(loop, scalars)
+        call = next(n for n in walk(loop) if n.type == "call_expression" and n.start_byte >= op.span[0]
+                    and n.end_byte <= op.span[1] and callee(n) == op.name)
+        args = call_args(call)
+        peer = PeerExpression(text(args[3]), scalars)
+        _every_peer_once(peer, var, op)
+        base, index = block(args[0], op)
+        _at_block(index, peer, var, op, scalars)
+        elem = element_type(strip_parens(base), types)
+        if C_SIZES.get(elem or "") != dtype.size:
+            steps = elem or "an element type the rules cannot see"
+            raise PairingError(f"line {op.line}: `{text(args[0])}` steps by {steps}, not by the {dtype.c_type} its "
+                               "count is in: cast it to a typed pointer")
+        loops[loop.start_byte] = loop
+        bases.append(text(base))
+    for loop in loops.values():
+        _nothing_else(loop, (send, recv))
+    ordered = sorted(loops.values(), key=lambda n: n.start_byte)
+    return AllToAll(tuple((n.start_byte, n.end_byte) for n in ordered), tuple(n.start_point.row + 1 for n in ordered),
+                    *bases)
+
+
+def _loop_of(root, op: Op):
+    """The innermost for loop around OP's call."""
+    around = [n for n in walk(root) if n.type == "for_statement" and n.start_byte <= op.span[0]
+              and op.span[1] <= n.end_byte]
+    if not around:
+        raise PairingError(f"line {op.line}: {op.name} is in a loop that is not a `for` over the peers")
+    return max(around, key=lambda n: n.start_byte)
+
+
+def _counter(loop, scalars: dict[str, str | None]) -> str:
+    """The loop's variable, once shown to count 0, 1, .. nRanks - 1 at every world size checked."""
+    init, cond, step = (loop.child_by_field_name(f) for f in ("initializer", "condition", "update"))
+    line = loop.start_point.row + 1
+    var = None
+    if init is not None and init.type == "declaration" and init.named_child_count >= 2:
+        d = init.named_children[-1]
+        if d.type == "init_declarator" and text(d.child_by_field_name("value")).strip() == "0":
+            var = text(d.child_by_field_name("declarator"))
+    elif init is not None and init.type == "assignment_expression" and text(init.child_by_field_name("right")) == "0":
+        var = text(init.child_by_field_name("left"))
+    steps = {f"{var}++", f"++{var}", f"{var}+=1", f"{var}={var}+1"}
+    if var is None or step is None or "".join(text(step).split()) not in steps:
+        raise PairingError(f"line {line}: the loop does not count up by one from 0 (`for (int p = 0; p < "
+                           "ctx->nRanks; p++)`): the rules cannot tell which peers it reaches")
+    op = cond.child_by_field_name("operator") if cond is not None and cond.type == "binary_expression" else None
+    if op is None or text(op) not in ("<", "!=") or text(cond.child_by_field_name("left")) != var:
+        raise PairingError(f"line {line}: the loop's condition is not `{var} < ` the number of ranks")
+    bound = PeerExpression(text(cond.child_by_field_name("right")), scalars)
+    for world in WORLDS:
+        if bound(0, world) != world:
+            raise PairingError(f"line {line}: the loop runs to {text(cond.child_by_field_name('right'))}, "
+                               f"{bound(0, world)} at world {world}: not once for every rank")
+    return var
+
+
+def _every_peer_once(peer: PeerExpression, var: str, op: Op) -> None:
+    for world in WORLDS:
+        for rank in range(world):
+            reached = sorted(peer(rank, world, {var: i}) for i in range(world))
+            if reached != list(range(world)):
+                raise PairingError(f"line {op.line}: {op.name}'s peer `{peer.text}` does not reach every rank once "
+                                   f"at world {world} (rank {rank} reaches {reached})")
+
+
+def block(arg, op: Op):
+    """`x + index`, `index + x` or `&x[index]`: the buffer's start and the index into it."""
+    node = strip(arg)
+    if node.type == "pointer_expression" and text(node).startswith("&"):
+        inner = node.child_by_field_name("argument")
+        if inner is not None and inner.type == "subscript_expression":
+            indices = inner.child_by_field_name("indices")
+            if indices is not None and indices.named_child_count == 1:
+                return inner.child_by_field_name("argument"), indices.named_children[0]
+    if node.type == "binary_expression" and text(node.child_by_field_name("operator")) == "+":
+        left, right = node.child_by_field_name("left"), node.child_by_field_name("right")
+        if any(n.type == "identifier" for n in walk(right)) and strip(left).type != "number_literal":
+            return left, right
+    raise PairingError(f"line {op.line}: {op.name}'s buffer `{text(arg)}` is not a block of one buffer (`x + p * "
+                       "count` or `&x[p * count]`)")
+
+
+def _at_block(index, peer: PeerExpression, var: str, op: Op, scalars: dict[str, str | None]) -> None:
+    """The index is the peer times the call's count, for every rank, world size and iteration checked."""
+    count = op.args["count"].strip()
+    inner = count[1:-1] if count.startswith("(") and count.endswith(")") else count
+    as_written = re.sub(r"\s+", " ", text(index))
+    symbol = "cucoCount"
+    for form in (f"({inner})", inner):
+        as_written = re.sub(rf"(?<![\w>.]){re.escape(form)}(?!\w)", symbol, as_written)
+    offset = PeerExpression(as_written, scalars)
+    wrong = f"line {op.line}: {op.name}'s buffer is at index `{text(index)}`, not the peer times the count ({count})"
+    for world in WORLDS:
+        for rank in range(world):
+            for i in range(world):
+                for c in COUNTS:
+                    try:
+                        at = offset(rank, world, {var: i, symbol: c})
+                    except PairingError as exc:
+                        raise PairingError(f"{wrong}: {exc}") from None
+                    if at != peer(rank, world, {var: i}) * c:
+                        raise PairingError(wrong)
+
+
+def _nothing_else(loop, calls: tuple[Op, ...]) -> None:
+    """The loop holds the calls and integer definitions (a peer's), nothing the all-to-all would drop."""
+    body = loop.child_by_field_name("body")
+    statements = body.named_children if body is not None and body.type == "compound_statement" else [body]
+    for st in statements:
+        if st is None or st.type not in STATEMENTS or (
+                st.type == "expression_statement" and not any(c.span[0] >= st.start_byte and c.span[1] <= st.end_byte
+                                                              for c in calls)) or (
+                st.type == "declaration" and any(n.type in ("call_expression", "pointer_declarator", "assignment_"
+                                                            "expression") for n in walk(st))):
+            what = " ".join(text(st).split())[:60] if st is not None else "an empty body"
+            raise PairingError(f"line {st.start_point.row + 1 if st is not None else loop.start_point.row + 1}: the "
+                               f"loop of line {loop.start_point.row + 1} also does `{what}`: the rules read a loop of "
+                               "one ncclSend and one ncclRecv to every peer as an all-to-all, and nothing else")
+
+
+def proven(analysis: Analysis) -> dict[int, AllToAll]:
+    """The groups of the analysed program that are all-to-alls, by the op index of their send and their receive."""
+    out: dict[int, AllToAll] = {}
+    group: list[Op] | None = None
+    for op in analysis.nccl:
+        if op.name == "ncclGroupStart":
+            group = [op]
+        elif op.name == "ncclGroupEnd" and group is not None:
+            sends = [o for o in group if o.name == "ncclSend"]
+            recvs = [o for o in group if o.name == "ncclRecv"]
+            if len(sends) == len(recvs) == 1 == len(group) - 2 and \
+                    min(len(sends[0].loops), len(recvs[0].loops)) > len(group[0].loops):
+                pointers = analysis.pointers.get(op.function)
+                try:
+                    found = all_to_all(analysis.source, sends[0], recvs[0], analysis.scalars.get(op.function, {}),
+                                       pointers.types if pointers is not None else {})
+                except PairingError:
+                    found = None
+                if found is not None:
+                    out[sends[0].index] = out[recvs[0].index] = found
+            group = None
+        elif group is not None:
+            group.append(op)
+    return out
