@@ -162,3 +162,16 @@ def test_cli_analyze_only_table_and_json():
 def test_cli_bad_source_is_one_line(source, words):
     proc = _cuco("transform", "gemm_allgather", "--source", source, "--analyze-only")
     assert proc.returncode == 2 and len(proc.stderr.strip().splitlines()) == 1 and words in proc.stderr
+
+
+@pytest.mark.parametrize("beta,reads_c", [("0.0f", False), ("0", False), ("1.0f", True), ("0.5f", True)])
+def test_a_gemm_reads_its_c_unless_beta_is_zero(tmp_path, beta, reads_c):
+    """C = alpha A B + beta C: with beta zero cuBLAS never reads C; with any other beta (a residual accumulated into
+    C) it does, so C is the GEMM's input as well as its output."""
+    code = (HERE / "knobs" / "gemm_ar_ex.cu").read_text()
+    assert "zero = 0.0f" in code and "&zero, y," in code
+    src = tmp_path / "beta.cu"
+    src.write_text(code.replace("zero = 0.0f", f"zero = {beta}"))
+    (gemm,) = _by_name(analyze(src), "cublasGemmEx")
+    c = gemm.writes[0]
+    assert (c in gemm.reads) == reads_c

@@ -409,3 +409,14 @@ def test_the_examples_build_as_they_are(tmp_path, name):
            str(tmp_path / name), *includes, *libs, *extra]
     proc = subprocess.run(cmd, capture_output=True, text=True, timeout=600, check=False)
     assert proc.returncode == 0, proc.stderr[-3000:]
+
+
+@pytest.mark.parametrize("beta,role", [("0.0f", "output"), ("1.0f", "inout")])
+def test_a_gemm_output_is_read_only_where_beta_is_not_zero(tmp_path, beta, role):
+    """cuBLASLt's D = alpha A B + beta C with C = D, then an in-place all-reduce: with beta zero the step writes the
+    gradient before anything reads it (an output); with beta one it accumulates into it (updated in place)."""
+    src = (ROOT / "tests" / "init_programs" / "lt_data_parallel.cu").read_text()
+    assert "beta = 0.0f" in src
+    (tmp_path / "p.cu").write_text(src.replace("beta = 0.0f", f"beta = {beta}"))
+    spec = load_workload(create_workload("w", tmp_path / "p.cu", tmp_path).root)
+    assert spec.buffers["grad"].role == role and spec.buffers["a"].role == "input"

@@ -14,7 +14,7 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
 from cuco.fastpath.places import Pointers, fixed_index, pointer_params
-from cuco.fastpath.syntax import blank_macros, callee, function_name, parser, text, walk
+from cuco.fastpath.syntax import blank_macros, callee, function_name, is_zero_literal, parser, text, walk
 
 # Argument names by position, from nccl.h (2.28).
 NCCL_SIGNATURES: dict[str, tuple[str, ...]] = {
@@ -29,6 +29,9 @@ NCCL_SIGNATURES: dict[str, tuple[str, ...]] = {
     "ncclGroupStart": (),
     "ncclGroupEnd": (),
 }
+# C = alpha op(A) op(B) + beta C: (beta's position, C's). C is read too unless beta is zero.
+GEMM_BETA: dict[str, tuple[int, int]] = {"cublasGemmEx": (13, 14), "cublasSgemm": (11, 12), "cublasHgemm": (11, 12),
+                                         "cublasLtMatmul": (7, 8)}
 ALLOCATORS = {"cudaMalloc": "cudaMalloc", "cudaMallocAsync": "cudaMalloc", "ncclMemAlloc": "ncclMemAlloc",
               "cudaMallocManaged": "cudaMallocManaged"}
 FREES = ("cudaFree", "cudaFreeAsync", "ncclMemFree")
@@ -41,12 +44,12 @@ COPIES: dict[str, tuple[int, int | None, int | None]] = {
 # Synchronisation calls and the position of their stream argument (None: no stream).
 SYNCS: dict[str, int | None] = {"cudaStreamSynchronize": 0, "cudaDeviceSynchronize": None, "cudaEventRecord": 1,
                                 "cudaStreamWaitEvent": 0, "cudaEventSynchronize": None}
-# cuBLAS calls and where their matrices are: (read positions, written positions, stream position or None).
+# cuBLAS calls and where their matrices are: (read positions, written positions).
 BLAS: dict[str, tuple[tuple[int, ...], tuple[int, ...]]] = {
     "cublasGemmEx": ((7, 10), (14,)),
     "cublasSgemm": ((7, 9), (12,)),
     "cublasHgemm": ((7, 9), (12,)),
-    "cublasLtMatmul": ((3, 5, 8), (10,)),  # D = alpha A B + beta C: C (8) is read, D (10) written
+    "cublasLtMatmul": ((3, 5), (10,)),  # D (10) = alpha A B + beta C (8)
     "cuco_gemm_bf16": ((1, 2), (3,)),
     "cuco_gemm_bf16_beta": ((1, 2, 3), (3,)),
     "cuco_gemm_bf16_accumulate": ((1, 2, 3), (3,)),
@@ -342,6 +345,9 @@ class _Calls:
     def library_call(self, node, name: str, args: list, fname: str) -> None:
         if name in BLAS:
             rpos, wpos = BLAS[name]
+            beta, c = GEMM_BETA.get(name, (None, None))
+            if beta is not None and beta < len(args) and not zero_scalar(text(args[beta]), self.scalars.get(fname, {})):
+                rpos += (c,)
             handle = text(args[0]) if args else ""
             self.add("blas", name, node, fname, {"handle": handle}, self.buffers(args, rpos), self.buffers(args, wpos),
                      None, span=(node.start_byte, node.end_byte),
@@ -366,6 +372,12 @@ def _held(expr: str, scalars: dict[str, str | None]) -> str:
         seen.add(expr)
         expr = str(scalars[expr])
     return expr
+
+
+def zero_scalar(expr: str, scalars: dict[str, str | None]) -> bool:
+    """A GEMM's beta is zero: `0.0f`, or `&beta` (`beta`) of a local defined once as one."""
+    name = expr.strip().removeprefix("&").strip()
+    return is_zero_literal(scalars.get(name) or name)
 
 
 def _learn_scalars(node, scalars: dict[str, str | None]) -> None:

@@ -20,6 +20,14 @@ def blank_macros(src: bytes) -> bytes:
     return src
 
 
+def is_zero_literal(s: str) -> bool:
+    """A C number literal that is zero (`0`, `0.0f`, `0.`, `0x0`)."""
+    s = s.strip().lower().rstrip("ul")
+    if s.startswith("0x"):
+        return s[2:] != "" and s[2:].strip("0") == ""
+    return s[:1].isdigit() and s.rstrip("f").replace(".", "").strip("0") == ""
+
+
 def text(node) -> str:
     return node.text.decode(errors="replace")
 

@@ -17,7 +17,7 @@ from dataclasses import dataclass, field, replace
 from cuco.dtypes import DTYPES, NCCL_DTYPES
 from cuco.fastpath.analyze import ALLOCATORS, BLAS, COPIES, FREES, NCCL_SIGNATURES, SYNCS, Analysis, Op
 from cuco.fastpath.peer_loops import block
-from cuco.fastpath.syntax import text, walk
+from cuco.fastpath.syntax import is_zero_literal, text, walk
 from cuco.scaffold.c_expr import strip
 from cuco.scaffold.declarations import dtype_of
 from cuco.scaffold.program import Call, Program
@@ -141,8 +141,7 @@ def _is_zero(program: Program, call: Call, position: int | None) -> bool:
     if node is not None and node.type == "identifier":  # its address is passed: it is still read only by cuBLAS
         values = program.definitions.defs.get(call.function, {}).get(text(node), [])
         node = strip(values[0]) if len(values) == 1 else None
-    return node is not None and node.type == "number_literal" and \
-        text(node).rstrip("fFlLuU").replace(".", "").strip("0") == ""
+    return node is not None and node.type == "number_literal" and is_zero_literal(text(node))
 
 
 def _gemm_access(program: Program, call: Call) -> tuple[list[str], list[str]]:

@@ -6,7 +6,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from cuco.errors import CucoError
-from cuco.fastpath.analyze import BLAS, COPIES, NCCL_SIGNATURES
+from cuco.fastpath.analyze import BLAS, COPIES, GEMM_BETA, NCCL_SIGNATURES, zero_scalar
 from cuco.fastpath.syntax import call_args, callee, text, walk
 from cuco.scaffold.c_expr import LOOPS
 from cuco.scaffold.declarations import parameters
@@ -323,6 +323,11 @@ class Step:
                 self.counts.append(args[sig.index("count")])
         elif kind == "blas":
             reads, writes = BLAS.get(name, ((), tuple(range(len(args)))))
+            beta, c = GEMM_BETA.get(name, (None, None))
+            if beta is not None and beta < len(args):
+                held = self.prog.locals.get(text(args[beta]).strip().removeprefix("&").strip())
+                value = {held.name: text(held.init)} if held is not None and held.init is not None else {}
+                reads += () if zero_scalar(text(args[beta]), value) else (c,)
             modes = ["w" if i in writes else "r" if i in reads else "" for i in range(len(args))]
             if name in GEMM_SIZES:
                 self.gemms.append((call, self.depth > 0))
