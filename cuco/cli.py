@@ -534,7 +534,7 @@ def init(name: str = typer.Argument(..., help="The new workload's name, and its 
          defines: list[str] = typer.Option([], "--define", "-D", metavar="<NAME[=VALUE]>",
                                            help="A macro the program is built with (NAME or NAME=VALUE), as you pass "
                                            "it to nvcc."),
-         parent: Path = typer.Option(Path("."), "--dir", help="Where the workload directory goes.")
+         parent: Path = typer.Option(Path("."), "--dir", help="Where the workload directory goes (made if missing).")
          ) -> None:
     """Scaffold a workload around your own program: seed.cu, workload.toml from its analysis, reference.py to write."""
     from cuco.scaffold import create_workload

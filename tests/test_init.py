@@ -158,6 +158,11 @@ def test_plain_program_roles_from_host_copies(tmp_path):
 
 def test_cli_creates_the_directory_and_refuses_to_overwrite_it(tmp_path):
     seed = str(WORKLOADS / "allreduce_sum" / "seed.cu")
+    (tmp_path / "broken.cu").write_text(MALFORMED)
+    assert _cuco("init", "w", "--from", "broken.cu", "--dir", "new/ws", cwd=tmp_path).returncode == 2
+    assert not (tmp_path / "new").exists()  # a refused program leaves nothing behind, --dir's parents included
+    made = _cuco("init", "mine", "--from", seed, "--dir", "new/ws", cwd=tmp_path)  # --dir made with its parents
+    assert made.returncode == 0 and (tmp_path / "new" / "ws" / "mine" / "seed.cu").is_file(), made.stderr
     first = _cuco("init", "mine", "--from", seed, "--dir", str(tmp_path), cwd=tmp_path)
     assert first.returncode == 0, first.stderr
     assert sorted(p.name for p in (tmp_path / "mine").iterdir()) == ["reference.py", "seed.cu", "workload.toml"]

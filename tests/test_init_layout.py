@@ -813,3 +813,15 @@ def test_helpers_are_written_out_three_levels_deep_and_no_deeper(tmp_path):
                                                                   "the program's helpers"}
     main = "".join(unit.lines[unit.lines.index("int main() {"):])
     assert "ncclAllReduce(d, d, 4," in main.replace("(d)", "d") and "reduce(d, 8, comm, st);" in main
+
+
+@needs_cpp
+def test_a_header_each_file_includes_is_included_once(tmp_path):
+    """host.cpp and kernels.cu both include <cstdio> and <cuda_runtime.h>, as files written to build alone do."""
+    for f in FILES:
+        src = f.read_text()
+        first = src.index("#include")
+        (tmp_path / f.name).write_text(src[:first] + "#include <cstdio>\n#include <cuda_runtime.h>\n" + src[first:])
+    seed = (create_workload("w", [tmp_path / f.name for f in FILES], tmp_path).root / "seed.cu").read_text()
+    includes = [ln for ln in seed.splitlines() if ln.startswith("#include")]
+    assert len(includes) == len(set(includes)) and {"#include <cstdio>", "#include <cuda_runtime.h>"} <= set(includes)

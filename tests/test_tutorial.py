@@ -57,7 +57,6 @@ def test_the_tool_says_what_the_tutorial_says(tmp_path):
     import shutil
 
     shutil.copytree(ROOT / "examples" / "tutorial", tmp_path / "examples" / "tutorial")
-    (tmp_path / "ws").mkdir()
     made = _cuco(["init", "scaled_sum", "--from", "examples/tutorial/scaled_sum.cu", "--dir", "ws"], tmp_path,
                  tmp_path / "home")
     assert made.returncode == 0, made.stderr

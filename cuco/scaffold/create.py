@@ -132,8 +132,8 @@ def create_workload(name: str, program: Path | list[Path], parent: Path, include
     target = parent / name
     if target.exists():
         raise CucoError(str(target), "already exists; cuco init never overwrites (choose another NAME or --dir)")
-    if not parent.is_dir():
-        raise CucoError(str(parent), "no such directory (--dir)")
+    if parent.exists() and not parent.is_dir():
+        raise CucoError(str(parent), "not a directory (--dir)")
     files = [program] if isinstance(program, Path) else list(program)
     conv, files = _standalone(files, list(include_dirs or []), list(defines or []))
     if conv is None:  # the program is a seed already: the scaffold is its analysis
@@ -141,6 +141,7 @@ def create_workload(name: str, program: Path | list[Path], parent: Path, include
         sc, seed = infer(name, files[0], _analysis(files[0], raw, "cuco_run" not in parsed.functions), parsed), None
     else:
         sc, seed = _converted(name, files[-1], conv)
+    parent.mkdir(parents=True, exist_ok=True)  # only once the program is understood: a refusal leaves nothing
     with tempfile.TemporaryDirectory(prefix=f".{name}-", dir=parent) as tmp:
         staged = Path(tmp) / name
         _write(sc, files, seed, staged)

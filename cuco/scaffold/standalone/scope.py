@@ -27,6 +27,8 @@ def file_scope(prog: Standalone, used: set[str]) -> list[str]:
             break
         kept |= more
     chosen = [n for n in prog.root.children if n.id in kept or (n.type == "comment" and _attached(n, kept))]
+    included = [_included(n) for n in chosen]  # a header the files of a program each include is kept once
+    chosen = [n for i, n in enumerate(chosen) if included[i] is None or included[i] not in included[:i]]
     last_include = max((i for i, n in enumerate(chosen) if n.type == "preproc_include"), default=-1)
     lines: list[str] = ["#include \"cuco.h\""] if last_include < 0 else []
     for i, node in enumerate(chosen):
@@ -40,6 +42,11 @@ def file_scope(prog: Standalone, used: set[str]) -> list[str]:
         if i == last_include:
             lines.append("#include \"cuco.h\"")
     return lines
+
+
+def _included(node) -> str | None:
+    path = node.child_by_field_name("path") if node.type == "preproc_include" else None
+    return text(path) if path is not None else None
 
 
 def _blank_between(src: bytes, before, after) -> bool:
