@@ -546,6 +546,8 @@ def init(name: str = typer.Argument(..., help="The new workload's name, and its 
     for w in made.warnings:
         console.print(f"[yellow]warning:[/] {escape(w)}")
     sc = made.scaffold
+    if made.converted:
+        _converted_seed_builds(made)
     console.print(f"created {made.root}: seed.cu, workload.toml ({len(sc.buffers)} buffers over "
                   f"{', '.join(p.name for p in sc.params)}; {made.todos} lines marked TODO), reference.py (stubs)",
                   highlight=False, markup=False)
@@ -554,6 +556,30 @@ def init(name: str = typer.Argument(..., help="The new workload's name, and its 
     console.print(f"next: {first}write reference.py's functions and settle workload.toml's TODOs, check them on the "
                   f"CPU: cuco check {made.root}; then on the GPUs: cuco eval {made.root} seed", highlight=False,
                   markup=False, soft_wrap=True)  # a command split across lines cannot be pasted
+
+
+def _converted_seed_builds(made) -> None:
+    """The seed cuco wrote from a standalone program builds, or the command says so and fails: nvcc where this
+    machine has it (the build is cached, so cuco eval reuses it)."""
+    from cuco.runner.build.cuda_checks import check_and_build
+    from cuco.runner.build.nvcc import first_error
+    from cuco.runner.build.toolchain import find_toolchain
+
+    seed, tc = made.root / "seed.cu", find_toolchain()
+    if tc.missing():
+        console.print(f"seed.cu not built here: this machine lacks {', '.join(tc.missing())}", highlight=False,
+                      markup=False)
+        return
+    built, problems = check_and_build(seed, toolchain=tc)
+    if built.ok:
+        console.print("seed.cu builds (nvcc)", highlight=False, markup=False)
+        return
+    why = problems[0] if problems else first_error(built.log)
+    if any("seed.cu keeps #include" in w for w in made.warnings):  # the header the warning above asks to paste
+        console.print(f"[yellow]warning:[/] seed.cu does not build until then: {escape(why)}")
+        return
+    raise CucoFailure(str(seed), f"cuco wrote a seed that does not build: {why} (the workload is left as written, "
+                                 "to read; the conversion is cuco's fault, not the program's)")
 
 
 @app.command()

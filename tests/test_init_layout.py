@@ -825,3 +825,71 @@ def test_a_header_each_file_includes_is_included_once(tmp_path):
     seed = (create_workload("w", [tmp_path / f.name for f in FILES], tmp_path).root / "seed.cu").read_text()
     includes = [ln for ln in seed.splitlines() if ln.startswith("#include")]
     assert len(includes) == len(set(includes)) and {"#include <cstdio>", "#include <cuda_runtime.h>"} <= set(includes)
+
+
+def _edited(tmp_path: Path, edits: dict[str, list[tuple[str, str]]]) -> list[Path]:
+    """The example's three files with each file's (old, new) edits made, every one of them found."""
+    out = []
+    for f in FILES:
+        src = f.read_text()
+        for old, new in edits.get(f.name, []):
+            assert old in src, f"the edit's text is not in {f.name}: {old!r}"
+            src = src.replace(old, new)
+        (tmp_path / f.name).write_text(src)
+        out.append(tmp_path / f.name)
+    return out
+
+
+LOOP = "  for (int it = 0; it < iters; ++it) {\n"
+
+
+@needs_cpp
+@pytest.mark.nvcc
+def test_a_block_scope_a_type_of_main_s_own_and_a_declared_template_convert_and_build(tmp_path):
+    """The timed loop inside a bare block (`{ ... }` scoping objects before MPI_Finalize), the buffers declared with
+    a type main() names itself (`using T = bf16;`), and a kernel calling a device template declared before its
+    specialisations: converted, and the seed builds."""
+    files = _edited(tmp_path, {
+        "host.cpp": [("  for (int i = 0; i < WARMUP", "  {\n  for (int i = 0; i < WARMUP"),
+                     ("    RANGE_POP()\n  }\n", "    RANGE_POP()\n  }\n  }\n"),
+                     ("  bf16 *d_x, *d_w1", "  using T = bf16;\n  T *d_x, *d_w1")],
+        "kernels.cu": [("__global__ void bias_gelu_kernel", "template <typename V> __device__ float to_f(V v);\n"
+                        "template <> __device__ float to_f<bf16>(bf16 v) { return __bfloat162float(v); }\n\n"
+                        "__global__ void bias_gelu_kernel"),
+                       ("float v = __bfloat162float(h[i])", "float v = to_f(h[i])")]})
+    made = create_workload("w", files, tmp_path)
+    seed = (made.root / "seed.cu").read_text()
+    timed = next(i for i, ln in enumerate(files[0].read_text().splitlines(), 1) if ln == LOOP.rstrip("\n"))
+    assert f"cuco_run is one iteration of the loop at line {timed} of main()" in " ".join(
+        ln.removeprefix("// ") for ln in seed.splitlines()[:5])
+    assert "using T = bf16;  // main()'s own, line" in seed and "template <typename V> __device__ float to_f" in seed
+    assert load_workload(made.root).buffers["x"].dtype == "bf16"  # T, then bf16, is __nv_bfloat16
+    from cuco.runner.build.cuda_checks import check_and_build
+
+    built, problems = check_and_build(made.root / "seed.cu")
+    assert built.ok and not problems, (problems, built.log[-2000:])
+
+
+@needs_cpp
+def test_a_captured_region_is_cited_by_its_own_file_s_lines(tmp_path):
+    """The step captured into a CUDA graph once and replayed in the loop: the seed names the region by host.cpp's
+    lines (the files are joined with the headers first, so the lines as read are others)."""
+    host = FILES[0].read_text()
+    warmup = host.index("  for (int i = 0; i < WARMUP; ++i) {")
+    timed, end = host.index(LOOP), host.index("    RANGE_POP()\n  }\n") + len("    RANGE_POP()\n  }\n")
+    step = host[host.index("    gemm_bf16", timed):host.index("    RANGE_POP()")]
+    graph = ("  cudaGraph_t graph;\n  cudaGraphExec_t exec;\n"
+             "  CUDA_CHECK(cudaStreamBeginCapture(stream, cudaStreamCaptureModeGlobal));\n" + step +
+             "  CUDA_CHECK(cudaStreamEndCapture(stream, &graph));\n  CUDA_CHECK(cudaGraphInstantiate(&exec, graph, 0));\n"
+             + LOOP + "    CUDA_CHECK(cudaGraphLaunch(exec, stream));\n  }\n")
+    (tmp_path / "host.cpp").write_text(host[:warmup] + host[host.index("  cudaEvent_t start", warmup):timed] + graph +
+                                       host[end:])
+    for f in FILES[1:]:
+        shutil.copy(f, tmp_path / f.name)
+    files = [tmp_path / f.name for f in FILES]
+    seed = (create_workload("w", files, tmp_path).root / "seed.cu").read_text()
+    lines = files[0].read_text().splitlines()
+    first = next(i for i, ln in enumerate(lines, 1) if "cudaStreamBeginCapture" in ln)
+    last = next(i for i, ln in enumerate(lines, 1) if "cudaStreamEndCapture" in ln)
+    head = " ".join(ln.removeprefix("// ") for ln in seed.splitlines()[:5])
+    assert f"captured into a CUDA graph at line {first}-{last} of main()" in head, head

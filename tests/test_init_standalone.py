@@ -420,3 +420,63 @@ def test_a_gemm_output_is_read_only_where_beta_is_not_zero(tmp_path, beta, role)
     (tmp_path / "p.cu").write_text(src.replace("beta = 0.0f", f"beta = {beta}"))
     spec = load_workload(create_workload("w", tmp_path / "p.cu", tmp_path).root)
     assert spec.buffers["grad"].role == role and spec.buffers["a"].role == "input"
+
+
+@pytest.mark.nvcc
+def test_init_says_when_the_seed_it_wrote_does_not_build(tmp_path):
+    """A converted seed is built before `cuco init` reports it created: one cuco cannot build is cuco's failure
+    (exit 3, the compiler's first error), unless it keeps a header of the program's that the user was told to paste."""
+    from cuco.cli import _converted_seed_builds
+    from cuco.errors import CucoFailure
+    from cuco.scaffold.create import Created
+
+    made = create_workload("w", EXAMPLES / "env_gemm_allgather.cu", tmp_path)
+    seed = made.root / "seed.cu"
+    seed.write_text(seed.read_text().replace("CUCO_EXPORT int cuco_run(cuco_ctx_t* ctx) {",
+                                             "CUCO_EXPORT int cuco_run(cuco_ctx_t* ctx) {\n  T* lost = nullptr;"))
+    with pytest.raises(CucoFailure, match=r"cuco wrote a seed that does not build: .*identifier \"T\" is undefined"):
+        _converted_seed_builds(made)
+    warned = Created(made.root, made.scaffold, 0, ['seed.cu keeps #include "t.h": paste what it needs'], [], True)
+    _converted_seed_builds(warned)  # the warning already says what to do
+
+
+def test_a_step_without_sizes_is_named_with_the_other_blockers(tmp_path):
+    """Sizes fixed by #define and a method that issues device work: both blockers in the same run, the missing size
+    too (it would otherwise appear only once the method is fixed)."""
+    (tmp_path / "p.cu").write_text("""#include <mpi.h>
+#include <nccl.h>
+#define N (1 << 20)
+struct Scaler {
+  void run(float* x, cudaStream_t s) { cudaMemsetAsync(x, 0, N * sizeof(float), s); }
+};
+int main(int argc, char** argv) {
+  MPI_Init(&argc, &argv);
+  int rank, world;
+  MPI_Comm_rank(MPI_COMM_WORLD, &rank);
+  MPI_Comm_size(MPI_COMM_WORLD, &world);
+  ncclUniqueId id;
+  if (rank == 0) ncclGetUniqueId(&id);
+  MPI_Bcast(&id, sizeof(id), MPI_BYTE, 0, MPI_COMM_WORLD);
+  ncclComm_t comm;
+  ncclCommInitRank(&comm, world, id, rank);
+  cudaStream_t s;
+  cudaStreamCreate(&s);
+  const size_t m = argc > 1 ? atol(argv[1]) : 4096;  // a size the step does not use
+  float *x, *y;
+  cudaMalloc(&x, N * sizeof(float));
+  cudaMalloc(&y, m * sizeof(float));
+  cudaMemset(y, 0, m * sizeof(float));
+  Scaler sc;
+  for (int it = 0; it < 20; ++it) {
+    sc.run(x, s);
+    ncclAllReduce(x, x, N, ncclFloat, ncclSum, comm, s);
+  }
+  MPI_Finalize();
+  return 0;
+}
+""")
+    with pytest.raises(Blocked) as err:
+        create_workload("w", tmp_path / "p.cu", tmp_path)
+    reasons = "\n".join(err.value.blockers)
+    assert len(err.value.blockers) == 2 and "no size of the step is a variable of main()" in reasons
+    assert "a method of Scaler that issues device work" in reasons

@@ -34,6 +34,7 @@ class Created:
     todos: int  # lines of workload.toml marked TODO
     warnings: list[str] = field(default_factory=list)
     reading: list[str] = field(default_factory=list)  # how a standalone program was read, one line each
+    converted: bool = False  # seed.cu is cuco's conversion of a standalone program, not the user's own file
 
 
 def read_program(program: Path) -> tuple[Program, bytes]:
@@ -150,4 +151,4 @@ def create_workload(name: str, program: Path | list[Path], parent: Path, include
             raise CucoError(files[-1].name, f"cuco init cannot scaffold a workload that loads ({problem})")
         staged.rename(target)
     todos = sum("TODO" in line for line in (target / "workload.toml").read_text().splitlines())
-    return Created(target, sc, todos, list(sc.warnings), conv.reading if conv is not None else [])
+    return Created(target, sc, todos, list(sc.warnings), conv.reading if conv is not None else [], conv is not None)

@@ -18,6 +18,7 @@ main() or the scalar fields of a struct it declares (`cfg.tokens`).
 
 from __future__ import annotations
 
+import re
 from pathlib import Path
 
 from cuco.errors import CucoError
@@ -29,7 +30,7 @@ from cuco.scaffold.standalone.facts import Conversion, Facts, refine
 from cuco.scaffold.standalone.inline import HELPER_DEPTH, inline_helpers
 from cuco.scaffold.standalone.nodes import calls_in
 from cuco.scaffold.standalone.place import find_step
-from cuco.scaffold.standalone.program import Standalone
+from cuco.scaffold.standalone.program import Refusal, Standalone
 from cuco.scaffold.standalone.seed import Seed
 from cuco.scaffold.standalone.sources import Unit, expand_macros, read_sources
 from cuco.scaffold.standalone.step import read_steps
@@ -115,7 +116,11 @@ def convert(path: Path, raw: bytes, root, unit: Unit | None = None) -> Conversio
     refused += seed.refusals
     facts = Facts(seed)
     params = facts.params
-    if not params and (not refused or not any(loc.kind == "param" for loc in prog.locals.values())):
+    sizes = {n for n, loc in prog.locals.items() if loc.kind == "param"}
+    # where a refused statement reads a size, fixing it gives the step one: no blocker of its own then
+    sized = any(set(re.findall(r"[A-Za-z_]\w*", prog.unit.lines[r.line_read - 1])) & sizes
+                for r in refused if isinstance(r, Refusal))
+    if not params and not sized:
         refused.append(prog.refuse(place.loops[-1], "no size of the step is a variable of main() (a size fixed at "
                                                     "file scope stays fixed in the seed): a workload needs one "
                                                     "parameter at least; declare the step's sizes in main() (const "

@@ -47,10 +47,22 @@ def loop_counters(loop) -> dict[str, int]:
     return out
 
 
+def _statements(block) -> list:
+    """A block's statements, those of a bare block within it in its place (`{ Layer layer(...); for (...) ...; }`,
+    which scopes a program's objects before MPI_Finalize)."""
+    out = []
+    for c in block.named_children:
+        if c.type == "compound_statement":
+            out += _statements(c)
+        elif c.type != "comment":
+            out.append(c)
+    return out
+
+
 def find_step(prog: Standalone) -> Place:
     """The loops of main() that issue device work run the step; when they only launch a CUDA graph, the step is
     the region captured into it."""
-    top = [c for c in prog.main.child_by_field_name("body").named_children if c.type != "comment"]
+    top = _statements(prog.main.child_by_field_name("body"))
     loops = [s for s in top if s.type in LOOPS and prog.works(s)]
     launching = [s for s in loops if prog.works(s, copies=False)]
     if launching:  # loops that only copy, zero or allocate, before the first that launches work, set up
@@ -86,5 +98,8 @@ def _captured(prog: Standalone, top: list, graphs: list) -> Place:
                                      "before the loop (cudaStreamBeginCapture ... cudaStreamEndCapture): cuco cannot "
                                      "see the step")
     b, e = top.index(begins[0]), top.index(ends[0])
+    start, end = prog.origin(line_of(begins[0])), prog.origin(line_of(ends[0]))
+    lines = f"{prog.at(line_of(begins[0]))}-{end.line}" if start.path == end.path else \
+        f"{prog.at(line_of(begins[0]))} to {prog.at(line_of(ends[0]))}"
     return Place([top[b + 1:e]], graphs, top[:b], top[:b + 1] + top[e:], {},
-                 f"the region captured into a CUDA graph at {prog.at(line_of(begins[0]))}-{line_of(ends[0])}")
+                 f"the region captured into a CUDA graph at {lines}")

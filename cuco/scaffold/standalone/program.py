@@ -83,7 +83,10 @@ class Standalone:
                          and len(call_args(c)) == 1 and call_args(c)[0].type == "call_expression"}
         self.env_functions = {name for name, f in self.functions.items()
                               if any(callee(c) in ("getenv", "secure_getenv", "std::getenv") for c in calls_in(f))}
-        self.aliases = _type_aliases(self.root)
+        body = self.main.child_by_field_name("body") if self.main is not None else None
+        # main()'s own type names (`using T = __nv_bfloat16;`): the seed declares them before its entry points
+        self.local_types = [n for n in walk(body) if n.type in TYPE_ALIASES] if body is not None else []
+        self.aliases = _type_aliases(self.root.children) | _type_aliases(self.local_types)
         self.globals = {**self.unit.constants, **_global_constants(self.root)}
         self.structs = _structs(self.root)
         self.locals: dict[str, Local] = {}
@@ -244,10 +247,13 @@ def _ancestors(node):
         node = node.parent
 
 
-def _type_aliases(root) -> dict[str, str]:
+TYPE_ALIASES = ("alias_declaration", "type_definition")
+
+
+def _type_aliases(nodes) -> dict[str, str]:
     """`using bf16 = __nv_bfloat16;` and `typedef float real;`: the names a file gives its element types."""
     out = {}
-    for node in root.children:
+    for node in nodes:
         if node.type == "alias_declaration":
             name, value = node.child_by_field_name("name"), node.child_by_field_name("type")
         elif node.type == "type_definition":

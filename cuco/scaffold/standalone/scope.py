@@ -72,14 +72,22 @@ def _attached(comment, kept: set[int]) -> bool:
 
 def _defined(node) -> set[str]:
     if _prototype(node):
-        return {function_name(node)}
+        return {function_name(_declaration(node))}
     fn = node if node.type == "function_definition" else next(
         (n for n in walk(node) if n.type == "function_definition"), None)
     return {function_name(fn)} if fn is not None else set()
 
 
+def _declaration(node):
+    """The declaration a template declares (`template <typename T> __device__ float to_f(T v);`), or the node."""
+    if node.type == "template_declaration":
+        return next((c for c in node.named_children if c.type == "declaration"), node)
+    return node
+
+
 def _prototype(node) -> bool:
-    """A function's declaration without its body (a header's `void launch(float* x, int n);`)."""
+    """A function's declaration without its body (a header's `void launch(float* x, int n);`, a template's)."""
+    node = _declaration(node)
     decl = node.child_by_field_name("declarator") if node.type == "declaration" else None
     return decl is not None and decl.type == "function_declarator"
 

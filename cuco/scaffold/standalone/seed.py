@@ -277,7 +277,10 @@ class Seed:
             "runner owns the ranks, the communicator, the streams, the buffers, the loop, the timing and the checks.",
             112)
         scope = file_scope(self.prog, set().union(*(set(re.findall(r"[A-Za-z_]\w*", ln)) for ln in entry)))
-        return "\n".join(["// " + ln for ln in header] + [""] + scope + [""] + entry)
+        local_types = [f"{' '.join(text(n).split())}  // main()'s own, {self.prog.at(line_of(n))}"
+                       for n in self.prog.local_types]
+        return "\n".join(["// " + ln for ln in header] + [""] + scope + [""] + local_types +
+                         ([""] if local_types else []) + entry)
 
     def warnings(self) -> list[str]:
         streams = [n for n in self.locs.streams if n in {loc.name for loc in self.run_locals}]
