@@ -881,7 +881,8 @@ def test_a_captured_region_is_cited_by_its_own_file_s_lines(tmp_path):
     graph = ("  cudaGraph_t graph;\n  cudaGraphExec_t exec;\n"
              "  CUDA_CHECK(cudaStreamBeginCapture(stream, cudaStreamCaptureModeGlobal));\n" + step +
              "  CUDA_CHECK(cudaStreamEndCapture(stream, &graph));\n"
-             "  CUDA_CHECK(cudaGraphInstantiate(&exec, graph, 0));\n" + LOOP + "    CUDA_CHECK(cudaGraphLaunch(exec, stream));\n  }\n")
+             "  CUDA_CHECK(cudaGraphInstantiate(&exec, graph, 0));\n" +
+             LOOP + "    CUDA_CHECK(cudaGraphLaunch(exec, stream));\n  }\n")
     (tmp_path / "host.cpp").write_text(host[:warmup] + host[host.index("  cudaEvent_t start", warmup):timed] + graph +
                                        host[end:])
     for f in FILES[1:]:
