@@ -860,9 +860,9 @@ def test_a_block_scope_a_type_of_main_s_own_and_a_declared_template_convert_and_
     made = create_workload("w", files, tmp_path)
     seed = (made.root / "seed.cu").read_text()
     timed = next(i for i, ln in enumerate(files[0].read_text().splitlines(), 1) if ln == LOOP.rstrip("\n"))
-    assert f"cuco_run is one iteration of the loop at line {timed} of main()" in " ".join(
+    assert f"cuco_run is one iteration of the loop at host.cpp:{timed} of main()" in " ".join(
         ln.removeprefix("// ") for ln in seed.splitlines()[:5])
-    assert "using T = bf16;  // main()'s own, line" in seed and "template <typename V> __device__ float to_f" in seed
+    assert "using T = bf16;  // main()'s own, host.cpp:" in seed and "template <typename V> __device__ float to_f" in seed
     assert load_workload(made.root).buffers["x"].dtype == "bf16"  # T, then bf16, is __nv_bfloat16
     from cuco.runner.build.cuda_checks import check_and_build
 
@@ -893,4 +893,4 @@ def test_a_captured_region_is_cited_by_its_own_file_s_lines(tmp_path):
     first = next(i for i, ln in enumerate(lines, 1) if "cudaStreamBeginCapture" in ln)
     last = next(i for i, ln in enumerate(lines, 1) if "cudaStreamEndCapture" in ln)
     head = " ".join(ln.removeprefix("// ") for ln in seed.splitlines()[:5])
-    assert f"captured into a CUDA graph at line {first}-{last} of main()" in head, head
+    assert f"captured into a CUDA graph at host.cpp:{first}-{last} of main()" in head, head

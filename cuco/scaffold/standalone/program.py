@@ -120,9 +120,9 @@ class Standalone:
         return self.unit.origin(line)
 
     def at(self, line: int) -> str:
-        """A line in a message: `line 12` in the file with main(), `kernels.cu:12` in another."""
+        """A line in a message: `line 12` in a program of one file, `host.cpp:12` in one of several."""
         o = self.origin(line)
-        return f"line {o.line}" if o.path == self.unit.main_file else f"{o.path.name}:{o.line}"
+        return f"line {o.line}" if len(self.unit.files) == 1 else f"{o.path.name}:{o.line}"
 
     def cite(self, line: int) -> str:
         """A line of the program as the workload keeps it beside the seed (original.cu, or original/ by name)."""

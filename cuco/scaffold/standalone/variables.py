@@ -26,6 +26,9 @@ RUNTIME_TYPES = {"ncclComm_t": "a communicator", "cudaStream_t": "a stream", "nc
                  "cublasHandle_t": "a cuBLAS handle", "cublasLtHandle_t": "a cuBLASLt handle", "FILE": "a file"}
 
 
+HOST_ALLOCATORS = ("cudaMallocHost", "cudaHostAlloc", "cudaMallocManaged")  # pinned or managed memory
+
+
 class Locals:
     """What each local of main() declared outside the step is: runner-owned, a size, a buffer, a handle."""
 
@@ -154,6 +157,9 @@ class Locals:
                 continue
             if loc is not None and loc.kind in ("param", "scalar", "other") and not loc.why.startswith("set by"):
                 loc.kind, loc.why = "other", f"set by {name} ({self.prog.at(line_of(call))})"
+                if name in HOST_ALLOCATORS:
+                    loc.why += (", host memory: the runner gives cuco_run device buffers only, and the step may not "
+                                "wait to read device data on the host; keep what the step reads on the device")
 
     def from_assignments(self, stmt) -> None:
         """A size the set-up overrides from argv or the environment stays a parameter; any other change makes
