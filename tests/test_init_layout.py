@@ -862,7 +862,8 @@ def test_a_block_scope_a_type_of_main_s_own_and_a_declared_template_convert_and_
     timed = next(i for i, ln in enumerate(files[0].read_text().splitlines(), 1) if ln == LOOP.rstrip("\n"))
     assert f"cuco_run is one iteration of the loop at host.cpp:{timed} of main()" in " ".join(
         ln.removeprefix("// ") for ln in seed.splitlines()[:5])
-    assert "using T = bf16;  // main()'s own, host.cpp:" in seed and "template <typename V> __device__ float to_f" in seed
+    assert "using T = bf16;  // main()'s own, host.cpp:" in seed
+    assert "template <typename V> __device__ float to_f(V v);" in seed
     assert load_workload(made.root).buffers["x"].dtype == "bf16"  # T, then bf16, is __nv_bfloat16
     from cuco.runner.build.cuda_checks import check_and_build
 
