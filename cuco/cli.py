@@ -432,7 +432,8 @@ def transform(workload: str = typer.Argument(..., help="Built-in workload name o
               analyze_only: bool = typer.Option(False, "--analyze-only", help="Print the analysis and stop."),
               explain: bool = typer.Option(False, "--explain", help="Print the knobs the rewrite offers a search, "
                                            "per collective, and why any placement is not offered; then stop."),
-              as_json: bool = typer.Option(False, "--json", help="Print the analysis as JSON."),
+              as_json: bool = typer.Option(False, "--json", help="Print the analysis as JSON (only that, so that "
+                                           "it parses) and stop."),
               out: Path | None = typer.Option(None, "--out", help="Where the device-initiated program goes "
                                                  "(default: cuco-runs/WORKLOAD-transform/transformed.cu)."),
               device: str | None = DeviceOpt, world: int | None = WorldOpt,
@@ -462,10 +463,10 @@ def transform(workload: str = typer.Argument(..., help="Built-in workload name o
         raise CucoError("", str(exc)) from None
     if as_json:
         print(analysis.to_json())
-    else:
-        console.print(analysis_table(analysis))
-        for w in analysis.warnings:
-            console.print(f"[yellow]warning:[/] {escape(w)}")
+        return
+    console.print(analysis_table(analysis))
+    for w in analysis.warnings:
+        console.print(f"[yellow]warning:[/] {escape(w)}")
     if explain:
         for line in knobs_of(spec, analysis).explain():
             console.print(line, highlight=False, markup=False)

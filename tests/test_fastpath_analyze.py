@@ -152,9 +152,8 @@ def _cuco(*args):
 def test_cli_analyze_only_table_and_json():
     proc = _cuco("transform", "gemm_allgather", "--analyze-only")
     assert proc.returncode == 0 and "ncclAllGather" in proc.stdout and "a_gathered" in proc.stdout
-    proc = _cuco("transform", "gemm_allgather", "--source", str(HERE / "host_sendrecv.cu"), "--analyze-only",
-                 "--json")
-    assert proc.returncode == 0 and len(json.loads(proc.stdout)["ops"]) == 5
+    proc = _cuco("transform", "gemm_allgather", "--source", str(HERE / "host_sendrecv.cu"), "--json")
+    assert proc.returncode == 0 and len(json.loads(proc.stdout)["ops"]) == 5  # the JSON alone: it stops there
 
 
 @pytest.mark.parametrize("source,words", [("missing.cu", "no such source file"),
@@ -175,3 +174,9 @@ def test_a_gemm_reads_its_c_unless_beta_is_zero(tmp_path, beta, reads_c):
     (gemm,) = _by_name(analyze(src), "cublasGemmEx")
     c = gemm.writes[0]
     assert (c in gemm.reads) == reads_c
+
+
+def test_a_cublaslt_matmul_runs_on_the_stream_it_is_given():
+    """cublasLtMatmul takes its stream as an argument (no cublasSetStream on its handle)."""
+    (mm,) = _by_name(analyze(ROOT / "tests" / "init_programs" / "lt_allgather_gemm.cu"), "cublasLtMatmul")
+    assert mm.stream == "ctx->stream"

@@ -29,6 +29,7 @@ NCCL_SIGNATURES: dict[str, tuple[str, ...]] = {
     "ncclGroupStart": (),
     "ncclGroupEnd": (),
 }
+BLAS_STREAM = {"cublasLtMatmul": 15}  # the stream argument of a cuBLAS call that takes one (cuBLAS's others: the handle's)
 # C = alpha op(A) op(B) + beta C: (beta's position, C's). C is read too unless beta is zero.
 GEMM_BETA: dict[str, tuple[int, int]] = {"cublasGemmEx": (13, 14), "cublasSgemm": (11, 12), "cublasHgemm": (11, 12),
                                          "cublasLtMatmul": (7, 8)}
@@ -294,7 +295,8 @@ class _Calls:
         # name are on one stream. A GEMM's stream is its handle's (cublasSetStream).
         for op in self.ops[first:]:
             if op.kind == "blas":
-                op.stream = self.blas_streams.get(_held(op.args["handle"], scalars))
+                op.stream = _held(op.args["stream"], scalars) if "stream" in op.args else \
+                    self.blas_streams.get(_held(op.args["handle"], scalars))
             elif op.stream:
                 op.stream = _held(op.stream, scalars)
 
@@ -349,7 +351,10 @@ class _Calls:
             if beta is not None and beta < len(args) and not zero_scalar(text(args[beta]), self.scalars.get(fname, {})):
                 rpos += (c,)
             handle = text(args[0]) if args else ""
-            self.add("blas", name, node, fname, {"handle": handle}, self.buffers(args, rpos), self.buffers(args, wpos),
+            named = {"handle": handle}
+            if name in BLAS_STREAM and BLAS_STREAM[name] < len(args):  # a call that takes its stream itself
+                named["stream"] = text(args[BLAS_STREAM[name]])
+            self.add("blas", name, node, fname, named, self.buffers(args, rpos), self.buffers(args, wpos),
                      None, span=(node.start_byte, node.end_byte),
                      unplaced=self.unplaced(args, rpos + wpos))
             self.ops[-1].operands = [text(a) for a in args]
