@@ -480,3 +480,31 @@ int main(int argc, char** argv) {
     reasons = "\n".join(err.value.blockers)
     assert len(err.value.blockers) == 2 and "no size of the step is a variable of main()" in reasons
     assert "a method of Scaler that issues device work" in reasons
+
+
+CONFIG = ROOT / "tests" / "init_programs" / "config_parser.cu"
+DEFAULTS = """static void default_config(Config* cfg) {
+  cfg->batch = 8;
+  cfg->seq = 1024;
+}
+"""
+
+
+@pytest.mark.parametrize("helper,values", [
+    (None, {"batch": 4, "seq": 2048, "hidden": 4096}),  # parse_args(argc, argv, &cfg): each field's default
+    ("defaults", {"batch": 8, "seq": 1024, "hidden": 4096})])  # default_config(&cfg): the constants it assigns
+def test_a_config_struct_a_helper_fills_gives_the_step_its_sizes(tmp_path, helper, values):
+    """A helper of the program's that only fills the Config it is given (from argv, or with constants): the fields
+    the step reads are parameters with the program's values; the iteration count it also parses is none."""
+    src = CONFIG.read_text()
+    if helper == "defaults":
+        start, end = src.index("static void parse_args"), src.index("__global__ void scale_channels")
+        src = src[:start] + DEFAULTS + "\n" + src[end:]
+        src = src.replace("parse_args(argc, argv, &cfg);", "default_config(&cfg);")
+    (tmp_path / "p.cu").write_text(src)
+    spec = load_workload(create_workload("w", tmp_path / "p.cu", tmp_path).root)
+    assert spec.shapes[0].params == values
+    seed = (tmp_path / "w" / "seed.cu").read_text()
+    run = seed[seed.index("CUCO_EXPORT int cuco_run"):seed.index("CUCO_EXPORT int cuco_teardown")]
+    assert 'cfg.batch = (int)cuco_param(ctx, "batch");' in run and "iters" not in run
+    assert "parse_args(" not in seed[seed.index("CUCO_EXPORT int cuco_setup"):]

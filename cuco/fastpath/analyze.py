@@ -29,7 +29,7 @@ NCCL_SIGNATURES: dict[str, tuple[str, ...]] = {
     "ncclGroupStart": (),
     "ncclGroupEnd": (),
 }
-BLAS_STREAM = {"cublasLtMatmul": 15}  # the stream argument of a cuBLAS call that takes one (cuBLAS's others: the handle's)
+BLAS_STREAM = {"cublasLtMatmul": 15}  # a cuBLAS call that takes its stream (the others run on their handle's)
 # C = alpha op(A) op(B) + beta C: (beta's position, C's). C is read too unless beta is zero.
 GEMM_BETA: dict[str, tuple[int, int]] = {"cublasGemmEx": (13, 14), "cublasSgemm": (11, 12), "cublasHgemm": (11, 12),
                                          "cublasLtMatmul": (7, 8)}

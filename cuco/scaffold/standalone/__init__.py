@@ -34,7 +34,7 @@ from cuco.scaffold.standalone.program import Refusal, Standalone
 from cuco.scaffold.standalone.seed import Seed
 from cuco.scaffold.standalone.sources import Unit, expand_macros, read_sources
 from cuco.scaffold.standalone.step import read_steps
-from cuco.scaffold.standalone.variables import Locals
+from cuco.scaffold.standalone.variables import INT_TYPES, Locals
 
 __all__ = ["Conversion", "convert", "read_program", "refine"]
 
@@ -116,9 +116,11 @@ def convert(path: Path, raw: bytes, root, unit: Unit | None = None) -> Conversio
     refused += seed.refusals
     facts = Facts(seed)
     params = facts.params
-    sizes = {n for n, loc in prog.locals.items() if loc.kind == "param"}
-    # where a refused statement reads a size, fixing it gives the step one: no blocker of its own then
-    sized = any(set(re.findall(r"[A-Za-z_]\w*", prog.unit.lines[r.line_read - 1])) & sizes
+    # a refused statement that reads a size, or a value cuco could not follow (a size once the blocker is fixed),
+    # gives the step one when fixed: no blocker of its own then
+    sizes = {n for n, loc in prog.locals.items() if loc.kind == "param" or
+             (loc.kind == "other" and loc.base in INT_TYPES and not loc.pointers)}
+    sized = any(set(re.findall(r"[A-Za-z_]\w*(?:\.\w+)*", prog.unit.lines[r.line_read - 1])) & sizes
                 for r in refused if isinstance(r, Refusal))
     if not params and not sized:
         refused.append(prog.refuse(place.loops[-1], "no size of the step is a variable of main() (a size fixed at "

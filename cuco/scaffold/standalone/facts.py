@@ -219,7 +219,7 @@ class Facts:
     def params(self) -> dict[str, int | None]:
         """The parameters cuco_run reads, by their workload names, with the program's values."""
         held = self.seed.run_locals + self.seed.setup_locals
-        locs = {loc.name: loc for loc in held + [f for loc in held for f in self.seed.fields(loc)]
+        locs = {loc.name: loc for loc in held + [f for loc in held for f in self.seed.bound_fields(loc)]
                 if loc.kind == "param"}
         return {self.prog.param_label(n): loc.value for n, loc in sorted(locs.items(), key=lambda kv: kv[1].order)}
 

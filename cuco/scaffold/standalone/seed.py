@@ -202,8 +202,16 @@ class Seed:
                  "device": f"{loc.ctype} {n} = s->{n};", "handle": f"{loc.ctype} {n} = s->{n};"}
         declared = bound.get(loc.kind) or f"{loc.prefix}{render(loc.declarator)};"
         # a struct's fields that are the runner's or the workload's, or set from them: the others keep their defaults
-        return "\n  ".join([declared] + [f"{f.name} = {value};" for f in self.fields(loc)
+        return "\n  ".join([declared] + [f"{f.name} = {value};" for f in self.bound_fields(loc)
                                         if (value := self.field_value(f, render)) is not None])
+
+    def bound_fields(self, loc: Local) -> list[Local]:
+        """A struct's fields the seed binds: all but the sizes neither the step nor the set-up reads (a parser's
+        iteration count keeps its default, and is no parameter)."""
+        held = [n for n in self.run_locals + self.setup_locals if n.init is not None]
+        used = set().union(*(names_in(node) for node, _ in self.step.uses), *(names_in(st) for st in self.setup),
+                           *(names_in(n.init) for n in held))
+        return [f for f in self.fields(loc) if f.kind != "param" or f.name in used]
 
     def field_value(self, f: Local, render: Render) -> str | None:
         """What the runner gives for a struct's field (`c.comm = ctx->comm;`), or the value the set-up gives it

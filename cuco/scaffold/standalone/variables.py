@@ -5,6 +5,7 @@ from __future__ import annotations
 
 from cuco.fastpath.analyze import ALLOCATORS
 from cuco.fastpath.syntax import call_args, callee, text, walk
+from cuco.scaffold.declarations import parameters
 from cuco.scaffold.standalone.calls import COMM_INIT, DEFAULT_STREAMS, HANDLE_CREATE
 from cuco.scaffold.standalone.nodes import address_of, calls_in, idents, line_of, strings_in
 from cuco.scaffold.standalone.program import ONE_BUFFER, Local, Standalone, declarators
@@ -149,17 +150,48 @@ class Locals:
             self.written_by(call, name)
 
     def written_by(self, call, name: str) -> None:
-        for arg in call_args(call):
+        for i, arg in enumerate(call_args(call)):
             loc = self.prog.locals.get(address_of(arg) or "")
             if loc is not None and loc.kind == "struct":  # the whole struct, written where cuco cannot see
+                filled = self.filled(name, i)
                 for field in (f for n, f in self.prog.locals.items() if n.startswith(f"{loc.name}.")):
-                    field.kind, field.why = "other", f"set by {name} ({self.prog.at(line_of(call))})"
+                    value = filled.get(field.name.rsplit(".", 1)[1], False) if filled is not None else None
+                    size = field.base in INT_TYPES and not field.pointers
+                    if value is True and size:  # read from the command line: a size the program is given
+                        field.reads_input, field.kind, field.why = True, "param", ""
+                    elif value not in (True, False, None) and size and Sizes(self.prog).value(value) is not None:
+                        field.init, field.kind, field.why = value, "param", ""  # the constant the helper gives it
+                    elif value is not False:
+                        field.kind, field.why = "other", f"set by {name} ({self.prog.at(line_of(call))})"
                 continue
             if loc is not None and loc.kind in ("param", "scalar", "other") and not loc.why.startswith("set by"):
                 loc.kind, loc.why = "other", f"set by {name} ({self.prog.at(line_of(call))})"
                 if name in HOST_ALLOCATORS:
                     loc.why += (", host memory: the runner gives cuco_run device buffers only, and the step may not "
                                 "wait to read device data on the host; keep what the step reads on the device")
+
+    def filled(self, name: str, position: int) -> dict[str, object] | None:
+        """A helper of the program's that fills the struct it is given at POSITION, as an argument parser or a
+        defaults function does (`cfg->batch = atoi(argv[i + 1]);`, `c->hidden = 4096;`) and does nothing else cuco
+        must see: each field it assigns, with True where the value reads the command line or the environment, else
+        the value (a node). None for any other function."""
+        fn = self.prog.functions.get(name)
+        params = [p.name for p in parameters(fn)] if fn is not None else []
+        if fn is None or position >= len(params) or any(self.prog.kind(c) != "host" for c in calls_in(fn)):
+            return None
+        me = params[position]
+        out: dict[str, object] = {}
+        for node in walk(fn.child_by_field_name("body")):
+            left = node.child_by_field_name("left") if node.type == "assignment_expression" else None
+            if left is None or (left.type == "identifier" and text(left) not in params):
+                continue  # none, or a local of its own (the index over argv)
+            if left.type != "field_expression" or text(left.child_by_field_name("argument")) != me:
+                return None  # it writes something else too
+            value = node.child_by_field_name("right")
+            field = text(left.child_by_field_name("field"))
+            reads = bool(idents(value) & set(params[:position] + params[position + 1:])) or self.reads_input(value)
+            out[field] = True if reads or field in out else value  # assigned twice: as read from input
+        return out
 
     def from_assignments(self, stmt) -> None:
         """A size the set-up overrides from argv or the environment stays a parameter; any other change makes
