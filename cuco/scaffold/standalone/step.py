@@ -89,6 +89,8 @@ class Step:
             return self.branch(st)
         if st.type in LOOPS:
             return self.loop(st)
+        if st.type in ("break_statement", "continue_statement") and self.depth > 0:
+            return True  # of a loop inside the step (the peers of an exchange): the step still runs whole
         if st.type in JUMPS:
             raise self.prog.refuse(st, "leaves the step early: every call of cuco_run runs the whole step (the "
                                        "runner decides how many run)")
