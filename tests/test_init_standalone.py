@@ -508,3 +508,14 @@ def test_a_config_struct_a_helper_fills_gives_the_step_its_sizes(tmp_path, helpe
     run = seed[seed.index("CUCO_EXPORT int cuco_run"):seed.index("CUCO_EXPORT int cuco_teardown")]
     assert 'cfg.batch = (int)cuco_param(ctx, "batch");' in run and "iters" not in run
     assert "parse_args(" not in seed[seed.index("CUCO_EXPORT int cuco_setup"):]
+
+
+def test_a_size_rounded_up_to_a_multiple_of_the_world_keeps_its_rounding(tmp_path):
+    """`numel = (numel_arg + world - 1) / world * world` pads to a multiple of the ranks: the buffers and the bound
+    keep C's rounding (at the small shape and two ranks, (64 + 1) // 2 * 2 = 64 elements), never cancelled to
+    numel_arg + world - 1 (65)."""
+    spec = load_workload(create_workload("w", ROOT / "tests" / "init_programs" / "zero_padded.cu", tmp_path).root)
+    assert list(spec.buffers["grad"].shape) == ["(numel_arg + world - 1) // world * world"]
+    assert list(spec.buffers["grad_shard"].shape) == ["(numel_arg + world - 1) // world * world // world"]
+    env = spec.small_shapes[0].env(2)
+    assert spec.buffers["grad"].dims(env) == (64,) and eval_expr(spec.bounds.comm_bytes, env) == 32 * 4 + 32 * 2

@@ -302,6 +302,11 @@ def _evaluates(exprs: list[str], params: list[Param]) -> str | None:
     return None
 
 
+def _floor(expr: str) -> str:
+    """The expression with C's integer division, which rounds down."""
+    return re.sub(r"(?<!/)/(?!/)", "//", expr)
+
+
 def settle(sc: Scaffold, values: dict[str, int | None]) -> None:
     """The named dimensions: every parameter the program reads, then the others the files use, with sizes at which
     every shape and the bound evaluate; a shape that does not (a piece's count, a size that does not divide)
@@ -311,7 +316,7 @@ def settle(sc: Scaffold, values: dict[str, int | None]) -> None:
 
     for b in sc.buffers:
         why = _evaluates(b.shape, params_for(b.shape))
-        floor = [re.sub(r"(?<!/)/(?!/)", "//", d) for d in b.shape]  # C's integer division rounds down
+        floor = [_floor(d) for d in b.shape]
         if why is not None and floor != b.shape and _evaluates(floor, params_for(floor)) is None:
             b.notes.append(f"its size divides as C's integers do, rounding down: {', '.join(floor)}")
             b.shape, why = floor, None
@@ -323,6 +328,9 @@ def settle(sc: Scaffold, values: dict[str, int | None]) -> None:
     for key in ("comm_bytes", "flops"):
         expr = getattr(sc, key)
         why = _evaluates([expr], params_for(shapes + [expr])) if expr != "0" else None
+        if why is not None and _evaluates([_floor(expr)], params_for(shapes + [_floor(expr)])) is None:
+            expr, why = _floor(expr), None
+            setattr(sc, key, expr)
         if why is not None:
             sc.bound_todos.setdefault(key, []).append(f"{key} from the program ({expr}) does not evaluate here "
                                                       f"({why})")

@@ -103,14 +103,18 @@ def _is_world(node: ast.expr) -> bool:
 
 
 def dims(expr: str) -> list[str]:
-    """A count as dimensions: the factors of its product, `world * (X / world)` cancelled to X; one flat dimension
-    when a factor is a bare number (its place among the dimensions would be a guess)."""
+    """A count as dimensions: the factors of its product, `world * (X / world)` cancelled to X (a size sharded over
+    the ranks) but where X is a sum (a size rounded to a multiple); one flat dimension when a factor is a bare
+    number (its place among the dimensions would be a guess)."""
     factors = _factors(ast.parse(expr, mode="eval").body)
     while any(_is_world(f) for f in factors):
         i = next((i for i, f in enumerate(factors) if isinstance(f, ast.BinOp) and isinstance(f.op, ast.Div)
                   and _is_world(f.right)), None)
         if i is None:
             break
+        if any(isinstance(n, ast.BinOp) and isinstance(n.op, (ast.Add, ast.Sub)) for n in ast.walk(factors[i].left)):
+            # `(n + world - 1) / world * world` rounds n up to a multiple: no cancelling, one flat dimension
+            return [tidy(" * ".join(f"({ast.unparse(f)})" for f in factors))]
         factors[i] = factors[i].left
         factors.pop(next(j for j, f in enumerate(factors) if _is_world(f)))
     if any(isinstance(f, ast.Constant) for f in factors) and len(factors) > 1:
