@@ -519,3 +519,15 @@ def test_a_size_rounded_up_to_a_multiple_of_the_world_keeps_its_rounding(tmp_pat
     assert list(spec.buffers["grad_shard"].shape) == ["(numel_arg + world - 1) // world * world // world"]
     env = spec.small_shapes[0].env(2)
     assert spec.buffers["grad"].dims(env) == (64,) and eval_expr(spec.bounds.comm_bytes, env) == 32 * 4 + 32 * 2
+
+
+def test_cublaslt_s_chosen_algorithm_is_set_up_once_and_kept(tmp_path):
+    """cublasLtMatmulAlgoGetHeuristic before the loop: its result is cuco_setup's state beside the handle, the
+    descriptors and the preference (nothing to destroy), and the step's GEMM runs with it."""
+    root = create_workload("w", ROOT / "tests" / "init_programs" / "lt_heuristic_bias.cu", tmp_path).root
+    seed = (root / "seed.cu").read_text()
+    setup = seed[seed.index("CUCO_EXPORT int cuco_setup"):seed.index("CUCO_EXPORT int cuco_run")]
+    run = seed[seed.index("CUCO_EXPORT int cuco_run"):seed.index("CUCO_EXPORT int cuco_teardown")]
+    assert "  cublasLtMatmulHeuristicResult_t heur;\n" in seed and "&s->heur, &found)" in setup
+    assert "int found = 0;" in setup and "heur = s->heur;" in run and "&heur.algo" in run
+    assert "heur)" not in seed[seed.index("CUCO_EXPORT int cuco_teardown"):]

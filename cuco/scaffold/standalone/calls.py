@@ -7,6 +7,9 @@ HANDLE_CREATE = {"cublasCreate": "cublasDestroy", "cublasCreate_v2": "cublasDest
                  "cublasLtCreate": "cublasLtDestroy", "cublasLtMatmulDescCreate": "cublasLtMatmulDescDestroy",
                  "cublasLtMatrixLayoutCreate": "cublasLtMatrixLayoutDestroy",
                  "cublasLtMatmulPreferenceCreate": "cublasLtMatmulPreferenceDestroy"}
+# What cuco_setup computes once and keeps, nothing to destroy: cuBLASLt's chosen algorithm (the result's position,
+# the position of the count of results found).
+RESULTS = {"cublasLtMatmulAlgoGetHeuristic": (8, 9)}
 CHECKS = frozenset({"cudaGetLastError", "cudaPeekAtLastError"})
 DEFAULT_STREAMS = frozenset({"0", "NULL", "nullptr", "cudaStreamDefault", "cudaStreamLegacy", "cudaStreamPerThread"})
 GEMM_SIZES = {name: (3, 4, 5) for name in ("cublasGemmEx", "cublasSgemm", "cublasSgemm_v2", "cublasHgemm",

@@ -10,7 +10,7 @@ from cuco.errors import CucoError
 from cuco.fastpath.analyze import ALLOCATORS
 from cuco.fastpath.syntax import call_args, callee, text
 from cuco.scaffold.program import param_name
-from cuco.scaffold.standalone.calls import GEMM_SIZES, HANDLE_CREATE
+from cuco.scaffold.standalone.calls import GEMM_SIZES, HANDLE_CREATE, RESULTS
 from cuco.scaffold.standalone.nodes import address_of, calls_in, idents, line_of, names_in, root_name
 from cuco.scaffold.standalone.place import Place
 from cuco.scaffold.standalone.program import Local, Standalone
@@ -35,8 +35,12 @@ def buffer_name(var: str) -> str:
 
 
 def _is_creation(prog: Standalone, st, name: str) -> bool:
-    return any(callee(c) in (*HANDLE_CREATE, *ALLOCATORS) and call_args(c) and address_of(call_args(c)[0]) == name
-               for c in map(prog.unwrap, calls_in(st)))
+    for c in map(prog.unwrap, calls_in(st)):
+        at = RESULTS[callee(c)][0] if callee(c) in RESULTS else 0
+        if callee(c) in (*HANDLE_CREATE, *ALLOCATORS, *RESULTS) and len(call_args(c)) > at and \
+                address_of(call_args(c)[at]) == name:
+            return True
+    return False
 
 
 CARRIED = frozenset({"comm", "stream", "world", "rank", "param", "scalar", "device", "handle", "struct"})
@@ -121,7 +125,8 @@ class Seed:
         found = False
         for call in {c.id: self.prog.unwrap(c) for c in calls_in(st)}.values():
             args, kind, called = call_args(call), self.prog.kind(call), callee(call)
-            if not args or name not in (address_of(args[0]), root_name(args[0])):
+            at = RESULTS[called][0] if called in RESULTS else 0  # the argument the call makes or configures
+            if len(args) <= at or name not in (address_of(args[at]), root_name(args[at])):
                 continue
             if kind == "copy" and self.prog.direction(call) != "set":
                 raise self.prog.refuse(st, f"fills {name}, which cuco_setup makes, with data cuco does not carry")
@@ -255,8 +260,9 @@ class Seed:
             return ["  return 0;"]
         lines = [f"  {self.struct}* s = ({self.struct}*)ctx->state;"]
         for name in reversed(self.state):
-            if name in self.locs.creates:
-                lines.append(f"  CUCO_CUBLAS(ctx, {HANDLE_CREATE[callee(self.locs.creates[name])]}(s->{name}));")
+            if name in self.locs.creates:  # a handle is destroyed; a result (the chosen algorithm) is not
+                made = callee(self.locs.creates[name])
+                lines += [f"  CUCO_CUBLAS(ctx, {HANDLE_CREATE[made]}(s->{name}));"] if made in HANDLE_CREATE else []
             elif callee(self.locs.allocs[name]) == "ncclMemAlloc":
                 lines.append(f"  CUCO_NCCL(ctx, ncclMemFree(s->{name}));")
             else:

@@ -6,7 +6,7 @@ from __future__ import annotations
 from cuco.fastpath.analyze import ALLOCATORS
 from cuco.fastpath.syntax import call_args, callee, text, walk
 from cuco.scaffold.declarations import parameters
-from cuco.scaffold.standalone.calls import COMM_INIT, DEFAULT_STREAMS, HANDLE_CREATE
+from cuco.scaffold.standalone.calls import COMM_INIT, DEFAULT_STREAMS, HANDLE_CREATE, RESULTS
 from cuco.scaffold.standalone.nodes import address_of, calls_in, idents, line_of, strings_in
 from cuco.scaffold.standalone.program import ONE_BUFFER, Local, Standalone, declarators
 from cuco.scaffold.standalone.sizes import Sizes
@@ -140,6 +140,13 @@ class Locals:
         elif name in HANDLE_CREATE and first in self.prog.locals:
             self.mark(first, "handle")
             self.creates[first] = call
+        elif name in RESULTS and max(RESULTS[name]) < len(args):
+            made, count = (address_of(args[i]) for i in RESULTS[name])
+            if made in self.prog.locals:
+                self.mark(made, "handle")
+                self.creates[made] = call
+            if count in self.prog.locals and self.prog.locals[count].kind != "argv":
+                self.prog.locals[count].kind = "scalar"  # how many it found: read by the set-up's own check
         elif name == "ncclCommSplit" and len(args) >= 4 and address_of(args[3]) in self.prog.locals:
             loc = self.prog.locals[address_of(args[3])]
             loc.kind, loc.why = "other", (f"a communicator split from another ({name}, {self.prog.at(line_of(call))}): "
