@@ -32,6 +32,8 @@ def _rewrite(path: Path):
     return rewrite(path, load_workload(WORKLOADS / "alltoall_bf16"))
 
 
+OWN = ("    if (p == ctx->rank) {\n      CUCO_CUDA(ctx, cudaMemcpyAsync(y + p * block, x + p * block, (block) * "
+       "sizeof(__nv_bfloat16), cudaMemcpyDeviceToDevice, ctx->stream));\n      continue;\n    }\n" + SEND)
 ROTATED = "    const int to = (ctx->rank + p) % ctx->nRanks, from = (ctx->rank - p + ctx->nRanks) % ctx->nRanks;\n"
 REWRITTEN = {
     "as written": (),
@@ -42,6 +44,9 @@ REWRITTEN = {
     "a send loop and a receive loop": (
         (SEND, SEND + "  }\n" + HEADER.replace("p", "q")),
         (RECV, RECV.replace("y + p * block", "&y[block * q]").replace(", p, ctx->comm", ", q, ctx->comm"))),
+    "its own block copied, the others sent": ((SEND, OWN),),
+    "its own block copied, the others sent in the else": (
+        (SEND, OWN.replace("      continue;\n    }\n", "    } else {\n  ") + "  "), (RECV, "  " + RECV + "    }\n")),
     "a world size of the program's own, ++p, a cast peer": (
         ("  const size_t block", "  const int world = ctx->nRanks;\n  const size_t block"),
         (HEADER, "  for (int p = 0; p != world; ++p) {\n"),
@@ -49,8 +54,14 @@ REWRITTEN = {
 }
 # edits -> the reason, word for word
 REFUSED = {
-    "skips itself": ((SEND, "    if (p == ctx->rank) continue;\n" + SEND),
-                     "line 14: the loop of line 13 also does `if (p == ctx->rank) continue;`"),
+    "skips itself without copying its own block": (
+        (SEND, "    if (p == ctx->rank) continue;\n" + SEND),
+        "line 14: the rank's own iteration does not just copy its block and go on"),
+    "copies another block for itself": (
+        (SEND, OWN.replace("y + p * block, x + p * block", "y + p * block, x")),
+        "line 15: cudaMemcpyAsync's buffer `x` is not a block of one buffer"),
+    "copies half its block": ((SEND, OWN.replace("(block) * sizeof", "(block / 2) * sizeof")),
+                              "the rank's own copy moves `(block / 2) * sizeof(__nv_bfloat16)` bytes"),
     "stops one short": ((HEADER, HEADER.replace("p < ctx->nRanks", "p < ctx->nRanks - 1")),
                         "line 13: the loop runs to ctx->nRanks - 1, 1 at world 2: not once for every rank"),
     "sends to one peer every time": (

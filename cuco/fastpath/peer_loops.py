@@ -13,7 +13,7 @@ count in elements of the count's type, and the loop does nothing else.
 from __future__ import annotations
 
 import re
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 from cuco.dtypes import NCCL_DTYPES
 from cuco.fastpath.analyze import Analysis, Op
@@ -52,15 +52,16 @@ def all_to_all(source: bytes, send: Op, recv: Op, scalars: dict[str, str | None]
     if dtype is None:
         raise PairingError(f"line {send.line}: ncclSend on {send.args.get('dtype')} is not covered by the rules")
     root = parser().parse(blank_macros(source)).root_node
-    loops, bases = {}, []
+    loops, bases, owns = {}, [], {}
     for op in (send, recv):
         loop = _loop_of(root, op)
         var = _counter(loop, scalars)
+        own = owns[loop.start_byte] = _own_branch(loop, var, scalars)
         call = next(n for n in walk(loop) if n.type == "call_expression" and n.start_byte >= op.span[0]
                     and n.end_byte <= op.span[1] and callee(n) == op.name)
         args = call_args(call)
         peer = PeerExpression(text(args[3]), scalars)
-        _every_peer_once(peer, var, op)
+        _every_peer_once(peer, var, op, own[1] if own is not None else None)
         base, index = block(args[0], op)
         _at_block(index, peer, var, op, scalars)
         elem = element_type(strip_parens(base), types)
@@ -70,8 +71,11 @@ def all_to_all(source: bytes, send: Op, recv: Op, scalars: dict[str, str | None]
                                "count is in: cast it to a typed pointer")
         loops[loop.start_byte] = loop
         bases.append(text(base))
-    for loop in loops.values():
-        _nothing_else(loop, (send, recv))
+    for key, loop in loops.items():
+        own = owns[key]
+        if own is not None:
+            _copies_own_block(own, _counter(loop, scalars), send, bases, dtype.size, scalars)
+        _nothing_else(loop, (send, recv), own[0] if own is not None else None)
     ordered = sorted(loops.values(), key=lambda n: n.start_byte)
     return AllToAll(tuple((n.start_byte, n.end_byte) for n in ordered), tuple(n.start_point.row + 1 for n in ordered),
                     *bases)
@@ -112,13 +116,66 @@ def _counter(loop, scalars: dict[str, str | None]) -> str:
     return var
 
 
-def _every_peer_once(peer: PeerExpression, var: str, op: Op) -> None:
+def _every_peer_once(peer: PeerExpression, var: str, op: Op, skipped: PeerExpression | None) -> None:
+    """Every rank reached once; every other rank, where the iteration for the rank itself copies instead."""
     for world in WORLDS:
         for rank in range(world):
-            reached = sorted(peer(rank, world, {var: i}) for i in range(world))
-            if reached != list(range(world)):
-                raise PairingError(f"line {op.line}: {op.name}'s peer `{peer.text}` does not reach every rank once "
+            reached = sorted(peer(rank, world, {var: i}) for i in range(world)
+                             if skipped is None or skipped(rank, world, {var: i}) != rank)
+            if reached != [q for q in range(world) if skipped is None or q != rank]:
+                others = "every other rank" if skipped is not None else "every rank"
+                raise PairingError(f"line {op.line}: {op.name}'s peer `{peer.text}` does not reach {others} once "
                                    f"at world {world} (rank {rank} reaches {reached})")
+
+
+def _own_branch(loop, var: str, scalars: dict[str, str | None]):
+    """`if (peer == rank) { copy; continue; }` (or `{ copy } else { send; receive }`) in the loop's body: the
+    iteration for the rank itself copies its own block. The if statement and its peer expression, or None."""
+    for st in _statements(loop.child_by_field_name("body")):
+        cond = st.child_by_field_name("condition") if st.type == "if_statement" else None
+        test = next((n for n in walk(cond) if n.type == "binary_expression"), None) if cond is not None else None
+        if test is None or text(test.child_by_field_name("operator")) != "==":
+            continue
+        sides = [PeerExpression(text(test.child_by_field_name(f)), scalars) for f in ("left", "right")]
+        for me, peer in (sides, sides[::-1]):
+            try:
+                if all(me(r, w, {var: i}) == r for w in WORLDS for r in range(w) for i in range(w)):
+                    return st, peer
+            except PairingError:
+                continue
+    return None
+
+
+def _copies_own_block(own, var: str, send: Op, bases: list[str], size: int, scalars: dict[str, str | None]
+                      ) -> None:
+    """The rank's own branch copies block `peer` of the send buffer to block `peer` of the receive buffer, the
+    count's bytes, and goes to the next peer (or holds the send and receive in its else)."""
+    node, peer = own
+    line = node.start_point.row + 1
+    inner = _statements(node.child_by_field_name("consequence"))
+    copies = [c for st in inner for c in walk(st) if c.type == "call_expression"
+              and callee(c) in ("cudaMemcpyAsync", "cudaMemcpy")]
+    jumps = [st for st in inner if st.type == "continue_statement"]
+    shape_ok = len(copies) == 1 and len(inner) == 1 + len(jumps) and \
+        (len(jumps) == 1) != (node.child_by_field_name("alternative") is not None)
+    if not shape_ok:
+        raise PairingError(f"line {line}: the rank's own iteration does not just copy its block and go on (`if (peer "
+                           "== rank) { cudaMemcpyAsync(...); continue; }`)")
+    args = call_args(copies[0])
+    as_copy = replace(send, name=callee(copies[0]), line=copies[0].start_point.row + 1)
+    for arg, base in ((args[0], bases[1]), (args[1], bases[0])):
+        start, index = block(arg, as_copy)
+        if text(start) != base:
+            raise PairingError(f"line {as_copy.line}: the rank's own copy moves `{text(arg)}`, not a block of "
+                               f"`{base}`")
+        _at_block(index, peer, var, as_copy, scalars)
+    count = re.sub(r"[\s()]", "", send.args["count"])
+    sized = re.fullmatch(rf"{re.escape(count)}\*sizeof(.+)|sizeof(.+)\*{re.escape(count)}",
+                         re.sub(r"\s", "", text(args[2])).replace(f"({count})", count))
+    elem = (sized.group(1) or sized.group(2)) if sized is not None else None
+    if elem is None or C_SIZES.get(elem.strip("()").replace("const", "")) != size:
+        raise PairingError(f"line {as_copy.line}: the rank's own copy moves `{text(args[2])}` bytes, not the count's "
+                           f"({send.args['count']} elements of {size} bytes)")
 
 
 def block(arg, op: Op):
@@ -160,11 +217,19 @@ def _at_block(index, peer: PeerExpression, var: str, op: Op, scalars: dict[str, 
                         raise PairingError(wrong)
 
 
-def _nothing_else(loop, calls: tuple[Op, ...]) -> None:
-    """The loop holds the calls and integer definitions (a peer's), nothing the all-to-all would drop."""
-    body = loop.child_by_field_name("body")
-    statements = body.named_children if body is not None and body.type == "compound_statement" else [body]
+def _statements(body) -> list:
+    return [c for c in body.named_children] if body is not None and body.type == "compound_statement" else [body]
+
+
+def _nothing_else(loop, calls: tuple[Op, ...], own) -> None:
+    """The loop holds the calls, integer definitions (a peer's) and the rank's own copy, nothing the all-to-all
+    would drop."""
+    statements = _statements(loop.child_by_field_name("body"))
     for st in statements:
+        if own is not None and st is not None and st.id == own.id:
+            other = st.child_by_field_name("alternative")
+            statements += [s for c in (other.named_children if other is not None else []) for s in _statements(c)]
+            continue
         if st is None or st.type not in STATEMENTS or (
                 st.type == "expression_statement" and not any(c.span[0] >= st.start_byte and c.span[1] <= st.end_byte
                                                               for c in calls)) or (
