@@ -531,3 +531,11 @@ def test_cublaslt_s_chosen_algorithm_is_set_up_once_and_kept(tmp_path):
     assert "  cublasLtMatmulHeuristicResult_t heur;\n" in seed and "&s->heur, &found)" in setup
     assert "int found = 0;" in setup and "heur = s->heur;" in run and "&heur.algo" in run
     assert "heur)" not in seed[seed.index("CUCO_EXPORT int cuco_teardown"):]
+
+
+def test_a_pipeline_stage_s_buffers_are_read_as_every_rank_uses_them(tmp_path):
+    """`if (!first) ncclRecv(act_in, ...)`, the GEMM, `if (!last) ncclSend(act_out, ...)`: on the first rank the step
+    reads act_in as it was (delivered, then verified: inout), and on the last rank act_out is the result (output)."""
+    spec = load_workload(create_workload("w", ROOT / "tests" / "init_programs" / "pipeline_stage.cu", tmp_path).root)
+    roles = {n: b.role for n, b in spec.buffers.items()}
+    assert roles == {"act_in": "inout", "act_out": "output", "weight": "parameter"}

@@ -63,6 +63,13 @@ def _role(var: str, events: list[Event], fill: tuple[str, int] | None, to_host: 
     after the step writes it; scratch: written, then read, within the step."""
     mine = [e for e in events if e.var == var]
     writes = [e for e in mine if e.mode == "w"]
+    if mine and mine[0].mode == "w" and not mine[0].sure and any(e.mode == "r" for e in mine[1:]):
+        # written under an `if` (a pipeline stage's receive), then read: where the branch does not run, the step
+        # reads what the buffer held before it, so it is delivered, and verified
+        read = next(e for e in mine[1:] if e.mode == "r")
+        return "inout", [f"written by {mine[0].op} ({cite(mine[0].line)}) only where its `if` holds, then read by "
+                         f"{read.op} ({cite(read.line)}): elsewhere the step reads what it held before, so the judge "
+                         "gives it fresh for every run and verifies what the run leaves in it"], []
     if (fill is not None and not (mine and mine[0].mode == "w")) or (mine and mine[0].mode == "r"):
         why = (f"filled before the loop by {fill[0]} ({cite(fill[1])}): make_inputs gives it" if fill is not None
                else f"read by {mine[0].op} ({cite(mine[0].line)}) before the step writes it")
@@ -74,6 +81,10 @@ def _role(var: str, events: list[Event], fill: tuple[str, int] | None, to_host: 
         return "output", [f"copied to the host at {cite(to_host)}: the program's result"], []
     first = next((i for i, e in enumerate(mine) if e.mode == "w"), len(mine))
     read_after = [e for e in mine[first + 1:] if e.mode == "r"]
+    if read_after and not any(e.sure for e in read_after):  # the last stage of a pipeline keeps what it computed
+        return "output", [f"written by {writes[0].op} ({cite(writes[0].line)}), read by {read_after[0].op} "
+                          f"({cite(read_after[0].line)}) only where its `if` holds: elsewhere its value leaves the "
+                          "step"], [f"if {var} is only a workspace of the step, make it scratch"]
     if read_after and mine[-1].mode == "r":
         reduced = [e for e in writes[1:] if e.op.startswith("nccl")]  # a collective's result, then read
         through = f", then by {reduced[-1].op} ({cite(reduced[-1].line)})" if reduced else ""

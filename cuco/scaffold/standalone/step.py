@@ -33,6 +33,7 @@ class Event:
     mode: str
     op: str
     line: int
+    sure: bool = True  # False for a call under an `if`: on some ranks or runs it may not happen
 
 
 class Step:
@@ -57,6 +58,7 @@ class Step:
         self.gemms: list = []  # (call, inside an inner loop)
         self.nccl = False
         self.depth = 0
+        self.branches = 0  # `if` statements the statement being read stands in
         self.refusals: list[CucoError] = []  # every statement that cannot be kept, so that one run names them all
 
     def read(self, statements: list) -> list:
@@ -253,10 +255,12 @@ class Step:
                              "the host at {line}): cuco_run may not wait for the device; make the decision on "
                              "the device, in a kernel")
         self.uses.append((st.child_by_field_name("condition"), refs))
+        self.branches += 1
         self.statement(st.child_by_field_name("consequence"))
         other = st.child_by_field_name("alternative")
         if other is not None and not self.statement(next(c for c in other.named_children if c.type != "comment")):
             self.dropped.add(other.id)
+        self.branches -= 1
         return True
 
     def loop(self, st) -> bool:
@@ -341,7 +345,7 @@ class Step:
         for arg, access in zip(args, modes):
             for var in sorted(self.devices_in(arg)) if access else ():
                 self.operands.add(var)
-                self.events += [Event(var, mode, name, line) for mode in access]
+                self.events += [Event(var, mode, name, line, not self.branches) for mode in access]
 
     def live(self) -> None:
         """The step's declarations that kept statements use, directly or through one another; the rest go."""
