@@ -33,6 +33,7 @@ PROGRAMS = {
     "gemm_ar_macros": ("gemm_allreduce", FASTPATH / "corpus" / "gemm_ar_macros.cu"),
     "inplace_allgather": ("allgather_bf16", FASTPATH / "corpus" / "inplace_allgather.cu"),
     "pairwise_loop": ("alltoall_bf16", FASTPATH / "corpus" / "pairwise_loop.cu"),
+    "own_block_loop": ("alltoall_bf16", FASTPATH / "corpus" / "own_block_loop.cu"),
     "host_allreduce_scratch": ("allreduce_sum", FASTPATH / "host_allreduce_scratch.cu"),
     "host_halo_exchange": ("sendrecv_ring", FASTPATH / "host_halo_exchange.cu"),
     "overlap_beside": ("allgather_bf16", FASTPATH / "knobs" / "overlap_beside.cu"),

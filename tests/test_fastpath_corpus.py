@@ -52,6 +52,9 @@ CORPUS = {
     "pairwise_loop": ("alltoall_bf16", "rewritten",
                       "CUCO_CUDA(ctx, cuco::allToAll(ctx, cuco_buffer(ctx, \"y\")->window, 0, x, (block) * "
                       "sizeof(__nv_bfloat16), ctx->stream));"),
+    "own_block_loop": ("alltoall_bf16", "rewritten",
+                       "CUCO_CUDA(ctx, cuco::allToAll(ctx, cuco_buffer(ctx, \"y\")->window, 0, x, (block) * "
+                       "sizeof(__nv_bfloat16), ctx->stream));"),
     "alltoallv_seed": ("alltoallv_bf16", "refused", "the ncclSend of line 35 sends `out` and the ncclRecv of line 36 "
                        "receives `in`: blocks of one size are an all-to-all; a size per peer (an all-to-allv) is not "
                        "covered by the rules"),

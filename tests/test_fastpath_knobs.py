@@ -35,6 +35,7 @@ PROGRAMS = {
     "gemm_ar_macros": ("gemm_allreduce", HERE / "corpus" / "gemm_ar_macros.cu", [CHUNKED]),
     "inplace_allgather": ("allgather_bf16", HERE / "corpus" / "inplace_allgather.cu", [("deferred",)]),
     "pairwise_loop": ("alltoall_bf16", HERE / "corpus" / "pairwise_loop.cu", [("deferred",)]),
+    "own_block_loop": ("alltoall_bf16", HERE / "corpus" / "own_block_loop.cu", [("deferred",)]),
     "host_allreduce_scratch": ("allreduce_sum", HERE / "host_allreduce_scratch.cu", [("deferred",)]),
     "host_halo_exchange": ("sendrecv_ring", HERE / "host_halo_exchange.cu", [("deferred",)]),
     "overlap_beside": ("allgather_bf16", HERE / "knobs" / "overlap_beside.cu", [("deferred", OVERLAP)]),

@@ -26,7 +26,7 @@ C_SIZES = {**{d.c_type: d.size for d in NCCL_DTYPES.values()}, "char": 1, "unsig
            "int": 4, "unsigned": 4, "unsigned int": 4, "uint32_t": 4, "uint64_t": 8, "half": 2, "long long": 8,
            "size_t": 8, "uint16_t": 2, "int16_t": 2, "short": 2, "float2": 8, "float4": 16, "int4": 16}
 COUNTS = (3, 1009)  # values the count stands for while an offset is checked: any two that no peer arithmetic hits
-STATEMENTS = ("expression_statement", "declaration", "comment")  # what a loop over peers may hold
+STATEMENTS = ("expression_statement", "declaration")  # what a loop over peers may hold
 
 
 @dataclass(frozen=True)
@@ -218,7 +218,10 @@ def _at_block(index, peer: PeerExpression, var: str, op: Op, scalars: dict[str, 
 
 
 def _statements(body) -> list:
-    return [c for c in body.named_children] if body is not None and body.type == "compound_statement" else [body]
+    """A body's statements, comments left out."""
+    if body is None or body.type != "compound_statement":
+        return [body]
+    return [c for c in body.named_children if c.type != "comment"]
 
 
 def _nothing_else(loop, calls: tuple[Op, ...], own) -> None:
