@@ -539,3 +539,15 @@ def test_a_pipeline_stage_s_buffers_are_read_as_every_rank_uses_them(tmp_path):
     spec = load_workload(create_workload("w", ROOT / "tests" / "init_programs" / "pipeline_stage.cu", tmp_path).root)
     roles = {n: b.role for n, b in spec.buffers.items()}
     assert roles == {"act_in": "inout", "act_out": "output", "weight": "parameter"}
+
+
+def test_a_bias_attached_to_the_gemm_s_descriptor_is_a_workload_buffer(tmp_path):
+    """`cublasLtMatmulDescSetAttribute(op, CUBLASLT_MATMUL_DESC_BIAS_POINTER, &bias, ...)` before the loop: the step's
+    GEMM reads bias, so it is the workload's (a parameter: only cuBLAS reads it), bound in cuco_setup where the
+    descriptor takes it, never allocated or zeroed there."""
+    root = create_workload("w", ROOT / "tests" / "init_programs" / "lt_heuristic_bias.cu", tmp_path).root
+    spec, seed = load_workload(root), (root / "seed.cu").read_text()
+    assert spec.buffers["bias"].role == "parameter" and list(spec.buffers["bias"].shape) == ["out_features"]
+    setup = seed[seed.index("CUCO_EXPORT int cuco_setup"):seed.index("CUCO_EXPORT int cuco_run")]
+    assert 'bias = (__nv_bfloat16*)cuco_buffer(ctx, "bias")->ptr;' in setup and "&bias, sizeof(bias)" in setup
+    assert "cudaMalloc(&s->bias" not in seed and "s->bias" not in seed

@@ -181,6 +181,12 @@ class Facts:
             if fact.role != "input" or not mine or fact.shape is None or \
                     not all(e.mode == "r" and e.op.startswith("cublas") for e in mine):
                 continue
+            if fact.var in self.seed.attached:  # a bias or scale the GEMM's descriptor points to
+                fact.role = "parameter"
+                fact.notes.append(f"attached to the GEMM's descriptor ({self.seed.attached[fact.var][0]}) and read by "
+                                  "nothing else: the layer's weights, bound in cuco_setup (make it an input if it "
+                                  "changes from run to run)")
+                continue
             outputs = [by_var.get(e.var) for r in mine for e in events if e.mode == "w" and (e.op, e.line) ==
                        (r.op, r.line)]
             if not outputs or any(o is None or not o.shape or o.shape[0] in fact.shape for o in outputs):

@@ -16,7 +16,7 @@ from cuco.scaffold.standalone.place import Place
 from cuco.scaffold.standalone.program import Local, Standalone
 from cuco.scaffold.standalone.render import Render, step_lines
 from cuco.scaffold.standalone.scope import file_scope
-from cuco.scaffold.standalone.step import Step
+from cuco.scaffold.standalone.step import Event, Step
 from cuco.scaffold.standalone.variables import Locals
 
 PREFIXES = ("d_", "dev_", "device_", "gpu_")
@@ -56,7 +56,12 @@ class Seed:
         self.run_locals = self.closure([(node, refs - step.declared - step.counters) for node, refs in step.uses])
         used = set().union(*(names_in(node) for node, _ in step.uses))
         held = self.run_locals + [f for loc in self.run_locals for f in self.fields(loc) if f.name in used]
-        devices = [loc.name for loc in held if loc.kind == "device"]
+        self.attached = self.attached_to_gemms(used)
+        for dev, (attr, line) in self.attached.items():  # read by the step's GEMM through its descriptor
+            step.operands.add(dev)
+            step.events.append(Event(dev, "r", f"cublasLtMatmul (its {attr})", line))
+            held += [self.prog.locals[dev]]
+        devices = list(dict.fromkeys(loc.name for loc in held if loc.kind == "device"))
         self.buffers = [d for d in devices if d in step.operands]
         wanted = [d for d in devices if d not in step.operands]
         self.state, self.setup = self.setup_part(wanted + [loc.name for loc in held if loc.kind == "handle"])
@@ -138,6 +143,22 @@ class Seed:
                                        "the set-up as straight-line calls of main()")
         return found
 
+    def attached_to_gemms(self, used: set[str]) -> dict[str, tuple[str, int]]:
+        """Device buffers the set-up attaches to a cuBLASLt descriptor the step uses (a bias, a scale:
+        `cublasLtMatmulDescSetAttribute(desc, CUBLASLT_MATMUL_DESC_BIAS_POINTER, &bias, ...)`): the step's GEMM
+        reads them, so they are workload buffers, bound in cuco_setup. Each with its attribute and line."""
+        out = {}
+        for st in self.place.setup:
+            for call in map(self.prog.unwrap, calls_in(st)):
+                args = call_args(call)
+                if callee(call) != "cublasLtMatmulDescSetAttribute" or len(args) < 3 or \
+                        not text(args[1]).endswith("_POINTER") or root_name(args[0]) not in used:
+                    continue
+                loc = self.prog.locals.get(address_of(args[2]) or "")
+                if loc is not None and loc.kind == "device":
+                    out[loc.name] = (text(args[1]).removeprefix("CUBLASLT_MATMUL_DESC_"), line_of(call))
+        return out
+
     def setup_part(self, wanted: list[str]) -> tuple[list[str], list]:
         """cuco_setup's state (handles, private buffers: what the step needs that the runner does not give) and the
         set-up statements that make it, in the program's order."""
@@ -154,7 +175,7 @@ class Seed:
                 if st.id in picked or not self.makes(st, name):
                     continue
                 picked[st.id] = st
-                for ref in sorted((idents(st) & made) - state):
+                for ref in sorted((idents(st) & made) - state - set(self.attached)):
                     if ref in self.step.operands:
                         raise self.prog.refuse(st, f"gives {ref}, a buffer of the step, to the set-up of {name}: "
                                                    "cuco cannot split it between the runner and cuco_setup")
