@@ -787,7 +787,9 @@ def test_the_struct_seed_builds(tmp_path):
                        ("  MPI_Comm_rank(MPI_COMM_WORLD, &rank);\n",
                         "  Ctx ctx;\n  MPI_Comm_rank(MPI_COMM_WORLD, &ctx.rank);\n  rank = ctx.rank;\n"),
                        ("(d_x, 2.0f, cfg.count)", "(d_x, 2.0f * ctx.rank, cfg.count)"))
-    built, problems = check_and_build(create_workload("w", program, tmp_path).root / "seed.cu")
+    seed = create_workload("w", program, tmp_path).root / "seed.cu"
+    assert "__global__ void scale(float* x, float s, int n)" in seed.read_text()  # a kernel keeps its own names
+    built, problems = check_and_build(seed)
     assert problems == [] and built.ok, built.log[-3000:]
 
 

@@ -51,9 +51,13 @@ def _parsed(unit: Unit):
 
 
 def _clear_reserved(unit: Unit, root) -> Unit:
-    """The program's own names that the seed's entry points use (RESERVED) renamed throughout (`ctx` -> `ctx_`), so
-    that a local called ctx or s never hides cuco_run's context or cuco_setup's state."""
-    found = [n for n in walk(root) if n.type == "identifier" and text(n) in RESERVED]
+    """The program's own names that the seed's entry points use (RESERVED) renamed in its host code (`ctx` ->
+    `ctx_`), so that a local called ctx or s never hides cuco_run's context or cuco_setup's state; its kernels and
+    device functions keep theirs."""
+    device = [(f.start_byte, f.end_byte) for f in walk(root) if f.type == "function_definition" and
+              any(c.type in ("__global__", "__device__") for c in f.children)]
+    found = [n for n in walk(root) if n.type == "identifier" and text(n) in RESERVED
+             and not any(lo <= n.start_byte < hi for lo, hi in device)]
     if not found:
         return unit
     taken = {text(n) for n in walk(root) if n.type == "identifier"}
