@@ -551,3 +551,19 @@ def test_a_bias_attached_to_the_gemm_s_descriptor_is_a_workload_buffer(tmp_path)
     setup = seed[seed.index("CUCO_EXPORT int cuco_setup"):seed.index("CUCO_EXPORT int cuco_run")]
     assert 'bias = (__nv_bfloat16*)cuco_buffer(ctx, "bias")->ptr;' in setup and "&bias, sizeof(bias)" in setup
     assert "cudaMalloc(&s->bias" not in seed and "s->bias" not in seed
+
+
+def test_a_kernel_only_the_set_up_launches_is_left_out_of_the_seed(tmp_path):
+    """A kernel that fills the program's buffers before the loop is the runner's part now (make_inputs): the seed
+    keeps the kernels its entry points launch, not it."""
+    src = (ROOT / "tests" / "init_programs" / "ep_alltoall.cu").read_text()
+    fill = "__global__ void fill(__nv_bfloat16* x, size_t n) {\n  size_t i = blockIdx.x * (size_t)blockDim.x + " \
+           "threadIdx.x;\n  if (i < n) x[i] = __float2bfloat16(1.0f);\n}\n\n"
+    for old, new in (("__global__ void scale", fill + "__global__ void scale"),
+                     ("  for (int it = 0;", "  fill<<<1024, 256, 0, stream>>>(send, tokens * hidden);\n"
+                                             "  for (int it = 0;")):
+        assert old in src
+        src = src.replace(old, new)
+    (tmp_path / "p.cu").write_text(src)
+    seed = (create_workload("w", tmp_path / "p.cu", tmp_path).root / "seed.cu").read_text()
+    assert "__global__ void scale" in seed and "fill" not in seed

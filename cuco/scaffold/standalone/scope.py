@@ -15,8 +15,8 @@ RUNNER_HEADERS = re.compile(r"^(mpi.*|unistd|fcntl|netdb|signal|pthread|dlfcn|th
 
 
 def file_scope(prog: Standalone, used: set[str]) -> list[str]:
-    """The program's file-scope code the seed keeps, as written: kernels and device functions, types and constants,
-    the host functions kept code calls; not main(), the program's check macros, nor the headers of MPI, processes,
+    """The program's file-scope code the seed keeps, as written: the kernels, device and host functions kept code uses,
+    types and constants; not main(), the program's check macros, nor the headers of MPI, processes,
     files and sockets. `#include "cuco.h"` follows the last include kept."""
     items = [n for n in prog.root.children if n.type != "comment"]
     kept = {n.id for n in items if _scope_kind(prog, n) == "keep"}
@@ -71,11 +71,12 @@ def _attached(comment, kept: set[int]) -> bool:
 
 
 def _defined(node) -> set[str]:
+    """The function a file-scope item declares or defines, without template arguments (`to_f<float>` is to_f)."""
     if _prototype(node):
-        return {function_name(_declaration(node))}
+        return {function_name(_declaration(node)).split("<")[0]}
     fn = node if node.type == "function_definition" else next(
         (n for n in walk(node) if n.type == "function_definition"), None)
-    return {function_name(fn)} if fn is not None else set()
+    return {function_name(fn).split("<")[0]} if fn is not None else set()
 
 
 def _declaration(node):
@@ -101,10 +102,7 @@ def _scope_kind(prog: Standalone, node) -> str:
         name = node.child_by_field_name("name")
         return "drop" if name is not None and text(name) in prog.wrappers else "keep"
     if _prototype(node):
-        return "keep" if _defined(node) & prog.device else "maybe"
+        return "maybe"
     if node.type in ("function_definition", "template_declaration"):
-        names = _defined(node)
-        if "main" in names:
-            return "drop"
-        return "keep" if names & prog.device else "maybe"
-    return "keep"
+        return "drop" if "main" in _defined(node) else "maybe"  # kept where kept code uses it (a kernel the step
+    return "keep"                                                # launches, a device function a kernel calls)
