@@ -102,13 +102,16 @@ def test_a_loop_that_is_not_an_all_to_all_is_refused_with_its_reason(name, tmp_p
 
 def test_a_standalone_program_s_exchange_is_counted_by_init_and_rewritten(tmp_path):
     """`cuco init` on an expert-parallel exchange written with MPI and a loop of sends and receives: the bound counts
-    what each rank receives, and the rules rewrite the seed's loop into one all-to-all."""
+    what each rank receives, reference.py's stubs name the all-to-all (and torch's call for it), and the rules
+    rewrite the seed's loop into one cuco::allToAll."""
     from cuco.scaffold import create_workload
 
     root = create_workload("ep", ROOT / "tests" / "init_programs" / "ep_alltoall.cu", tmp_path).root
     spec = load_workload(root)
     assert spec.bounds.comm_bytes == "(world - 1) * (tokens / world * hidden) * 2"
     assert all(spec.buffers[b].symmetric for b in ("send", "recv"))
+    reference = (spec.source.parent / "reference.py").read_text()
+    assert "ncclAlltoAll (send -> recv)" in reference and "dist.all_to_all_single(out, view.bufs['send']" in reference
     rw = rewrite(spec.seed_path, spec)
     assert "cuco::allToAll(ctx, cuco_buffer(ctx, \"recv\")->window, 0, send, (chunk) * sizeof(__nv_bfloat16), " \
            "stream)" in rw.code and no_host_collective_left(rw.code)

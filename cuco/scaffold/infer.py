@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import re
 from collections import Counter
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 
 from cuco.fastpath.analyze import Analysis, Op
@@ -245,6 +245,19 @@ def _bound_todos(ev: Evidence, scope: list[Op]) -> dict[str, list[str]]:
     return {k: list(dict.fromkeys(v)) for k, v in out.items()}
 
 
+def _exchanges(scope: list[Op], every_peer: dict) -> list[Op]:
+    """The run's calls, the send and receive of a loop over every peer read as the one all-to-all they are."""
+    out = []
+    for o in scope:
+        if o.index not in every_peer:
+            out.append(o)
+        elif o.name == "ncclSend":
+            recv = next(r for r in scope if r.index in every_peer and r.name == "ncclRecv")
+            out.append(replace(o, kind="collective", name="ncclAlltoAll", writes=recv.writes,
+                               args={**o.args, "recv": every_peer[o.index].recv}))
+    return out
+
+
 def _atomics(program: Program, scope: list[Op]) -> list[str]:
     """The run's kernels that accumulate with atomics: their results may differ in the last bits run to run."""
     return [f"{o.name} (line {o.line}) accumulates with atomics: if two runs can differ in the last bits, "
@@ -258,7 +271,8 @@ def infer(name: str, path: Path, analysis: Analysis, program: Program) -> Scaffo
     found: Steps = steps(analysis, program)
     scope = [o for o in found.ops if o.function == RUN_FUNCTION] if abi else list(found.ops)
     chosen = _chosen(analysis, program, abi, found.ops)
-    ev = gather(found.ops, program, {o.index for o in scope}, set(proven(analysis)))
+    every_peer = proven(analysis)
+    ev = gather(found.ops, program, {o.index for o in scope}, set(every_peer))
     taken: set[str] = set()
     buffers = [Buffer(_key(b, taken, abi), b) for b in chosen]
     collective = {b for o in found.ops if o.kind in ("collective", "p2p") for b in o.reads + o.writes}
@@ -279,7 +293,8 @@ def infer(name: str, path: Path, analysis: Analysis, program: Program) -> Scaffo
         "hands buffers over with cuco_buffer(ctx, name); wrap the program's work in them before cuco eval")]
     private = [b for b in dict.fromkeys(list(analysis.buffers) + sorted(program.allocated))
                if b not in chosen and (b in program.allocated or analysis.buffers.get(b) != "workload")]
-    sc = Scaffold(name, path, abi, [], buffers, comm, flops, scope, private, warnings + analysis.warnings,
+    sc = Scaffold(name, path, abi, [], buffers, comm, flops, _exchanges(scope, every_peer), private,
+                  warnings + analysis.warnings,
                   _bound_todos(ev, scope), [p for p in program.read_params if p.isidentifier()],
                   _atomics(program, scope), ev.products)
     settle(sc, ev.values)
