@@ -189,3 +189,15 @@ def test_rewritten_program_is_correct_on_gpus(name, tmp_path):
     assert time.monotonic() - t0 < 60  # the fast path's target: under a minute, rewrite alone
     rec = evaluate(spec, out, EvalOptions(device="cuda", max_level="L3", gpus=[0, 1], work_dir=tmp_path / "w"))
     assert rec.ok, rec.error
+
+
+def test_every_place_the_rules_cannot_rewrite_is_named_in_one_refusal(tmp_path):
+    """Two all-reduces the rules do not cover (max and product): both are named, in program order, in one run."""
+    src = (ROOT / "tests" / "fastpath" / "corpus" / "two_halves.cu").read_text()
+    assert src.count("ncclSum") == 2
+    (tmp_path / "p.cu").write_text(src.replace("ncclSum", "ncclMax", 1).replace("ncclSum", "ncclProd", 1))
+    with pytest.raises(RewriteError) as err:
+        rewrite(tmp_path / "p.cu", load_workload(WORKLOADS["allreduce_sum"]))
+    message = str(err.value)
+    assert message.startswith("2 places the rules cannot rewrite: (1) line ") and "\n" not in message
+    assert message.index("ncclMax is not covered") < message.index("(2) line ") < message.index("ncclProd is not")

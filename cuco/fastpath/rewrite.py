@@ -251,46 +251,57 @@ def rewrite(program: Path | Analysis, spec: WorkloadSpec, overlap: dict[int, int
         raise RewriteError(f"{path}: already states device-communicator requirements; merging them with the "
                            "collectives' is not covered by the rules")
     window = _Windows(spec, analysis)
-    # (call, replacement, whether it returns a cudaError_t to check), in program order, so that the first
-    # thing the rules cannot do is the one reported.
+    # (call, replacement, whether it returns a cudaError_t to check), in program order; what the rules cannot do is
+    # reported in that order too, every place at once.
     calls: list[tuple[Op, str, bool]] = []
     group: list[Op] | None = None
     replaced = []
     sites: list[tuple[tuple[int, int], str]] = []  # edits of the side-stream sites: joins, GEMMs cut by rows
     n_sites = 0
+    problems: list[str] = []  # every place the rules cannot rewrite, reported together
     for op in analysis.nccl:
-        if op.name == "ncclGroupStart":
-            if group is not None:
-                raise RewriteError(f"line {op.line}: nested ncclGroupStart is not covered by the rules")
-            group = [op]
-        elif op.name == "ncclGroupEnd":
-            if group is None:
-                raise RewriteError(f"line {op.line}: ncclGroupEnd without ncclGroupStart")
-            calls += _group(group + [op], len(replaced) + 1, window, analysis)
-            what = ("ncclSend/ncclRecv to every peer -> cuco::allToAll" if "cuco::allToAll" in calls[-1][1] else
-                    f"group of {(len(group) - 1) // 2} ncclSend/ncclRecv -> cuco::sendBatch")
-            replaced.append(f"lines {group[0].line}-{op.line}: {what}")
-            group = None
-        elif group is not None:
-            group.append(op)
-        elif op.kind == "p2p":
-            raise RewriteError(f"line {op.line}: {op.name} outside ncclGroupStart/ncclGroupEnd is not covered by the "
-                               "rules (a group pairs each send with its receive)")
-        else:
-            call = _replacement(op, window)
-            replaced.append(f"line {op.line}: {op.name} -> {call.split('(')[0]}")
-            if op.index in overlap or op.index in pieces:
-                site, n_sites = n_sites, n_sites + 1
-            if op.index in overlap:
-                call, join = _overlapped(op, window, site, overlap[op.index], src)
-                sites.append(join)
-            if op.index in pieces:  # a reduce-scatter keeps its join; an all-gather's GEMM joins it back itself
-                call, gemm = _pieced(op, window, site, pieces[op.index])
-                sites.append(gemm)
-            calls.append((op, call, True))
+        try:
+            if op.name == "ncclGroupStart":
+                if group is not None:
+                    raise RewriteError(f"line {op.line}: nested ncclGroupStart is not covered by the rules")
+                group = [op]
+            elif op.name == "ncclGroupEnd":
+                if group is None:
+                    raise RewriteError(f"line {op.line}: ncclGroupEnd without ncclGroupStart")
+                calls += _group(group + [op], len(replaced) + 1, window, analysis)
+                what = ("ncclSend/ncclRecv to every peer -> cuco::allToAll" if "cuco::allToAll" in calls[-1][1] else
+                        f"group of {(len(group) - 1) // 2} ncclSend/ncclRecv -> cuco::sendBatch")
+                replaced.append(f"lines {group[0].line}-{op.line}: {what}")
+                group = None
+            elif group is not None:
+                group.append(op)
+            elif op.kind == "p2p":
+                raise RewriteError(f"line {op.line}: {op.name} outside ncclGroupStart/ncclGroupEnd is not covered by "
+                                   "the rules (a group pairs each send with its receive)")
+            else:
+                call = _replacement(op, window)
+                replaced.append(f"line {op.line}: {op.name} -> {call.split('(')[0]}")
+                if op.index in overlap or op.index in pieces:
+                    site, n_sites = n_sites, n_sites + 1
+                if op.index in overlap:
+                    call, join = _overlapped(op, window, site, overlap[op.index], src)
+                    sites.append(join)
+                if op.index in pieces:  # a reduce-scatter keeps its join; an all-gather's GEMM joins it back itself
+                    call, gemm = _pieced(op, window, site, pieces[op.index])
+                    sites.append(gemm)
+                calls.append((op, call, True))
+        except RewriteError as exc:
+            problems.append(str(exc))
+            group = None if op.name == "ncclGroupEnd" else group
     if group is not None:
-        raise RewriteError(f"line {group[0].line}: ncclGroupStart without ncclGroupEnd")
-    window.check_symmetric()
+        problems.append(f"line {group[0].line}: ncclGroupStart without ncclGroupEnd")
+    try:
+        window.check_symmetric()
+    except RewriteError as exc:
+        problems.append(str(exc))
+    if problems:
+        raise RewriteError(problems[0] if len(problems) == 1 else f"{len(problems)} places the rules cannot rewrite: "
+                           + "; ".join(f"({i}) {p}" for i, p in enumerate(problems, 1)))
     edits = [(op.span, f"CUCO_CUDA(ctx, {call})" if op.wrapper and checked else call) for op, call, checked in calls]
     edits += window.edits() + sites
     replaced += [f"line {window.allocs[k].line}: cudaMalloc of {k} -> ncclMemAlloc + symmetric window"
