@@ -235,6 +235,17 @@ def _pieced(op: Op, window: _Windows, site: int, pieces: Pieces) -> tuple[str, t
     return call, (pieces.gemm.span, pieces.split.call(pieces.gemm, site, a["stream"], pieces.produces))
 
 
+def _refuse_all(problems: list[str], window: _Windows) -> None:
+    """Every place the rules cannot rewrite in one refusal, the workload buffers peers must reach last."""
+    try:
+        window.check_symmetric()
+    except RewriteError as exc:
+        problems.append(str(exc))
+    if problems:
+        raise RewriteError(problems[0] if len(problems) == 1 else f"{len(problems)} places the rules cannot rewrite: "
+                           + "; ".join(f"({i}) {p}" for i, p in enumerate(problems, 1)))
+
+
 def rewrite(program: Path | Analysis, spec: WorkloadSpec, overlap: dict[int, int] | None = None,
             pieces: dict[int, Pieces] | None = None) -> Rewrite:
     """The program with its NCCL calls replaced by device-side collectives; PROGRAM is a file or its analysis (the
@@ -295,13 +306,7 @@ def rewrite(program: Path | Analysis, spec: WorkloadSpec, overlap: dict[int, int
             group = None if op.name == "ncclGroupEnd" else group
     if group is not None:
         problems.append(f"line {group[0].line}: ncclGroupStart without ncclGroupEnd")
-    try:
-        window.check_symmetric()
-    except RewriteError as exc:
-        problems.append(str(exc))
-    if problems:
-        raise RewriteError(problems[0] if len(problems) == 1 else f"{len(problems)} places the rules cannot rewrite: "
-                           + "; ".join(f"({i}) {p}" for i, p in enumerate(problems, 1)))
+    _refuse_all(problems, window)
     edits = [(op.span, f"CUCO_CUDA(ctx, {call})" if op.wrapper and checked else call) for op, call, checked in calls]
     edits += window.edits() + sites
     replaced += [f"line {window.allocs[k].line}: cudaMalloc of {k} -> ncclMemAlloc + symmetric window"
