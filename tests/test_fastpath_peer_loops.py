@@ -76,6 +76,9 @@ REFUSED = {
     "counts down": ((HEADER, "  for (int p = ctx->nRanks - 1; p >= 0; p--) {\n"),
                     "the loop does not count up by one from 0"),
     "two sends": ((RECV, RECV + SEND), "the group's loops hold 2 ncclSend and 1 ncclRecv"),
+    "receives from itself beside its own copy": (
+        (SEND, OWN.replace("      continue;\n    }\n", "    } else {\n  ") + "    }\n"),
+        "line 19: ncclRecv runs for the rank itself too, beside the copy of its own block (line 14)"),
 }
 
 

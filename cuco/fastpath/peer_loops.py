@@ -7,7 +7,9 @@ rank r's send to q with q's receive from r; when each loop reaches every rank ex
 sits at block `peer` of one buffer, block q of r's send lands in block r of q's receive: cuco::allToAll. Each
 condition is checked, not assumed: the loop counts 0 .. nRanks - 1, each peer expression is a permutation of the
 ranks (evaluated with the program's own definitions, peers.PeerExpression), each offset is that peer times the
-count in elements of the count's type, and the loop does nothing else.
+count in elements of the count's type, and the loop does nothing else. A loop whose iteration for the rank itself
+copies its own block instead (`if (peer == rank) { cudaMemcpyAsync(...); continue; }`, or with the send and receive
+in an else) is one too, its copy checked the same way.
 """
 
 from __future__ import annotations
@@ -57,6 +59,9 @@ def all_to_all(source: bytes, send: Op, recv: Op, scalars: dict[str, str | None]
         loop = _loop_of(root, op)
         var = _counter(loop, scalars)
         own = owns[loop.start_byte] = _own_branch(loop, var, scalars)
+        if own is not None and not _skipped_by(own[0], op):
+            raise PairingError(f"line {op.line}: {op.name} runs for the rank itself too, beside the copy of its own "
+                               f"block (line {own[0].start_point.row + 1})")
         call = next(n for n in walk(loop) if n.type == "call_expression" and n.start_byte >= op.span[0]
                     and n.end_byte <= op.span[1] and callee(n) == op.name)
         args = call_args(call)
@@ -144,6 +149,15 @@ def _own_branch(loop, var: str, scalars: dict[str, str | None]):
             except PairingError:
                 continue
     return None
+
+
+def _skipped_by(node, op: Op) -> bool:
+    """Whether the rank's own branch keeps OP from running for the rank itself: OP stands in its else, or after it
+    where the branch ends with `continue`."""
+    other = node.child_by_field_name("alternative")
+    if other is not None:
+        return other.start_byte <= op.span[0] and op.span[1] <= other.end_byte
+    return op.span[0] >= node.end_byte
 
 
 def _copies_own_block(own, var: str, send: Op, bases: list[str], size: int, scalars: dict[str, str | None]
