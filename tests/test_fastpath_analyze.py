@@ -180,3 +180,13 @@ def test_a_cublaslt_matmul_runs_on_the_stream_it_is_given():
     """cublasLtMatmul takes its stream as an argument (no cublasSetStream on its handle)."""
     (mm,) = _by_name(analyze(ROOT / "tests" / "init_programs" / "lt_allgather_gemm.cu"), "cublasLtMatmul")
     assert mm.stream == "ctx->stream"
+
+
+def test_a_beta_both_gemms_take_by_address_stays_zero_for_the_second(tmp_path):
+    """`&beta` handed to cuBLAS is read, not written: a second GEMM given the same zero beta does not read its C."""
+    code = (HERE / "knobs" / "gemm_ar_ex.cu").read_text()
+    gemm = code[code.index("  CUCO_CUBLAS(ctx, cublasGemmEx("):code.index("  CUCO_NCCL(ctx, ncclAllReduce(")]
+    src = tmp_path / "two.cu"
+    src.write_text(code.replace(gemm, gemm + gemm))
+    first, second = _by_name(analyze(src), "cublasGemmEx")
+    assert first.reads == second.reads and first.writes[0] not in second.reads

@@ -401,10 +401,16 @@ def _learn_scalars(node, scalars: dict[str, str | None]) -> None:
         target = node.child_by_field_name("left") or node.child_by_field_name("argument")
         if target is not None and target.type == "identifier":
             scalars[text(target)] = None
-    elif node.type == "pointer_expression" and text(node).startswith("&"):
+    elif node.type == "pointer_expression" and text(node).startswith("&") and not _scalar_of_blas(node):
         target = node.child_by_field_name("argument")
         if target is not None and target.type == "identifier":
             scalars[text(target)] = None  # written through its address (ncclCommCount(comm, &n))
+
+
+def _scalar_of_blas(node) -> bool:
+    """`&alpha`, `&beta` handed to a cuBLAS call: read by it, not written (cuBLAS takes its scalars by address)."""
+    args = node.parent
+    return args is not None and args.type == "argument_list" and callee(args.parent).startswith("cublas")
 
 
 LOOPS = ("for_statement", "while_statement", "do_statement", "for_range_loop")
