@@ -133,3 +133,17 @@ def test_a_window_offset_must_be_the_same_on_every_rank(offset, why):
     scalars = {"n": 'cuco_param(ctx, "N")', "half": "n / 2", "dev": "ctx->cudaDevice", "i": None}
     got = why_offset_varies(offset, scalars, {"x": "x"})
     assert (got is None) if why is None else (got is not None and why in got), got
+
+
+@pytest.mark.parametrize("cast", ["static_cast<__nv_bfloat16*>({})", "reinterpret_cast<__nv_bfloat16*>({})",
+                                  "(__nv_bfloat16*)({})"])
+def test_a_buffer_behind_a_cpp_cast_is_placed(cast, tmp_path):
+    """`static_cast<T*>(cuco_buffer(ctx, "y")->ptr)`, or through a `void*` local and `reinterpret_cast`, as C++
+    programs write it: the rules find the buffer as they do behind a C cast."""
+    src = (HERE / "corpus" / "pairwise_loop.cu").read_text()
+    old = '  __nv_bfloat16* y = (__nv_bfloat16*)cuco_buffer(ctx, "y")->ptr;\n'
+    assert old in src
+    raw = '  void* raw = cuco_buffer(ctx, "y")->ptr;\n'
+    (tmp_path / "p.cu").write_text(src.replace(old, raw + f"  __nv_bfloat16* y = {cast.format('raw')};\n"))
+    rw = rewrite(tmp_path / "p.cu", load_workload(WORKLOADS / "alltoall_bf16"))
+    assert 'cuco::allToAll(ctx, cuco_buffer(ctx, "y")->window, 0, x,' in rw.code

@@ -222,20 +222,37 @@ def strip_parens(node):
     return node
 
 
+CPP_CASTS = ("static_cast", "reinterpret_cast", "const_cast")
+
+
+def _cpp_cast(node) -> tuple[object, str] | None:
+    """The operand and the type of a C++ cast (`reinterpret_cast<__half*>(x)`), or None for any other node."""
+    fn = node.child_by_field_name("function") if node.type == "call_expression" else None
+    if fn is None or fn.type != "template_function" or text(fn.child_by_field_name("name")) not in CPP_CASTS:
+        return None
+    args = node.child_by_field_name("arguments").named_children
+    return (args[0], text(fn.child_by_field_name("arguments"))[1:-1]) if len(args) == 1 else None
+
+
 def strip(node):
-    """Parentheses and casts around a pointer: `(T*)(x->ptr)` is x->ptr."""
+    """Parentheses and casts around a pointer: `(T*)(x->ptr)` and `static_cast<T*>(x->ptr)` are x->ptr."""
     while True:
         node = strip_parens(node)
-        if node.type != "cast_expression":
+        if node.type == "cast_expression":
+            node = node.child_by_field_name("value")
+        elif _cpp_cast(node) is not None:
+            node = _cpp_cast(node)[0]
+        else:
             return node
-        node = node.child_by_field_name("value")
 
 
 def element_type(node, types: dict[str, str]) -> str | None:
-    """The element type pointer arithmetic on `node` steps by: the cast's (`(T*)p` steps by T), a typed local's."""
-    if node.type == "cast_expression":
-        typ = node.child_by_field_name("type")
-        t = " ".join(re.sub(r"\bconst\b", " ", text(typ)).split()) if typ is not None else ""
+    """The element type pointer arithmetic on `node` steps by: the cast's (`(T*)p`, `static_cast<T*>(p)` step by
+    T), a typed local's."""
+    cpp = _cpp_cast(node)
+    if node.type == "cast_expression" or cpp is not None:
+        typ = text(node.child_by_field_name("type")) if cpp is None else cpp[1]
+        t = " ".join(re.sub(r"\bconst\b", " ", typ).split())
         elem = t[:-1].strip()
         return elem if t.endswith("*") and t.count("*") == 1 and elem != "void" else None
     if node.type == "identifier" and node.text.decode() in types:
