@@ -567,3 +567,12 @@ def test_a_kernel_only_the_set_up_launches_is_left_out_of_the_seed(tmp_path):
     (tmp_path / "p.cu").write_text(src)
     seed = (create_workload("w", tmp_path / "p.cu", tmp_path).root / "seed.cu").read_text()
     assert "__global__ void scale" in seed and "fill" not in seed
+
+
+def test_an_output_only_the_root_receives_is_said_to_be_nan_elsewhere(tmp_path):
+    """ncclReduce to rank 0 writes its output there only: workload.toml and reference.py's stub both say the other
+    ranks keep the judge's poison, so a reference that returns the sum everywhere is not written by mistake."""
+    root = create_workload("w", ROOT / "tests" / "init_programs" / "bcast_reduce.cu", tmp_path).root
+    toml, reference = (root / "workload.toml").read_text(), (root / "reference.py").read_text()
+    assert "writes it on rank 0 only: on the other ranks it keeps the judge's poison" in toml
+    assert '"totals": shape' in reference and "on rank 0 only, NaN on the others" in reference

@@ -245,6 +245,26 @@ def _bound_todos(ev: Evidence, scope: list[Op]) -> dict[str, list[str]]:
     return {k: list(dict.fromkeys(v)) for k, v in out.items()}
 
 
+def root_only(sc: Scaffold) -> dict[str, tuple[Op, str]]:
+    """Outputs an ncclReduce writes last, by buffer name, with that call and its root: NCCL writes them on the root
+    only, so on every other rank they keep the judge's poison."""
+    out = {}
+    for b in sc.buffers:
+        last = [o for o in sc.steps if b.source in o.writes][-1:]
+        if b.role == "output" and last and last[0].name == "ncclReduce":
+            out[b.name] = (last[0], last[0].args.get("root", "0"))
+    return out
+
+
+def mark_root_only(sc: Scaffold) -> None:
+    roots = root_only(sc)
+    for b in sc.buffers:
+        if b.name in roots:
+            op, root = roots[b.name]
+            b.guess("role", f"{op.name} (seed.cu:{op.line}) writes it on rank {root} only: on the other ranks it keeps "
+                            "the judge's poison, so reference returns NaN there (the judge checks it was left untouched)")
+
+
 def _exchanges(scope: list[Op], every_peer: dict) -> list[Op]:
     """The run's calls, the send and receive of a loop over every peer read as the one all-to-all they are."""
     out = []
@@ -298,6 +318,7 @@ def infer(name: str, path: Path, analysis: Analysis, program: Program) -> Scaffo
                   _bound_todos(ev, scope), [p for p in program.read_params if p.isidentifier()],
                   _atomics(program, scope), ev.products)
     settle(sc, ev.values)
+    mark_root_only(sc)
     return sc
 
 

@@ -12,7 +12,7 @@ import re
 from cuco.dtypes import DTYPES
 from cuco.fastpath.analyze import Op
 from cuco.scaffold.evidence import Factor
-from cuco.scaffold.infer import Buffer, Scaffold, computes
+from cuco.scaffold.infer import Buffer, Scaffold, computes, root_only
 from cuco.workload.spec import DELIVERED, VERIFIED
 
 REDUCE_OPS = {"ncclSum": "SUM", "ncclProd": "PRODUCT", "ncclMax": "MAX", "ncclMin": "MIN", "ncclAvg": "AVG"}
@@ -102,9 +102,10 @@ def _listing(buffers: list[Buffer]) -> list[str]:
     return [f'        "{b.name}": shape {_py_shape(b)}, {_torch_dtype(b)}' for b in buffers]
 
 
-def _output_listing(buffers: list[Buffer]) -> list[str]:
+def _output_listing(buffers: list[Buffer], roots: dict[str, tuple[Op, str]]) -> list[str]:
     """The outputs with the dtype the reference returns, not the program's: the judge compares in higher precision
-    (cuco check refuses a floating reference less precise than the output, and a float one of an integer output)."""
+    (cuco check refuses a floating reference less precise than the output, and a float one of an integer output).
+    An output only a root receives is NaN on the other ranks."""
     lines = []
     for b in buffers:
         if b.dtype == "f64":
@@ -115,6 +116,8 @@ def _output_listing(buffers: list[Buffer]) -> list[str]:
             kind = "an integer dtype"
         inout = ", updated in place: what the run leaves in it, from the value make_inputs gives it" \
             if b.role == "inout" else ""
+        if b.name in roots:
+            inout += f"; on rank {roots[b.name][1]} only, NaN on the others: {roots[b.name][0].name} writes no other"
         lines.append(f'        "{b.name}": shape {_py_shape(b)}, {kind} (the program writes {_torch_dtype(b)}{inout})')
     return lines
 
@@ -147,7 +150,7 @@ def _reference(sc: Scaffold) -> list[str]:
             "    candidates are compared with it within workload.toml's [tolerance].",
             "",
             "    Return a dict with one tensor per output buffer:",
-            *_output_listing(outputs),
+            *_output_listing(outputs, root_only(sc)),
             f"    What the program does, in order ({'cuco_run' if sc.abi else sc.program.name}):",
             *(steps or ["        (no call the analysis follows)"]),
             '    """',

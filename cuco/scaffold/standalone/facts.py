@@ -10,7 +10,7 @@ from functools import cached_property
 from cuco.dtypes import DTYPES
 from cuco.fastpath.analyze import BLAS, COPIES, NCCL_SIGNATURES
 from cuco.fastpath.syntax import call_args, callee, text
-from cuco.scaffold.infer import Param, Scaffold, settle
+from cuco.scaffold.infer import Param, Scaffold, mark_root_only, settle
 from cuco.scaffold.program import C_TYPES, dims, tidy
 from cuco.scaffold.size_expr import MAX_DEPTH, int_literal
 from cuco.scaffold.standalone.calls import GEMM_SIZES
@@ -293,3 +293,4 @@ def refine(sc: Scaffold, conv: Conversion) -> None:
     have = {p.name for p in sc.params}
     sc.params += [Param(n, values.get(n)) for n in conv.params if n not in have]
     sc.warnings += conv.warnings
+    mark_root_only(sc)  # the program's roles replaced the seed's, and their notes with them
