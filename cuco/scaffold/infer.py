@@ -261,8 +261,9 @@ def mark_root_only(sc: Scaffold) -> None:
     for b in sc.buffers:
         if b.name in roots:
             op, root = roots[b.name]
-            b.guess("role", f"{op.name} (seed.cu:{op.line}) writes it on rank {root} only: on the other ranks it keeps "
-                            "the judge's poison, so reference returns NaN there (the judge checks it was left untouched)")
+            b.guess("role", f"{op.name} (seed.cu:{op.line}) writes it on rank {root} only: on the other ranks it "
+                            "keeps the judge's poison, so reference returns NaN there (the judge checks it was left "
+                            "untouched)")
 
 
 def _exchanges(scope: list[Op], every_peer: dict) -> list[Op]:
