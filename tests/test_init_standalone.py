@@ -576,3 +576,12 @@ def test_an_output_only_the_root_receives_is_said_to_be_nan_elsewhere(tmp_path):
     toml, reference = (root / "workload.toml").read_text(), (root / "reference.py").read_text()
     assert "writes it on rank 0 only: on the other ranks it keeps the judge's poison" in toml
     assert '"totals": shape' in reference and "on rank 0 only, NaN on the others" in reference
+
+
+def test_a_call_in_a_loop_of_a_known_trip_count_counts_that_many_times(tmp_path):
+    """A ring all-reduce by hand: two loops of world - 1 steps, each receiving a chunk. The bound counts what every
+    step receives, twice world - 1 chunks, where a loop it cannot count is left marked."""
+    spec = load_workload(create_workload("w", ROOT / "tests" / "init_programs" / "ring_allreduce.cu", tmp_path).root)
+    env = spec.shapes[0].env(4)
+    chunk_bytes = spec.shapes[0].params["count"] // 4 * 4
+    assert eval_expr(spec.bounds.comm_bytes, env) == 2 * 3 * chunk_bytes

@@ -18,7 +18,7 @@ from cuco.dtypes import DTYPES, NCCL_DTYPES
 from cuco.fastpath.analyze import ALLOCATORS, BLAS, COPIES, FREES, NCCL_SIGNATURES, SYNCS, Analysis, Op
 from cuco.fastpath.peer_loops import block
 from cuco.fastpath.syntax import is_zero_literal, text, walk
-from cuco.scaffold.c_expr import strip
+from cuco.scaffold.c_expr import strip, trip_count
 from cuco.scaffold.declarations import dtype_of
 from cuco.scaffold.program import Call, Program
 from cuco.scaffold.size_expr import constant, dims, tidy
@@ -321,16 +321,20 @@ class Evidence:
         if buf and dtype in DTYPES:
             self.dtype.setdefault(buf, []).append(Offer(rank, dtype, why))
 
-    def countable(self, call: Call, dim: Dim, key: str, where: str) -> bool:
-        """A call's cost counts once per run outside loops; over a name the rules cannot follow to a size the
-        program is given, it counts and is marked."""
-        if call.in_loop:
+    def countable(self, call: Call, dim: Dim, key: str, where: str) -> str | None:
+        """How many times a call's cost counts per run: once outside loops, the product of the trip counts of the
+        loops around it where each counts up from zero to a size (`s < world - 1`), else not at all and marked. Over
+        a name the rules cannot follow to a size the program is given, it counts and is marked."""
+        trips = [trip_count(loop) for loop in call.loops]
+        bounds = [self.program.translate(t, call.function) if t is not None else None for t in trips]
+        if any(b is None for b in bounds):
             self.uncounted.append(f"{key}: {where} runs in a loop; add what it costs per run")
-            return False
-        if dim.unsure:
-            self.uncounted.append(f"{key}: {where} is counted over {', '.join(sorted(dim.unsure))}, not a size the "
+            return None
+        unsure = set(dim.unsure).union(*(b.unsure for b in bounds))
+        if unsure:
+            self.uncounted.append(f"{key}: {where} is counted over {', '.join(sorted(unsure))}, not a size the "
                                   "program is given (cuco_param) as far as the rules can follow; check it")
-        return True
+        return " * ".join(f"({b.expr})" for b in bounds) or "1"
 
     # ---- NCCL ----------------------------------------------------------------------------------------------
     def nccl(self, op: Op, timed: bool) -> None:
@@ -361,8 +365,8 @@ class Evidence:
         if timed and sizes[2] != "0":
             if size is None:
                 self.uncounted.append(f"comm_bytes: {where} moves a type the rules do not know; add its bytes")
-            elif self.countable(call, count, "comm_bytes", where):
-                self.received.append(sizes[2].replace("C", f"({count.expr}) * {size}"))
+            elif (times := self.countable(call, count, "comm_bytes", where)) is not None:
+                self.received.append(_times(times, sizes[2].replace("C", f"({count.expr}) * {size}")))
 
     def every_peer(self, op: Op, timed: bool) -> None:
         """A send or receive of a loop over every peer that is one all-to-all (fastpath.peer_loops): its buffer is
@@ -413,9 +417,10 @@ class Evidence:
                 self.uncounted.append(f"flops: {where} has sizes the rules cannot follow; add its flops")
             return
         m, n, k, batch = (self.named(d) for d in (m, n, k, batch))
-        if timed and self.countable(call, Dim("0", {}, m.unsure | n.unsure | k.unsure | batch.unsure), "flops", where):
-            self.flops.append(tidy(f"2 * ({m.expr}) * ({k.expr}) * ({n.expr})" +
-                                   (f" * ({batch.expr})" if g.batch is not None else "")))
+        unsure = Dim("0", {}, m.unsure | n.unsure | k.unsure | batch.unsure)
+        if timed and (times := self.countable(call, unsure, "flops", where)) is not None:
+            self.flops.append(_times(times, f"2 * ({m.expr}) * ({k.expr}) * ({n.expr})" +
+                                     (f" * ({batch.expr})" if g.batch is not None else "")))
         if not g.arrays:
             self.operand_shapes(g, call, (m, n, k, batch), where)
         if timed and g.batch is None and not g.arrays:
@@ -492,8 +497,8 @@ class Evidence:
             return
         m, n = self.named(layouts[3][1]), self.named(layouts[3][2])
         k = self.named(k)
-        if self.countable(call, Dim("0", {}, m.unsure | n.unsure | k.unsure), "flops", where):
-            self.flops.append(tidy(f"2 * ({m.expr}) * ({k.expr}) * ({n.expr})"))
+        if (times := self.countable(call, Dim("0", {}, m.unsure | n.unsure | k.unsure), "flops", where)) is not None:
+            self.flops.append(_times(times, f"2 * ({m.expr}) * ({k.expr}) * ({n.expr})"))
 
     def layout(self, call: Call, position: int) -> tuple[str | None, Dim | None, Dim | None, Dim | None] | None:
         """(dtype, rows, cols, ld) of the layout passed at `position`, from its one creation, never changed."""
@@ -546,6 +551,11 @@ class Evidence:
                     self.shape[want] = [Offer(COPY_RANK, shape.value, f"the size of {have}, by {why}", shape.unsure)]
                 if dtype is not None and want not in self.dtype:
                     self.dtype[want] = [Offer(COPY_RANK, dtype.value, f"the type of {have}, by {why}")]
+
+
+def _times(times: str, cost: str) -> str:
+    """A call's cost over a run: once, or as many times as the loops around it run."""
+    return tidy(cost if times == "1" else f"{times} * ({cost})")
 
 
 def _last_name(node) -> str | None:

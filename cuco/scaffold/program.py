@@ -16,7 +16,7 @@ from pathlib import Path
 from cuco.fastpath.analyze import ALLOCATORS
 from cuco.fastpath.syntax import blank_macros, callee, function_name, parser, text, walk
 from cuco.scaffold.buffer_refs import BufferRefs, Ref
-from cuco.scaffold.c_expr import cast_call, in_loop, literal_arg, peel
+from cuco.scaffold.c_expr import cast_call, literal_arg, loops_around, peel
 from cuco.scaffold.declarations import (
     BYTE_VIEWS,
     C_TYPES,
@@ -51,7 +51,7 @@ class Call:
     line: int
     function: str
     args: list
-    in_loop: bool  # inside a for, while or do loop: it runs once per iteration
+    loops: list  # the loops around it in its function, innermost first: it runs once per iteration of each
 
 
 class Program:
@@ -96,7 +96,7 @@ class Program:
             return  # a cast, not a call
         line = node.start_point.row + 1
         named = [a for a in args.named_children if a.type != "comment"]
-        self.calls.setdefault((line, name), Call(name, line, fname, named, in_loop(node, fn)))
+        self.calls.setdefault((line, name), Call(name, line, fname, named, loops_around(node, fn)))
         lit = literal_arg(node) if name in ("cuco_buffer", "cuco_param") else None
         if lit is not None:
             (self.handed if name == "cuco_buffer" else self.read_params).setdefault(lit, []).append(line)
