@@ -273,7 +273,7 @@ def _exchanges(scope: list[Op], every_peer: dict) -> list[Op]:
         if o.index not in every_peer:
             out.append(o)
         elif o.name == "ncclSend":
-            recv = next(r for r in scope if r.index in every_peer and r.name == "ncclRecv")
+            recv = next(r for r in scope if r.name == "ncclRecv" and every_peer.get(r.index) is every_peer[o.index])
             out.append(replace(o, kind="collective", name="ncclAlltoAll", writes=recv.writes,
                                args={**o.args, "recv": every_peer[o.index].recv}))
     return out

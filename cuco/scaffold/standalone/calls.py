@@ -15,3 +15,8 @@ DEFAULT_STREAMS = frozenset({"0", "NULL", "nullptr", "cudaStreamDefault", "cudaS
 GEMM_SIZES = {name: (3, 4, 5) for name in ("cublasGemmEx", "cublasSgemm", "cublasSgemm_v2", "cublasHgemm",
                                            "cublasDgemm", "cublasDgemm_v2")}
 WORK = frozenset({"launch", "nccl", "blas", "graph_launch"})  # what makes a loop the step's
+
+
+def made_at(name: str) -> int:
+    """The argument a set-up call makes or configures: a result's position, else the first (`cublasCreate(&h)`)."""
+    return RESULTS[name][0] if name in RESULTS else 0

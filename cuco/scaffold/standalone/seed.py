@@ -10,7 +10,7 @@ from cuco.errors import CucoError
 from cuco.fastpath.analyze import ALLOCATORS
 from cuco.fastpath.syntax import call_args, callee, text
 from cuco.scaffold.program import param_name
-from cuco.scaffold.standalone.calls import GEMM_SIZES, HANDLE_CREATE, RESULTS
+from cuco.scaffold.standalone.calls import GEMM_SIZES, HANDLE_CREATE, RESULTS, made_at
 from cuco.scaffold.standalone.nodes import address_of, calls_in, idents, line_of, names_in, root_name
 from cuco.scaffold.standalone.place import Place
 from cuco.scaffold.standalone.program import Local, Standalone
@@ -36,7 +36,7 @@ def buffer_name(var: str) -> str:
 
 def _is_creation(prog: Standalone, st, name: str) -> bool:
     for c in map(prog.unwrap, calls_in(st)):
-        at = RESULTS[callee(c)][0] if callee(c) in RESULTS else 0
+        at = made_at(callee(c))
         if callee(c) in (*HANDLE_CREATE, *ALLOCATORS, *RESULTS) and len(call_args(c)) > at and \
                 address_of(call_args(c)[at]) == name:
             return True
@@ -130,7 +130,7 @@ class Seed:
         found = False
         for call in {c.id: self.prog.unwrap(c) for c in calls_in(st)}.values():
             args, kind, called = call_args(call), self.prog.kind(call), callee(call)
-            at = RESULTS[called][0] if called in RESULTS else 0  # the argument the call makes or configures
+            at = made_at(called)
             if len(args) <= at or name not in (address_of(args[at]), root_name(args[at])):
                 continue
             if kind == "copy" and self.prog.direction(call) != "set":
