@@ -118,3 +118,27 @@ def test_a_standalone_program_s_exchange_is_counted_by_init_and_rewritten(tmp_pa
     rw = rewrite(spec.seed_path, spec)
     assert "cuco::allToAll(ctx, cuco_buffer(ctx, \"recv\")->window, 0, send, (chunk) * sizeof(__nv_bfloat16), " \
            "stream)" in rw.code and no_host_collective_left(rw.code)
+
+
+def test_two_exchanges_are_two_all_to_alls_each_with_its_own_buffers(tmp_path):
+    """Dispatch, expert work, combine: two loops over every peer, each read as its own all-to-all in reference.py's
+    stubs (the combine's receive is not the dispatch's)."""
+    from cuco.scaffold import create_workload
+
+    src = (ROOT / "tests" / "init_programs" / "ep_alltoall.cu").read_text()
+    back = ("    CHECK_NCCL(ncclGroupStart());\n    for (int peer = 0; peer < nranks; ++peer) {\n"
+            "      CHECK_NCCL(ncclSend(recv + peer * chunk, chunk, ncclBfloat16, peer, comm, stream));\n"
+            "      CHECK_NCCL(ncclRecv(back + peer * chunk, chunk, ncclBfloat16, peer, comm, stream));\n"
+            "    }\n    CHECK_NCCL(ncclGroupEnd());\n")
+    edits = (("  __nv_bfloat16 *send, *recv;", "  __nv_bfloat16 *send, *recv, *back;"),
+             ("  CHECK_CUDA(cudaMalloc(&recv, tokens * hidden * sizeof(__nv_bfloat16)));\n",
+              "  CHECK_CUDA(cudaMalloc(&recv, tokens * hidden * sizeof(__nv_bfloat16)));\n"
+              "  CHECK_CUDA(cudaMalloc(&back, tokens * hidden * sizeof(__nv_bfloat16)));\n"),
+             ("    scale<<<256, 256, 0, stream>>>(recv, 0.5f, tokens * hidden);\n",
+              "    scale<<<256, 256, 0, stream>>>(recv, 0.5f, tokens * hidden);\n" + back))
+    for old, new in edits:
+        assert old in src
+        src = src.replace(old, new)
+    (tmp_path / "p.cu").write_text(src)
+    reference = (create_workload("w", tmp_path / "p.cu", tmp_path).root / "reference.py").read_text()
+    assert "ncclAlltoAll (send -> recv)" in reference and "ncclAlltoAll (recv -> back)" in reference
