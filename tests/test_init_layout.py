@@ -795,8 +795,8 @@ def test_the_struct_seed_builds(tmp_path):
 
 def test_helpers_are_written_out_three_levels_deep_and_no_deeper(tmp_path):
     """main() -> a step function -> a launcher -> what it calls: each written out in place (the common layout's
-    step() in host.cpp calling kernels.cu's launchers); a fourth level (or a template) stays a call, and the refusal
-    says which."""
+    step() in host.cpp calling kernels.cu's launchers); a fourth level (or a template whose arguments the call does
+    not spell out) stays a call, and the refusal says which."""
     host = tmp_path / "main.cu"
     host.write_text(
         "static void reduce(float* x, int n, ncclComm_t c, cudaStream_t s) {\n"
@@ -810,7 +810,9 @@ def test_helpers_are_written_out_three_levels_deep_and_no_deeper(tmp_path):
         "  for (int i = 0; i < 3; ++i) { step(d, 8, comm, st); shallow(d, 4, comm, st); twice(d, 8, comm, st); }\n}\n")
     unit, _ = read_program([host], [], [])
     assert unit.written_out == ["step", "shallow", "l2", "reduce", "l3"]  # reduce: shallow's, two levels down
-    assert unit.unwritten == {"twice": "is a template", "reduce": "is called inside l3(), itself written out in place "
+    assert unit.unwritten == {"twice": "is a template called without its arguments spelled out (twice<...>(...)): "
+                                       "cuco cannot tell T",
+                              "reduce": "is called inside l3(), itself written out in place "
                                                                   "3 levels below main(): cuco writes out 3 levels of "
                                                                   "the program's helpers"}
     main = "".join(unit.lines[unit.lines.index("int main() {"):])
@@ -897,3 +899,22 @@ def test_a_captured_region_is_cited_by_its_own_file_s_lines(tmp_path):
     last = next(i for i, ln in enumerate(lines, 1) if "cudaStreamEndCapture" in ln)
     head = " ".join(ln.removeprefix("// ") for ln in seed.splitlines()[:5])
     assert f"captured into a CUDA graph at host.cpp:{first}-{last} of main()" in head, head
+
+
+def test_a_template_launcher_called_with_its_arguments_is_written_out(tmp_path):
+    """`launch<__nv_bfloat16>(...)`, a launcher templated on its element type: written out with T as the call's
+    type, its kernel launch among them, and the seed keeps no copy of the template it no longer calls."""
+    host = tmp_path / "main.cu"
+    host.write_text(
+        "#include <cuda_bf16.h>\n#include <nccl.h>\n"
+        "template <typename T> __global__ void scale(T* x, int n) { }\n"
+        "template <typename T> void launch(T* x, int n, cudaStream_t s) { scale<T><<<n / 256, 256, 0, s>>>(x, n); }\n"
+        "template void launch<__nv_bfloat16>(__nv_bfloat16*, int, cudaStream_t);\n"
+        "int main(int argc, char** argv) {\n  const int n = argc > 1 ? atoi(argv[1]) : 4096;\n"
+        "  ncclUniqueId id; ncclGetUniqueId(&id);\n  ncclComm_t comm; ncclCommInitRank(&comm, 1, id, 0);\n"
+        "  cudaStream_t st; cudaStreamCreate(&st);\n  __nv_bfloat16* d; cudaMalloc(&d, n * sizeof(__nv_bfloat16));\n"
+        "  for (int i = 0; i < 3; ++i) {\n    launch<__nv_bfloat16>(d, n, st);\n"
+        "    ncclAllReduce(d, d, n, ncclBfloat16, ncclSum, comm, st);\n  }\n}\n")
+    seed = (create_workload("w", host, tmp_path).root / "seed.cu").read_text()
+    assert "scale<__nv_bfloat16><<<n / 256, 256, 0, st>>>(d, n);" in seed.replace("stream", "st")
+    assert "void launch(" not in seed and "template void launch" not in seed

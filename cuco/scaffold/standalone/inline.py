@@ -112,12 +112,32 @@ def _working(functions: dict[str, object]) -> set[str]:
     return found
 
 
+def _template_params(decl) -> list[str]:
+    """A template's parameter names, types and values alike (`template <typename T, int N>`: T, N)."""
+    plist = decl.child_by_field_name("parameters")
+    out = []
+    for p in plist.named_children if plist is not None else []:
+        name = p.child_by_field_name("declarator") if p.type == "parameter_declaration" else \
+            next((n for n in p.named_children if n.type == "type_identifier"), None)
+        out.append(text(name) if name is not None else "?")
+    return out
+
+
+def _template_args(call) -> list[str]:
+    """The template arguments a call spells out (`launch<__nv_bfloat16>(...)`: __nv_bfloat16)."""
+    fn = call.child_by_field_name("function")
+    args = fn.child_by_field_name("arguments") if fn is not None and fn.type == "template_function" else None
+    return [text(a) for a in args.named_children] if args is not None else []
+
+
 class _Inliner:
     def __init__(self, unit: Unit, root) -> None:
         self.unit, self.src = unit, unit.raw
         defs = [n for n in walk(root) if n.type == "function_definition"]
-        self.functions = {function_name(f): f for f in defs
-                          if f.parent is None or f.parent.type != "template_declaration"}
+        self.functions = {function_name(f): f for f in defs}
+        # a template's parameters (`template <typename T>`): its calls must spell out their arguments
+        self.templates = {function_name(f): _template_params(f.parent) for f in defs
+                          if f.parent is not None and f.parent.type == "template_declaration"}
         self.main = self.functions.get("main")
         host = {function_name(f): f for f in defs if function_name(f) != "main"
                 and not any(c.type in ("__global__", "__device__") for c in f.children)}
@@ -125,8 +145,7 @@ class _Inliner:
         self.helpers = {name: f for name, f in host.items() if name in working and name in self.functions}
         self.taken = {text(n) for n in walk(self.main) if n.type == "identifier"} if self.main is not None else set()
         self.added: dict[int, set[str]] = {}  # names spliced into each block of main()
-        self.why: dict[str, str] = {  # helpers that issue device work and stay calls: why
-            name: "is a template" for name in working if name not in self.functions}
+        self.why: dict[str, str] = {}  # helpers that issue device work and stay calls: why
 
     def early_return(self, fname: str) -> str | None:
         """Why the helper cannot be written out in place: a return before its end (None where it has none)."""
@@ -204,6 +223,10 @@ class _Inliner:
         values = [text(a) for a in args] + [p.default for p in (params or [])[len(args):] if p.default is not None]
         if why is None and len(values) != len(params):
             why = "is called with fewer arguments than it declares"
+        types = _template_args(call)
+        if why is None and name in self.templates and len(types) != len(self.templates[name]):
+            why = (f"is a template called without its arguments spelled out ({name}<...>(...)): cuco cannot tell "
+                   f"{', '.join(self.templates[name])}")
         if why is not None:
             self.why[name] = why
             return None
@@ -211,6 +234,7 @@ class _Inliner:
         spliced = st.parent is not None and st.parent.type == "compound_statement"
         block = self.added.setdefault(st.parent.id if spliced else st.id, set())
         rename, preamble, drop = self.renames(body, params, args, block), [], []
+        rename |= {t: (arg, True) for t, arg in zip(self.templates.get(name, []), types)}  # T is the call's type
         if st.type == "declaration":  # the returned local is the declared variable, declared by main() as written
             local = self.returned_local(name, st)
             if local is None:
@@ -278,7 +302,7 @@ class _Inliner:
         parameter given `&v` is v where the body goes through it: `p->n` is `v.n`, `*p` is v."""
         out = []
         for n in walk(node):
-            if n.type == "identifier" and text(n) in rename:
+            if n.type in ("identifier", "type_identifier") and text(n) in rename:
                 value, primary = rename[text(n)]
                 pointee, up = value[1:] if value.startswith("&") and value[1:].isidentifier() else None, n.parent
                 arrow = up.child_by_field_name("operator") if up is not None and up.type == "field_expression" else None

@@ -72,7 +72,7 @@ def _attached(comment, kept: set[int]) -> bool:
 
 def _defined(node) -> set[str]:
     """The function a file-scope item declares or defines, without template arguments (`to_f<float>` is to_f)."""
-    if _prototype(node):
+    if _prototype(node) or node.type == "template_instantiation":  # `template void f<float>(...);` too
         return {function_name(_declaration(node)).split("<")[0]}
     fn = node if node.type == "function_definition" else next(
         (n for n in walk(node) if n.type == "function_definition"), None)
@@ -103,6 +103,6 @@ def _scope_kind(prog: Standalone, node) -> str:
         return "drop" if name is not None and text(name) in prog.wrappers else "keep"
     if _prototype(node):
         return "maybe"
-    if node.type in ("function_definition", "template_declaration"):
+    if node.type in ("function_definition", "template_declaration", "template_instantiation"):
         return "drop" if "main" in _defined(node) else "maybe"  # kept where kept code uses it (a kernel the step
     return "keep"                                                # launches, a device function a kernel calls)
