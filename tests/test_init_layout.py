@@ -918,3 +918,13 @@ def test_a_template_launcher_called_with_its_arguments_is_written_out(tmp_path):
     seed = (create_workload("w", host, tmp_path).root / "seed.cu").read_text()
     assert "scale<__nv_bfloat16><<<n / 256, 256, 0, st>>>(d, n);" in seed.replace("stream", "st")
     assert "void launch(" not in seed and "template void launch" not in seed
+
+
+@needs_cpp
+def test_the_defines_a_program_is_read_with_are_said_and_a_missing_include_folder_refused(tmp_path):
+    made = create_workload("mlp", FILES, tmp_path, defines=["USE_NVTX"])
+    assert "read with -D USE_NVTX" in " ".join(made.reading)
+    assert "read with -D USE_NVTX, so this is that build of it" in " ".join(
+        ln.removeprefix("// ") for ln in (made.root / "seed.cu").read_text().splitlines()[:5])
+    with pytest.raises(CucoError, match=r"^--include-dir: .*nowhere: no such folder"):
+        create_workload("w", FILES, tmp_path, include_dirs=[tmp_path / "nowhere"])

@@ -305,6 +305,8 @@ class Seed:
         files = self.prog.unit.files
         kept = "the program itself is kept beside this file as original.cu" if len(files) == 1 else \
             f"its files ({', '.join(p.name for p in files)}) are kept beside this file in original/"
+        if self.prog.unit.defines:
+            kept += f"; read with {' '.join(f'-D {d}' for d in self.prog.unit.defines)}, so this is that build of it"
         header = textwrap.wrap(
             f"cuco_setup, cuco_run and cuco_teardown around the step of {self.prog.path.name}, written by `cuco init` "
             f"({kept}). cuco_run is one iteration of "

@@ -57,6 +57,7 @@ class Unit:
     unwritten: dict[str, str] = field(default_factory=dict)  # helpers main() calls that stay calls: why
     written: dict[Path, list[str]] = field(default_factory=dict)  # each file's lines as the user wrote them
     written_out: list[str] = field(default_factory=list)  # helpers written out where main() calls them
+    defines: list[str] = field(default_factory=list)  # the -D the program was read with
     constants: dict[str, int] = field(default_factory=dict)  # integer #defines of the headers it includes, not given
 
     def reading(self) -> list[str]:
@@ -64,6 +65,8 @@ class Unit:
         out = []
         if len(self.files) > 1:
             out.append(f"read {', '.join(p.name for p in self.files)} as one program")
+        if self.defines:
+            out.append(f"read with {' '.join(f'-D {d}' for d in self.defines)}: the seed is that build of it")
         if self.written_out:
             out.append("written out where main() calls them: " + ", ".join(f"{n}()" for n in self.written_out))
         return out
@@ -283,6 +286,9 @@ def expand_macros(unit: Unit, include_dirs: list[Path], defines: list[str]) -> U
     for d in defines:
         if not re.fullmatch(r"[A-Za-z_]\w*(=.*)?", d):
             raise CucoError("--define", f"{d!r}: a define is NAME or NAME=VALUE")
+    for folder in include_dirs:
+        if not folder.is_dir():
+            raise CucoError("--include-dir", f"{folder}: no such folder")
     with tempfile.TemporaryDirectory(prefix="cuco-cpp-") as tmp:
         pre = _Preprocessor(unit, include_dirs, Path(tmp))
         lines, kept = pre.blanked(unit.lines, lambda i: unit.origins[i].path.parent)
@@ -311,7 +317,7 @@ def expand_macros(unit: Unit, include_dirs: list[Path], defines: list[str]) -> U
         else:
             expanded.append(original[:len(original) - len(original.lstrip())] + got.strip())
         i += 1
-    return unit.changed(lines=[_dim3(ln) for ln in expanded], constants=constants)
+    return unit.changed(lines=[_dim3(ln) for ln in expanded], constants=constants, defines=list(defines))
 
 
 def _constants(texts: list[list[str]]) -> dict[str, int]:
