@@ -106,8 +106,8 @@ def test_cli_reads_the_files_and_defines(tmp_path):
     assert proc.returncode == 0, proc.stderr
     assert (tmp_path / "mlp" / "original" / "kernels.cu").is_file()
     # how the program was read, said before the rest
-    assert proc.stdout.splitlines()[:2] == [
-        "read kernels.cuh, kernels.cu, host.cpp as one program",
+    assert proc.stdout.splitlines()[:3] == [
+        "read kernels.cuh, kernels.cu, host.cpp as one program", "read with -D USE_NVTX: the seed is that build of it",
         "written out where main() calls them: init_comm(), gemm_bf16(), bias_gelu(), bias_residual()"], proc.stdout
 
 
