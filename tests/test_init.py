@@ -587,3 +587,47 @@ def test_the_reference_stub_asks_for_the_precision_the_judge_compares_in(tmp_pat
     doc = (made.root / "reference.py").read_text().split("def reference(", 1)[1].split('"""')[1]
     assert '"out": shape (p["T"], p["H"]), torch.float64 or torch.float32 (the program writes torch.bfloat16)' in doc
     assert "higher precision" not in doc and ", torch.bfloat16\n" not in doc
+
+
+ALLREDUCE_SEED = WORKLOADS / "allreduce_sum" / "seed.cu"
+
+
+def _program_with(tmp_path: Path, old: str, new: str, name: str = "p.cu", encoding: str = "utf-8") -> Path:
+    src = ALLREDUCE_SEED.read_text()
+    assert old in src, old
+    (tmp_path / name).write_bytes(src.replace(old, new).encode(encoding))
+    return tmp_path / name
+
+
+def test_hostile_inputs_get_one_line_each_never_a_traceback(tmp_path):
+    """What a fuzzing of init and transform found: an expression thousands of terms long, --dir below a file, a name
+    longer than a folder's, --out naming a folder, a file that is not UTF-8."""
+    (tmp_path / "plain.txt").write_text("x")
+    (tmp_path / "folder").mkdir()
+    deep = _program_with(tmp_path, "CUCO_EXPORT int cuco_run(cuco_ctx_t* ctx) {",
+                         "CUCO_EXPORT int cuco_run(cuco_ctx_t* ctx) {\n  const int t = 1" + " + 1" * 3000 + ";",
+                         "deep.cu")
+    latin = _program_with(tmp_path, "CUCO_EXPORT int cuco_run", "// d\u00e9j\u00e0\nCUCO_EXPORT int cuco_run",
+                          "latin.cu", "latin-1")
+    accented = ALLREDUCE_SEED.read_text().split("CUCO_EXPORT int cuco_run")[0].count("\n") + 1
+    cases = [(("init", "w", "--from", str(deep)), f"{deep}:"),
+             (("init", "w", "--from", str(ALLREDUCE_SEED), "--dir", "plain.txt/sub"), "cannot make the folder (--dir)"),
+             (("init", "n" * 300, "--from", str(ALLREDUCE_SEED)), "a workload name is at most 100"),
+             (("transform", str(WORKLOADS / "allreduce_sum"), "--device", "cpu", "--out", "folder"),
+              "a folder: --out names the file"),
+             (("transform", str(WORKLOADS / "allreduce_sum"), "--explain", "--source", str(latin)),
+              f"{latin}:{accented}: not UTF-8 (byte 0xe9)")]
+    for args, words in cases:
+        line = _one_error_line(_cuco(*args, cwd=tmp_path))
+        assert words in line, (args, line)
+    assert "nests more than 200 levels deep" in _one_error_line(_cuco("init", "w", "--from", str(deep), cwd=tmp_path))
+
+
+def test_a_step_of_many_alike_collectives_sums_them_once(tmp_path):
+    """Three hundred alike all-reduces in the step: the bound is their number times one, not a sum of three hundred
+    terms (which no reader, nor Python's parser of it, could take)."""
+    call = "  CUCO_NCCL(ctx, ncclAllReduce("
+    src = ALLREDUCE_SEED.read_text()
+    line = src[src.index(call):src.index("\n", src.index(call)) + 1]
+    spec = load_workload(create_workload("w", _program_with(tmp_path, line, line * 300), tmp_path).root)
+    assert spec.bounds.comm_bytes.startswith("300 * (")

@@ -14,7 +14,17 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
 from cuco.fastpath.places import Pointers, fixed_index, pointer_params
-from cuco.fastpath.syntax import blank_macros, callee, function_name, is_zero_literal, parser, text, walk
+from cuco.fastpath.syntax import (
+    MAX_NESTING,
+    blank_macros,
+    callee,
+    function_name,
+    is_zero_literal,
+    parser,
+    text,
+    too_deep,
+    walk,
+)
 
 # Argument names by position, from nccl.h (2.28).
 NCCL_SIGNATURES: dict[str, tuple[str, ...]] = {
@@ -191,7 +201,16 @@ def _parse(path: Path, raw: bytes) -> tuple[list, list[str]]:
     """The function definitions of the program and warnings for what the parser did not understand."""
     if b"\0" in raw:
         raise AnalysisError(f"{path}: not a text file")
+    try:
+        raw.decode()
+    except UnicodeDecodeError as exc:
+        line = raw.count(b"\n", 0, exc.start) + 1
+        raise AnalysisError(f"{path}:{line}: not UTF-8 (byte {raw[exc.start]:#04x}): save it as UTF-8") from None
     root = parser().parse(blank_macros(raw)).root_node
+    deep = too_deep(root)
+    if deep is not None:
+        raise AnalysisError(f"{path}:{deep}: nests more than {MAX_NESTING} levels deep: the analysis reads programs up "
+                            "to that depth (split the expression)")
     functions = [n for n in walk(root) if n.type == "function_definition"]
     errors = [n for n in walk(root) if n.type == "ERROR" or n.is_missing]
     if not functions:

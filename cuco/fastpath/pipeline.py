@@ -62,7 +62,12 @@ def transform(spec: WorkloadSpec, analysis: Analysis, target: Path, llm: LLMFall
         if not given.ok:
             raise TransformError(str(source), "the program does not build as it is, so it is not rewritten: "
                                  + first_error(given.log))
-    target.parent.mkdir(parents=True, exist_ok=True)
+    if target.is_dir():
+        raise CucoError(str(target), "a folder: --out names the file the rewritten program goes to")
+    try:
+        target.parent.mkdir(parents=True, exist_ok=True)
+    except OSError as exc:
+        raise CucoError(str(target.parent), f"cannot make the folder (--out): {exc.strerror or exc}") from None
     rewrites, stopped, stages = [], None, []
     try:
         rw = rewrite(analysis, spec)
@@ -77,7 +82,10 @@ def transform(spec: WorkloadSpec, analysis: Analysis, target: Path, llm: LLMFall
         except TransformFailed as failed:
             raise TransformError(str(target.parent / "llm"), str(failed)) from None
     code = annotate(code)
-    target.write_text(code)
+    try:
+        target.write_text(code)
+    except OSError as exc:
+        raise CucoError(str(target), f"cannot write the rewritten program (--out): {exc.strerror or exc}") from None
     if not no_host_collective_left(code):
         raise TransformError(str(target), "re-analysis still finds a host NCCL call")
     built = build(target, includes=spec.includes)

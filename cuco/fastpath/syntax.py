@@ -32,10 +32,29 @@ def text(node) -> str:
     return node.text.decode(errors="replace")
 
 
+MAX_NESTING = 200  # how deep a program's syntax may nest: the readers of expressions recurse (Python's limit: 1000)
+
+
+def too_deep(root) -> int | None:
+    """The line where a syntax tree nests deeper than MAX_NESTING (a generated expression of thousands of terms),
+    or None."""
+    stack = [(root, 0)]
+    while stack:
+        node, depth = stack.pop()
+        if depth > MAX_NESTING:
+            return node.start_point.row + 1
+        stack.extend((c, depth + 1) for c in node.children)
+    return None
+
+
 def walk(node):
-    yield node
-    for c in node.children:
-        yield from walk(c)
+    """The node and everything below it, in source order: a stack, not recursion (a long expression of a user's
+    program nests deeper than Python's recursion limit)."""
+    stack = [node]
+    while stack:
+        n = stack.pop()
+        yield n
+        stack.extend(reversed(n.children))
 
 
 def callee(node) -> str:

@@ -16,6 +16,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from cuco.errors import CucoError, CucoFailure
+from cuco.fastpath.syntax import MAX_NESTING, blank_macros, parser, too_deep
 from cuco.language import is_cuda
 from cuco.scaffold.infer import Scaffold, infer
 from cuco.scaffold.program import Program
@@ -25,6 +26,7 @@ from cuco.scaffold.standalone import read_program as read_standalone
 from cuco.scaffold.toml_file import workload_toml
 
 NAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9_.-]*")
+MAX_NAME = 100  # a folder's name, with room for the staging folder's prefix and suffix under a file system's 255
 
 
 @dataclass
@@ -46,6 +48,10 @@ def read_program(program: Path) -> tuple[Program, bytes]:
     raw = program.read_bytes()
     if b"\0" in raw:
         raise CucoError(str(program), "not a text file")
+    deep = too_deep(parser().parse(blank_macros(raw)).root_node)
+    if deep is not None:
+        raise CucoError(f"{program}:{deep}", f"nests more than {MAX_NESTING} levels deep: cuco reads programs up to "
+                                             "that depth (split the expression)")
     parsed = Program(program, raw)
     bad = parsed.syntax_error()
     if bad is not None:
@@ -128,8 +134,9 @@ def create_workload(name: str, program: Path | list[Path], parent: Path, include
     """PARENT/NAME with seed.cu (the program, or the step of a standalone one in the candidate ABI, with the
     program as original.cu), workload.toml (its analysis) and reference.py (stubs to write). A standalone program
     may come in several files, read with the include folders and defines given."""
-    if not NAME.fullmatch(name):
-        raise CucoError(name, "a workload name is letters, digits, '_', '.' and '-', starting with a letter or digit")
+    if not NAME.fullmatch(name) or len(name) > MAX_NAME:
+        raise CucoError(name[:80], f"a workload name is at most {MAX_NAME} letters, digits, '_', '.' and '-', starting "
+                                   "with a letter or digit")
     target = parent / name
     if target.exists():
         raise CucoError(str(target), "already exists; cuco init never overwrites (choose another NAME or --dir)")
@@ -142,13 +149,19 @@ def create_workload(name: str, program: Path | list[Path], parent: Path, include
         sc, seed = infer(name, files[0], _analysis(files[0], raw, "cuco_run" not in parsed.functions), parsed), None
     else:
         sc, seed = _converted(name, files[-1], conv)
-    parent.mkdir(parents=True, exist_ok=True)  # only once the program is understood: a refusal leaves nothing
-    with tempfile.TemporaryDirectory(prefix=f".{name}-", dir=parent) as tmp:
-        staged = Path(tmp) / name
-        _write(sc, files, seed, staged)
-        problem = _loads(staged)
-        if problem is not None:
-            raise CucoError(files[-1].name, f"cuco init cannot scaffold a workload that loads ({problem})")
-        staged.rename(target)
+    try:
+        parent.mkdir(parents=True, exist_ok=True)  # only once the program is understood: a refusal leaves nothing
+    except OSError as exc:
+        raise CucoError(str(parent), f"cannot make the folder (--dir): {exc.strerror or exc}") from None
+    try:
+        with tempfile.TemporaryDirectory(prefix=f".{name}-", dir=parent) as tmp:
+            staged = Path(tmp) / name
+            _write(sc, files, seed, staged)
+            problem = _loads(staged)
+            if problem is not None:
+                raise CucoError(files[-1].name, f"cuco init cannot scaffold a workload that loads ({problem})")
+            staged.rename(target)
+    except OSError as exc:  # a folder it may not write to, a full disk
+        raise CucoError(str(parent), f"cannot write the workload there (--dir): {exc.strerror or exc}") from None
     todos = sum("TODO" in line for line in (target / "workload.toml").read_text().splitlines())
     return Created(target, sc, todos, list(sc.warnings), conv.reading if conv is not None else [], conv is not None)
