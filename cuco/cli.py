@@ -8,7 +8,7 @@ import os
 import sys
 from datetime import datetime, timezone
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import typer
 from rich.console import Console
@@ -21,6 +21,9 @@ from cuco.errors import MEANING, CucoError, CucoFailure, ExitCode, NeedsGPU
 from cuco.language import is_cuda, language_of
 from cuco.machine import gpus_in_words, resolve_device
 from cuco.paths import absolute, atomic_write_json, baselines_file
+
+if TYPE_CHECKING:  # the scaffold is imported where a command needs it
+    from cuco.scaffold.create import Created
 
 
 class _FlagsWithoutType:
@@ -559,7 +562,7 @@ def init(name: str = typer.Argument(..., help="The new workload's name, and its 
                   markup=False, soft_wrap=True)  # a command split across lines cannot be pasted
 
 
-def _converted_seed_builds(made) -> None:
+def _converted_seed_builds(made: Created) -> None:
     """The seed cuco wrote from a standalone program builds, or the command says so and fails: nvcc where this
     machine has it (the build is cached, so cuco eval reuses it)."""
     from cuco.runner.build.cuda_checks import check_and_build
