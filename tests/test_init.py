@@ -13,7 +13,7 @@ from pathlib import Path
 
 import pytest
 import torch
-from conftest import WORKLOADS
+from conftest import ROOT, WORKLOADS
 
 from cuco.errors import CucoError
 from cuco.scaffold import create_workload
@@ -617,6 +617,10 @@ def test_hostile_inputs_get_one_line_each_never_a_traceback(tmp_path):
               "a folder: --out names the file"),
              (("transform", str(WORKLOADS / "allreduce_sum"), "--explain", "--source", str(latin)),
               f"{latin}:{accented}: not UTF-8 (byte 0xe9)")]
+    standalone = tmp_path / "standalone.cu"  # a program with its own main(), read by the conversion
+    standalone.write_bytes(b"// d\xe9j\xe0\n" + (ROOT / "examples/standalone/env_gemm_allgather.cu").read_bytes())
+    cases += [(("init", "w", "--from", str(standalone)), f"{standalone}:1: not UTF-8 (byte 0xe9)"),
+              (("init", "a\nb", "--from", str(ALLREDUCE_SEED)), "error: 'a\\nb': a workload name")]
     for args, words in cases:
         line = _one_error_line(_cuco(*args, cwd=tmp_path))
         assert words in line, (args, line)

@@ -135,8 +135,8 @@ def create_workload(name: str, program: Path | list[Path], parent: Path, include
     program as original.cu), workload.toml (its analysis) and reference.py (stubs to write). A standalone program
     may come in several files, read with the include folders and defines given."""
     if not NAME.fullmatch(name) or len(name) > MAX_NAME:
-        raise CucoError(name[:80], f"a workload name is at most {MAX_NAME} letters, digits, '_', '.' and '-', starting "
-                                   "with a letter or digit")
+        raise CucoError(repr(name[:80]), f"a workload name is at most {MAX_NAME} letters, digits, '_', '.' and '-', "
+                                         "starting with a letter or digit")
     target = parent / name
     if target.exists():
         raise CucoError(str(target), "already exists; cuco init never overwrites (choose another NAME or --dir)")
@@ -158,8 +158,9 @@ def create_workload(name: str, program: Path | list[Path], parent: Path, include
             staged = Path(tmp) / name
             _write(sc, files, seed, staged)
             problem = _loads(staged)
-            if problem is not None:
-                raise CucoError(files[-1].name, f"cuco init cannot scaffold a workload that loads ({problem})")
+            if problem is not None:  # named as the workload will be, not by the staging folder that goes with it
+                raise CucoError(str(files[-1]), "cuco init cannot scaffold a workload that loads "
+                                                f"({problem.replace(str(staged), str(target))})")
             staged.rename(target)
     except OSError as exc:  # a folder it may not write to, a full disk
         raise CucoError(str(parent), f"cannot write the workload there (--dir): {exc.strerror or exc}") from None

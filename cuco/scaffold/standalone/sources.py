@@ -105,7 +105,11 @@ def _read(path: Path) -> list[str]:
     raw = path.read_bytes()
     if b"\0" in raw:
         raise CucoError(str(path), "not a text file")
-    return raw.decode(errors="replace").splitlines()
+    try:
+        return raw.decode().splitlines()
+    except UnicodeDecodeError as exc:  # a byte read as another would change the program cuco writes out
+        line = raw.count(b"\n", 0, exc.start) + 1
+        raise CucoError(f"{path}:{line}", f"not UTF-8 (byte {raw[exc.start]:#04x}): save it as UTF-8") from None
 
 
 def _defines_main(lines: list[str]) -> bool:
