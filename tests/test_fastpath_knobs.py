@@ -622,3 +622,14 @@ def test_the_knobs_benchmark_searches_every_program_listed_here():
 
     assert {n: (wl, Path(src).resolve()) for n, (wl, src) in SEARCHED.items()} == \
         {n: (wl, Path(src).resolve()) for n, (wl, src, _) in PROGRAMS.items()}
+
+
+def test_a_group_left_open_is_refused_by_the_knobs_not_a_crash(tmp_path):
+    """ncclGroupStart as the program's last NCCL call: the rewrite's refusal, not an index past the calls."""
+    from cuco.fastpath.rewrite import RewriteError
+
+    src = (HERE / "corpus" / "pairwise_loop.cu").read_text()
+    start = src.index("  for (int p = 0;")
+    (tmp_path / "p.cu").write_text(src[:start] + src[src.index("  return 0;", start):])
+    with pytest.raises(RewriteError, match="ncclGroupStart without ncclGroupEnd"):
+        derive(analyze(tmp_path / "p.cu"), load_workload(WORKLOADS / "alltoall_bf16"))

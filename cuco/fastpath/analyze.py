@@ -15,7 +15,7 @@ from pathlib import Path
 
 from cuco.fastpath.places import Pointers, fixed_index, pointer_params
 from cuco.fastpath.syntax import (
-    MAX_NESTING,
+    TOO_DEEP,
     blank_macros,
     callee,
     function_name,
@@ -209,8 +209,7 @@ def _parse(path: Path, raw: bytes) -> tuple[list, list[str]]:
     root = parser().parse(blank_macros(raw)).root_node
     deep = too_deep(root)
     if deep is not None:
-        raise AnalysisError(f"{path}:{deep}: nests more than {MAX_NESTING} levels deep: the analysis reads programs up "
-                            "to that depth (split the expression)")
+        raise AnalysisError(f"{path}:{deep}: {TOO_DEEP}")
     functions = [n for n in walk(root) if n.type == "function_definition"]
     errors = [n for n in walk(root) if n.type == "ERROR" or n.is_missing]
     if not functions:

@@ -145,7 +145,8 @@ def derive(analysis: Analysis, spec: WorkloadSpec) -> Knobs:
             group = op if op.name == "ncclGroupStart" else None
             if op.name == "ncclGroupEnd":
                 continue
-            offers.append(Offer(op.line, EVERY_PEER if calls[i + 1].index in every_peer else GROUP,
+            first = calls[i + 1] if i + 1 < len(calls) else None  # none after an unterminated group: refused below
+            offers.append(Offer(op.line, EVERY_PEER if first is not None and first.index in every_peer else GROUP,
                                 {"stream_overlap": "a send/recv group's side-stream placement is not derived",
                                  "sync chunk": ONLY_GATHER}, copies=True))
         elif group is None:

@@ -21,7 +21,7 @@ from cuco.dtypes import NCCL_DTYPES
 from cuco.fastpath.analyze import Analysis, Op
 from cuco.fastpath.peers import WORLDS, PairingError, PeerExpression
 from cuco.fastpath.places import element_type, strip, strip_parens
-from cuco.fastpath.syntax import blank_macros, call_args, callee, parser, text, walk
+from cuco.fastpath.syntax import blank_macros, call_args, callee, counting_loop, parser, text, walk
 
 # Bytes of the element types a pointer may step by, beside the workload's own (cuco.dtypes).
 C_SIZES = {**{d.c_type: d.size for d in NCCL_DTYPES.values()}, "char": 1, "unsigned char": 1, "signed char": 1,
@@ -97,27 +97,18 @@ def _loop_of(root, op: Op):
 
 def _counter(loop, scalars: dict[str, str | None]) -> str:
     """The loop's variable, once shown to count 0, 1, .. nRanks - 1 at every world size checked."""
-    init, cond, step = (loop.child_by_field_name(f) for f in ("initializer", "condition", "update"))
     line = loop.start_point.row + 1
-    var = None
-    if init is not None and init.type == "declaration" and init.named_child_count >= 2:
-        d = init.named_children[-1]
-        if d.type == "init_declarator" and text(d.child_by_field_name("value")).strip() == "0":
-            var = text(d.child_by_field_name("declarator"))
-    elif init is not None and init.type == "assignment_expression" and text(init.child_by_field_name("right")) == "0":
-        var = text(init.child_by_field_name("left"))
-    steps = {f"{var}++", f"++{var}", f"{var}+=1", f"{var}={var}+1"}
-    if var is None or step is None or "".join(text(step).split()) not in steps:
+    var, end = counting_loop(loop)
+    if var is None:
         raise PairingError(f"line {line}: the loop does not count up by one from 0 (`for (int p = 0; p < "
                            "ctx->nRanks; p++)`): the rules cannot tell which peers it reaches")
-    op = cond.child_by_field_name("operator") if cond is not None and cond.type == "binary_expression" else None
-    if op is None or text(op) not in ("<", "!=") or text(cond.child_by_field_name("left")) != var:
+    if end is None:
         raise PairingError(f"line {line}: the loop's condition is not `{var} < ` the number of ranks")
-    bound = PeerExpression(text(cond.child_by_field_name("right")), scalars)
+    bound = PeerExpression(text(end), scalars)
     for world in WORLDS:
         if bound(0, world) != world:
-            raise PairingError(f"line {line}: the loop runs to {text(cond.child_by_field_name('right'))}, "
-                               f"{bound(0, world)} at world {world}: not once for every rank")
+            raise PairingError(f"line {line}: the loop runs to {text(end)}, {bound(0, world)} at world {world}: not "
+                               "once for every rank")
     return var
 
 

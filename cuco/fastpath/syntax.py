@@ -33,6 +33,7 @@ def text(node) -> str:
 
 
 MAX_NESTING = 200  # how deep a program's syntax may nest: the readers of expressions recurse (Python's limit: 1000)
+TOO_DEEP = f"nests more than {MAX_NESTING} levels deep: cuco reads programs up to that depth (split the expression)"
 
 
 def too_deep(root) -> int | None:
@@ -55,6 +56,29 @@ def walk(node):
         n = stack.pop()
         yield n
         stack.extend(reversed(n.children))
+
+
+def counting_loop(loop) -> tuple[str | None, object | None]:
+    """A `for` loop that counts its variable up by one from zero while it is below a bound (`for (int p = 0; p <
+    n; ++p)`, `p != n` too): the variable and the bound's node. The variable is None where the loop does not count
+    so, the bound None where its condition is not `var < bound`."""
+    if loop.type != "for_statement":
+        return None, None
+    init, cond, step = (loop.child_by_field_name(f) for f in ("initializer", "condition", "update"))
+    var = None
+    if init is not None and init.type == "declaration" and init.named_child_count >= 2:
+        d = init.named_children[-1]
+        if d.type == "init_declarator" and text(d.child_by_field_name("value")).strip() == "0":
+            var = text(d.child_by_field_name("declarator"))
+    elif init is not None and init.type == "assignment_expression" and text(init.child_by_field_name("right")) == "0":
+        var = text(init.child_by_field_name("left"))
+    if var is None or step is None or "".join(text(step).split()) not in (f"{var}++", f"++{var}", f"{var}+=1",
+                                                                          f"{var}={var}+1"):
+        return None, None
+    op = cond.child_by_field_name("operator") if cond is not None and cond.type == "binary_expression" else None
+    if op is None or text(op) not in ("<", "!=") or text(cond.child_by_field_name("left")) != var:
+        return var, None
+    return var, cond.child_by_field_name("right")
 
 
 def callee(node) -> str:

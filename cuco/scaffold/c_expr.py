@@ -61,20 +61,3 @@ def loops_around(node, fn) -> list:
         parent = parent.parent
     return out
 
-
-def trip_count(loop):
-    """How many times a loop runs, where it counts up by one from zero (`for (int s = 0; s < world - 1; ++s)`): the
-    node of its bound; None for any other loop."""
-    if loop.type != "for_statement":
-        return None
-    init, cond, step = (loop.child_by_field_name(f) for f in ("initializer", "condition", "update"))
-    var = None
-    if init is not None and init.type == "declaration" and init.named_child_count == 2 and \
-            init.named_children[1].type == "init_declarator":
-        d = init.named_children[1]
-        var = text(d.child_by_field_name("declarator")) if text(d.child_by_field_name("value")) == "0" else None
-    if var is None or step is None or "".join(text(step).split()) not in (f"{var}++", f"++{var}", f"{var}+=1"):
-        return None
-    ok = cond is not None and cond.type == "binary_expression" and text(cond.child_by_field_name("operator")) == "<" \
-        and text(cond.child_by_field_name("left")) == var
-    return cond.child_by_field_name("right") if ok else None

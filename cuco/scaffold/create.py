@@ -16,7 +16,6 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from cuco.errors import CucoError, CucoFailure
-from cuco.fastpath.syntax import MAX_NESTING, blank_macros, parser, too_deep
 from cuco.language import is_cuda
 from cuco.scaffold.infer import Scaffold, infer
 from cuco.scaffold.program import Program
@@ -48,10 +47,6 @@ def read_program(program: Path) -> tuple[Program, bytes]:
     raw = program.read_bytes()
     if b"\0" in raw:
         raise CucoError(str(program), "not a text file")
-    deep = too_deep(parser().parse(blank_macros(raw)).root_node)
-    if deep is not None:
-        raise CucoError(f"{program}:{deep}", f"nests more than {MAX_NESTING} levels deep: cuco reads programs up to "
-                                             "that depth (split the expression)")
     parsed = Program(program, raw)
     bad = parsed.syntax_error()
     if bad is not None:

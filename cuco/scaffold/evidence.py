@@ -17,8 +17,8 @@ from dataclasses import dataclass, field, replace
 from cuco.dtypes import DTYPES, NCCL_DTYPES
 from cuco.fastpath.analyze import ALLOCATORS, BLAS, COPIES, FREES, NCCL_SIGNATURES, SYNCS, Analysis, Op
 from cuco.fastpath.peer_loops import block
-from cuco.fastpath.syntax import is_zero_literal, text, walk
-from cuco.scaffold.c_expr import strip, trip_count
+from cuco.fastpath.syntax import counting_loop, is_zero_literal, text, walk
+from cuco.scaffold.c_expr import strip
 from cuco.scaffold.declarations import dtype_of
 from cuco.scaffold.program import Call, Program
 from cuco.scaffold.size_expr import constant, dims, tidy
@@ -325,7 +325,7 @@ class Evidence:
         """How many times a call's cost counts per run: once outside loops, the product of the trip counts of the
         loops around it where each counts up from zero to a size (`s < world - 1`), else not at all and marked. Over
         a name the rules cannot follow to a size the program is given, it counts and is marked."""
-        trips = [trip_count(loop) for loop in call.loops]
+        trips = [counting_loop(loop)[1] for loop in call.loops]
         bounds = [self.program.translate(t, call.function) if t is not None else None for t in trips]
         if any(b is None for b in bounds):
             self.uncounted.append(f"{key}: {where} runs in a loop; add what it costs per run")
@@ -376,16 +376,16 @@ class Evidence:
         if count is None:
             return
         count = self.named(count)
-        where = f"the {op.name} to every peer (line {op.line})"
+        where, sizes = f"the {op.name} to every peer (line {op.line})", NCCL_SIZES["ncclAlltoAll"]
         ref = self.program.pointers.ref(call.function, block(call.args[0], op)[0])
         nccl_type = getattr(NCCL_DTYPES.get(op.args.get("dtype", "")), "name", None)
         if ref is not None:
             self.offer_dtype(ref.buffer, NCCL_RANK, nccl_type, f"the type of {where}")
             if ref.whole:
-                self.offer_shape(ref.buffer, NCCL_RANK, [Dim(tidy(f"world * ({count.expr})"), count.params,
+                self.offer_shape(ref.buffer, NCCL_RANK, [Dim(tidy(f"{sizes[0]} * ({count.expr})"), count.params,
                                                              count.unsure)], f"the count of {where}")
         if timed and op.name == "ncclRecv" and nccl_type is not None:
-            self.received.append(f"(world - 1) * ({count.expr}) * {DTYPES[nccl_type].size}")
+            self.received.append(sizes[2].replace("C", f"({count.expr}) * {DTYPES[nccl_type].size}"))
 
     # ---- GEMMs ---------------------------------------------------------------------------------------------
     def gemm(self, op: Op, timed: bool) -> None:

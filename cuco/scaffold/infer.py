@@ -248,12 +248,12 @@ def _bound_todos(ev: Evidence, scope: list[Op]) -> dict[str, list[str]]:
 MAX_TERMS = 64  # distinct terms a bound sums (the calls of a step, alike ones counted once with their number)
 
 
-def _total(terms: list[str]) -> str:
+def _total(terms: list[str]) -> str | None:
     """A bound's sum over the step's calls, the same term written once with how many times it stands (a step of a
-    hundred alike all-reduces is `100 * (...)`, not a hundred terms)."""
+    hundred alike all-reduces is `100 * (...)`, not a hundred terms); None past MAX_TERMS different terms."""
     counted = Counter(terms)
     if len(counted) > MAX_TERMS:
-        return "0"  # marked as such by infer
+        return None
     return tidy(" + ".join(f"({t})" if n == 1 else f"{n} * ({t})" for t, n in counted.items())) if counted else "0"
 
 
@@ -319,7 +319,8 @@ def infer(name: str, path: Path, analysis: Analysis, program: Program) -> Scaffo
         assign_role(b, scope, found.guessed)
     _default_dtypes(buffers)
     ensure_output(buffers, scope)
-    comm, flops = _total(ev.received), _total(ev.flops)
+    totals = {"comm_bytes": _total(ev.received), "flops": _total(ev.flops)}
+    comm, flops = totals["comm_bytes"] or "0", totals["flops"] or "0"
     warnings = [] if abi else [(
         f"{path.name} has no {RUN_FUNCTION}(): the runner calls cuco_setup, cuco_run and cuco_teardown (cuco.h) and "
         "hands buffers over with cuco_buffer(ctx, name); wrap the program's work in them before cuco eval")]
@@ -329,10 +330,9 @@ def infer(name: str, path: Path, analysis: Analysis, program: Program) -> Scaffo
                   warnings + analysis.warnings,
                   _bound_todos(ev, scope), [p for p in program.read_params if p.isidentifier()],
                   _atomics(program, scope), ev.products)
-    for key, terms in (("comm_bytes", ev.received), ("flops", ev.flops)):
-        if len(set(terms)) > MAX_TERMS:
-            sc.bound_todos.setdefault(key, []).append(f"the step's calls give {len(set(terms))} different terms, more "
-                                                      f"than cuco sums ({MAX_TERMS}); add what the step costs per run")
+    for key in (k for k, total in totals.items() if total is None):
+        sc.bound_todos.setdefault(key, []).append(f"the step's calls give more than {MAX_TERMS} different terms, more "
+                                                  "than cuco sums; add what the step costs per run")
     settle(sc, ev.values)
     mark_root_only(sc)
     return sc

@@ -13,8 +13,9 @@ from __future__ import annotations
 from dataclasses import dataclass
 from pathlib import Path
 
+from cuco.errors import CucoError
 from cuco.fastpath.analyze import ALLOCATORS
-from cuco.fastpath.syntax import blank_macros, callee, function_name, parser, text, walk
+from cuco.fastpath.syntax import TOO_DEEP, blank_macros, callee, function_name, parser, text, too_deep, walk
 from cuco.scaffold.buffer_refs import BufferRefs, Ref
 from cuco.scaffold.c_expr import cast_call, literal_arg, loops_around, peel
 from cuco.scaffold.declarations import (
@@ -61,6 +62,9 @@ class Program:
     def __init__(self, path: Path, raw: bytes) -> None:
         self.path = path
         self.root = parser().parse(blank_macros(raw)).root_node
+        deep = too_deep(self.root)
+        if deep is not None:  # before any reader recurses over it
+            raise CucoError(f"{path}:{deep}", TOO_DEEP)
         self.functions: dict[str, object] = {}
         self.calls: dict[tuple[int, str], Call] = {}
         self.handed: dict[str, list[int]] = {}  # cuco_buffer(ctx, "x"): x -> lines

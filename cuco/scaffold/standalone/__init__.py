@@ -22,7 +22,7 @@ import re
 from pathlib import Path
 
 from cuco.errors import CucoError
-from cuco.fastpath.syntax import MAX_NESTING, blank_macros, callee, function_name, parser, text, too_deep, walk
+from cuco.fastpath.syntax import TOO_DEEP, blank_macros, callee, function_name, parser, text, too_deep, walk
 from cuco.scaffold.program import first_syntax_error
 from cuco.scaffold.standalone.blockers import Blocked, blockers, refuse_all
 from cuco.scaffold.standalone.calls import COMM_INIT
@@ -45,8 +45,7 @@ def _parsed(unit: Unit):
     root = parser().parse(blank_macros(unit.raw)).root_node
     deep = too_deep(root)
     if deep is not None:
-        raise CucoError(str(unit.origin(deep)), f"nests more than {MAX_NESTING} levels deep: cuco reads programs up to "
-                                                "that depth (split the expression)")
+        raise CucoError(str(unit.origin(deep)), TOO_DEEP)
     bad = first_syntax_error(root)
     if bad is not None:
         raise CucoError(str(unit.origin(bad[0])), f"cannot parse as CUDA C++ near {bad[1]!r} (the analysis needs the "

@@ -9,9 +9,10 @@ body is spliced in; as a loop's or a branch's only statement it is braced. A hel
 a name of main() is renamed. A helper whose value declares a variable of main() (`ncclComm_t comm =
 make_comm(...);`) is written out too when it returns a local of its own, which becomes that variable; so is a local
 a helper stores through a pointer parameter last (`*out = c;` for the call's `&comm`). A pointer parameter given
-`&v` is v where the body goes through it (`p->n` is `v.n`). A helper that returns early, has a template, or is called
-for its value otherwise stays a call (the step refuses it with the reason); the helpers it calls in turn are written
-out at the next level, down to HELPER_DEPTH.
+`&v` is v where the body goes through it (`p->n` is `v.n`); a template's parameters are the arguments its call
+spells out (`launch<__nv_bfloat16>(...)`). A helper that returns early, is a template called without them, or is
+called for its value otherwise stays a call (the step refuses it with the reason); the helpers it calls in turn are
+written out at the next level, down to HELPER_DEPTH.
 """
 
 from __future__ import annotations
