@@ -585,3 +585,84 @@ def test_a_call_in_a_loop_of_a_known_trip_count_counts_that_many_times(tmp_path)
     env = spec.shapes[0].env(4)
     chunk_bytes = spec.shapes[0].params["count"] // 4 * 4
     assert eval_expr(spec.bounds.comm_bytes, env) == 2 * 3 * chunk_bytes
+
+
+def _ep_variant(tmp_path: Path, *edits: tuple[str, str]) -> Path:
+    """The expert-parallel program with each (old, new) edit made once."""
+    src = (ROOT / "tests" / "init_programs" / "ep_alltoall.cu").read_text()
+    for old, new in edits:
+        assert old in src
+        src = src.replace(old, new, 1)
+    (tmp_path / "p.cu").write_text(src)
+    return tmp_path / "p.cu"
+
+
+@pytest.mark.parametrize("edits", [
+    (("int main(", 'extern "C" int main('),),
+    (("int main(", 'extern "C" {\nint main('), ("  return 0;\n}", "  return 0;\n}\n}")),
+], ids=["extern_c", "extern_c_block"])
+def test_a_main_with_c_linkage_is_read_as_main(tmp_path, edits):
+    """`extern "C" int main` (or main in an `extern "C" { }` block) is the program's main(): its step becomes
+    cuco_run, and the seed has no main() of its own."""
+    seed = (create_workload("w", _ep_variant(tmp_path, *edits), tmp_path).root / "seed.cu").read_text()
+    assert "CUCO_EXPORT int cuco_run" in seed and "int main(" not in seed and "MPI_Init" not in seed
+    assert 'extern "C"' not in seed and "ncclSend(send + peer * chunk" in seed
+
+
+@pytest.mark.parametrize("where", ["__global__ void scale", "  ncclComm_t comm;"])
+def test_line_directives_do_not_move_what_cuco_reads(tmp_path, where):
+    """A `#line` (a generated file's, at file scope or in main()) changes the lines the preprocessor reports, not
+    the program: it converts as it would without one."""
+    path = _ep_variant(tmp_path, (where, f'#line 500 "generated.cu"\n{where}'))
+    created = create_workload("w", path, tmp_path)
+    seed = (created.root / "seed.cu").read_text()
+    assert "CUCO_EXPORT int cuco_run" in seed and "#line" not in seed
+    assert set(load_workload(created.root).buffers) == {"send", "recv"}
+
+
+def test_buffers_declared_at_file_scope_are_refused_at_their_first_use(tmp_path):
+    """`static __nv_bfloat16 *send, *recv;` above main(): the runner's buffers cannot reach a global the seed keeps
+    as written, so each is named once, where the step first uses it, with the line it is declared at."""
+    path = _ep_variant(tmp_path, ("  __nv_bfloat16 *send, *recv;\n", ""),
+                       ("int main(", "static __nv_bfloat16 *send, *recv;\n\nint main("))
+    with pytest.raises(Blocked) as info:
+        create_workload("w", path, tmp_path)
+    message = str(info.value)
+    assert "2 blocker(s)" in message and not (tmp_path / "w").exists()
+    lines = path.read_text().splitlines()
+    declared = next(i for i, ln in enumerate(lines, 1) if ln.startswith("static __nv_bfloat16"))
+    for name, call in (("send", "ncclSend"), ("recv", "ncclRecv")):
+        used = next(i for i, ln in enumerate(lines, 1) if f"CHECK_NCCL({call}(" in ln)
+        assert f"p.cu:{used}: " in message
+        assert f"uses {name}, a variable at file scope (line {declared})" in message
+
+
+def test_a_kernel_launched_many_times_is_read_once(tmp_path, monkeypatch):
+    """A step of 300 launches of one kernel: what the kernel does through its pointers is worked out once, not once
+    per launch (a step of thousands of launches stays seconds)."""
+    from cuco.scaffold import kernel_access
+
+    launch = "    scale<<<256, 256, 0, stream>>>(recv, 0.5f, tokens * hidden);\n"
+    path = _ep_variant(tmp_path, (launch, launch * 300))
+    reads = []
+    real = kernel_access._pointer_use
+    monkeypatch.setattr(kernel_access, "_ACCESS", {})
+    monkeypatch.setattr(kernel_access, "_pointer_use", lambda fn, name: reads.append(name) or real(fn, name))
+    seed = (create_workload("w", path, tmp_path).root / "seed.cu").read_text()
+    assert seed.count("scale<<<") == 300 and reads == ["y"]
+
+
+def test_a_function_object_that_issues_the_exchange_is_named(tmp_path):
+    """`Exchange exchange{comm, stream, chunk, nranks}; ... exchange(send, recv);` where operator() holds the
+    sends and receives: refused naming the call and the class, not read as a step without NCCL."""
+    functor = ("struct Exchange {\n  ncclComm_t comm;\n  cudaStream_t stream;\n  size_t chunk;\n  int nranks;\n"
+               "  void operator()(__nv_bfloat16* send, __nv_bfloat16* recv) const {\n"
+               "    for (int peer = 0; peer < nranks; ++peer)\n"
+               "      CHECK_NCCL(ncclSend(send + peer * chunk, chunk, ncclBfloat16, peer, comm, stream));\n  }\n};\n\n")
+    loop = "  for (int it = 0; it < 20; ++it) {\n"
+    made = "  Exchange exchange{comm, stream, chunk, nranks};\n"
+    path = _ep_variant(tmp_path, ("int main(", functor + "int main("),
+                       (loop, made + loop + "    exchange(send, recv);\n"))
+    with pytest.raises(CucoError, match=r"p\.cu:\d+: .*`exchange\(send, recv\);`: calls exchange\(\), a function "
+                                        r"object \(Exchange::operator\(\)\) that issues device work"):
+        create_workload("w", path, tmp_path)

@@ -285,7 +285,11 @@ def _exchanges(scope: list[Op], every_peer: dict) -> list[Op]:
         if o.index not in every_peer:
             out.append(o)
         elif o.name == "ncclSend":
-            recv = next(r for r in scope if r.name == "ncclRecv" and every_peer.get(r.index) is every_peer[o.index])
+            recv = next((r for r in scope if r.name == "ncclRecv" and every_peer.get(r.index) is every_peer[o.index]),
+                        None)
+            if recv is None:  # the loop's receive is outside the run: the send is read as the call it is
+                out.append(o)
+                continue
             out.append(replace(o, kind="collective", name="ncclAlltoAll", writes=recv.writes,
                                args={**o.args, "recv": every_peer[o.index].recv}))
     return out

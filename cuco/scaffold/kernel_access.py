@@ -26,8 +26,19 @@ class Access:
 
 
 def param_access(fn, params: list[KernelParam]) -> list[Access | None]:
-    """What the kernel fn does through each of its parameters (None: not a pointer)."""
-    return [(Access(True, False) if p.const else _pointer_use(fn, p.name)) if p.pointer else None for p in params]
+    """What the kernel fn does through each of its parameters (None: not a pointer). Read once per kernel: a step
+    launches one kernel many times."""
+    key = (fn.text, tuple(params))
+    if key not in _ACCESS:
+        if len(_ACCESS) >= ACCESS_CACHE:
+            _ACCESS.clear()
+        _ACCESS[key] = [(Access(True, False) if p.const else _pointer_use(fn, p.name)) if p.pointer else None
+                        for p in params]
+    return _ACCESS[key]
+
+
+ACCESS_CACHE = 4096  # kernels remembered: more than a program defines
+_ACCESS: dict[tuple, list[Access | None]] = {}
 
 
 def _base(node) -> str | None:

@@ -24,9 +24,10 @@ def idents(node) -> set[str]:
 
 def names_in(node) -> set[str]:
     """The names an expression reads: its identifiers, and its fields of a struct as `cfg.tokens`."""
-    fields = {"".join(text(n).split()) for n in walk(node) if n.type == "field_expression"} if node is not None \
-        else set()
-    return idents(node) | fields
+    if node is None:
+        return set()
+    return {text(n) if n.type == "identifier" else "".join(text(n).split()) for n in walk(node)
+            if n.type in ("identifier", "field_expression")}
 
 
 CASTS = ("static_cast", "reinterpret_cast", "const_cast")

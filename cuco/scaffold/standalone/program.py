@@ -88,6 +88,7 @@ class Standalone:
         self.local_types = [n for n in walk(body) if n.type in TYPE_ALIASES] if body is not None else []
         self.aliases = _type_aliases(self.root.children) | _type_aliases(self.local_types)
         self.globals = {**self.unit.constants, **_global_constants(self.root)}
+        self.file_variables = _file_variables(self.root)
         self.structs = _structs(self.root)
         self.locals: dict[str, Local] = {}
         self.lambdas = _lambdas(self.main) if self.main is not None else {}
@@ -179,12 +180,17 @@ class Standalone:
         None for any other call."""
         fn = call.child_by_field_name("function")
         field_ = fn.child_by_field_name("field") if fn is not None and fn.type == "field_expression" else None
-        if field_ is None:
+        loc = self.locals.get(text(fn)) if fn is not None and fn.type == "identifier" else None
+        if loc is not None and not loc.pointers:  # a function object: `exchange(send, recv)` calls its operator()
+            field_, owner_name = fn, loc.base
+        elif field_ is None:
             return None
-        name = text(field_)
+        else:
+            owner_name = None
+        name = "operator()" if owner_name else text(field_)
         for key, f in self.functions.items():
             owner = next((p for p in _ancestors(f) if p.type in ("class_specifier", "struct_specifier")), None)
-            if key == name and owner is not None:
+            if key == name and owner is not None and owner_name in (None, text(owner.child_by_field_name("name"))):
                 return key, text(owner.child_by_field_name("name"))
             if key.endswith(f"::{name}"):
                 return key, key[:-len(name) - 2]
@@ -309,6 +315,23 @@ def _global_constants(root) -> dict[str, int]:
                     literal = int_literal(text(value)) if value.type == "number_literal" else None
                     if literal is not None:
                         out[text(name)] = literal
+    return out
+
+
+def _file_variables(root) -> dict[str, int]:
+    """The host variables declared at file scope that may change (`static float* d_x;`, `ncclComm_t comm;`): name ->
+    line. Not constants, device variables (a kernel's), functions or types."""
+    out = {}
+    for node in root.children:
+        words = {text(c) for c in node.children if c.type in ("type_qualifier", "storage_class_specifier")}
+        if node.type != "declaration" or words & {"const", "constexpr", "__device__", "__constant__", "extern"} or \
+                any(c.type in ("__device__", "__constant__", "__shared__") for c in node.children):
+            continue
+        for d in node.children_by_field_name("declarator"):
+            while d is not None and d.type not in ("identifier", "function_declarator"):
+                d = d.child_by_field_name("declarator")
+            if d is not None and d.type == "identifier":
+                out[text(d)] = d.start_point.row + 1
     return out
 
 

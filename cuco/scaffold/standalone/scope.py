@@ -18,7 +18,8 @@ def file_scope(prog: Standalone, used: set[str]) -> list[str]:
     """The program's file-scope code the seed keeps, as written: the kernels, device and host functions kept code uses,
     types and constants; not main(), the program's check macros, nor the headers of MPI, processes,
     files and sockets. `#include "cuco.h"` follows the last include kept."""
-    items = [n for n in prog.root.children if n.type != "comment"]
+    top = _items(prog.root)
+    items = [n for n in top if n.type != "comment"]
     kept = {n.id for n in items if _scope_kind(prog, n) == "keep"}
     while True:
         names = used | set().union(*(idents(n) for n in items if n.id in kept))
@@ -26,7 +27,7 @@ def file_scope(prog: Standalone, used: set[str]) -> list[str]:
         if not more:
             break
         kept |= more
-    chosen = [n for n in prog.root.children if n.id in kept or (n.type == "comment" and _attached(n, kept))]
+    chosen = [n for n in top if n.id in kept or (n.type == "comment" and _attached(n, kept))]
     included = [_included(n) for n in chosen]  # a header the files of a program each include is kept once
     chosen = [n for i, n in enumerate(chosen) if included[i] is None or included[i] not in included[:i]]
     last_include = max((i for i, n in enumerate(chosen) if n.type == "preproc_include"), default=-1)
@@ -42,6 +43,20 @@ def file_scope(prog: Standalone, used: set[str]) -> list[str]:
         if i == last_include:
             lines.append("#include \"cuco.h\"")
     return lines
+
+
+def _items(root) -> list:
+    """The file's items; those of an `extern "C" { ... }` block holding main() as the file's own (the block is
+    main()'s linkage, which the seed has no use for)."""
+    out = []
+    for node in root.children:
+        body = node.child_by_field_name("body") if node.type == "linkage_specification" else None
+        if body is not None and body.type == "declaration_list" and "main" in {
+                function_name(f) for f in body.named_children if f.type == "function_definition"}:
+            out += [n for n in body.children if n.type not in ("{", "}")]
+        else:
+            out.append(node)
+    return out
 
 
 def _included(node) -> str | None:
@@ -101,6 +116,9 @@ def _scope_kind(prog: Standalone, node) -> str:
     if node.type == "preproc_function_def":
         name = node.child_by_field_name("name")
         return "drop" if name is not None and text(name) in prog.wrappers else "keep"
+    if node.type == "linkage_specification":  # `extern "C" int main(...)`: the item it declares
+        body = node.child_by_field_name("body")
+        return _scope_kind(prog, body) if body is not None and body.type != "declaration_list" else "keep"
     if _prototype(node):
         return "maybe"
     if node.type in ("function_definition", "template_declaration", "template_instantiation"):

@@ -86,6 +86,13 @@ class Seed:
         seen: dict[str, Local] = {}
         refused: set[str] = set()
         todo = [(name, node) for node, refs in uses for name in sorted(refs)]
+        for name, node in todo:  # each at its first use
+            if name in self.prog.file_variables and name not in self.prog.locals and name not in refused:
+                refused.add(name)
+                self.refusals.append(self.prog.refuse(node, (
+                    f"uses {name}, a variable at file scope ({self.prog.at(self.prog.file_variables[name])}): the "
+                    "seed keeps file-scope code as written, so the runner's buffers, sizes and communicator cannot "
+                    "reach it; declare it in main()")))
         while todo:
             name, node = todo.pop()
             loc = self.prog.locals.get(name)
@@ -234,10 +241,13 @@ class Seed:
     def bound_fields(self, loc: Local) -> list[Local]:
         """A struct's fields the seed binds: all but the sizes neither the step nor the set-up reads (a parser's
         iteration count keeps its default, and is no parameter)."""
+        fields = self.fields(loc)
+        if not any(f.kind == "param" for f in fields):
+            return fields
         held = [n for n in self.run_locals + self.setup_locals if n.init is not None]
         used = set().union(*(names_in(node) for node, _ in self.step.uses), *(names_in(st) for st in self.setup),
                            *(names_in(n.init) for n in held))
-        return [f for f in self.fields(loc) if f.kind != "param" or f.name in used]
+        return [f for f in fields if f.kind != "param" or f.name in used]
 
     def field_value(self, f: Local, render: Render) -> str | None:
         """What the runner gives for a struct's field (`c.comm = ctx->comm;`), or the value the set-up gives it

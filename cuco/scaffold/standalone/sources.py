@@ -30,6 +30,7 @@ SOURCES = (".cu", ".cpp", ".cc", ".cxx", ".c++", ".c")
 INCLUDE = re.compile(r'^\s*#\s*include\s*([<"])([^>"]+)[>"]')
 DEFINE = re.compile(r"^\s*#\s*define\s+([A-Za-z_]\w*)(\(([^)]*)\))?\s*(.*)$")
 PRAGMA_ONCE = re.compile(r"^\s*#\s*pragma\s+once\b")
+LINE_DIRECTIVE = re.compile(r"^\s*#\s*(line\b|\d)")  # `#line 40 "gen.cu"`, or the `# 40 "gen.cu"` form
 LINEMARKER = re.compile(r'^# (\d+) "((?:[^"\\]|\\.)*)"')
 LAUNCH = re.compile(r"<<<(.*?)>>>")
 PREPROCESS_SECONDS = 60  # a preprocessor that takes longer is stuck on the program (an include cycle, say)
@@ -222,7 +223,7 @@ class _Preprocessor:
                 end = _logical(lines, i)
                 out[i:end] = [_marker(i)] + [""] * (end - i - 1)
                 kept[i] = (end, _marker(i))
-            elif PRAGMA_ONCE.match(ln):
+            elif PRAGMA_ONCE.match(ln) or LINE_DIRECTIVE.match(ln):  # a `#line` would move the lines cuco maps back
                 out[i] = ""
             i = end
         return out, kept

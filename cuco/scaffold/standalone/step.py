@@ -178,7 +178,9 @@ class Step:
                                        "function of what it uses, or write its calls into the loop")
         method = self.prog.method(call)
         if method is not None and self.prog.issues_work(method[0]):
-            raise self.prog.refuse(st, f"calls {name}(), a method of {method[1]} that issues device work: cuco "
+            what = f"a function object ({method[1]}::operator())" if method[0] == "operator()" else \
+                f"a method of {method[1]}"
+            raise self.prog.refuse(st, f"calls {name}(), {what} that issues device work: cuco "
                                        "writes out the program's own functions where main() calls them, not the "
                                        "methods of its classes; make it a function of what it uses, or write its "
                                        "calls into the loop")
