@@ -124,6 +124,34 @@ def test_summed_rank_of_two(op, rank, m, k, n):
 
 
 @pytest.mark.parametrize("op", SUMS)
+@pytest.mark.parametrize("rank", [0, 1, 2])
+def test_summed_rank_of_three(op, rank):
+    """Rank `rank` of three (the rank-order sum of any world, where two ranks add own + peer): both peers'
+    partials landed, this rank's pushed to each peer's slot for it."""
+    m, k, n, world, target = 96, 72, 40, 3, 2
+    rows = m // world if op == "reduce_scatter" else m
+    mine = slice(rank * rows, (rank + 1) * rows) if op == "reduce_scatter" else slice(0, m)
+    a, b = _rand(m, k), _rand(k, n)
+    peers = [s for s in range(world) if s != rank]
+    parts = {s: _rand(m, n) for s in peers}
+    recv = _nan(world, rows, n)
+    for s in peers:
+        recv[s] = parts[s][mine]
+    counters = torch.full((partials_counters(world, rows, n),), target, dtype=torch.int32, device=DEVICE)
+    peer_recv = {s: _nan(world, rows, n) for s in peers}
+    peer_counters = {s: torch.zeros(partials_counters(world, rows, n), dtype=torch.int32, device=DEVICE)
+                     for s in peers}
+    out = _nan(rows, n)
+    SUMS[op](a, b, out, partials_for(rank, world, recv, counters, {rank: recv, **peer_recv},
+                                      {rank: counters, **peer_counters}, target), config=SMALL, programs=3)
+    full = a.float() @ b.float()
+    assert _rel_err(out, full[mine] + sum(parts[s][mine].float() for s in peers)) < 1e-2
+    for s in peers:
+        theirs = slice(s * rows, (s + 1) * rows) if op == "reduce_scatter" else slice(0, m)
+        assert _rel_err(peer_recv[s][rank], full[theirs]) < 1e-2
+
+
+@pytest.mark.parametrize("op", SUMS)
 def test_too_few_counters_is_refused(op):
     """Counters sized for a smaller shape would index past their end on the peers: refused before any launch."""
     m, k, n = 64, 32, 48

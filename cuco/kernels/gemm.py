@@ -270,25 +270,38 @@ def _gemm_kernel(a_own_desc, a_all_desc, b_desc, c_desc, a_own, a_all, b, c,
 
 
 @triton.jit
-def sum_in_rank_order(own, recv, counters, rank, world, tiles, t, rows, row, col, N, target,
-                       BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr):
-    """Tile t's sum over ranks in rank order, so the same bits whichever partial lands first: this rank's own (in
-    fp32, or already rounded as the peers' were where every rank must store the same bits), and each peer's from
-    its recv slot once the peer's counter for the tile has reached the target."""
+def _peer_partial(recv, counters, r, tiles, t, rows, row, col, N, target,
+                  BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr):
+    """Rank r's partial of tile t from its recv slot, once r's counter for the tile has reached the target."""
+    while tl.atomic_add(counters + r * tiles + t, 0, sem="acquire", scope="sys") < target:
+        pass
     rc = row + tl.arange(0, BLOCK_M)
     rn = col + tl.arange(0, BLOCK_N)
-    mask = (rc[:, None] < rows) & (rn[None, :] < N)
+    # .cg: from L2, never a line this SM kept from the previous run
+    return tl.load(recv + r * rows * N + rc[:, None] * N + rn[None, :],
+                   mask=(rc[:, None] < rows) & (rn[None, :] < N), other=0.0, cache_modifier=".cg")
+
+
+@triton.jit
+def sum_in_rank_order(own, recv, counters, rank, world, tiles, t, rows, row, col, N, target,
+                      BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, PAIR: tl.constexpr = False):
+    """Tile t's sum over ranks in rank order, so the same bits whichever partial lands first: this rank's own (in
+    fp32, or already rounded as the peers' were where every rank must store the same bits), and each peer's from
+    its recv slot once the peer's counter for the tile has reached the target.
+
+    PAIR (world 2): own + the peer's partial, added into own. fp32 addition commutes, so both ranks store the bits
+    of p0 + p1, and no second fp32 accumulator is held beside own: at 128 x 256 tiles that second one spills the
+    registers, which cost the fused reduce-scatter 10-15% of its time (benchmarks/results/fused_epilogue.md)."""
+    if PAIR:
+        return own.to(tl.float32) + _peer_partial(recv, counters, 1 - rank, tiles, t, rows, row, col, N, target,
+                                                  BLOCK_M, BLOCK_N).to(tl.float32)
     total = tl.zeros((BLOCK_M, BLOCK_N), dtype=tl.float32)
     for r in range(world):
         if r == rank:
             total += own.to(tl.float32)
         else:
-            while tl.atomic_add(counters + r * tiles + t, 0, sem="acquire", scope="sys") < target:
-                pass
-            # .cg: from L2, never a line this SM kept from the previous run
-            part = tl.load(recv + r * rows * N + rc[:, None] * N + rn[None, :], mask=mask, other=0.0,
-                           cache_modifier=".cg")
-            total += part.to(tl.float32)
+            total += _peer_partial(recv, counters, r, tiles, t, rows, row, col, N, target, BLOCK_M,
+                                   BLOCK_N).to(tl.float32)
     return total
 
 
@@ -296,7 +309,7 @@ def sum_in_rank_order(own, recv, counters, rank, world, tiles, t, rows, row, col
 def _gemm_rs_kernel(a_desc, b_desc, out_desc, a, b, out, recv, counters, dest_ptrs, flag_ptrs,
                     M, N, K, shard_rows, world, rank, target, programs,
                     BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr, GROUP_M: tl.constexpr,
-                    TMA: tl.constexpr, OUT_TMA: tl.constexpr):
+                    TMA: tl.constexpr, OUT_TMA: tl.constexpr, PAIR: tl.constexpr):
     """The other ranks' shards first, in ring order from the next rank (ranks start on different owners), each
     tile stored into its owner's recv slot and released there; this rank's shard last, each tile summed with the
     peers' partials of it in rank order (the same bits whichever lands first), into out."""
@@ -318,7 +331,7 @@ def _gemm_rs_kernel(a_desc, b_desc, out_desc, a, b, out, recv, counters, dest_pt
             tl.atomic_add(flag + rank * per_shard + t, 1, sem="release", scope="sys")
         else:
             total = sum_in_rank_order(acc, recv, counters, rank, world, per_shard, t, shard_rows, row, col, N,
-                                       target, BLOCK_M, BLOCK_N)
+                                      target, BLOCK_M, BLOCK_N, PAIR)
             _store_out(out_desc, out, row, col, shard_rows, total, N, BLOCK_M, BLOCK_N, OUT_TMA)
 
 
@@ -326,7 +339,7 @@ def _gemm_rs_kernel(a_desc, b_desc, out_desc, a, b, out, recv, counters, dest_pt
 def _gemm_ar_kernel(a_desc, b_desc, out_desc, a, b, out, recv, counters, dest_ptrs, flag_ptrs,
                     M, N, K, rows, world, rank, target, programs,
                     BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr, GROUP_M: tl.constexpr,
-                    TMA: tl.constexpr, OUT_TMA: tl.constexpr):
+                    TMA: tl.constexpr, OUT_TMA: tl.constexpr, PAIR: tl.constexpr):
     """Each tile: computed, stored into every peer's recv slot for this rank and released there, then summed with
     the peers' partials of it in rank order, every partial rounded to bf16 as sent, so that every rank stores the
     same bits. Tiles go to programs alike on every rank, so the tile a program waits for is the one the same
@@ -347,7 +360,7 @@ def _gemm_ar_kernel(a_desc, b_desc, out_desc, a, b, out, recv, counters, dest_pt
             flag = tl.load(flag_ptrs + (rank + i) % world).to(tl.pointer_type(tl.int32))
             tl.atomic_add(flag + rank * tiles + t, 1, sem="release", scope="sys")
         total = sum_in_rank_order(sent, recv, counters, rank, world, tiles, t, M, row, col, N, target,
-                                   BLOCK_M, BLOCK_N)
+                                  BLOCK_M, BLOCK_N, PAIR)
         _store_out(out_desc, out, row, col, M, total, N, BLOCK_M, BLOCK_N, OUT_TMA)
 
 
@@ -423,13 +436,14 @@ def gemm_gathered(a_own: torch.Tensor, b: torch.Tensor, c: torch.Tensor, arrival
 
 
 def _summed(kernel, call: str, a: torch.Tensor, b: torch.Tensor, out: torch.Tensor, parts: Partials, rows: int,
-            config: GemmConfig | None, programs: int | None) -> torch.Tensor:
+            config: GemmConfig | None, programs: int | None, pair: bool | None = None) -> torch.Tensor:
     """One launch of a GEMM whose epilogue sums partials across ranks over `rows` rows. Grid: one program per SM
     at most (tiles wait for the peers'); nothing allocated.
 
     Its cost beside the plain GEMM (benchmarks/results/triton_gemm.md, the summing epilogue) is registers: the
     partials' loads and stores address every element of a tile (summed_config_for gives the tall tiles 8 warps);
-    TMA descriptors for them are the other way to cut it."""
+    TMA descriptors for them are the other way to cut it. pair: sum_in_rank_order's PAIR (None: at world 2;
+    benchmarks/fused_epilogue.py times the general sum beside it)."""
     row_major(call, a=a, b=b, out=out)
     m, k = a.shape
     n = b.shape[1]
@@ -445,7 +459,7 @@ def _summed(kernel, call: str, a: torch.Tensor, b: torch.Tensor, out: torch.Tens
         a, b, out, parts.recv, parts.counters, parts.dest_ptrs, parts.flag_ptrs,
         m, n, k, rows, parts.world, parts.rank, parts.target, programs,
         BLOCK_M=cfg.block_m, BLOCK_N=cfg.block_n, BLOCK_K=cfg.block_k, GROUP_M=cfg.group_m, TMA=tma,
-        OUT_TMA=out_tma, num_stages=cfg.num_stages, num_warps=cfg.num_warps)
+        OUT_TMA=out_tma, PAIR=parts.world == 2 if pair is None else pair, num_stages=cfg.num_stages, num_warps=cfg.num_warps)
     return out
 
 
