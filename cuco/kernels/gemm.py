@@ -459,7 +459,8 @@ def _summed(kernel, call: str, a: torch.Tensor, b: torch.Tensor, out: torch.Tens
         a, b, out, parts.recv, parts.counters, parts.dest_ptrs, parts.flag_ptrs,
         m, n, k, rows, parts.world, parts.rank, parts.target, programs,
         BLOCK_M=cfg.block_m, BLOCK_N=cfg.block_n, BLOCK_K=cfg.block_k, GROUP_M=cfg.group_m, TMA=tma,
-        OUT_TMA=out_tma, PAIR=parts.world == 2 if pair is None else pair, num_stages=cfg.num_stages, num_warps=cfg.num_warps)
+        OUT_TMA=out_tma, PAIR=parts.world == 2 if pair is None else pair, num_stages=cfg.num_stages,
+        num_warps=cfg.num_warps)
     return out
 
 
