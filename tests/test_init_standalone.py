@@ -666,3 +666,58 @@ def test_a_function_object_that_issues_the_exchange_is_named(tmp_path):
     with pytest.raises(CucoError, match=r"p\.cu:\d+: .*`exchange\(send, recv\);`: calls exchange\(\), a function "
                                         r"object \(Exchange::operator\(\)\) that issues device work"):
         create_workload("w", path, tmp_path)
+
+
+@pytest.mark.parametrize("scope,call,why", [
+    ("namespace ops {", "ops::scale", "in namespace ops: cuco writes out the program's helpers that main() calls by "
+                                      "their own name (`using namespace ops;`, then `scale(...)`)"),
+    ("struct Ops {\n static", "Ops::scale", "is a static method of class Ops"),
+])
+def test_a_helper_called_by_its_qualified_name_is_refused_not_dropped(tmp_path, scope, call, why):
+    """A launcher in a namespace (or a class's static method) called as `ops::scale(...)` issues the step's kernel:
+    refused with the call's line and how to write it, never left out of cuco_run as the runner's part."""
+    helper = (f"{scope} void scale(__nv_bfloat16* y, float s, size_t n, cudaStream_t st) {{\n"
+              "  scale_k<<<256, 256, 0, st>>>(y, s, n);\n}\n}" + (";" if "struct" in scope else "") + "\n\n")
+    launch = "    scale<<<256, 256, 0, stream>>>(recv, 0.5f, tokens * hidden);\n"
+    called = f"    {call}(recv, 0.5f, tokens * hidden, stream);\n"
+    path = _ep_variant(tmp_path, ("__global__ void scale(", "__global__ void scale_k("),
+                       ("int main(", helper + "int main("), (launch, called))
+    with pytest.raises(CucoError) as info:
+        create_workload("w", path, tmp_path)
+    line = next(i for i, ln in enumerate(path.read_text().splitlines(), 1) if f"{call}(recv" in ln)
+    assert f"p.cu:{line}: `{call}(recv, 0.5f, tokens * hidden, stream);`: calls {call}()" in str(info.value)
+    assert why in str(info.value)
+
+
+def test_an_accumulating_gemm_reads_its_output_and_a_strided_batch_reads_its_operands(tmp_path):
+    """`cublasSgemm(..., &one, dw, ...)` (dW += X^T dY) reads dw before it writes it: inout, never scratch. A strided
+    batched GEMM reads its A and B and writes C only, and its flops count the batch."""
+    head = ("#include <cublas_v2.h>\n#include <mpi.h>\n#include <nccl.h>\nint main(int argc, char** argv) {\n"
+            "  MPI_Init(&argc, &argv);\n  int rank, world;\n  MPI_Comm_rank(MPI_COMM_WORLD, &rank);\n"
+            "  MPI_Comm_size(MPI_COMM_WORLD, &world);\n"
+            "  const int m = 512, k = 256, n = 128, heads = 4;\n"
+            "  ncclUniqueId id;\n  if (rank == 0) ncclGetUniqueId(&id);\n"
+            "  MPI_Bcast(&id, sizeof(id), MPI_BYTE, 0, MPI_COMM_WORLD);\n  ncclComm_t comm;\n"
+            "  ncclCommInitRank(&comm, world, id, rank);\n  cudaStream_t s;\n  cudaStreamCreate(&s);\n"
+            "  cublasHandle_t h;\n  cublasCreate(&h);\n  cublasSetStream(h, s);\n  const float one = 1.f, zero = 0.f;\n")
+    tail = "  }\n  cudaStreamSynchronize(s);\n  MPI_Finalize();\n}\n"
+    (tmp_path / "acc.cu").write_text(
+        head + "  float *x, *dy, *dw, *sum;\n  cudaMalloc(&x, sizeof(float) * m * k);\n"
+        "  cudaMalloc(&dy, sizeof(float) * m * n);\n  cudaMalloc(&dw, sizeof(float) * k * n);\n"
+        "  cudaMalloc(&sum, sizeof(float) * k * n);\n  for (int it = 0; it < 10; ++it) {\n"
+        "    cublasSgemm(h, CUBLAS_OP_N, CUBLAS_OP_T, n, k, m, &one, dy, n, x, k, &one, dw, n);\n"
+        "    ncclAllReduce(dw, sum, (size_t)k * n, ncclFloat, ncclSum, comm, s);\n" + tail)
+    spec = load_workload(create_workload("acc", tmp_path / "acc.cu", tmp_path).root)
+    assert spec.buffers["dw"].role == "inout" and spec.buffers["sum"].role == "output"
+    (tmp_path / "batched.cu").write_text(
+        head + "  float *x, *x_full, *w, *out;\n  cudaMalloc(&x, sizeof(float) * heads * k * n / world);\n"
+        "  cudaMalloc(&x_full, sizeof(float) * heads * k * n);\n  cudaMalloc(&w, sizeof(float) * heads * m * k);\n"
+        "  cudaMalloc(&out, sizeof(float) * heads * m * n);\n  for (int it = 0; it < 10; ++it) {\n"
+        "    ncclAllGather(x, x_full, (size_t)heads * k * n / world, ncclFloat, comm, s);\n"
+        "    cublasSgemmStridedBatched(h, CUBLAS_OP_N, CUBLAS_OP_N, m, n, k, &one, w, m, (long long)m * k, x_full, k,\n"
+        "                              (long long)k * n, &zero, out, m, (long long)m * n, heads);\n" + tail)
+    spec = load_workload(create_workload("batched", tmp_path / "batched.cu", tmp_path).root)
+    roles = {name: b.role for name, b in spec.buffers.items()}
+    assert roles["out"] == "output" and roles["w"] != "output" and roles["x_full"] != "output", roles
+    env = spec.shapes[0].env(2)
+    assert eval_expr(spec.bounds.flops, env) == 2 * 512 * 256 * 128 * 4

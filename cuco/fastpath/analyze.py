@@ -41,8 +41,10 @@ NCCL_SIGNATURES: dict[str, tuple[str, ...]] = {
 }
 BLAS_STREAM = {"cublasLtMatmul": 15}  # a cuBLAS call that takes its stream (the others run on their handle's)
 # C = alpha op(A) op(B) + beta C: (beta's position, C's). C is read too unless beta is zero.
-GEMM_BETA: dict[str, tuple[int, int]] = {"cublasGemmEx": (13, 14), "cublasSgemm": (11, 12), "cublasHgemm": (11, 12),
-                                         "cublasLtMatmul": (7, 8)}
+GEMM_BETA: dict[str, tuple[int, int]] = {
+    "cublasGemmEx": (13, 14), "cublasSgemm": (11, 12), "cublasHgemm": (11, 12), "cublasDgemm": (11, 12),
+    "cublasLtMatmul": (7, 8), "cublasGemmStridedBatchedEx": (15, 16),
+    **{f"cublas{t}gemmStridedBatched": (13, 14) for t in "SDH"}}
 ALLOCATORS = {"cudaMalloc": "cudaMalloc", "cudaMallocAsync": "cudaMalloc", "ncclMemAlloc": "ncclMemAlloc",
               "cudaMallocManaged": "cudaMallocManaged"}
 FREES = ("cudaFree", "cudaFreeAsync", "ncclMemFree")
@@ -60,6 +62,9 @@ BLAS: dict[str, tuple[tuple[int, ...], tuple[int, ...]]] = {
     "cublasGemmEx": ((7, 10), (14,)),
     "cublasSgemm": ((7, 9), (12,)),
     "cublasHgemm": ((7, 9), (12,)),
+    "cublasDgemm": ((7, 9), (12,)),
+    "cublasGemmStridedBatchedEx": ((7, 11), (16,)),
+    **{f"cublas{t}gemmStridedBatched": ((7, 10), (14,)) for t in "SDH"},
     "cublasLtMatmul": ((3, 5), (10,)),  # D (10) = alpha A B + beta C (8)
     "cuco_gemm_bf16": ((1, 2), (3,)),
     "cuco_gemm_bf16_beta": ((1, 2, 3), (3,)),

@@ -12,8 +12,11 @@ HANDLE_CREATE = {"cublasCreate": "cublasDestroy", "cublasCreate_v2": "cublasDest
 RESULTS = {"cublasLtMatmulAlgoGetHeuristic": (8, 9)}
 CHECKS = frozenset({"cudaGetLastError", "cudaPeekAtLastError"})
 DEFAULT_STREAMS = frozenset({"0", "NULL", "nullptr", "cudaStreamDefault", "cudaStreamLegacy", "cudaStreamPerThread"})
-GEMM_SIZES = {name: (3, 4, 5) for name in ("cublasGemmEx", "cublasSgemm", "cublasSgemm_v2", "cublasHgemm",
-                                           "cublasDgemm", "cublasDgemm_v2")}
+# A GEMM's m, n, k (and a strided batch's count): the flops are 2 times their product.
+GEMM_SIZES = {**{name: (3, 4, 5) for name in ("cublasGemmEx", "cublasSgemm", "cublasSgemm_v2", "cublasHgemm",
+                                              "cublasDgemm", "cublasDgemm_v2")},
+              **{f"cublas{t}gemmStridedBatched": (3, 4, 5, 17) for t in "SDH"},
+              "cublasGemmStridedBatchedEx": (3, 4, 5, 20)}
 WORK = frozenset({"launch", "nccl", "blas", "graph_launch"})  # what makes a loop the step's
 
 

@@ -152,7 +152,7 @@ class Standalone:
             return found
         if name == "cudaGraphLaunch":
             return "graph_launch"
-        if name in self.functions and name not in self.device:
+        if (name in self.functions or self.qualified(name)) and name not in self.device:
             return "host_fn"
         if re.match(r"nccl|cuda|cu[A-Z]", name):
             return "nccl_admin" if name.startswith("nccl") else "cuda"
@@ -214,8 +214,26 @@ class Standalone:
         return {n for n, loc in self.locals.items() if loc.kind == "device"}
 
     def issues_work(self, fname: str, seen: frozenset[str] = frozenset()) -> bool:
-        fn = self.functions.get(fname)
+        fn = self.functions.get(fname) or self.qualified(fname)
         return fn is not None and self.works(fn.child_by_field_name("body"), seen | {fname})
+
+    def qualified(self, name: str):
+        """The function of the program a qualified call names (`ops::scale`: scale defined in namespace ops, or a
+        static method of a class ops), or None."""
+        scope, _, last = name.split("<")[0].rpartition("::")  # `tp::step<float>` is tp's step
+        fn = self.functions.get(last) if scope else None
+        owners = [text(p.child_by_field_name("name")) for p in _ancestors(fn) if p.type in (
+            "namespace_definition", "class_specifier", "struct_specifier") and p.child_by_field_name("name")] \
+            if fn is not None else []
+        return fn if owners and "::".join(reversed(owners)).endswith(scope.removeprefix("::")) else None
+
+    def scope_of(self, name: str) -> str:
+        """How a qualified call's function is reached, for a refusal: `namespace ops` or `class Ops`."""
+        fn = self.qualified(name)
+        owner = next((p for p in _ancestors(fn) if p.type in ("namespace_definition", "class_specifier",
+                                                               "struct_specifier")), None) if fn else None
+        kind = {"namespace_definition": "namespace"}.get(owner.type, "class") if owner is not None else "scope"
+        return f"{kind} {name.split('<')[0].rpartition('::')[0]}"
 
 
 def _prototypes(root) -> dict[str, int]:

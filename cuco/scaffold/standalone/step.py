@@ -163,8 +163,16 @@ class Step:
         call = self.prog.unwrap(expr)
         kind, name = self.prog.kind(call), callee(call)
         if kind == "host_fn" and self.prog.issues_work(name):
+            scope, last = name.split("<")[0].rpartition("::")[0], name.rpartition("::")[2]
             why = self.prog.unit.unwritten.get(name, "is not called as a statement of main() (cuco writes out one "
                                                      "level of the program's helpers, where main() calls them)")
+            if scope and name not in self.prog.functions:
+                where = self.prog.scope_of(name)
+                why = (f"is called by its qualified name, in {where}: cuco writes out the program's helpers that "
+                       f"main() calls by their own name (`using namespace {scope};`, then `{last}(...)`)"
+                       if where.startswith("namespace") else
+                       f"is a static method of {where}: cuco writes out the program's functions, not its classes' "
+                       "methods (make it a function)")
             raise self.prog.refuse(st, f"calls {name}(), a function of the program that issues device work and "
                                        f"that cuco cannot write out in place: it {why}; write its calls into the loop")
         if kind == "host" and name in self.prog.undefined:
@@ -336,7 +344,7 @@ class Step:
                 held = self.prog.locals.get(text(args[beta]).strip().removeprefix("&").strip())
                 value = {held.name: text(held.init)} if held is not None and held.init is not None else {}
                 reads += () if zero_scalar(text(args[beta]), value) else (c,)
-            modes = ["w" if i in writes else "r" if i in reads else "" for i in range(len(args))]
+            modes = ["r" * (i in reads) + "w" * (i in writes) for i in range(len(args))]  # C with beta: read first
             if name in GEMM_SIZES:
                 self.gemms.append((call, self.depth > 0))
         elif kind == "copy":
