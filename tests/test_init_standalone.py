@@ -699,7 +699,8 @@ def test_an_accumulating_gemm_reads_its_output_and_a_strided_batch_reads_its_ope
             "  ncclUniqueId id;\n  if (rank == 0) ncclGetUniqueId(&id);\n"
             "  MPI_Bcast(&id, sizeof(id), MPI_BYTE, 0, MPI_COMM_WORLD);\n  ncclComm_t comm;\n"
             "  ncclCommInitRank(&comm, world, id, rank);\n  cudaStream_t s;\n  cudaStreamCreate(&s);\n"
-            "  cublasHandle_t h;\n  cublasCreate(&h);\n  cublasSetStream(h, s);\n  const float one = 1.f, zero = 0.f;\n")
+            "  cublasHandle_t h;\n  cublasCreate(&h);\n  cublasSetStream(h, s);\n"
+            "  const float one = 1.f, zero = 0.f;\n")
     tail = "  }\n  cudaStreamSynchronize(s);\n  MPI_Finalize();\n}\n"
     (tmp_path / "acc.cu").write_text(
         head + "  float *x, *dy, *dw, *sum;\n  cudaMalloc(&x, sizeof(float) * m * k);\n"
