@@ -193,6 +193,7 @@ def test_an_overlapped_collective_joins_before_the_kernel_that_uses_its_output()
 
 
 BESIDE = "  zero<<<64, 256, 0, ctx->stream>>>(s->scratch, all);\n"
+ADD = "  addInto<<<64, 256, 0, ctx->stream>>>((__nv_bfloat16*)y->ptr, s->scratch, all);\n"
 # Planted: the kernel beside the all-gather changed so that it may touch the all-gather's buffers, or the two placed
 # where the order between them is not proven. Each is never offered a side stream, with its reason.
 PLANTED = {
@@ -216,11 +217,44 @@ PLANTED = {
     "a synchronisation lies between them":
         (BESIDE, BESIDE + "  CUCO_CUDA(ctx, cudaStreamSynchronize(ctx->stream));\n",
          "cudaStreamSynchronize synchronises before its buffers are used"),
+    "the next use is inside a branch, where a join would not be on every path":
+        (ADD, "  if (all > 1) {\n" + ADD + "  }\n", "addInto, which uses its buffers next, is not in the collective's "
+                                                  "block of statements"),
+    "a return lies between the collective and the next use":
+        (BESIDE, BESIDE + "  if (all == 0) return 0;\n", "a return between it and its join would end cuco_run"),
+    "the kernel is launched from a lambda, which runs where it is called":
+        (BESIDE, "  auto zap = [&] {\n  " + BESIDE + "  };\n  zap();\n", "zero is in a lambda of cuco_run()"),
+    "the kernel takes a pointer assigned again, which may be the all-gather's output":
+        (BESIDE, "  __nv_bfloat16* p = s->scratch;\n  if (all > 4) p = (__nv_bfloat16*)y->ptr;\n"
+                 "  zero<<<64, 256, 0, ctx->stream>>>(p, all);\n", "zero takes `p`, a pointer assigned again"),
+    "the kernel writes through a __device__ pointer":
+        (BESIDE, "  via_global<<<1, 1, 0, ctx->stream>>>(all);\n",
+         "via_global reaches memory through pointers it is not given"),
+    "the kernel writes through a table of pointers":
+        (BESIDE, "  via_table<<<1, 1, 0, ctx->stream>>>(s->table, all);\n",
+         "via_table reaches memory through pointers it is not given"),
 }
 HELPERS = """__nv_bfloat16* pick(cuco_ctx_t* ctx);
 __global__ void external_zero(__nv_bfloat16* out, int64_t n);
+__device__ __nv_bfloat16* g_out;
+__global__ void via_global(int64_t n) { g_out[n - 1] = __float2bfloat16(0.f); }
+__global__ void via_table(__nv_bfloat16** table, int64_t n) { table[0][n - 1] = __float2bfloat16(0.f); }
 
 CUCO_EXPORT int cuco_run("""
+
+
+def test_a_call_the_rules_do_not_model_is_a_use_of_the_buffers_it_is_given(tmp_path):
+    """cudaMemcpy2DAsync into the all-gather's output after the kernel beside it: the side stream joins back before
+    the copy, never after it."""
+    code = (HERE / "knobs" / "overlap_beside.cu").read_text()
+    copy = "  cudaMemcpy2DAsync(y->ptr, 16, s->scratch, 16, 16, 4, cudaMemcpyDeviceToDevice, ctx->stream);\n"
+    src = tmp_path / "copy2d.cu"
+    src.write_text(code.replace(BESIDE, BESIDE + copy, 1))
+    knobs = derive(analyze(src), load_workload(WORKLOADS / "allgather_bf16"))
+    assert knobs.offers[0].beside == ["zero (line 35)"]
+    code = knobs.code
+    assert code.index("zero<<<") < code.index("cuco::joinSideStream<0>(ctx, ctx->stream)") < \
+        code.index("cudaMemcpy2DAsync")
 
 
 def test_a_collective_is_never_offered_a_side_stream_where_a_helper_of_cuco_run_may_use_its_output(tmp_path):
@@ -246,7 +280,8 @@ def test_a_collective_is_never_offered_a_side_stream_beside_what_may_touch_its_b
     code = (HERE / "knobs" / "overlap_beside.cu").read_text()
     assert old in code
     src = tmp_path / "planted.cu"
-    src.write_text(code.replace(old, new, 1).replace("CUCO_EXPORT int cuco_run(", HELPERS, 1))
+    src.write_text(code.replace(old, new, 1).replace("CUCO_EXPORT int cuco_run(", HELPERS, 1)
+                   .replace("  __nv_bfloat16* scratch;", "  __nv_bfloat16* scratch;\n  __nv_bfloat16** table;"))
     spec = load_workload(WORKLOADS / "allgather_bf16")
     knobs = derive(analyze(src), spec)
     assert knobs.offers[0].placements == ("deferred",)

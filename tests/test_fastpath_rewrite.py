@@ -201,3 +201,36 @@ def test_every_place_the_rules_cannot_rewrite_is_named_in_one_refusal(tmp_path):
     message = str(err.value)
     assert message.startswith("2 places the rules cannot rewrite: (1) line ") and "\n" not in message
     assert message.index("ncclMax is not covered") < message.index("(2) line ") < message.index("ncclProd is not")
+
+
+KNOBS = ROOT / "tests" / "fastpath" / "knobs"
+GATHER = "  CUCO_NCCL(ctx, ncclAllGather(x->ptr, y->ptr, n, ncclBfloat16, ctx->comm, ctx->stream));\n"
+
+
+@pytest.mark.parametrize("edit, message", [
+    (lambda t: t.replace("  __nv_bfloat16* scratch;", "  __nv_bfloat16* scratch;\n  ncclComm_t tp;")
+     .replace("  ctx->state = s;", "  CUCO_NCCL(ctx, ncclCommSplit(ctx->comm, ctx->rank % 2, ctx->rank, &s->tp, "
+              "NULL));\n  ctx->state = s;").replace(GATHER, GATHER.replace("ctx->comm", "s->tp")),
+     r"line \d+: ncclAllGather runs on `s->tp`, a communicator the program makes itself \(ncclCommSplit \(line "
+     r"\d+\)\), not the runner's \(ctx->comm\)"),
+    (lambda t: t.replace("struct State {", "static ncclResult_t ncclAllGather(const void* a, void* b, size_t n, "
+                         "ncclDataType_t t, ncclComm_t c) {\n  return ::ncclAllGather(a, b, n, t, c, 0);\n}\n\n"
+                         "struct State {").replace(GATHER, GATHER.replace(", ctx->stream));", "));")),
+     r"line \d+: ncclAllGather is called without its stream \(nccl.h's takes send, recv, count, dtype, comm, "
+     r"stream\)"),
+    (lambda t: t.replace(GATHER, "  ncclResult_t r = " + GATHER.strip().removeprefix("CUCO_NCCL(ctx, ")
+                         .removesuffix(");") + ";\n  (void)r;\n"),
+     r"line \d+: ncclAllGather's result is kept as a value"),
+    (lambda t: t.replace(GATHER, GATHER + "  CUCO_NCCL(ctx, ncclBcast(s->scratch, all, ncclBfloat16, 0, ctx->comm, "
+                         "ctx->stream));\n"), r"line \d+: ncclBcast is not covered by the rules yet"),
+], ids=["sub-communicator", "own-overload-without-stream", "result-kept", "bcast"])
+def test_nccl_calls_the_device_collectives_cannot_stand_for_are_refused_by_line(edit, message, tmp_path):
+    """A collective on a communicator the program splits off (the device collectives span ctx->comm), a call to the
+    program's own overload that takes no stream, a result kept as a value (the device call returns a cudaError_t),
+    ncclBcast: each refused with its line, never rewritten into something else or a traceback."""
+    src = tmp_path / "seed.cu"
+    code = (KNOBS / "overlap_beside.cu").read_text()
+    src.write_text(edit(code))
+    assert src.read_text() != code
+    with pytest.raises(RewriteError, match=message):
+        rewrite(src, load_workload(ROOT / "cuco" / "builtin" / "allgather_bf16"))

@@ -32,6 +32,7 @@ NCCL_SIGNATURES: dict[str, tuple[str, ...]] = {
     "ncclReduceScatter": ("send", "recv", "count", "dtype", "op", "comm", "stream"),
     "ncclAllReduce": ("send", "recv", "count", "dtype", "op", "comm", "stream"),
     "ncclBroadcast": ("send", "recv", "count", "dtype", "root", "comm", "stream"),
+    "ncclBcast": ("recv", "count", "dtype", "root", "comm", "stream"),  # in place: the root's buffer is sent
     "ncclReduce": ("send", "recv", "count", "dtype", "op", "root", "comm", "stream"),
     "ncclAlltoAll": ("send", "recv", "count", "dtype", "comm", "stream"),
     "ncclSend": ("send", "count", "dtype", "peer", "comm", "stream"),
@@ -48,6 +49,12 @@ GEMM_BETA: dict[str, tuple[int, int]] = {
 ALLOCATORS = {"cudaMalloc": "cudaMalloc", "cudaMallocAsync": "cudaMalloc", "ncclMemAlloc": "ncclMemAlloc",
               "cudaMallocManaged": "cudaMallocManaged"}
 FREES = ("cudaFree", "cudaFreeAsync", "ncclMemFree")
+# Calls that make a communicator of the program's own, and the position of the one they make.
+COMM_MAKERS = {"ncclCommSplit": 3, "ncclCommInitRank": 0, "ncclCommInitRankConfig": 0, "ncclCommInitAll": 0,
+               "ncclCommInitRankScalable": 0, "ncclCommShrink": 4}
+# Calls given a buffer that do no work on it: its address or attributes only.
+NOT_WORK = frozenset({"cudaPointerGetAttributes", "cudaMemGetInfo", "cudaFuncSetAttribute", "printf", "fprintf",
+                      "CUCO_CUDA", "CUCO_NCCL", "CUCO_CUBLAS", "static_cast", "reinterpret_cast", "sizeof"})
 ENTRY_POINTS = ("cuco_setup", "cuco_run", "cuco_teardown")  # what the runner calls in a candidate (cuco.h)
 # Memory copies and fills: (written position, read position or None, stream position or None).
 COPIES: dict[str, tuple[int, int | None, int | None]] = {
@@ -103,6 +110,13 @@ class Op:
     unplaced: list[str] = field(default_factory=list)
     # A cuBLAS call's arguments as written: what a GEMM cut by rows re-issues (cuco/fastpath/gemm_rows.py).
     operands: list[str] = field(default_factory=list)
+    # An NCCL call whose result the program keeps or tests (`ncclResult_t r = ncclAllReduce(...)`), not a statement
+    # of its own or the one argument of a check macro.
+    valued: bool = False
+    # The block the call's statement stands in (its first byte; -1 for none): a join placed in another block than
+    # its collective's would not be on every path after it.
+    block: int = -1
+    deferred: bool = False  # in a lambda's body: it runs where the lambda is called, not where it is written
 
 
 @dataclass
@@ -123,6 +137,10 @@ class Analysis:
     # Per function, the byte where a statement may go last in its body: before its final top-level return, or
     # before its closing brace.
     ends: dict[str, int] = field(default_factory=dict, repr=False)
+    # Per function, where its return statements start: one between a collective and its join ends the step early.
+    returns: dict[str, list[int]] = field(default_factory=dict, repr=False)
+    # Communicators the program makes itself (`ncclCommSplit(..., &s->tp)`: "s->tp") -> the call that makes it.
+    made_comms: dict[str, str] = field(default_factory=dict, repr=False)
 
     @property
     def nccl(self) -> list[Op]:
@@ -245,6 +263,30 @@ def pointer_positions(functions: list) -> dict[str, list[bool]]:
                                     for n in walk(p)) for p in _parameters(fn)] for fn in functions}
 
 
+def indirect_kernels(functions: list) -> set[str]:
+    """Functions defined here that reach memory through pointers they are not given as arguments: a pointer to
+    pointers (a table of buffers), or a `__device__` pointer of the file. What their arguments name is not all they
+    touch."""
+    root = functions[0] if functions else None
+    while root is not None and root.parent is not None:
+        root = root.parent
+    device_ptrs = set()
+    for d in (root.children if root is not None else []):
+        if d.type == "declaration" and any(c.type == "__device__" or text(c) == "__device__" for c in d.children):
+            device_ptrs |= {text(n) for x in d.children_by_field_name("declarator") for n in walk(x)
+                            if n.type == "identifier" and x.type in ("pointer_declarator", "init_declarator")
+                            and "*" in text(x)}
+    out = set()
+    for fn in functions:
+        params = _parameters(fn)
+        deep = any(sum(n.type in ("pointer_declarator", "abstract_pointer_declarator") for n in walk(p)) > 1
+                   for p in params)
+        body = fn.child_by_field_name("body")
+        if deep or (body is not None and device_ptrs & {text(n) for n in walk(body) if n.type == "identifier"}):
+            out.add(function_name(fn))
+    return out
+
+
 def _statement_start(node) -> int:
     """The first byte of the statement holding NODE when that statement stands in a block, else -1."""
     kinds = ("expression_statement", "return_statement", "declaration")
@@ -254,6 +296,26 @@ def _statement_start(node) -> int:
         node = node.parent
     return node.start_byte if node is not None and node.parent is not None and \
         node.parent.type == "compound_statement" else -1
+
+
+def _block(node) -> int:
+    """The first byte of the block (compound statement) around NODE, or -1; a lambda's body is a block of its own."""
+    node = node.parent
+    while node is not None and node.type != "compound_statement":
+        node = node.parent
+    return node.start_byte if node is not None else -1
+
+
+def _in_lambda(node) -> bool:
+    node = node.parent
+    while node is not None and node.type not in ("lambda_expression", "function_definition"):
+        node = node.parent
+    return node is not None and node.type == "lambda_expression"
+
+
+def _returns(fn) -> list[int]:
+    """Where the function's return statements start."""
+    return [n.start_byte for n in walk(fn) if n.type == "return_statement"]
 
 
 def _body_end(fn) -> int:
@@ -273,7 +335,11 @@ class _Calls:
         self.ops: list[Op] = []
         self.const = const_params(functions)
         self.pointers = pointer_positions(functions)
+        self.indirect = indirect_kernels(functions)
+        self.device = {function_name(f) for f in functions  # kernels and device functions: no host calls in them
+                       if any(c.type in ("__global__", "__device__") for c in f.children)}
         self.blas_streams: dict[str, str] = {}
+        self.made_comms: dict[str, str] = {}  # communicators the program makes itself -> the call that makes it
         self.scalars: dict[str, dict[str, str | None]] = {}
         self.warnings: list[str] = []
 
@@ -282,7 +348,7 @@ class _Calls:
             unplaced: list[str] | None = None) -> None:
         self.ops.append(Op(len(self.ops), kind, name, node.start_point.row + 1, fname, args, reads or [],
                            writes or [], stream, span or (0, 0), wrapper, _loops(node), _statement_start(node),
-                           unplaced or []))
+                           unplaced or [], block=_block(node), deferred=_in_lambda(node)))
 
     def unplaced(self, args: list, positions) -> list[str]:
         """The arguments at POSITIONS that name no known buffer."""
@@ -331,9 +397,12 @@ class _Calls:
             sig = NCCL_SIGNATURES[name]
             named = {k: text(a) for k, a in zip(sig, args)}
             kind = "group" if not sig else "p2p" if name in ("ncclSend", "ncclRecv") else "collective"
+            span, wrapper = _statement(node)
             self.add(kind, name, node, fname, named, self.buffers(args, [sig.index("send")] if "send" in named else []),
                      self.buffers(args, [sig.index("recv")] if "recv" in named else []), named.get("stream"),
-                     *_statement(node))
+                     span, wrapper)
+            held = node.parent.parent if wrapper else node  # the call, or the check macro around it
+            self.ops[-1].valued = held.parent is None or held.parent.type != "expression_statement"
         elif name in ALLOCATORS and args:
             # The pointer allocated: `&p`, `(void**)&s->p`: the outermost variable or field under the casts.
             target = next((n for n in walk(args[0]) if n.type in ("field_expression", "identifier")), None)
@@ -363,9 +432,11 @@ class _Calls:
                 if not (i < len(consts) and consts[i]):  # unknown kernels: assume written too
                     writes.append(b)
         pointers = self.pointers.get(name)
-        unplaced = ["?"] if pointers is None else self.unplaced(args, [i for i, p in enumerate(pointers) if p])
+        unplaced = ["?"] if pointers is None else ["*"] if name in self.indirect else \
+            self.unplaced(args, [i for i, p in enumerate(pointers) if p])
         self.add("kernel", name, node, fname, {"config": ", ".join(cfg)}, reads, writes,
                  cfg[3] if len(cfg) > 3 else "default stream", unplaced=unplaced)
+        self.ops[-1].operands = [text(a) for a in args]
 
     def library_call(self, node, name: str, args: list, fname: str) -> None:
         if name in BLAS:
@@ -387,10 +458,20 @@ class _Calls:
                      self.buffers(args, [rpos]), self.buffers(args, [wpos]),
                      text(args[spos]) if spos is not None and spos < len(args) else None,
                      unplaced=self.unplaced(args, [rpos, wpos]))
+        elif name in COMM_MAKERS and COMM_MAKERS[name] < len(args):
+            made = text(args[COMM_MAKERS[name]]).replace(" ", "").removeprefix("&")
+            self.made_comms[made] = f"{name} (line {node.start_point.row + 1})"
         elif name in SYNCS:
             pos = SYNCS[name]
             self.add("sync", name, node, fname, {"args": ", ".join(text(a) for a in args)},
                      stream=text(args[pos]) if pos is not None and pos < len(args) else None)
+        elif name not in NOT_WORK and not name.startswith("cuco_") and not name.isupper() and \
+                fname not in self.device:  # not a check macro, nor a call in device code
+            # A call the rules do not model (cudaMemcpy2DAsync, a library's kernel, the program's own function)
+            # given a buffer: it may read and write it, on a stream not known.
+            touched = [b for a in args if a.type != "call_expression" and (b := self.res.buffer_of(a))]
+            if touched:
+                self.add("opaque", name, node, fname, {"args": ", ".join(text(a) for a in args)}, touched, touched)
 
 
 def _held(expr: str, scalars: dict[str, str | None]) -> str:
@@ -480,7 +561,7 @@ def _unsure_pointers(ops: list[Op], pointers: dict[str, Pointers]) -> list[str]:
     """Pointers the calls use that are assigned again: the table names the buffer of their first definition."""
     out = []
     for fname, ptrs in pointers.items():
-        used = " ".join(v for o in ops if o.function == fname for v in o.args.values())
+        used = " ".join(v for o in ops if o.function == fname for v in [*o.args.values(), *o.operands])
         out += [f"{why}: this table names the buffer of its first definition"
                 for name, why in ptrs.reassigned.items() if re.search(rf"\b{name}\b", used)]
     return out
@@ -519,7 +600,8 @@ def analyze(path: Path, source: bytes | None = None) -> Analysis:
                                             calls.scalars.get(function_name(fn), {})) for fn in functions}
     warnings += calls.warnings + _unsure_pointers(calls.ops, pointers)
     analysis = Analysis(str(path), calls.ops, _edges(calls.ops), buffers, warnings, raw, calls.scalars, pointers,
-                        _carried(calls.ops), {function_name(fn): _body_end(fn) for fn in functions})
+                        _carried(calls.ops), {function_name(fn): _body_end(fn) for fn in functions},
+                        {function_name(fn): _returns(fn) for fn in functions}, calls.made_comms)
     if not analysis.nccl:
         raise NoCommunication(f"{path}: no NCCL call found: nothing to move onto the GPU (cuco starts from a program "
                               "whose communication is host-issued NCCL)")

@@ -25,6 +25,7 @@ conservative rewrite.
 
 from __future__ import annotations
 
+import re
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -194,6 +195,10 @@ def _unplaceable(op: Op, analysis: Analysis) -> str | None:
                f"{ENTRY}() may call: what it does between the collective and the join is not known"
     if ("send" in op.args and not op.reads) or ("recv" in op.args and not op.writes):
         return "one of its buffers is not known to the analysis"
+    deferred = next((o for o in analysis.ops if o.function == op.function and o.deferred), None)
+    if deferred is not None:
+        return f"line {deferred.line}: {deferred.name} is in a lambda of {ENTRY}(): it runs where the lambda is " \
+               "called, which the analysis does not follow"
     return None
 
 
@@ -205,10 +210,13 @@ def _before_next_use(op: Op, analysis: Analysis) -> tuple[list[Op], Op | None] |
         return why
     mine = set(op.reads) | set(op.writes)
     between: list[Op] = []
+    moved = analysis.pointers[op.function].reassigned if op.function in analysis.pointers else {}
     for o in (o for o in analysis.ops if o.function == op.function and o.index > op.index):
         if mine & (set(o.reads) | set(o.writes)):
             return between, o
-        reason = _blocks_overlap(op, o)
+        unsure = next((p for p in moved if any(re.search(rf"\b{re.escape(p)}\b", a) for a in o.operands)), None)
+        reason = f"{o.name} takes `{unsure}`, a pointer assigned again ({moved[unsure]}): which buffer it names is " \
+            "not known" if unsure else _blocks_overlap(op, o)
         if reason:
             return f"line {o.line}: {reason}"
         between.append(o)
@@ -229,11 +237,13 @@ def _overlap(op: Op, analysis: Analysis) -> tuple[list[str], int] | str:
         if user.statement < 0:
             return f"line {user.line}: {user.name}, which uses its buffers next, does not stand in a block of " \
                    "statements: the join cannot go before it"
-        return beside, user.statement
+        return _unjoined(op, user, user.statement, analysis) or (beside, user.statement)
     if not beside:
         return "nothing follows it in cuco_run to overlap with"
     end = analysis.ends.get(op.function, -1)
-    return (beside, end) if end >= 0 else "the end of cuco_run cannot be found"
+    if end < 0:
+        return "the end of cuco_run cannot be found"
+    return _unjoined(op, None, end, analysis) or (beside, end)
 
 
 def _join(op: Op, analysis: Analysis) -> int | None:
@@ -243,7 +253,20 @@ def _join(op: Op, analysis: Analysis) -> int | None:
         return None
     user = found[1]
     at = user.statement if user is not None else analysis.ends.get(op.function, -1)
-    return at if at >= 0 else None
+    return at if at >= 0 and _unjoined(op, user, at, analysis) is None else None
+
+
+def _unjoined(op: Op, user: Op | None, at: int, analysis: Analysis) -> str | None:
+    """Why a join at byte AT would not be on every path from OP to the next use of its buffers (USER, None: the end
+    of cuco_run), or None: the use is in OP's own block, and no return lies between."""
+    if user is not None and user.block != op.block:
+        return f"line {user.line}: {user.name}, which uses its buffers next, is not in the collective's block of " \
+               "statements (a branch or a loop): a join before it would not be on every path"
+    early = next((r for r in analysis.returns.get(op.function, []) if op.span[1] <= r < at), None)
+    if early is not None:
+        line = analysis.source.count(b"\n", 0, early) + 1
+        return f"line {line}: a return between it and its join would end cuco_run with the collective running"
+    return None
 
 
 def _gemm_beside(op: Op, gemm: Op) -> str | None:
@@ -253,8 +276,8 @@ def _gemm_beside(op: Op, gemm: Op) -> str | None:
     if gemm.stream != op.stream:
         return f"line {gemm.line}: {gemm.name} runs on {gemm.stream or 'a stream the analysis does not know'}, " \
                f"not on {op.stream}"
-    if gemm.statement < 0 or gemm.loops:
-        return f"line {gemm.line}: {gemm.name} does not stand in cuco_run's own block of statements"
+    if gemm.statement < 0 or gemm.loops or gemm.block != op.block:
+        return f"line {gemm.line}: {gemm.name} does not stand in the collective's own block of statements"
     return None
 
 
@@ -363,7 +386,8 @@ def _blocks_overlap(op: Op, o: Op) -> str | None:
         return f"{o.name} changes the program's memory before its buffers are used"
     if o.unplaced:
         what = "is defined elsewhere: what its pointers name is not known" if o.unplaced == ["?"] else \
-            f"takes `{o.unplaced[0]}`, which names no buffer the analysis knows"
+            "reaches memory through pointers it is not given (a table of pointers, a __device__ pointer)" \
+            if o.unplaced == ["*"] else f"takes `{o.unplaced[0]}`, which names no buffer the analysis knows"
         return f"{o.name} {what}, so it may touch the collective's buffers"
     if o.loops:
         return f"{o.name} is inside the loop of line {o.loops[-1]}"

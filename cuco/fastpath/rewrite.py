@@ -139,6 +139,26 @@ def _replacement(op: Op, window: _Windows, stream: str | None = None) -> str:
                        "all-reduce, all-to-all and grouped send/recv are)")
 
 
+def _checked(op: Op, analysis: Analysis) -> None:
+    """What every NCCL call must be for the rules to replace it: NCCL's own call with all its arguments, on the
+    runner's communicator (the device collectives run over every rank of ctx->comm), its value not kept (the
+    device calls return a cudaError_t, which a check macro around the call takes too)."""
+    missing = [a for a in NCCL_SIGNATURES[op.name] if a not in op.args]
+    if missing:
+        raise RewriteError(f"line {op.line}: {op.name} is called without its {', '.join(missing)} (nccl.h's takes "
+                           f"{', '.join(NCCL_SIGNATURES[op.name])}): the rules rewrite NCCL's own calls")
+    comm = (op.args.get("comm") or "").replace(" ", "")
+    held = analysis.scalars.get(op.function, {}).get(comm) or comm
+    made = analysis.made_comms.get(comm) or analysis.made_comms.get(held.replace(" ", ""))
+    if made:
+        raise RewriteError(f"line {op.line}: {op.name} runs on `{comm}`, a communicator the program makes itself "
+                           f"({made}), not the runner's (ctx->comm): the device collectives run over every rank of "
+                           "ctx->comm, so a collective of a sub-communicator is not covered by the rules")
+    if op.valued:
+        raise RewriteError(f"line {op.line}: {op.name}'s result is kept as a value: the device collective returns "
+                           "a cudaError_t; check it with a macro around the call (CHECK(ncclAllReduce(...));)")
+
+
 def _group(ops: list[Op], number: int, window: _Windows, analysis: Analysis) -> list[tuple[Op, str, bool]]:
     """ncclGroupStart, sends and receives, ncclGroupEnd -> one cuco::sendBatch. Each send writes the buffer of the
     receive NCCL would match it with on its peer, proved from the peer expressions for every rank and world size
@@ -272,6 +292,7 @@ def rewrite(program: Path | Analysis, spec: WorkloadSpec, overlap: dict[int, int
     problems: list[str] = []  # every place the rules cannot rewrite, reported together
     for op in analysis.nccl:
         try:
+            _checked(op, analysis)
             if op.name == "ncclGroupStart":
                 if group is not None:
                     raise RewriteError(f"line {op.line}: nested ncclGroupStart is not covered by the rules")

@@ -246,8 +246,9 @@ def steps(analysis: Analysis, program: Program) -> Steps:
     """Every call that touches a buffer, in program order: the analysis's, with each kernel's reads and writes
     from its body, and the GEMMs and other calls it does not model."""
     guessed: dict[tuple[int, str], str] = {}
-    found = [_refined(op, program, i, guessed) for i, op in enumerate(analysis.ops)]
-    _unmodelled(program, {(o.line, o.name) for o in analysis.ops}, found, guessed)
+    modelled = [op for op in analysis.ops if op.kind != "opaque"]  # the rules' stand-ins: read below, from bodies
+    found = [_refined(op, program, i, guessed) for i, op in enumerate(modelled)]
+    _unmodelled(program, {(o.line, o.name) for o in modelled}, found, guessed)
     order = {f: i for i, f in enumerate(program.functions)}
     ranked = sorted(found, key=lambda o: (order.get(o.function, len(order)), o.line, o.index))
     renumber = {o.index: i for i, o in enumerate(ranked)}

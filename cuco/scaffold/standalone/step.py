@@ -341,8 +341,10 @@ class Step:
             reads, writes = BLAS.get(name, ((), tuple(range(len(args)))))
             beta, c = GEMM_BETA.get(name, (None, None))
             if beta is not None and beta < len(args):
-                held = self.prog.locals.get(text(args[beta]).strip().removeprefix("&").strip())
-                value = {held.name: text(held.init)} if held is not None and held.init is not None else {}
+                scalar = text(args[beta]).strip().removeprefix("&").strip()
+                held = self.prog.locals.get(scalar)
+                value = {held.name: text(held.init)} if held is not None and held.init is not None else \
+                    self.declared_value(scalar)
                 reads += () if zero_scalar(text(args[beta]), value) else (c,)
             modes = ["r" * (i in reads) + "w" * (i in writes) for i in range(len(args))]  # C with beta: read first
             if name in GEMM_SIZES:
@@ -356,6 +358,14 @@ class Step:
             for var in sorted(self.devices_in(arg)) if access else ():
                 self.operands.add(var)
                 self.events += [Event(var, mode, name, line, not self.branches) for mode in access]
+
+    def declared_value(self, name: str) -> dict[str, str]:
+        """{name: its value} where the step declares it once with one (`const float beta = 0.0f;`, a written-out
+        helper's), else {}."""
+        values = [text(d.child_by_field_name("value")) for st, names, _ in self.decls if name in names
+                  for d in walk(st) if d.type == "init_declarator" and d.child_by_field_name("value") is not None
+                  and text(d.child_by_field_name("declarator")) == name]
+        return {name: values[0]} if len(set(values)) == 1 else {}  # the same in a warm-up loop and the timed one
 
     def live(self) -> None:
         """The step's declarations that kept statements use, directly or through one another; the rest go."""
