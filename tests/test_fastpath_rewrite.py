@@ -7,6 +7,7 @@ programs pass the runner's verification (same outputs as the reference on fresh 
 from __future__ import annotations
 
 import os
+import re
 import subprocess
 import sys
 import time
@@ -234,3 +235,25 @@ def test_nccl_calls_the_device_collectives_cannot_stand_for_are_refused_by_line(
     assert src.read_text() != code
     with pytest.raises(RewriteError, match=message):
         rewrite(src, load_workload(ROOT / "cuco" / "builtin" / "allgather_bf16"))
+
+
+def test_an_offset_is_followed_through_a_variable_named_like_a_type_and_a_parameter_is_the_same_everywhere(tmp_path):
+    """`const size_t half = prev * n; ncclRecv(y + half, ...)`: `half` is the program's variable, not CUDA's type,
+    so the rank in it is seen (refused: a peer would compute another offset). `x + n` with n a workload parameter
+    (cuco_param(ctx, "N")) is the same on every rank: rewritten."""
+    seed = (RING / "seed.cu").read_text()
+    typed = "  __nv_bfloat16* yb = (__nv_bfloat16*)y->ptr;\n  const int64_t half = (int64_t)prev * n;\n"
+    src = tmp_path / "half.cu"
+    src.write_text(seed.replace(RECV, typed + RECV.replace("y->ptr", "yb + half")))
+    with pytest.raises(RewriteError, match=r"receive buffer `yb \+ half` lies at an offset that depends on the rank"):
+        rewrite(src, load_workload(RING))
+    spec = load_workload(WORKLOADS["allreduce_sum"])
+    code = (WORKLOADS["allreduce_sum"] / "seed.cu").read_text()
+    call = next(ln for ln in code.splitlines() if "ncclAllReduce(" in ln)
+    send, recv = re.search(r"ncclAllReduce\(([^,]+), ([^,]+),", call).groups()
+    halves = call.replace(f"({send}, {recv},", f"((__nv_bfloat16*){send} + n / 2, (__nv_bfloat16*){recv} + n / 2,")
+    src = tmp_path / "offset.cu"
+    src.write_text(code.replace(call, halves.replace(", n,", ", n / 2,", 1)))
+    assert "n / 2" in src.read_text()
+    out = rewrite(src, spec).code
+    assert "cuco::allReduce<__nv_bfloat16>(ctx, " in out and "(n / 2) * sizeof(__nv_bfloat16)" in out

@@ -267,7 +267,7 @@ def why_offset_varies(offset: str, scalars: dict[str, str | None], handles: dict
     expr = _no_strings(offset)
     for _ in range(MAX_DEPTH):
         names = [n for n in re.findall(r"(?<![\w>.])([A-Za-z_]\w*)\b(?!\s*\()", expr)
-                 if n not in ("sizeof", "ctx") and not _is_type(n)]
+                 if n not in ("sizeof", "ctx") and (n in scalars or not _is_type(n))]  # a variable named `half`
         unresolved = [n for n in names if n in scalars]
         if not unresolved:
             break
@@ -283,7 +283,9 @@ def why_offset_varies(offset: str, scalars: dict[str, str | None], handles: dict
     for call in re.findall(r"([A-Za-z_]\w*)\s*\(", expr):
         if call not in PURE_CALLS and not _is_type(call):
             return f"a call of {call}(), whose value the rules cannot know to be the same on every rank"
-    for name in re.findall(r"(?<![\w>.])([A-Za-z_]\w*(?:\s*(?:->|\.)\s*\w+)*)", expr):
+    # a parameter is the same on every rank: `cuco_param(ctx, "N")` reads ctx for no rank's value
+    plain = re.sub(r"\bcuco_param\s*\(\s*ctx\s*,\s*\"\"\s*\)", "0", expr)
+    for name in re.findall(r"(?<![\w>.])([A-Za-z_]\w*(?:\s*(?:->|\.)\s*\w+)*)", plain):
         parts = re.split(r"\s*(?:->|\.)\s*", name)
         owner = "ctx" if parts[0] == "ctx" else "buffer" if parts[0] in handles else None
         if parts[0] in PURE_CALLS or _is_type(name):
