@@ -722,3 +722,34 @@ def test_an_accumulating_gemm_reads_its_output_and_a_strided_batch_reads_its_ope
     assert roles["out"] == "output" and roles["w"] != "output" and roles["x_full"] != "output", roles
     env = spec.shapes[0].env(2)
     assert eval_expr(spec.bounds.flops, env) == 2 * 512 * 256 * 128 * 4
+
+
+def test_an_epochs_by_steps_nest_makes_one_step(tmp_path):
+    """`for (epoch ...) { for (step ...) { scale; all-reduce } if (rank == 0) printf(...); }`: cuco_run is one step,
+    the inner body, not an epoch of steps; the bound counts one all-reduce."""
+    launch = "    scale<<<256, 256, 0, stream>>>(recv, 0.5f, tokens * hidden);\n"
+    path = _ep_variant(tmp_path, ("  for (int it = 0; it < 20; ++it) {\n",
+                                  "  const int steps = 100;\n  for (int epoch = 0; epoch < 3; ++epoch) {\n"
+                                  "  for (int it = 0; it < steps; ++it) {\n"),
+                       (launch, launch + "  }\n    if (rank == 0) printf(\"epoch %d\\n\", epoch);\n"))
+    root = create_workload("w", path, tmp_path).root
+    seed = (root / "seed.cu").read_text()
+    run = seed[seed.index("CUCO_EXPORT int cuco_run"):seed.index("CUCO_EXPORT int cuco_teardown")]
+    assert "for (int it" not in run and "epoch" not in run and run.count("scale<<<") == 1
+    spec = load_workload(root)
+    assert "steps" not in spec.params and "steps" not in spec.bounds.comm_bytes
+
+
+def test_buffers_handed_to_a_kernel_inside_a_struct_are_refused(tmp_path):
+    """`Args args{send, recv, n}; copy2<<<...>>>(args);`: what the kernel does to the buffers is not read from a
+    struct's fields, so the step is refused naming them, never converted with the input left as private state."""
+    kernel = ("struct Args {\n  const __nv_bfloat16* in;\n  __nv_bfloat16* out;\n  size_t n;\n};\n"
+              "__global__ void copy2(Args p) {\n  size_t i = blockIdx.x * (size_t)blockDim.x + threadIdx.x;\n"
+              "  if (i < p.n) p.out[i] = p.in[i];\n}\n\nint main(")
+    launch = "    scale<<<256, 256, 0, stream>>>(recv, 0.5f, tokens * hidden);\n"
+    path = _ep_variant(tmp_path, ("int main(", kernel),
+                       (launch, "    Args args{recv, send, tokens * hidden};\n"
+                                "    copy2<<<256, 256, 0, stream>>>(args);\n"))
+    with pytest.raises(CucoError, match=r"p\.cu:\d+: `copy2<<<256, 256, 0, stream>>>\(args\);`: gives copy2 the "
+                                        r"buffers recv, send inside `args`, which is not a pointer"):
+        create_workload("w", path, tmp_path)

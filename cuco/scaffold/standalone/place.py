@@ -82,10 +82,28 @@ def find_step(prog: Standalone) -> Place:
         return _captured(prog, top, graphs)
     first = top.index(loops[0])
     varying: dict[str, int] = {}
-    for loop in loops:
+    outside = [s for s in top if s not in loops]
+    for i, loop in enumerate(loops):
         varying.update(loop_counters(loop))
-    return Place([_body(s) for s in loops], loops, top[:first], [s for s in top if s not in loops], varying,
+        inner, rest = _inner(prog, loop)
+        while inner is not None:  # epochs x steps: the step is the inner loop's body
+            loops[i], loop = inner, inner
+            outside += rest
+            varying.update(loop_counters(loop))
+            inner, rest = _inner(prog, loop)
+    return Place([_body(s) for s in loops], loops, top[:first], outside, varying,
                  f"the loop at {prog.at(line_of(loops[-1]))}")
+
+
+def _inner(prog: Standalone, loop) -> tuple[object | None, list]:
+    """The one loop in LOOP's body that issues device work, with the body's other statements, where those do no
+    device work and declare nothing (an epoch's loop around its steps, a print after them); else (None, [])."""
+    body = _body(loop)
+    inner = [s for s in body if s.type in LOOPS and prog.works(s)]
+    rest = [s for s in body if s not in inner]
+    if len(inner) != 1 or any(prog.works(s) or s.type == "declaration" for s in rest):
+        return None, []
+    return inner[0], rest
 
 
 def _captured(prog: Standalone, top: list, graphs: list) -> Place:

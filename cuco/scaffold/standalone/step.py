@@ -328,6 +328,12 @@ class Step:
             if fn is not None:
                 uses = param_access(fn, parameters(fn))
                 modes = ["" if a is None else "r" * a.reads + "w" * a.writes for a in uses]
+                held = next((a for a, use in zip(args, uses) if use is None and self.devices_in(a)), None)
+                if held is not None:  # `Args args{x, y, n}; k<<<...>>>(args)`: the buffers in a struct
+                    raise self.prog.refuse(st, f"gives {name} the buffers {', '.join(sorted(self.devices_in(held)))} "
+                                               f"inside `{text(held)}`, which is not a pointer: cuco reads what a "
+                                               "kernel does to a buffer through its pointer parameters; pass them "
+                                               "as parameters of their own")
             else:
                 consts = self.prog.kernels.get(name, [])
                 modes = ["r" if i < len(consts) and consts[i] else "w" for i in range(len(args))]
