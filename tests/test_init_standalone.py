@@ -753,3 +753,26 @@ def test_buffers_handed_to_a_kernel_inside_a_struct_are_refused(tmp_path):
     with pytest.raises(CucoError, match=r"p\.cu:\d+: `copy2<<<256, 256, 0, stream>>>\(args\);`: gives copy2 the "
                                         r"buffers recv, send inside `args`, which is not a pointer"):
         create_workload("w", path, tmp_path)
+
+
+@pytest.mark.parametrize("early", [False, True], ids=["written_out", "returns_early"])
+def test_buffers_a_helper_allocates_and_returns(tmp_path, early):
+    """`__nv_bfloat16* send = alloc_bf16(n);` with `T* p = nullptr; cudaMalloc(&p, ...); return p;`: written out in
+    place, so send and recv are the workload's buffers. A helper that may return before its end stays a call: the
+    step's uses of what it returns are refused with the helper's reason (never a workload without buffers)."""
+    guard = "  if (n == 0) return nullptr;\n" if early else ""
+    helper = ("static __nv_bfloat16* alloc_bf16(size_t n) {\n  __nv_bfloat16* p = nullptr;\n" + guard +
+              "  CHECK_CUDA(cudaMalloc(&p, n * sizeof(__nv_bfloat16)));\n  return p;\n}\n\nint main(")
+    path = _ep_variant(tmp_path, ("int main(", helper), ("  __nv_bfloat16 *send, *recv;\n", ""),
+                       ("  CHECK_CUDA(cudaMalloc(&send, tokens * hidden * sizeof(__nv_bfloat16)));\n",
+                        "  __nv_bfloat16* send = alloc_bf16(tokens * hidden);\n"),
+                       ("  CHECK_CUDA(cudaMalloc(&recv, tokens * hidden * sizeof(__nv_bfloat16)));\n",
+                        "  __nv_bfloat16* recv = alloc_bf16(tokens * hidden);\n"))
+    if not early:
+        spec = load_workload(create_workload("w", path, tmp_path).root)
+        assert {n: b.role for n, b in spec.buffers.items()} == {"send": "input", "recv": "output"}
+        assert list(spec.buffers["send"].shape) == ["tokens", "hidden"]
+        return
+    with pytest.raises(CucoError, match=r"uses (send|recv) \(line \d+\), a pointer alloc_bf16\(\) returns, which cuco "
+                                        r"did not write out in place \(it returns before its end \(p\.cu:\d+\)\)"):
+        create_workload("w", path, tmp_path)

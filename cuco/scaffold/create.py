@@ -144,6 +144,11 @@ def create_workload(name: str, program: Path | list[Path], parent: Path, include
         sc, seed = infer(name, files[0], _analysis(files[0], raw, "cuco_run" not in parsed.functions), parsed), None
     else:
         sc, seed = _converted(name, files[-1], conv)
+    if not sc.buffers:  # a workload moves data: one without buffers would not load
+        raise CucoError(str(files[-1]), "no buffer of the step can be followed to where it is allocated (cudaMalloc "
+                                        "or ncclMemAlloc of a pointer main() declares, or a helper of main()'s that "
+                                        "returns one): cuco cannot make a workload without buffers"
+                        if conv is not None else "the program names no workload buffer (cuco_buffer(ctx, \"x\"))")
     try:
         parent.mkdir(parents=True, exist_ok=True)  # only once the program is understood: a refusal leaves nothing
     except OSError as exc:

@@ -43,6 +43,19 @@ class _Param:
             f" = {value};"
 
 
+def _declared_name(declarator) -> str | None:
+    """The name a declarator declares without a value: `c`, `*p`, `*p = nullptr` (a null pointer is no value);
+    None for one given a value."""
+    if declarator.type == "init_declarator":
+        value = declarator.child_by_field_name("value")
+        if value is None or text(value) not in ("nullptr", "NULL", "0"):
+            return None
+        declarator = declarator.child_by_field_name("declarator")
+    while declarator is not None and declarator.type == "pointer_declarator":
+        declarator = declarator.child_by_field_name("declarator")
+    return text(declarator) if declarator is not None else None
+
+
 def _params(fn) -> list[_Param] | None:
     decl = fn.child_by_field_name("declarator")
     while decl is not None and decl.type != "function_declarator":
@@ -99,6 +112,8 @@ def _declared_value(st):
     if len(decls) != 1 or decls[0].type != "init_declarator":
         return None
     name = decls[0].child_by_field_name("declarator")
+    while name is not None and name.type == "pointer_declarator":  # `float* x = alloc(n);`
+        name = name.child_by_field_name("declarator")
     return decls[0].child_by_field_name("value") if name is not None and name.type == "identifier" else None
 
 
@@ -188,10 +203,11 @@ class _Inliner:
         return decl
 
     def top_local(self, fname: str, name: str):
-        """The helper's declaration of `name` at its top level, alone and without a value (`ncclComm_t c;`), or None."""
+        """The helper's declaration of `name` at its top level, alone and without a value (`ncclComm_t c;`, or a
+        null pointer: `float* p = nullptr;`), or None."""
         body = self.functions[fname].child_by_field_name("body")
         return next((d for d in body.named_children if d.type == "declaration"
-                     and [text(x) for x in d.children_by_field_name("declarator")] == [name]), None)
+                     and [_declared_name(x) for x in d.children_by_field_name("declarator")] == [name]), None)
 
     def out_local(self, fname: str, param: _Param, arg):
         """For a pointer parameter the call binds to `&v` and the helper's last word on it `*out = x;` (x a local
@@ -240,8 +256,8 @@ class _Inliner:
             local = self.returned_local(name, st)
             if local is None:
                 return None
-            var = st.child_by_field_name("declarator").child_by_field_name("declarator")
-            rename[text(local.child_by_field_name("declarator"))] = (text(var), True)
+            var = st.child_by_field_name("declarator").child_by_field_name("declarator")  # `x` or `* x`
+            rename[_declared_name(local.child_by_field_name("declarator"))] = (_declared_name(var), True)
             typed = st if text(st.child_by_field_name("type")) != "auto" else local  # `auto c = make_comm(...)`
             preamble.append(f"{text(typed.child_by_field_name('type'))} {text(var)};")
             drop.append(local)

@@ -110,6 +110,11 @@ class Locals:
             loc.kind = "param"
         elif loc.pointers and text(loc.init) in ("nullptr", "NULL", "0"):
             loc.why = "a pointer the set-up does not allocate with cudaMalloc or ncclMemAlloc"
+        elif loc.pointers and loc.init.type == "call_expression" and callee(loc.init) in self.prog.functions:
+            helper = callee(loc.init)  # `float* x = alloc_floats(n);` that stayed a call
+            why = self.prog.unit.unwritten.get(helper)
+            loc.why = f"a pointer {helper}() returns, which cuco did not write out in place" + (
+                f" (it {why})" if why else "")
         else:
             loc.kind = "scalar"
 
