@@ -776,3 +776,15 @@ def test_buffers_a_helper_allocates_and_returns(tmp_path, early):
     with pytest.raises(CucoError, match=r"uses (send|recv) \(line \d+\), a pointer alloc_bf16\(\) returns, which cuco "
                                         r"did not write out in place \(it returns before its end \(p\.cu:\d+\)\)"):
         create_workload("w", path, tmp_path)
+
+
+def test_a_header_of_the_program_that_is_not_there_is_refused(tmp_path):
+    """`#include "my_utils.cuh"` found neither beside the program nor in an include folder: refused with its line
+    (the seed could not build), while a library header written with quotes ("nccl.h") is not asked for."""
+    path = _ep_variant(tmp_path, ("#include <nccl.h>\n", '#include "nccl.h"\n#include "my_utils.cuh"\n'))
+    line = path.read_text().splitlines().index('#include "my_utils.cuh"') + 1
+    with pytest.raises(CucoError, match=rf'p\.cu:{line}: includes "my_utils\.cuh", which is neither beside it nor '
+                                        r"in an include folder: give it too \(--from\), or its folder \(-I\)"):
+        create_workload("w", path, tmp_path)
+    (tmp_path / "my_utils.cuh").write_text("#pragma once\n")
+    assert (create_workload("w", path, tmp_path).root / "seed.cu").is_file()

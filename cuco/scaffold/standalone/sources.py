@@ -29,6 +29,9 @@ HEADERS = (".h", ".hh", ".hpp", ".hxx", ".cuh")
 SOURCES = (".cu", ".cpp", ".cc", ".cxx", ".c++", ".c")
 INCLUDE = re.compile(r'^\s*#\s*include\s*([<"])([^>"]+)[>"]')
 DEFINE = re.compile(r"^\s*#\s*define\s+([A-Za-z_]\w*)(\(([^)]*)\))?\s*(.*)$")
+# Headers of the libraries a candidate builds against, however a program includes them ("cuda_runtime.h").
+LIBRARY_HEADER = re.compile(r"^(cuda|cu[A-Za-z]|nccl|cublas|curand|cufft|cusparse|cudnn|mpi|nvtx|nvml|thrust/|cub/|"
+                            r"cooperative_groups|sm_\d|device_|vector_|driver_|crt/|math_|host_)")
 PRAGMA_ONCE = re.compile(r"^\s*#\s*pragma\s+once\b")
 LINE_DIRECTIVE = re.compile(r"^\s*#\s*(line\b|\d)")  # `#line 40 "gen.cu"`, or the `# 40 "gen.cu"` form
 LINEMARKER = re.compile(r'^# (\d+) "((?:[^"\\]|\\.)*)"')
@@ -194,6 +197,11 @@ class _Preprocessor:
                 continue
             where = origins[i].path.parent if origins is not None else beside
             found = self.find(m.group(2), where)
+            if found is None and origins is not None and not LIBRARY_HEADER.match(m.group(2)) and \
+                    Path(m.group(2)).name not in {p.name for p in self.unit.files}:
+                raise CucoError(str(origins[i]), f'includes "{m.group(2)}", which is neither beside it nor in an '
+                                                 "include folder: give it too (--from), or its folder (-I); the "
+                                                 "seed is built from what cuco reads")
             if found is not None and found not in self.given and found not in self.headers:
                 self.headers[found] = found.read_text(errors="replace").splitlines()
                 self._collect(self.headers[found], None, found.parent)
