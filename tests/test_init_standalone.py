@@ -788,3 +788,18 @@ def test_a_header_of_the_program_that_is_not_there_is_refused(tmp_path):
         create_workload("w", path, tmp_path)
     (tmp_path / "my_utils.cuh").write_text("#pragma once\n")
     assert (create_workload("w", path, tmp_path).root / "seed.cu").is_file()
+
+
+@pytest.mark.parametrize("using", [False, True], ids=["qualified", "using_namespace"])
+def test_a_check_helper_in_a_namespace_is_left_out_with_its_checks(tmp_path, using):
+    """`namespace util { inline void check(cudaError_t e, ...) { ... exit(1); } }` behind CHECK_CUDA: cuco's own check
+    replaces the macro, so the namespace (and a `using namespace util;` of it) leaves the seed, exit() with it."""
+    helper = ('namespace util {\ninline void check(cudaError_t e, const char* file, int line) {\n'
+              '  if (e != cudaSuccess) { printf("%s:%d %s\\n", file, line, cudaGetErrorString(e)); exit(1); }\n}\n'
+              '}  // namespace util\n' + ("using namespace util;\n" if using else ""))
+    old = next(ln for ln in (ROOT / "tests" / "init_programs" / "ep_alltoall.cu").read_text().splitlines()
+               if ln.startswith("#define CHECK_CUDA"))
+    call = "check" if using else "util::check"
+    path = _ep_variant(tmp_path, (old, helper + f"#define CHECK_CUDA(x) {call}((x), __FILE__, __LINE__)"))
+    seed = (create_workload("w", path, tmp_path).root / "seed.cu").read_text()
+    assert "namespace util" not in seed and "exit(" not in seed and "CUCO_CUDA(ctx, " in seed

@@ -27,6 +27,10 @@ def file_scope(prog: Standalone, used: set[str]) -> list[str]:
         if not more:
             break
         kept |= more
+    dropped = {text(n.child_by_field_name("name")) for n in items if n.type == "namespace_definition"
+               and n.id not in kept and n.child_by_field_name("name") is not None}
+    kept -= {n.id for n in items if n.type == "using_declaration"  # `using namespace util;` of a namespace left out
+             and re.fullmatch(r"using\s+namespace\s+(\w+)\s*;", text(n)) and text(n).split()[-1].rstrip(";") in dropped}
     chosen = [n for n in top if n.id in kept or (n.type == "comment" and _attached(n, kept))]
     included = [_included(n) for n in chosen]  # a header the files of a program each include is kept once
     chosen = [n for i, n in enumerate(chosen) if included[i] is None or included[i] not in included[:i]]
@@ -89,6 +93,8 @@ def _defined(node) -> set[str]:
     """The function a file-scope item declares or defines, without template arguments (`to_f<float>` is to_f)."""
     if _prototype(node) or node.type == "template_instantiation":  # `template void f<float>(...);` too
         return {function_name(_declaration(node)).split("<")[0]}
+    if node.type == "namespace_definition":  # every function it defines
+        return {function_name(f).split("<")[0] for f in walk(node) if f.type == "function_definition"}
     fn = node if node.type == "function_definition" else next(
         (n for n in walk(node) if n.type == "function_definition"), None)
     return {function_name(fn).split("<")[0]} if fn is not None else set()
@@ -116,6 +122,13 @@ def _scope_kind(prog: Standalone, node) -> str:
     if node.type == "preproc_function_def":
         name = node.child_by_field_name("name")
         return "drop" if name is not None and text(name) in prog.wrappers else "keep"
+    if node.type == "namespace_definition":  # functions only (a check helper): kept where kept code uses one
+        body = node.child_by_field_name("body")
+        items = [c for c in (body.named_children if body is not None else []) if c.type != "comment"]
+        functions = all(c.type == "function_definition" or _prototype(c) or (
+            c.type == "template_declaration" and any(g.type == "function_definition" for g in c.named_children))
+            for c in items)
+        return "maybe" if items and functions else "keep"
     if node.type == "linkage_specification":  # `extern "C" int main(...)`: the item it declares
         body = node.child_by_field_name("body")
         return _scope_kind(prog, body) if body is not None and body.type != "declaration_list" else "keep"
