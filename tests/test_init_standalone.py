@@ -803,3 +803,18 @@ def test_a_check_helper_in_a_namespace_is_left_out_with_its_checks(tmp_path, usi
     path = _ep_variant(tmp_path, (old, helper + f"#define CHECK_CUDA(x) {call}((x), __FILE__, __LINE__)"))
     seed = (create_workload("w", path, tmp_path).root / "seed.cu").read_text()
     assert "namespace util" not in seed and "exit(" not in seed and "CUCO_CUDA(ctx, " in seed
+
+
+def test_a_check_macro_named_in_lower_case_is_a_check_macro(tmp_path):
+    """`#define gpuErrchk(ans) { gpuAssert((ans), __FILE__, __LINE__); }` around every call (the form CUDA's forums
+    spread): read as the program's check macro, made cuco's once, its assert function left out."""
+    assert_fn = ('inline void gpuAssert(int code, const char* file, int line) {\n'
+                 '  if (code != 0) { printf("error %d %s:%d\\n", code, file, line); exit(code); }\n}\n'
+                 '#define gpuErrchk(ans) { gpuAssert((int)(ans), __FILE__, __LINE__); }\n')
+    src = (ROOT / "tests" / "init_programs" / "ep_alltoall.cu").read_text()
+    defines = [ln for ln in src.splitlines() if ln.startswith(("#define CHECK_CUDA", "#define CHECK_NCCL"))]
+    path = _ep_variant(tmp_path, (defines[0] + "\n" + defines[1] + "\n", assert_fn))
+    path.write_text(path.read_text().replace("CHECK_CUDA(", "gpuErrchk(").replace("CHECK_NCCL(", "gpuErrchk("))
+    seed = (create_workload("w", path, tmp_path).root / "seed.cu").read_text()
+    assert "CUCO_NCCL(ctx, ncclSend(" in seed and "CUCO_NCCL(ctx, CUCO_NCCL" not in seed
+    assert "gpuAssert" not in seed and "gpuErrchk" not in seed

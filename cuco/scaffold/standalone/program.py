@@ -79,7 +79,9 @@ class Standalone:
         self.kernels = const_params([f for f in defs if any(c.type == "__global__" for c in f.children)])
         self.device = {function_name(f) for f in defs if any(c.type in ("__global__", "__device__")
                                                              for c in f.children)}
-        self.wrappers = {callee(c) for c in calls_in(self.root) if re.fullmatch(r"[A-Z][A-Z0-9_]*", callee(c))
+        macros = {text(n.child_by_field_name("name")) for n in walk(self.root) if n.type == "preproc_function_def"}
+        self.wrappers = {callee(c) for c in calls_in(self.root)  # a check macro, however it is named
+                         if (re.fullmatch(r"[A-Z][A-Z0-9_]*", callee(c)) or callee(c) in macros)
                          and len(call_args(c)) == 1 and call_args(c)[0].type == "call_expression"}
         self.env_functions = {name for name, f in self.functions.items()
                               if any(callee(c) in ("getenv", "secure_getenv", "std::getenv") for c in calls_in(f))}

@@ -53,7 +53,7 @@ class Render:
         if node.type == "expression_statement":
             call = next((c for c in node.named_children if c.type != "comment"), None)
             macro = _check_macro(callee(call)) if call is not None and call.type == "call_expression" else None
-            if macro is not None and not is_launch(call):
+            if macro is not None and not is_launch(call) and callee(call) not in self.prog.wrappers:  # ncclErrchk
                 return f"{macro}(ctx, {self.call(call)});"
         if node.type == "call_expression":
             return self.call(node)
