@@ -818,3 +818,15 @@ def test_a_check_macro_named_in_lower_case_is_a_check_macro(tmp_path):
     seed = (create_workload("w", path, tmp_path).root / "seed.cu").read_text()
     assert "CUCO_NCCL(ctx, ncclSend(" in seed and "CUCO_NCCL(ctx, CUCO_NCCL" not in seed
     assert "gpuAssert" not in seed and "gpuErrchk" not in seed
+
+
+def test_a_step_sized_by_a_helper_s_struct_says_where_its_sizes_come_from(tmp_path):
+    """`const Dims d = get_dims(); const size_t tokens = d.rows;`: the refusal names get_dims as where the sizes
+    come from, not only that main() has none."""
+    dims = "struct Dims {\n  size_t rows, cols;\n};\nstatic Dims get_dims() { return Dims{4096, 7168}; }\n\nint main("
+    path = _ep_variant(tmp_path, ("int main(", dims),
+                       ("  const size_t tokens = argc > 1 ? atol(argv[1]) : 4096, hidden = 7168;\n",
+                        "  const Dims d = get_dims();\n  const size_t tokens = d.rows, hidden = d.cols;\n"))
+    with pytest.raises(CucoError, match=r"no size of the step is a variable of main\(\) \(its sizes come from "
+                                        r"get_dims, which cuco cannot follow"):
+        create_workload("w", path, tmp_path)

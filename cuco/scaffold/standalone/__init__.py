@@ -130,10 +130,12 @@ def convert(path: Path, raw: bytes, root, unit: Unit | None = None) -> Conversio
     sized = any(set(re.findall(r"[A-Za-z_]\w*(?:\.\w+)*", prog.unit.lines[r.line_read - 1])) & sizes
                 for r in refused if isinstance(r, Refusal))
     if not params and not sized:
-        refused.append(prog.refuse(place.loops[-1], "no size of the step is a variable of main() (a size fixed at "
-                                                    "file scope stays fixed in the seed): a workload needs one "
-                                                    "parameter at least; declare the step's sizes in main() (const "
-                                                    "size_t n = ...)"))
+        source = f"its sizes come from {', '.join(sorted(seed.unfollowed))}, which cuco cannot follow to a number " \
+                 "main() sets or the command line" if seed.unfollowed else "a size fixed at file scope stays fixed " \
+                 "in the seed"
+        refused.append(prog.refuse(place.loops[-1], f"no size of the step is a variable of main() ({source}): a "
+                                                    "workload needs one parameter at least; declare the step's sizes "
+                                                    "in main() (const size_t n = ...)"))
     refuse_all(prog, refused)
     left = [f"{what} ({prog.at(line)})" for line, what in step.left]
     reading = prog.unit.reading() + ([f"left out of cuco_run, the runner's part: {', '.join(left)}"] if left else [])

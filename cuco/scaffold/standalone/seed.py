@@ -208,8 +208,13 @@ class Seed:
         roots += self.step.counts + [call_args(c)[i] for c, _ in self.step.gemms for i in GEMM_SIZES[callee(c)]
                                      if i < len(call_args(c))]
         sized, todo, seen = set(), [n for r in roots for n in names_in(r)], set()
+        self.unfollowed: list[str] = []  # what the sizes come from that cuco cannot follow (a helper's struct)
         while todo:
-            loc = self.prog.locals.get(todo.pop())
+            name = todo.pop()
+            loc = self.prog.locals.get(name)
+            if loc is None and name not in self.prog.globals and name not in self.unfollowed and \
+                    name.split(".")[0] not in {*self.prog.locals, "ctx"} and not _type_name(self.prog, name):
+                self.unfollowed.append(name)
             if loc is None or loc.name in seen:
                 continue
             seen.add(loc.name)
@@ -340,3 +345,8 @@ class Seed:
                 out.append(f"{o.path.name}:{o.line}: seed.cu keeps #include {text(path)}: a candidate "
                            "is built alone, so paste what it needs from that header into seed.cu")
         return out
+
+
+def _type_name(prog: Standalone, name: str) -> bool:
+    """A type a size expression names (`sizeof(__nv_bfloat16)`), not a value it comes from."""
+    return name in prog.aliases or name in prog.structs or bool(re.match(r"(__\w+|\w+_t|float\d|int\d|half\d?)$", name))
