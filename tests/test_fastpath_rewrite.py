@@ -257,3 +257,20 @@ def test_an_offset_is_followed_through_a_variable_named_like_a_type_and_a_parame
     assert "n / 2" in src.read_text()
     out = rewrite(src, spec).code
     assert "cuco::allReduce<__nv_bfloat16>(ctx, " in out and "(n / 2) * sizeof(__nv_bfloat16)" in out
+
+
+def test_a_group_inside_a_group_is_part_of_it_and_every_collective_in_a_group_is_named(tmp_path):
+    """NCCL merges a group opened inside an open one into it: the ring's send and receive in a nested group are
+    one batch. A group of collectives is refused naming every collective in it, not the first alone."""
+    seed = (RING / "seed.cu").read_text()
+    start, end = "  CUCO_NCCL(ctx, ncclGroupStart());\n", "  CUCO_NCCL(ctx, ncclGroupEnd());\n"
+    src = tmp_path / "nested.cu"
+    src.write_text(seed.replace(start, start + start, 1).replace(RECV, RECV + end, 1))
+    out = rewrite(src, load_workload(RING))
+    assert "cuco::SendBatch cucoSends1" in out.code and "ncclGroup" not in out.code.split("cuco_run", 1)[1]
+    both = SEND + "  CUCO_NCCL(ctx, ncclAllReduce(x->ptr, y->ptr, n, ncclBfloat16, ncclSum, ctx->comm, " \
+        "ctx->stream));\n  CUCO_NCCL(ctx, ncclAllGather(x->ptr, y->ptr, n, ncclBfloat16, ctx->comm, ctx->stream));\n"
+    src.write_text(seed.replace(SEND, both, 1))
+    with pytest.raises(RewriteError, match=r"line \d+: ncclAllReduce inside the group of line \d+; line \d+: "
+                                           r"ncclAllGather inside the group of line \d+: groups of collectives"):
+        rewrite(src, load_workload(RING))

@@ -27,7 +27,8 @@ from cuco.workload.spec import WorkloadSpec
 ELEMENT = {n: d.c_type for n, d in NCCL_DTYPES.items() if d.name in ("bf16", "f16", "f32")}
 # Collectives that only move data (all-gather, all-to-all, send/recv) take any type: only its size matters, so the
 # unsigned types no workload buffer has are moved too.
-COPY_ELEMENT = {**{n: d.c_type for n, d in NCCL_DTYPES.items()}, "ncclUint32": "uint32_t", "ncclUint64": "uint64_t"}
+COPY_ELEMENT = {**{n: d.c_type for n, d in NCCL_DTYPES.items()}, "ncclUint32": "uint32_t", "ncclUint64": "uint64_t",
+                "ncclFloat8e4m3": "uint8_t", "ncclFloat8e5m2": "uint8_t"}  # fp8: moved as bytes
 INCLUDE = '#include "cuco_collectives.cuh"'
 GEMM_ROWS_INCLUDE = '#include "cuco_gemm_rows.cuh"'  # a GEMM that reads an all-gather piece by piece (sync chunk)
 REQUIREMENTS = """
@@ -166,10 +167,10 @@ def _group(ops: list[Op], number: int, window: _Windows, analysis: Analysis) -> 
     all-to-all (peer_loops)."""
     start, members, end = ops[0], ops[1:-1], ops[-1]
     scalars = analysis.scalars.get(start.function, {})
-    if any(o.kind != "p2p" for o in members):
-        other = next(o for o in members if o.kind != "p2p")
-        raise RewriteError(f"line {other.line}: {other.name} inside the group of line {start.line}: groups of "
-                           "collectives are not covered by the rules (groups of ncclSend/ncclRecv are)")
+    others = [o for o in members if o.kind != "p2p"]
+    if others:
+        raise RewriteError("; ".join(f"line {o.line}: {o.name} inside the group of line {start.line}" for o in others)
+                           + ": groups of collectives are not covered by the rules (groups of ncclSend/ncclRecv are)")
     sends = [o for o in members if o.name == "ncclSend"]
     recvs = [o for o in members if o.name == "ncclRecv"]
     if any(len(o.loops) > len(start.loops) for o in members):
@@ -290,12 +291,17 @@ def rewrite(program: Path | Analysis, spec: WorkloadSpec, overlap: dict[int, int
     sites: list[tuple[tuple[int, int], str]] = []  # edits of the side-stream sites: joins, GEMMs cut by rows
     n_sites = 0
     problems: list[str] = []  # every place the rules cannot rewrite, reported together
+    nested = 0  # groups opened inside the open one: NCCL merges them into it
     for op in analysis.nccl:
         try:
             _checked(op, analysis)
-            if op.name == "ncclGroupStart":
-                if group is not None:
-                    raise RewriteError(f"line {op.line}: nested ncclGroupStart is not covered by the rules")
+            if op.name == "ncclGroupStart" and group is not None:
+                nested += 1
+                calls.append((op, "", False))  # gone: the open group's batch holds its calls
+            elif op.name == "ncclGroupEnd" and nested:
+                nested -= 1
+                calls.append((op, "", False))
+            elif op.name == "ncclGroupStart":
                 group = [op]
             elif op.name == "ncclGroupEnd":
                 if group is None:
