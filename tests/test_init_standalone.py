@@ -830,3 +830,14 @@ def test_a_step_sized_by_a_helper_s_struct_says_where_its_sizes_come_from(tmp_pa
     with pytest.raises(CucoError, match=r"no size of the step is a variable of main\(\) \(its sizes come from "
                                         r"get_dims, which cuco cannot follow"):
         create_workload("w", path, tmp_path)
+
+
+def test_a_size_getopt_sets_is_a_parameter_with_its_default(tmp_path):
+    """`size_t tokens = 4096; while ((c = getopt(...)) != -1) if (c == 't') tokens = atol(optarg);`: a size the
+    program reads from its options, a parameter whose value is the default."""
+    path = _ep_variant(tmp_path, ("#include <mpi.h>\n", "#include <mpi.h>\n#include <unistd.h>\n"),
+                       ("  const size_t tokens = argc > 1 ? atol(argv[1]) : 4096, hidden = 7168;\n",
+                        "  size_t tokens = 4096;\n  const size_t hidden = 7168;\n  int c;\n"
+                        "  while ((c = getopt(argc, argv, \"t:\")) != -1)\n    if (c == 't') tokens = atol(optarg);\n"))
+    spec = load_workload(create_workload("w", path, tmp_path).root)
+    assert spec.shapes[0].params["tokens"] == 4096 and "tokens" in spec.params

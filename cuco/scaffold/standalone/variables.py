@@ -78,7 +78,7 @@ class Locals:
         if node is None:
             return False
         names = idents(node)
-        return bool(names & set(self.argv[1:2])) or any(
+        return bool(names & {*self.argv[1:2], "optarg"}) or any(  # optarg: getopt's value of an option
             (loc := self.prog.locals.get(n)) is not None and loc.reads_input and loc.kind != "param"
             for n in names) or any(
             callee(c) in ("getenv", "secure_getenv", "std::getenv") or callee(c) in self.prog.env_functions
