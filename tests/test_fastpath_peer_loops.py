@@ -34,6 +34,9 @@ def _rewrite(path: Path):
 
 OWN = ("    if (p == ctx->rank) {\n      CUCO_CUDA(ctx, cudaMemcpyAsync(y + p * block, x + p * block, (block) * "
        "sizeof(__nv_bfloat16), cudaMemcpyDeviceToDevice, ctx->stream));\n      continue;\n    }\n" + SEND)
+# The block's parts: a share of the parameter N and a width (the count is still `block`, their product).
+BLOCK = "  const size_t block = (size_t)(cuco_param(ctx, \"N\") / ctx->nRanks);\n"
+PARTS = "  const size_t width = 8, per = (size_t)(cuco_param(ctx, \"N\") / ctx->nRanks) / width;\n"
 ROTATED = "    const int to = (ctx->rank + p) % ctx->nRanks, from = (ctx->rank - p + ctx->nRanks) % ctx->nRanks;\n"
 REWRITTEN = {
     "as written": (),
@@ -47,6 +50,10 @@ REWRITTEN = {
     "its own block copied, the others sent": ((SEND, OWN),),
     "its own block copied, the others sent in the else": (
         (SEND, OWN.replace("      continue;\n    }\n", "    } else {\n  ") + "  "), (RECV, "  " + RECV + "    }\n")),
+    "an index written from the count's parts, one of them a parameter's share": (
+        (BLOCK, PARTS + "  const size_t block = per * width;\n"),
+        (SEND, SEND.replace("x + p * block", "x + (size_t)p * per * width")),
+        (RECV, RECV.replace("y + p * block", "y + (size_t)p * per * width"))),
     "a world size of the program's own, ++p, a cast peer": (
         ("  const size_t block", "  const int world = ctx->nRanks;\n  const size_t block"),
         (HEADER, "  for (int p = 0; p != world; ++p) {\n"),
@@ -76,6 +83,10 @@ REFUSED = {
     "counts down": ((HEADER, "  for (int p = ctx->nRanks - 1; p >= 0; p--) {\n"),
                     "the loop does not count up by one from 0"),
     "two sends": ((RECV, RECV + SEND), "the group's loops hold 2 ncclSend and 1 ncclRecv"),
+    "an index from the count's parts, one part wrong": (
+        (BLOCK, PARTS + "  const size_t block = per * width;\n"),
+        (RECV, RECV.replace("y + p * block", "y + (size_t)p * per * 4")),
+        "ncclRecv's buffer is at index `(size_t)p * per * 4`, not the peer times the count (block)"),
     "receives from itself beside its own copy": (
         (SEND, OWN.replace("      continue;\n    }\n", "    } else {\n  ") + "    }\n"),
         "line 19: ncclRecv runs for the rank itself too, beside the copy of its own block (line 14)"),
@@ -97,9 +108,9 @@ def test_the_loop_s_lines_are_gone_and_said_where():
 
 @pytest.mark.parametrize("name", sorted(REFUSED))
 def test_a_loop_that_is_not_an_all_to_all_is_refused_with_its_reason(name, tmp_path):
-    edit, words = REFUSED[name]
+    *edits, words = REFUSED[name]
     with pytest.raises(RewriteError) as err:
-        _rewrite(_variant(tmp_path, edit))
+        _rewrite(_variant(tmp_path, *edits))
     assert words in str(err.value)
 
 

@@ -19,7 +19,7 @@ from dataclasses import dataclass, replace
 
 from cuco.dtypes import NCCL_DTYPES
 from cuco.fastpath.analyze import Analysis, Op
-from cuco.fastpath.peers import WORLDS, PairingError, PeerExpression
+from cuco.fastpath.peers import PARAMETER, WORLDS, PairingError, PeerExpression
 from cuco.fastpath.places import element_type, strip, strip_parens
 from cuco.fastpath.syntax import blank_macros, call_args, callee, counting_loop, parser, text, walk
 
@@ -27,6 +27,9 @@ from cuco.fastpath.syntax import blank_macros, call_args, callee, counting_loop,
 C_SIZES = {**{d.c_type: d.size for d in NCCL_DTYPES.values()}, "char": 1, "unsigned char": 1, "signed char": 1,
            "int": 4, "unsigned": 4, "unsigned int": 4, "uint32_t": 4, "uint64_t": 8, "half": 2, "long long": 8,
            "size_t": 8, "uint16_t": 2, "int16_t": 2, "short": 2, "float2": 8, "float4": 16, "int4": 16}
+# Values a workload parameter is bound to where an index is checked by value: a power of two, one no world size
+# divides, a small one.
+PARAMETER_VALUES = (4096, 4099, 7)
 COUNTS = (3, 1009)  # values the count stands for while an offset is checked: any two that no peer arithmetic hits
 STATEMENTS = ("expression_statement", "declaration")  # what a loop over peers may hold
 
@@ -210,14 +213,33 @@ def _at_block(index, peer: PeerExpression, var: str, op: Op, scalars: dict[str, 
         as_written = re.sub(rf"(?<![\w>.]){re.escape(form)}(?!\w)", symbol, as_written)
     offset = PeerExpression(as_written, scalars)
     wrong = f"line {op.line}: {op.name}'s buffer is at index `{text(index)}`, not the peer times the count ({count})"
-    for world in WORLDS:
-        for rank in range(world):
-            for i in range(world):
-                for c in COUNTS:
+    try:
+        for world in WORLDS:
+            for rank in range(world):
+                for i in range(world):
+                    for c in COUNTS:
+                        if offset(rank, world, {var: i, symbol: c}) != peer(rank, world, {var: i}) * c:
+                            raise PairingError(wrong)
+    except PairingError as exc:
+        if str(exc) == wrong:
+            raise
+        _at_block_by_value(index, count, peer, var, scalars, wrong, str(exc))
+
+
+def _at_block_by_value(index, count: str, peer: PeerExpression, var: str, scalars: dict[str, str | None],
+                       wrong: str, why: str) -> None:
+    """The index and the count both evaluated, the workload's parameters bound to each of PARAMETER_VALUES (for
+    an index written from the count's parts, `peer * per_peer * hidden` with a count of `per_peer * hidden`)."""
+    offset, counted = PeerExpression(re.sub(r"\s+", " ", text(index)), scalars), PeerExpression(count, scalars)
+    for value in PARAMETER_VALUES:
+        for world in WORLDS:
+            for rank in range(world):
+                for i in range(world):
+                    bound = {var: i, PARAMETER: value}
                     try:
-                        at = offset(rank, world, {var: i, symbol: c})
-                    except PairingError as exc:
-                        raise PairingError(f"{wrong}: {exc}") from None
+                        at, c = offset(rank, world, bound), counted(rank, world, bound)
+                    except PairingError:  # what the first reading could not evaluate, said as it said it
+                        raise PairingError(f"{wrong}: {why}") from None
                     if at != peer(rank, world, {var: i}) * c:
                         raise PairingError(wrong)
 

@@ -13,6 +13,7 @@ from __future__ import annotations
 import ast
 import keyword
 import re
+import zlib
 from collections.abc import Callable
 from dataclasses import dataclass
 
@@ -24,6 +25,7 @@ CAST = re.compile(r"\(\s*(?:const\s+)?(?:unsigned\s+|signed\s+)?"
                   r"(?:int|long|long long|short|size_t|u?int(?:8|16|32|64)_t)\s*\)")
 KEYWORD = re.compile(rf"(?<![\w.])({'|'.join(keyword.kwlist)})\b")
 KEPT = "cuco_kw_"  # the prefix a keyword's name is read under
+PARAMETER = "cuco_param"  # the env key a caller binds every workload parameter (cuco_param(ctx, "N")) to
 MAX_DEPTH = 16  # definitions followed through at most this many names (a cycle is refused, not followed forever)
 
 
@@ -92,6 +94,10 @@ class PeerExpression:
             if isinstance(node.op, (ast.Div, ast.Mod)) and b == 0:
                 raise PairingError(f"peer `{self.text}` divides by zero at world {env['ctx.nRanks']}")
             return _OPS[type(node.op)](a, b)
+        if isinstance(node, ast.Call) and isinstance(node.func, ast.Name) and node.func.id == "cuco_param" and \
+                PARAMETER in env:  # a workload parameter: the same on every rank; each name its own value
+            name = node.args[-1].value if node.args and isinstance(node.args[-1], ast.Constant) else ""
+            return env[PARAMETER] + zlib.crc32(str(name).encode()) % 61 * 2
         raise PairingError(f"peer `{self.text}`: `{ast.unparse(node)}` is not arithmetic the rules can evaluate "
                            f"({ARITHMETIC})")
 
