@@ -191,3 +191,24 @@ def test_a_beta_both_gemms_take_by_address_stays_zero_for_the_second(tmp_path):
     src.write_text(code.replace(gemm, gemm + gemm))
     first, second = _by_name(analyze(src), "cublasGemmEx")
     assert first.reads == second.reads and first.writes[0] not in second.reads
+
+
+def test_an_address_only_read_does_not_change_which_buffer_a_pointer_names(tmp_path):
+    """`cudaMemcpyToSymbolAsync(g_out, &y, ...)` copies y's value and `void* args[] = {&y}` hands it to a kernel:
+    neither writes y, so it stays the buffer it was declared from; `init(&y)` may change it."""
+    code = (HERE / "knobs" / "overlap_beside.cu").read_text()
+    consumer = "  addInto<<<64, 256, 0, ctx->stream>>>((__nv_bfloat16*)y->ptr, s->scratch, all);\n"
+    assert consumer in code
+    reads = ("  __nv_bfloat16* out = (__nv_bfloat16*)y->ptr;\n"
+             "  CUCO_CUDA(ctx, cudaMemcpyToSymbolAsync(g_out, &out, sizeof(out), 0, cudaMemcpyHostToDevice, "
+             "ctx->stream));\n  void* args[] = {&out, &all};\n"
+             "  addInto<<<64, 256, 0, ctx->stream>>>(out, s->scratch, all);\n")
+    src = tmp_path / "address.cu"
+    src.write_text(code.replace(consumer, reads).replace("struct State {", "__device__ __nv_bfloat16* g_out;\n"
+                                                         "void init(__nv_bfloat16** p);\n\nstruct State {"))
+    a = analyze(src)
+    assert not any("written through its address" in w for w in a.warnings), a.warnings
+    (add,) = _by_name(a, "addInto")
+    assert "y" in add.reads
+    src.write_text(src.read_text().replace("  void* args[] = {&out, &all};\n", "  init(&out);\n"))
+    assert any("`out` is written through its address" in w for w in analyze(src).warnings)

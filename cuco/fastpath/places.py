@@ -69,7 +69,7 @@ class Pointers:
                     self.elements.pop(name, None)
                     self._changes(name, f"`{name}` is assigned again at line {node.start_point.row + 1}: which buffer "
                                         "it names changes")
-            elif node.type == "pointer_expression" and text(node).startswith("&"):
+            elif node.type == "pointer_expression" and text(node).startswith("&") and not _read_through(node):
                 target = node.child_by_field_name("argument")
                 if target is not None and text(target) in self.known:
                     self._changes(text(target), f"`{text(target)}` is written through its address at line "
@@ -307,3 +307,21 @@ TYPES = re.compile(r"(?:const|unsigned|signed|int|long|short|char|float|double|s
 def _is_type(name: str) -> bool:
     """Type names: what an offset may contain besides definitions, pure calls and fields (ctx->nRanks)."""
     return bool(TYPES.match(name))
+
+
+# Calls whose argument at the position reads the pointer an address names and never changes it: a copy's source.
+READ_SOURCES = {"cudaMemcpyToSymbol": 1, "cudaMemcpyToSymbolAsync": 1, "cudaMemcpy": 1, "cudaMemcpyAsync": 1}
+
+
+def _read_through(address) -> bool:
+    """`&p` given where p is only read: the source of a copy to a symbol or to memory (the pointer's value is
+    copied), or an element of an array of kernel arguments (`void* args[] = {&p, ...}`, the kernel gets p's value)."""
+    up = address.parent
+    if up is not None and up.type == "initializer_list":
+        return True
+    if up is None or up.type != "argument_list" or up.parent is None or up.parent.type != "call_expression":
+        return False
+    function = up.parent.child_by_field_name("function")
+    args = [a for a in up.named_children if a.type != "comment"]
+    position = READ_SOURCES.get(text(function)) if function is not None else None
+    return position is not None and position < len(args) and args[position].id == address.id
