@@ -841,3 +841,17 @@ def test_a_size_getopt_sets_is_a_parameter_with_its_default(tmp_path):
                         "  while ((c = getopt(argc, argv, \"t:\")) != -1)\n    if (c == 't') tokens = atol(optarg);\n"))
     spec = load_workload(create_workload("w", path, tmp_path).root)
     assert spec.shapes[0].params["tokens"] == 4096 and "tokens" in spec.params
+
+
+def test_an_output_a_collective_writes_from_an_offset_is_said_to_keep_the_poison_elsewhere(tmp_path):
+    """`ncclAllGather(send, recv + offset, ...)`, the only write of recv: workload.toml says the rest of recv keeps
+    the judge's poison (reference returns NaN there), rather than taking the whole buffer as written."""
+    src = (ROOT / "tests" / "init_programs" / "ep_alltoall.cu").read_text()
+    start = src.index("    CHECK_NCCL(ncclGroupStart());")
+    end = src.index("    scale<<<")
+    path = tmp_path / "p.cu"
+    gather = "    CHECK_NCCL(ncclAllGather(send, recv + chunk, chunk, ncclBfloat16, comm, stream));\n"
+    path.write_text(src[:start] + gather + src[src.index("  }\n", end):])
+    toml = (create_workload("w", path, tmp_path).root / "workload.toml").read_text()
+    assert "ncclAllGather (original.cu:" in toml and "writes `recv + chunk` only: the rest keeps the judge's " \
+        "poison, so reference returns NaN there" in toml

@@ -98,8 +98,11 @@ def _role(var: str, events: list[Event], fill: tuple[str, int] | None, to_host: 
                           f"({cite(read_after[0].line)}), written last by {last.op} ({cite(last.line)}): its last "
                           "value leaves the step"], [f"if {var} is only a workspace of the step, make it scratch"]
     last = writes[-1] if writes else None
+    parts = [f"{last.op} ({cite(last.line)}) writes `{last.part}` only: the rest keeps the judge's poison, so "
+             "reference returns NaN there (or give the collective its whole buffer)"] \
+        if len(writes) == 1 and last.part else []  # several writes may cover it all between them
     return "output", [f"written last by {last.op} ({cite(last.line)})" if last else "the step does not touch it"
-                      ], []
+                      ], parts
 
 
 class Facts:

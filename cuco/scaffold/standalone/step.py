@@ -34,6 +34,7 @@ class Event:
     op: str
     line: int
     sure: bool = True  # False for a call under an `if`: on some ranks or runs it may not happen
+    part: str = ""  # a collective's buffer given at an offset (`y + prefix`): the expression, where it is one
 
 
 class Step:
@@ -363,7 +364,8 @@ class Step:
         for arg, access in zip(args, modes):
             for var in sorted(self.devices_in(arg)) if access else ():
                 self.operands.add(var)
-                self.events += [Event(var, mode, name, line, not self.branches) for mode in access]
+                part = text(arg) if kind == "nccl" and "".join(text(arg).split()) != var else ""
+                self.events += [Event(var, mode, name, line, not self.branches, part) for mode in access]
 
     def declared_value(self, name: str) -> dict[str, str]:
         """{name: its value} where the step declares it once with one (`const float beta = 0.0f;`, a written-out
