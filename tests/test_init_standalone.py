@@ -257,6 +257,12 @@ REFUSED = {
     "allocation_in_the_step": (
         f"    float* tmp;\n    CUDACHECK(cudaMalloc(&tmp, count * sizeof(float)));\n{ALLREDUCE}",
         "CUDACHECK(cudaMalloc(&tmp, count * sizeof(float)));", "allocates or frees memory in the step"),
+    "launch_through_the_runtime": (
+        "    float s = 0.5f;\n    void* args[] = {&d_grad, &s, (void*)&count};\n"
+        "    CUDACHECK(cudaLaunchKernel((void*)scale, 256, 256, args, 0, stream));\n" + ALLREDUCE,
+        "CUDACHECK(cudaLaunchKernel((void*)scale, 256, 256, args, 0, stream));",
+        "launches a kernel through cudaLaunchKernel: cuco reads what a kernel does from a launch written "
+        "kernel<<<grid, block, shared, stream>>>(args)"),
 }
 
 

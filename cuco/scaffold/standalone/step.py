@@ -205,6 +205,9 @@ class Step:
                     "blas_setup": "creates or destroys a cuBLAS handle in the step: do it once, before the loop",
                     "graph_launch": "launches a CUDA graph inside the step: cuco takes a graph's captured region as "
                                     "the step"}
+        if name in ("cudaLaunchKernel", "cudaLaunchCooperativeKernel", "cudaLaunchKernelExC", "cuLaunchKernel"):
+            raise self.prog.refuse(st, f"launches a kernel through {name}: cuco reads what a kernel does from a "
+                                       "launch written kernel<<<grid, block, shared, stream>>>(args); write it so")
         if kind in refusals or kind in ("nccl_admin", "cuda"):
             raise self.prog.refuse(st, refusals.get(kind, f"{name} in the step: cuco does not know whether it "
                                                           "belongs to cuco_setup, cuco_run or the runner"))
