@@ -49,9 +49,8 @@ GEMM_BETA: dict[str, tuple[int, int]] = {
 ALLOCATORS = {"cudaMalloc": "cudaMalloc", "cudaMallocAsync": "cudaMalloc", "ncclMemAlloc": "ncclMemAlloc",
               "cudaMallocManaged": "cudaMallocManaged"}
 FREES = ("cudaFree", "cudaFreeAsync", "ncclMemFree")
-# Calls that make a communicator of the program's own, and the position of the one they make.
-COMM_MAKERS = {"ncclCommSplit": 3, "ncclCommInitRank": 0, "ncclCommInitRankConfig": 0, "ncclCommInitAll": 0,
-               "ncclCommInitRankScalable": 0, "ncclCommShrink": 4}
+# Calls that make a sub-communicator of the program's own, and the position of the one they make.
+COMM_MAKERS = {"ncclCommSplit": 3, "ncclCommShrink": 4}
 # Calls given a buffer that do no work on it: its address or attributes only.
 NOT_WORK = frozenset({"cudaPointerGetAttributes", "cudaMemGetInfo", "cudaFuncSetAttribute", "printf", "fprintf",
                       "CUCO_CUDA", "CUCO_NCCL", "CUCO_CUBLAS", "static_cast", "reinterpret_cast", "sizeof"})

@@ -295,12 +295,9 @@ def rewrite(program: Path | Analysis, spec: WorkloadSpec, overlap: dict[int, int
     for op in analysis.nccl:
         try:
             _checked(op, analysis)
-            if op.name == "ncclGroupStart" and group is not None:
-                nested += 1
+            if group is not None and (op.name == "ncclGroupStart" or (op.name == "ncclGroupEnd" and nested)):
+                nested += 1 if op.name == "ncclGroupStart" else -1
                 calls.append((op, "", False))  # gone: the open group's batch holds its calls
-            elif op.name == "ncclGroupEnd" and nested:
-                nested -= 1
-                calls.append((op, "", False))
             elif op.name == "ncclGroupStart":
                 group = [op]
             elif op.name == "ncclGroupEnd":
