@@ -861,3 +861,24 @@ def test_an_output_a_collective_writes_from_an_offset_is_said_to_keep_the_poison
     toml = (create_workload("w", path, tmp_path).root / "workload.toml").read_text()
     assert "ncclAllGather (original.cu:" in toml and "writes `recv + chunk` only: the rest keeps the judge's " \
         "poison, so reference returns NaN there" in toml
+
+
+def test_a_step_s_own_loop_over_layers_stays_in_the_step(tmp_path):
+    """`for (it ...) { for (l < layers) { scale(recv + l * block); } }` under an epoch-free loop: the inner loop reads
+    its counter, so it is the step's own loop (one iteration is every layer), not a nest of identical steps; an
+    epoch's invariant declaration (`const size_t half = ...;`) does not keep an epochs nest from its one step."""
+    launch = "    scale<<<256, 256, 0, stream>>>(recv, 0.5f, tokens * hidden);\n"
+    layers = ("    for (int l = 0; l < 4; ++l)\n"
+              "      scale<<<256, 256, 0, stream>>>(recv + l * (chunk / 4), 0.5f, chunk / 4);\n")
+    root = create_workload("w", _ep_variant(tmp_path, (launch, layers)), tmp_path).root
+    run = (root / "seed.cu").read_text().split("CUCO_EXPORT int cuco_run", 1)[1]
+    assert "for (int l = 0; l < 4; ++l)" in run and "ncclSend" in run
+    nest = tmp_path / "nest"
+    nest.mkdir()
+    path = _ep_variant(nest, ("  for (int it = 0; it < 20; ++it) {\n",
+                              "  for (int epoch = 0; epoch < 3; ++epoch) {\n    const size_t quarter = chunk / 4;\n"
+                              "  for (int it = 0; it < 100; ++it) {\n"),
+                       (launch, launch.replace("tokens * hidden", "quarter") + "  }\n"))
+    run = (create_workload("w", path, nest).root / "seed.cu").read_text().split("CUCO_EXPORT int cuco_run", 1)[1]
+    assert "for (int it" not in run and "epoch" not in run
+    assert "scale<<<256, 256, 0, stream>>>(recv, 0.5f, quarter)" in run

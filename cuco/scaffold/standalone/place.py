@@ -8,7 +8,7 @@ from dataclasses import dataclass
 from cuco.fastpath.syntax import callee, text, walk
 from cuco.scaffold.c_expr import LOOPS
 from cuco.scaffold.standalone.calls import WORK
-from cuco.scaffold.standalone.nodes import calls_in, line_of
+from cuco.scaffold.standalone.nodes import calls_in, idents, line_of
 from cuco.scaffold.standalone.program import Standalone
 
 
@@ -96,12 +96,19 @@ def find_step(prog: Standalone) -> Place:
 
 
 def _inner(prog: Standalone, loop) -> tuple[object | None, list]:
-    """The one loop in LOOP's body that issues device work, with the body's other statements, where those do no
-    device work and declare nothing (an epoch's loop around its steps, a print after them); else (None, [])."""
+    """The one loop in LOOP's body that issues device work, with the body's other statements, where its own body is
+    the same every time (it reads neither loop's counter: an epoch's loop around its steps, not a step's loop over
+    layers) and the others do no device work and declare only what stays the same from one epoch to the next;
+    else (None, [])."""
     body = _body(loop)
     inner = [s for s in body if s.type in LOOPS and prog.works(s)]
     rest = [s for s in body if s not in inner]
-    if len(inner) != 1 or any(prog.works(s) or s.type == "declaration" for s in rest):
+    if len(inner) != 1 or any(prog.works(s) for s in rest):
+        return None, []
+    counters = set(loop_counters(loop)) | set(loop_counters(inner[0]))
+    steps = inner[0].child_by_field_name("body")
+    if steps is None or counters & idents(steps) or any(
+            s.type == "declaration" and counters & idents(s) for s in rest):
         return None, []
     return inner[0], rest
 
