@@ -882,3 +882,26 @@ def test_a_step_s_own_loop_over_layers_stays_in_the_step(tmp_path):
     run = (create_workload("w", path, nest).root / "seed.cu").read_text().split("CUCO_EXPORT int cuco_run", 1)[1]
     assert "for (int it" not in run and "epoch" not in run
     assert "scale<<<256, 256, 0, stream>>>(recv, 0.5f, quarter)" in run
+
+
+@pytest.mark.parametrize("call,refused", [
+    ("::rescale(recv, tokens * hidden, stream);", None),
+    ("(rescale)(recv, tokens * hidden, stream);", "gives recv to (rescale)(), which cuco does not see into"),
+    ("auto fn = rescale;\n    fn(recv, tokens * hidden, stream);", "gives recv to fn(), which cuco does not see into"),
+    ("MPI_Allreduce(MPI_IN_PLACE, recv, (int)(tokens * hidden), MPI_SHORT, MPI_SUM, MPI_COMM_WORLD);",
+     "gives recv to MPI_Allreduce(), which cuco does not see into"),
+])
+def test_work_on_a_buffer_through_a_call_cuco_cannot_see_into_is_never_left_out(tmp_path, call, refused):
+    """A launcher called as `::rescale(...)` is written out like `rescale(...)`; the same work through parentheses,
+    a function pointer, or a CUDA-aware MPI call on a device buffer is refused with its line, never dropped from
+    cuco_run as the runner's part."""
+    helper = ("static void rescale(__nv_bfloat16* y, size_t n, cudaStream_t s) {\n"
+              "  scale<<<256, 256, 0, s>>>(y, 0.5f, n);\n}\n\nint main(")
+    launch = "    scale<<<256, 256, 0, stream>>>(recv, 0.5f, tokens * hidden);\n"
+    path = _ep_variant(tmp_path, ("int main(", helper), (launch, f"    {call}\n"))
+    if refused is None:
+        run = (create_workload("w", path, tmp_path).root / "seed.cu").read_text().split("cuco_run", 1)[1]
+        assert "scale<<<256, 256, 0, stream>>>(recv, 0.5f, tokens * hidden);" in run, run
+        return
+    with pytest.raises(CucoError, match=rf"p\.cu:\d+: .*{re.escape(refused)}"):
+        create_workload("w", path, tmp_path)

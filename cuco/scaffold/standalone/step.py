@@ -211,6 +211,13 @@ class Step:
         if kind in refusals or kind in ("nccl_admin", "cuda"):
             raise self.prog.refuse(st, refusals.get(kind, f"{name} in the step: cuco does not know whether it "
                                                           "belongs to cuco_setup, cuco_run or the runner"))
+        given = sorted(set().union(*(self.devices_in(a) for a in call_args(call)))) \
+            if kind in ("mpi", "host") and not name.endswith("swap") else []  # a swap of buffers: refused below
+        if given:  # never left out silently: what it does to the buffers is the step's work
+            raise self.prog.refuse(st, f"gives {', '.join(given)} to {name}(), which cuco does not see into (a "
+                                       "function pointer, a call through ::, parentheses or std::invoke, CUDA-aware "
+                                       "MPI): write the work it does into the loop, or call the program's function "
+                                       "by its own name")
         if kind in ("sync", "mpi", "host", "host_fn"):
             self.left.append((line_of(call), name))
         self.mark_writes(expr)
