@@ -224,7 +224,19 @@ GATHER = "  CUCO_NCCL(ctx, ncclAllGather(x->ptr, y->ptr, n, ncclBfloat16, ctx->c
      r"line \d+: ncclAllGather's result is kept as a value"),
     (lambda t: t.replace(GATHER, GATHER + "  CUCO_NCCL(ctx, ncclBcast(s->scratch, all, ncclBfloat16, 0, ctx->comm, "
                          "ctx->stream));\n"), r"line \d+: ncclBcast is not covered by the rules yet"),
-], ids=["sub-communicator", "own-overload-without-stream", "result-kept", "bcast"])
+    (lambda t: t.replace("  __nv_bfloat16* scratch;", "  __nv_bfloat16* scratch;\n  ncclComm_t tp;")
+     .replace("  ctx->state = s;", "  CUCO_NCCL(ctx, ncclCommSplit(ctx->comm, ctx->rank % 2, ctx->rank, &s->tp, "
+              "NULL));\n  ctx->state = s;")
+     .replace(GATHER, "  ncclComm_t comm = ctx->comm;\n  if (all > 0) comm = s->tp;\n"
+              + GATHER.replace("ctx->comm", "comm")),
+     r"line \d+: ncclAllGather runs on `comm`, which cuco_run\(\) assigns more than once"),
+    (lambda t: t.replace("struct State {", "static ncclComm_t g_comm;\n\nstruct State {")
+     .replace("  __nv_bfloat16* scratch;", "  __nv_bfloat16* scratch;\n  ncclComm_t tp;")
+     .replace("  ctx->state = s;", "  CUCO_NCCL(ctx, ncclCommSplit(ctx->comm, ctx->rank % 2, ctx->rank, &s->tp, "
+              "NULL));\n  g_comm = s->tp;\n  ctx->state = s;").replace(GATHER, GATHER.replace("ctx->comm", "g_comm")),
+     r"line \d+: ncclAllGather runs on `g_comm`, a communicator the program makes itself \(ncclCommSplit"),
+], ids=["sub-communicator", "own-overload-without-stream", "result-kept", "bcast", "communicator-reassigned",
+        "split-kept-in-a-global"])
 def test_nccl_calls_the_device_collectives_cannot_stand_for_are_refused_by_line(edit, message, tmp_path):
     """A collective on a communicator the program splits off (the device collectives span ctx->comm), a call to the
     program's own overload that takes no stream, a result kept as a value (the device call returns a cudaError_t),

@@ -905,3 +905,15 @@ def test_work_on_a_buffer_through_a_call_cuco_cannot_see_into_is_never_left_out(
         return
     with pytest.raises(CucoError, match=rf"p\.cu:\d+: .*{re.escape(refused)}"):
         create_workload("w", path, tmp_path)
+
+
+@pytest.mark.parametrize("after", ["  comm = sub;\n", "  std::swap(comm, sub);\n"], ids=["assigned", "swapped"])
+def test_a_communicator_replaced_by_a_split_one_is_refused(tmp_path, after):
+    """`ncclCommSplit(comm, ..., &sub, ...); comm = sub;` (or a swap): the step's collectives run over a group of the
+    ranks, which the runner's communicator is not; refused where the step uses it, never converted to ctx->comm."""
+    split = "  ncclComm_t sub;\n  CHECK_NCCL(ncclCommSplit(comm, rank % 2, rank, &sub, nullptr));\n" + after
+    path = _ep_variant(tmp_path, ("#include <cstdlib>\n", "#include <cstdlib>\n#include <utility>\n"),
+                       ("  cudaStream_t stream;\n", split + "  cudaStream_t stream;\n"))
+    with pytest.raises(CucoError, match=r"uses comm \(line \d+\), a communicator (assigned again|swapped) at line "
+                                        r"\d+: cuco runs the step on the runner's communicator of every rank"):
+        create_workload("w", path, tmp_path)

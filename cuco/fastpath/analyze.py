@@ -374,6 +374,10 @@ class _Calls:
                 self.res.learn_declaration(node)
             elif node.type == "assignment_expression":
                 self.res.learn_field(node)
+                right = node.child_by_field_name("right")  # `g_comm = s->tp;`: the split communicator too
+                made = self.made_comms.get(text(right).replace(" ", "")) if right is not None else None
+                if made:
+                    self.made_comms[text(node.child_by_field_name("left")).replace(" ", "")] = made
             _learn_scalars(node, scalars)
             fn, arg_list = node.child_by_field_name("function"), node.child_by_field_name("arguments")
             if node.type == "call_expression" and fn is not None and arg_list is not None:  # `k<float>` is k

@@ -149,7 +149,11 @@ def _checked(op: Op, analysis: Analysis) -> None:
         raise RewriteError(f"line {op.line}: {op.name} is called without its {', '.join(missing)} (nccl.h's takes "
                            f"{', '.join(NCCL_SIGNATURES[op.name])}): the rules rewrite NCCL's own calls")
     comm = (op.args.get("comm") or "").replace(" ", "")
-    held = analysis.scalars.get(op.function, {}).get(comm) or comm
+    scalars = analysis.scalars.get(op.function, {})
+    if comm in scalars and scalars[comm] is None:
+        raise RewriteError(f"line {op.line}: {op.name} runs on `{comm}`, which {op.function}() assigns more than "
+                           "once: the rules cannot tell it is the runner's communicator (ctx->comm)")
+    held = scalars.get(comm) or comm
     made = analysis.made_comms.get(comm) or analysis.made_comms.get(held.replace(" ", ""))
     if made:
         raise RewriteError(f"line {op.line}: {op.name} runs on `{comm}`, a communicator the program makes itself "

@@ -207,12 +207,22 @@ class Locals:
 
     def from_assignments(self, stmt) -> None:
         """A size the set-up overrides from argv or the environment stays a parameter; any other change makes
-        the variable one cuco cannot follow."""
+        the variable one cuco cannot follow (a communicator swapped with another too)."""
+        for call in (c for c in calls_in(stmt) if callee(c).endswith("swap")):
+            for arg in call_args(call):
+                loc = self.prog.locals.get(text(arg))
+                if loc is not None and loc.kind == "comm":
+                    loc.kind, loc.why = "other", (f"a communicator swapped at {self.prog.at(line_of(call))}: cuco "
+                                                  "runs the step on the runner's communicator of every rank")
         for node in walk(stmt):
             if node.type not in ("assignment_expression", "update_expression"):
                 continue
             target = node.child_by_field_name("left") or node.child_by_field_name("argument")
             loc = self.prog.locals.get("".join(text(target).split()) if target is not None else "")
+            if loc is not None and loc.kind == "comm":  # `comm = sub;` after a split: not the ranks ctx->comm spans
+                loc.kind, loc.why = "other", (f"a communicator assigned again at {self.prog.at(line_of(node))}: "
+                                              "cuco runs the step on the runner's communicator of every rank")
+                continue
             if loc is None or loc.kind not in ("param", "scalar", "other"):
                 continue
             value = node.child_by_field_name("right")
