@@ -230,6 +230,12 @@ PLANTED = {
     "the kernel writes through a __device__ pointer":
         (BESIDE, "  via_global<<<1, 1, 0, ctx->stream>>>(all);\n",
          "via_global reaches memory through pointers it is not given"),
+    "the kernel writes through a struct of pointers it is given by value":
+        (BESIDE, "  Ptrs pt{s->scratch, (__nv_bfloat16*)y->ptr};\n  via_struct<<<1, 1, 0, ctx->stream>>>(pt, all);\n",
+         "via_struct reaches memory through pointers it is not given"),
+    "the kernel writes through addresses it is given as integers":
+        (BESIDE, "  via_integers<<<1, 1, 0, ctx->stream>>>((const unsigned long long*)s->table, all);\n",
+         "via_integers reaches memory through pointers it is not given"),
     "the kernel writes through a table of pointers":
         (BESIDE, "  via_table<<<1, 1, 0, ctx->stream>>>(s->table, all);\n",
          "via_table reaches memory through pointers it is not given"),
@@ -239,6 +245,14 @@ __global__ void external_zero(__nv_bfloat16* out, int64_t n);
 __device__ __nv_bfloat16* g_out;
 __global__ void via_global(int64_t n) { g_out[n - 1] = __float2bfloat16(0.f); }
 __global__ void via_table(__nv_bfloat16** table, int64_t n) { table[0][n - 1] = __float2bfloat16(0.f); }
+struct Ptrs {
+  __nv_bfloat16* p0;
+  __nv_bfloat16* p1;
+};
+__global__ void via_struct(Ptrs t, int64_t n) { t.p1[n - 1] = __float2bfloat16(0.f); }
+__global__ void via_integers(const unsigned long long* t, int64_t n) {
+  ((__nv_bfloat16*)t[1])[n - 1] = __float2bfloat16(0.f);
+}
 
 CUCO_EXPORT int cuco_run("""
 

@@ -17,6 +17,7 @@ from cuco.fastpath.places import Pointers, fixed_index, pointer_params
 from cuco.fastpath.syntax import (
     TOO_DEEP,
     blank_macros,
+    call_args,
     callee,
     function_name,
     is_zero_literal,
@@ -275,15 +276,35 @@ def indirect_kernels(functions: list) -> set[str]:
             device_ptrs |= {text(n) for x in d.children_by_field_name("declarator") for n in walk(x)
                             if n.type == "identifier" and x.type in ("pointer_declarator", "init_declarator")
                             and "*" in text(x)}
+    holders = {text(n.child_by_field_name("name")) for n in walk(root) if root is not None  # structs of pointers
+               and n.type in ("struct_specifier", "class_specifier") and n.child_by_field_name("name") is not None
+               and any(f.type == "field_declaration" and "*" in text(f) for f in walk(n))}
     out = set()
     for fn in functions:
         params = _parameters(fn)
         deep = any(sum(n.type in ("pointer_declarator", "abstract_pointer_declarator") for n in walk(p)) > 1
-                   for p in params)
+                   or {text(n) for n in walk(p) if n.type == "type_identifier"} & holders for p in params)
         body = fn.child_by_field_name("body")
-        if deep or (body is not None and device_ptrs & {text(n) for n in walk(body) if n.type == "identifier"}):
+        names = {text(n) for n in walk(body) if n.type == "identifier"} if body is not None else set()
+        if deep or device_ptrs & names or (body is not None and any(_made_pointer(n) for n in walk(body))):
             out.add(function_name(fn))
     return out
+
+
+def _made_pointer(node) -> bool:
+    """A cast to a pointer of a value loaded from memory (`(float*)table[1]`, `reinterpret_cast<T*>(p.x)`): an
+    address the kernel was given as data."""
+    if node.type == "cast_expression":
+        typ, value = node.child_by_field_name("type"), node.child_by_field_name("value")
+    elif node.type == "call_expression" and callee(node) in ("reinterpret_cast", "static_cast") and call_args(node):
+        typ, value = node.child_by_field_name("function"), call_args(node)[0]
+    else:
+        return False
+    while value is not None and value.type == "parenthesized_expression":
+        value = value.named_children[0] if value.named_children else None
+    loaded = value is not None and (value.type in ("subscript_expression", "field_expression") or (
+        value.type == "pointer_expression" and text(value).startswith("*")))  # `&x[i]` is x's own address
+    return typ is not None and "*" in text(typ) and loaded
 
 
 def _statement_start(node) -> int:

@@ -386,7 +386,8 @@ def _blocks_overlap(op: Op, o: Op) -> str | None:
         return f"{o.name} changes the program's memory before its buffers are used"
     if o.unplaced:
         what = "is defined elsewhere: what its pointers name is not known" if o.unplaced == ["?"] else \
-            "reaches memory through pointers it is not given (a table of pointers, a __device__ pointer)" \
+            "reaches memory through pointers it is not given (a table or a struct of pointers, a __device__ " \
+            "pointer, an address cast from data)" \
             if o.unplaced == ["*"] else f"takes `{o.unplaced[0]}`, which names no buffer the analysis knows"
         return f"{o.name} {what}, so it may touch the collective's buffers"
     if o.loops:
