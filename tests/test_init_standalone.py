@@ -917,3 +917,24 @@ def test_a_communicator_replaced_by_a_split_one_is_refused(tmp_path, after):
     with pytest.raises(CucoError, match=r"uses comm \(line \d+\), a communicator (assigned again|swapped) at line "
                                         r"\d+: cuco runs the step on the runner's communicator of every rank"):
         create_workload("w", path, tmp_path)
+
+
+def test_a_namespace_declared_in_a_header_and_defined_in_a_file_keeps_its_using_directive(tmp_path):
+    """ops's launcher declared in ops.cuh, defined with its kernel in ops.cu, called after `using namespace ops;` in
+    the host file: the kept namespace keeps the directive (the header's declaration of it left out alone)."""
+    (tmp_path / "ops.cuh").write_text("#pragma once\n#include <cuda_bf16.h>\n#include <cuda_runtime.h>\n"
+                                       "namespace ops {\nvoid rescale(__nv_bfloat16* y, size_t n, cudaStream_t s);\n"
+                                       "}\n")
+    (tmp_path / "ops.cu").write_text('#include "ops.cuh"\nnamespace ops {\n'
+                                     "__global__ void half_k(__nv_bfloat16* y, size_t n) {\n"
+                                     "  size_t i = blockIdx.x * (size_t)blockDim.x + threadIdx.x;\n"
+                                     "  if (i < n) y[i] = __float2bfloat16(__bfloat162float(y[i]) * 0.5f);\n}\n"
+                                     "void rescale(__nv_bfloat16* y, size_t n, cudaStream_t s) {\n"
+                                     "  half_k<<<256, 256, 0, s>>>(y, n);\n}\n}  // namespace ops\n")
+    launch = "    scale<<<256, 256, 0, stream>>>(recv, 0.5f, tokens * hidden);\n"
+    using = '#include <nccl.h>\n#include "ops.cuh"\nusing namespace ops;\n'
+    call = "    rescale(recv, tokens * hidden, stream);\n"
+    host = _ep_variant(tmp_path, ("#include <nccl.h>\n", using), (launch, call))
+    root = create_workload("w", [tmp_path / "ops.cuh", tmp_path / "ops.cu", host], tmp_path).root
+    seed = (root / "seed.cu").read_text()
+    assert "using namespace ops;" in seed and "half_k<<<256, 256, 0, stream>>>(recv" in seed

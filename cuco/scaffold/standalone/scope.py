@@ -27,8 +27,9 @@ def file_scope(prog: Standalone, used: set[str]) -> list[str]:
         if not more:
             break
         kept |= more
-    dropped = {text(n.child_by_field_name("name")) for n in items if n.type == "namespace_definition"
-               and n.id not in kept and n.child_by_field_name("name") is not None}
+    spaces = [(text(n.child_by_field_name("name")), n.id in kept) for n in items
+              if n.type == "namespace_definition" and n.child_by_field_name("name") is not None]
+    dropped = {name for name, held in spaces if not held} - {name for name, held in spaces if held}  # one file's
     kept -= {n.id for n in items if n.type == "using_declaration"  # `using namespace util;` of a namespace left out
              and re.fullmatch(r"using\s+namespace\s+(\w+)\s*;", text(n)) and text(n).split()[-1].rstrip(";") in dropped}
     chosen = [n for n in top if n.id in kept or (n.type == "comment" and _attached(n, kept))]
