@@ -579,9 +579,11 @@ def _converted_seed_builds(made: Created) -> None:
         console.print("seed.cu builds (nvcc)", highlight=False, markup=False)
         return
     why = problems[0] if problems else first_error(built.log)
-    if any("seed.cu keeps #include" in w for w in made.warnings):  # the header the warning above asks to paste
-        console.print(f"[yellow]warning:[/] seed.cu does not build until then: {escape(why)}")
-        return
+    kept = next((w for w in made.warnings if "seed.cu keeps #include" in w), None)
+    if kept is not None:  # a header of the program's that was not given: the user's to give
+        header = kept.split("seed.cu keeps #include ", 1)[1].split(":", 1)[0]
+        raise CucoError(str(seed), f"seed.cu does not build: {why}; give the program's header {header} too (--from), "
+                                   "so that the seed holds what it needs (the workload is left as written, to read)")
     raise CucoFailure(str(seed), f"cuco wrote a seed that does not build: {why} (the workload is left as written, "
                                  "to read; the conversion is cuco's fault, not the program's)")
 

@@ -431,7 +431,8 @@ def test_a_gemm_output_is_read_only_where_beta_is_not_zero(tmp_path, beta, role)
 @pytest.mark.nvcc
 def test_init_says_when_the_seed_it_wrote_does_not_build(tmp_path):
     """A converted seed is built before `cuco init` reports it created: one cuco cannot build is cuco's failure
-    (exit 3, the compiler's first error), unless it keeps a header of the program's that the user was told to paste."""
+    (exit 3, the compiler's first error), unless it keeps a header of the program's that was not given: then the
+    user's to give (exit 2, naming the header)."""
     from cuco.cli import _converted_seed_builds
     from cuco.errors import CucoFailure
     from cuco.scaffold.create import Created
@@ -442,8 +443,10 @@ def test_init_says_when_the_seed_it_wrote_does_not_build(tmp_path):
                                              "CUCO_EXPORT int cuco_run(cuco_ctx_t* ctx) {\n  T* lost = nullptr;"))
     with pytest.raises(CucoFailure, match=r"cuco wrote a seed that does not build: .*identifier \"T\" is undefined"):
         _converted_seed_builds(made)
-    warned = Created(made.root, made.scaffold, 0, ['seed.cu keeps #include "t.h": paste what it needs'], [], True)
-    _converted_seed_builds(warned)  # the warning already says what to do
+    warned = Created(made.root, made.scaffold, 0, ['p.cu:3: seed.cu keeps #include "t.h": paste what it needs'], [],
+                     True)
+    with pytest.raises(CucoError, match=r'seed.cu does not build: .*; give the program\'s header "t.h" too \(--from\)'):
+        _converted_seed_builds(warned)
 
 
 def test_a_step_without_sizes_is_named_with_the_other_blockers(tmp_path):
