@@ -271,6 +271,17 @@ def test_a_call_the_rules_do_not_model_is_a_use_of_the_buffers_it_is_given(tmp_p
         code.index("cudaMemcpy2DAsync")
 
 
+def test_a_2d_copy_on_the_collective_s_stream_that_touches_none_of_its_buffers_runs_beside_it(tmp_path):
+    """cudaMemcpy2DAsync within the program's scratch, on ctx->stream: a copy like any other, beside the
+    all-gather (it names its stream and its buffers), not a call of unknown reach."""
+    code = (HERE / "knobs" / "overlap_beside.cu").read_text()
+    copy = "  cudaMemcpy2DAsync(s->scratch, 16, s->scratch + 8, 16, 16, 4, cudaMemcpyDeviceToDevice, ctx->stream);\n"
+    src = tmp_path / "copy2d.cu"
+    src.write_text(code.replace(BESIDE, BESIDE + copy, 1))
+    knobs = derive(analyze(src), load_workload(WORKLOADS / "allgather_bf16"))
+    assert knobs.offers[0].beside == ["zero (line 35)", "cudaMemcpy2DAsync (line 36)"]
+
+
 def test_a_collective_is_never_offered_a_side_stream_where_a_helper_of_cuco_run_may_use_its_output(tmp_path):
     """The kernel that reads the all-gather's output launched from a host function of the program's own that
     cuco_run calls: the call is not an operation of cuco_run, so the join's place cannot be proven."""

@@ -60,6 +60,7 @@ ENTRY_POINTS = ("cuco_setup", "cuco_run", "cuco_teardown")  # what the runner ca
 COPIES: dict[str, tuple[int, int | None, int | None]] = {
     "cudaMemcpy": (0, 1, None), "cudaMemcpyAsync": (0, 1, 4), "cudaMemcpyPeerAsync": (0, 2, 5),
     "cudaMemset": (0, None, None), "cudaMemsetAsync": (0, None, 3),
+    "cudaMemcpy2DAsync": (0, 2, 7), "cudaMemset2DAsync": (0, None, 5),
 }
 # Synchronisation calls and the position of their stream argument (None: no stream).
 SYNCS: dict[str, int | None] = {"cudaStreamSynchronize": 0, "cudaDeviceSynchronize": None, "cudaEventRecord": 1,
