@@ -271,6 +271,17 @@ def test_a_call_the_rules_do_not_model_is_a_use_of_the_buffers_it_is_given(tmp_p
         code.index("cudaMemcpy2DAsync")
 
 
+def test_a_return_inside_a_lambda_does_not_end_cuco_run(tmp_path):
+    """`auto clamp = [](int64_t v) { if (v < 0) return (int64_t)0; return v; };` between the all-gather and its next
+    use: the lambda's returns end the lambda, so the side stream is still offered beside the kernel."""
+    code = (HERE / "knobs" / "overlap_beside.cu").read_text()
+    clamp = "  auto clamp = [](int64_t v) { if (v < 0) return (int64_t)0; return v; };\n"
+    src = tmp_path / "lambda.cu"
+    src.write_text(code.replace(BESIDE, clamp + BESIDE.replace("all);", "clamp(all));"), 1))
+    knobs = derive(analyze(src), load_workload(WORKLOADS / "allgather_bf16"))
+    assert knobs.offers[0].beside == ["zero (line 36)"], knobs.offers[0].why_not
+
+
 def test_a_2d_copy_on_the_collective_s_stream_that_touches_none_of_its_buffers_runs_beside_it(tmp_path):
     """cudaMemcpy2DAsync within the program's scratch, on ctx->stream: a copy like any other, beside the
     all-gather (it names its stream and its buffers), not a call of unknown reach."""

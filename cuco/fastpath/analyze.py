@@ -335,8 +335,8 @@ def _in_lambda(node) -> bool:
 
 
 def _returns(fn) -> list[int]:
-    """Where the function's return statements start."""
-    return [n.start_byte for n in walk(fn) if n.type == "return_statement"]
+    """Where the function's own return statements start (a lambda's return ends the lambda, not the function)."""
+    return [n.start_byte for n in walk(fn) if n.type == "return_statement" and not _in_lambda(n)]
 
 
 def _body_end(fn) -> int:
