@@ -266,8 +266,8 @@ def pointer_positions(functions: list) -> dict[str, list[bool]]:
 
 def indirect_kernels(functions: list) -> set[str]:
     """Functions defined here that reach memory through pointers they are not given as arguments: a pointer to
-    pointers (a table of buffers), or a `__device__` pointer of the file. What their arguments name is not all they
-    touch."""
+    pointers (a table of buffers), a struct of the file's that holds pointers, a `__device__` pointer of the file,
+    an address cast from a value it loads. What their arguments name is not all they touch."""
     root = functions[0] if functions else None
     while root is not None and root.parent is not None:
         root = root.parent
