@@ -16,7 +16,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from cuco.dtypes import NCCL_DTYPES
-from cuco.fastpath.analyze import NCCL_SIGNATURES, Analysis, AnalysisError, NoCommunication, Op, analyze
+from cuco.fastpath.analyze import ENTRY_POINTS, NCCL_SIGNATURES, Analysis, AnalysisError, NoCommunication, Op, analyze
 from cuco.fastpath.gemm_rows import Pieces
 from cuco.fastpath.peer_loops import all_to_all
 from cuco.fastpath.peers import Call, PairingError, pair
@@ -150,7 +150,7 @@ def _checked(op: Op, analysis: Analysis) -> None:
                            f"{', '.join(NCCL_SIGNATURES[op.name])}): the rules rewrite NCCL's own calls")
     comm = (op.args.get("comm") or "").replace(" ", "")
     scalars = analysis.scalars.get(op.function, {})
-    if comm in scalars and scalars[comm] is None:
+    if op.function in ENTRY_POINTS and comm in scalars and scalars[comm] is None:  # main()'s own: refused for more
         raise RewriteError(f"line {op.line}: {op.name} runs on `{comm}`, which {op.function}() assigns more than "
                            "once: the rules cannot tell it is the runner's communicator (ctx->comm)")
     held = scalars.get(comm) or comm
