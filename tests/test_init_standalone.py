@@ -941,3 +941,13 @@ def test_a_namespace_declared_in_a_header_and_defined_in_a_file_keeps_its_using_
     root = create_workload("w", [tmp_path / "ops.cuh", tmp_path / "ops.cu", host], tmp_path).root
     seed = (root / "seed.cu").read_text()
     assert "using namespace ops;" in seed and "half_k<<<256, 256, 0, stream>>>(recv" in seed
+
+
+def test_nccl_called_through_the_global_scope_is_nccl(tmp_path):
+    """`::ncclSend(...)`, `::ncclRecv(...)` (NCCL's own, named from the global scope): the step's exchange, checked
+    by cuco's macro, never a traceback or "no NCCL call"."""
+    path = _ep_variant(tmp_path)
+    path.write_text(path.read_text().replace("CHECK_NCCL(ncclSend(", "CHECK_NCCL(::ncclSend(")
+                    .replace("CHECK_NCCL(ncclRecv(", "CHECK_NCCL(::ncclRecv("))
+    seed = (create_workload("w", path, tmp_path).root / "seed.cu").read_text()
+    assert "CUCO_NCCL(ctx, ::ncclSend(" in seed and "CUCO_NCCL(ctx, ::ncclRecv(" in seed

@@ -403,7 +403,8 @@ class _Calls:
             _learn_scalars(node, scalars)
             fn, arg_list = node.child_by_field_name("function"), node.child_by_field_name("arguments")
             if node.type == "call_expression" and fn is not None and arg_list is not None:  # `k<float>` is k
-                self.call(node, callee(node), [a for a in arg_list.named_children if a.type != "comment"], fname)
+                args = [a for a in arg_list.named_children if a.type != "comment"]
+                self.call(node, callee(node).removeprefix("::"), args, fname)  # `::ncclSend`: the global one
         # Streams and handles by what they hold: `cudaStream_t stream = ctx->stream;` is ctx->stream (a variable
         # given one value in the whole function: _learn_scalars forgets one assigned again), so calls on either
         # name are on one stream. A GEMM's stream is its handle's (cublasSetStream).
