@@ -76,16 +76,18 @@ def test_rounds_outside_the_table_are_refused():
 
 
 def test_cuco_compare_finds_a_copy_of_the_seed_within_noise_of_the_seed(tmp_path):
-    """On this machine, while the other tests load it: the copy is never reported faster or slower."""
+    """On this machine, while the other tests load it: the copy is never reported faster or slower. An even number
+    of rounds: the order is reversed every round, so each program is first as often as the other (with three, one of
+    them was first twice, and a loaded machine's first-in-round penalty once read as "slower")."""
     copy = tmp_path / "copy_of_seed.py"
     shutil.copy(ROOT / "cuco" / "builtin" / "cpu_allgather_matmul" / "seed.py", copy)
     proc = subprocess.run([sys.executable, "-m", "cuco", "compare", "cpu_allgather_matmul", str(copy), "seed",
-                           "--rounds", "3", "--iters", "4", "--warmup", "1", "--json"], capture_output=True,
+                           "--rounds", "4", "--iters", "4", "--warmup", "1", "--json"], capture_output=True,
                           text=True, env={**os.environ, "CUCO_HOME": str(tmp_path / "home")})
     assert proc.returncode == 0, proc.stdout + proc.stderr
     got = json.loads(proc.stdout)
     assert got["verdict"] == "within noise" and got["low"] < 1 < got["high"], got
-    assert len(got["this_ms"]) == len(got["other_ms"]) == 3 and got["shape"] == "cpu"
+    assert len(got["this_ms"]) == len(got["other_ms"]) == 4 and got["shape"] == "cpu"
 
 
 def test_cuco_compare_refuses_rounds_it_cannot_interval():
