@@ -77,8 +77,8 @@ def test_rounds_outside_the_table_are_refused():
 
 def test_cuco_compare_finds_a_copy_of_the_seed_within_noise_of_the_seed(tmp_path):
     """On this machine, while the other tests load it: the copy is never reported faster or slower. An even number
-    of rounds: the order is reversed every round, so each program is first as often as the other (with three, one of
-    them was first twice, and a loaded machine's first-in-round penalty once read as "slower")."""
+    of rounds: the order is reversed every round, so each program runs first as often as the other, and what running
+    first costs on a loaded machine falls on both alike."""
     copy = tmp_path / "copy_of_seed.py"
     shutil.copy(ROOT / "cuco" / "builtin" / "cpu_allgather_matmul" / "seed.py", copy)
     proc = subprocess.run([sys.executable, "-m", "cuco", "compare", "cpu_allgather_matmul", str(copy), "seed",
