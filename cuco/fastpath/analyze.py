@@ -404,7 +404,7 @@ class _Calls:
             fn, arg_list = node.child_by_field_name("function"), node.child_by_field_name("arguments")
             if node.type == "call_expression" and fn is not None and arg_list is not None:  # `k<float>` is k
                 args = [a for a in arg_list.named_children if a.type != "comment"]
-                self.call(node, callee(node).removeprefix("::"), args, fname)  # `::ncclSend`: the global one
+                self.call(node, callee(node), args, fname)
         # Streams and handles by what they hold: `cudaStream_t stream = ctx->stream;` is ctx->stream (a variable
         # given one value in the whole function: _learn_scalars forgets one assigned again), so calls on either
         # name are on one stream. A GEMM's stream is its handle's (cublasSetStream).

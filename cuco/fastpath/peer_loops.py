@@ -66,7 +66,7 @@ def all_to_all(source: bytes, send: Op, recv: Op, scalars: dict[str, str | None]
             raise PairingError(f"line {op.line}: {op.name} runs for the rank itself too, beside the copy of its own "
                                f"block (line {own[0].start_point.row + 1})")
         call = next(n for n in walk(loop) if n.type == "call_expression" and n.start_byte >= op.span[0]
-                    and n.end_byte <= op.span[1] and callee(n).removeprefix("::") == op.name)
+                    and n.end_byte <= op.span[1] and callee(n) == op.name)
         args = call_args(call)
         peer = PeerExpression(text(args[3]), scalars)
         _every_peer_once(peer, var, op, own[1] if own is not None else None)

@@ -82,11 +82,12 @@ def counting_loop(loop) -> tuple[str | None, object | None]:
 
 
 def callee(node) -> str:
-    """The function a call expression names, without template arguments (`f<T>(x)` -> f); "" for any other node."""
+    """The function a call expression names, without template arguments (`f<T>(x)` -> f) or the global scope's
+    `::` (`::ncclSend` is ncclSend); "" for any other node."""
     fn = node.child_by_field_name("function") if node is not None and node.type == "call_expression" else None
     if fn is not None and fn.type == "template_function":
         fn = fn.child_by_field_name("name")
-    return text(fn) if fn is not None else ""
+    return text(fn).removeprefix("::") if fn is not None else ""
 
 
 def call_args(call) -> list:

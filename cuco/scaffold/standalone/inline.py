@@ -43,11 +43,6 @@ class _Param:
             f" = {value};"
 
 
-def _named(call) -> str:
-    """The function a call names, `::launch(...)` (the global one) as launch."""
-    return callee(call).removeprefix("::")
-
-
 def _declared_name(declarator) -> str | None:
     """The name a declarator declares without a value: `c`, `*p`, `*p = nullptr` (a null pointer is no value);
     None for one given a value."""
@@ -192,7 +187,7 @@ class _Inliner:
         for st in walk(self.main.child_by_field_name("body")):
             expr = next((c for c in st.named_children if c.type != "comment"), None) \
                 if st.type == "expression_statement" else _declared_value(st)
-            if expr is not None and expr.type == "call_expression" and _named(expr) in self.helpers:
+            if expr is not None and expr.type == "call_expression" and callee(expr) in self.helpers:
                 out.append((st, expr))
         return out
 
@@ -237,7 +232,7 @@ class _Inliner:
 
     def written_out(self, st, call) -> list[tuple[str, Origin]] | None:
         """The helper's body in place of the call statement, line by line with origins; None where it stays."""
-        name = _named(call)
+        name = callee(call)
         params, args = _params(self.functions[name]), call_args(call)
         why = self.early_return(name)
         if why is None and (params is None or len(args) > len(params)):
@@ -361,7 +356,7 @@ def inline_helpers(unit: Unit, root) -> Unit:
         new = inliner.written_out(st, call)
         if new is None:
             continue
-        done.insert(0, _named(call))
+        done.insert(0, callee(call))
         (rs, cs), (re_, ce) = st.start_point, st.end_point
         head, tail = lines[rs][:cs], lines[re_][ce:]
         texts = [t.encode() for t, _ in new]

@@ -140,7 +140,7 @@ class Standalone:
 
     def kind(self, call) -> str:
         """What a call is to the conversion."""
-        name = callee(call).removeprefix("::")  # `::cudaMemsetAsync(...)`, `::launch(...)`: the global one
+        name = callee(call)
         if is_launch(call):
             return "launch"
         if name in NCCL_SIGNATURES:

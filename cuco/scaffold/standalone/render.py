@@ -18,7 +18,7 @@ CHECK_MACROS = (("cublas", "CUCO_CUBLAS"), ("nccl", "CUCO_NCCL"), ("cuda", "CUCO
 
 
 def _check_macro(name: str) -> str | None:
-    return next((macro for prefix, macro in CHECK_MACROS if name.removeprefix("::").startswith(prefix)), None)
+    return next((macro for prefix, macro in CHECK_MACROS if name.startswith(prefix)), None)
 
 
 def _is_body(node) -> bool:

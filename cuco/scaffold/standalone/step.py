@@ -162,7 +162,7 @@ class Step:
 
     def call(self, st, expr) -> bool:
         call = self.prog.unwrap(expr)
-        kind, name = self.prog.kind(call), callee(call).removeprefix("::")
+        kind, name = self.prog.kind(call), callee(call)
         if kind == "host_fn" and self.prog.issues_work(name):
             scope, last = name.split("<")[0].rpartition("::")[0], name.rpartition("::")[2]
             why = self.prog.unit.unwritten.get(name, "is not called as a statement of main() (cuco writes out one "
@@ -332,7 +332,7 @@ class Step:
         """A kept call, and what it reads and writes: a kernel of the program's what its body does through each
         pointer (a load and a store: read, then written), one it does not define writes through its non-const
         pointers."""
-        name, args, line = callee(call).removeprefix("::"), call_args(call), line_of(call)  # ::ncclAllReduce
+        name, args, line = callee(call), call_args(call), line_of(call)
         self.uses.append((st, idents(st)))
         if kind == "launch":
             fn = self.prog.functions.get(name)
